@@ -1,0 +1,410 @@
+"""The in-memory account: the one source of truth every view is computed from.
+
+Recording is O(1) under one lock: a per-agent slotted state object is looked up (created on first use,
+within the cardinality caps) and a few integers and floats are updated. ``snapshot()`` copies everything
+under the same lock, so a snapshot never holds half of an update; every exporter reads snapshots.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from rollout_telemetry.failure_kinds import OTHER, UNSPECIFIED, KindValidator
+from rollout_telemetry.outcome import Disposition, label_value
+
+__all__ = [
+    "DEFAULT_MAX_AGENTS",
+    "DEFAULT_MAX_KINDS_PER_AGENT",
+    "DURATION_BUCKETS",
+    "Account",
+    "AccountSnapshot",
+    "AgentSnapshot",
+]
+
+_log = logging.getLogger("rollout_telemetry.account")
+
+DEFAULT_MAX_AGENTS = 256
+DEFAULT_MAX_KINDS_PER_AGENT = 64
+
+DURATION_BUCKETS: tuple[float, ...] = (
+    0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0,
+)  # fmt: skip
+"""Upper bounds (seconds) of the rollout duration histogram, sub-second to an hour; +Inf is implied."""
+
+_MEASURED = Disposition.MEASURED
+_MASKED = Disposition.MASKED
+_UNSCORED = Disposition.UNSCORED
+_FAILED = Disposition.FAILED
+_OMITTED = Disposition.OMITTED
+
+
+class _AgentState:
+    """Mutable per-agent counts; only touched under the account lock."""
+
+    __slots__ = (
+        "duration_buckets",
+        "duration_count",
+        "duration_sum",
+        "failed",
+        "in_flight",
+        "kind_labels",
+        "kinds",
+        "label",
+        "lifecycle",
+        "masked",
+        "masked_negative",
+        "masked_positive",
+        "masked_rewarded",
+        "measured",
+        "measured_negative",
+        "measured_positive",
+        "omitted",
+        "unscored",
+    )
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.measured = 0
+        self.masked = 0
+        self.masked_rewarded = 0
+        self.unscored = 0
+        self.failed = 0
+        self.omitted = 0
+        self.measured_positive = 0.0
+        self.measured_negative = 0.0
+        self.masked_positive = 0.0
+        self.masked_negative = 0.0
+        self.kinds: dict[tuple[Disposition, str], int] = {}
+        self.kind_labels: set[str] = set()
+        self.lifecycle = False
+        self.in_flight: dict[int, float] = {}
+        self.duration_buckets = [0] * (len(DURATION_BUCKETS) + 1)
+        self.duration_sum = 0.0
+        self.duration_count = 0
+
+
+def _rounded(value: float) -> float:
+    return round(value, 12)
+
+
+@dataclass(frozen=True, slots=True)
+class AgentSnapshot:
+    """One agent's counts at one moment, with the values every view derives from them."""
+
+    agent: str
+    measured: int
+    masked: int
+    masked_rewarded: int
+    unscored: int
+    failed: int
+    omitted: int
+    measured_positive: float
+    measured_negative: float
+    masked_positive: float
+    masked_negative: float
+    kinds: Mapping[tuple[Disposition, str], int]
+    lifecycle: bool = False
+    in_flight: int = 0
+    oldest_in_flight_start: float | None = None
+    duration_buckets: tuple[int, ...] = ()
+    duration_sum: float = 0.0
+    duration_count: int = 0
+
+    @property
+    def completed(self) -> int:
+        """Rollouts that reached the output: measured + masked + unscored."""
+        return self.measured + self.masked + self.unscored
+
+    @property
+    def rewarded(self) -> int:
+        """Completed rollouts that carry a reward, masked ones included."""
+        return self.measured + self.masked_rewarded
+
+    @property
+    def reward_positive(self) -> float:
+        """Sum of the positive rewards, masked ones included."""
+        return self.measured_positive + self.masked_positive
+
+    @property
+    def reward_negative(self) -> float:
+        """Sum of the magnitudes of the negative rewards, masked ones included."""
+        return self.measured_negative + self.masked_negative
+
+    @property
+    def reward_sum(self) -> float:
+        """Sum of every reward, masked ones included."""
+        return self.reward_positive - self.reward_negative
+
+    @property
+    def mean_reward(self) -> float | None:
+        """Mean reward over every rewarded rollout, masked included; ``None`` before the first."""
+        if self.rewarded == 0:
+            return None
+        return _rounded(self.reward_sum / self.rewarded)
+
+    @property
+    def troubled(self) -> bool:
+        """Whether anything was masked, failed or omitted for this agent."""
+        return self.masked + self.failed + self.omitted > 0
+
+    @property
+    def mean_reward_unmasked(self) -> float | None:
+        """Mean reward over unmasked rollouts, only once something was masked, failed or omitted."""
+        if self.measured == 0 or not self.troubled:
+            return None
+        return _rounded((self.measured_positive - self.measured_negative) / self.measured)
+
+    @property
+    def masked_ratio(self) -> float | None:
+        """masked / completed (masked + unmasked), 0-1, only once something was masked."""
+        if self.masked == 0:
+            return None
+        return self.masked / self.completed
+
+    def count(self, disposition: Disposition) -> int:
+        """The number of rollouts that ended in ``disposition``."""
+        return int(getattr(self, disposition.value))
+
+    def by_kind(self, disposition: Disposition) -> dict[str, int]:
+        """Counts of ``disposition`` per failure kind."""
+        return {kind: n for (disp, kind), n in self.kinds.items() if disp is disposition}
+
+
+@dataclass(frozen=True, slots=True)
+class AccountSnapshot:
+    """Every agent's counts, the rejections and the label overflows, taken atomically."""
+
+    agents: tuple[AgentSnapshot, ...]
+    rejected: Mapping[str, int] = field(default_factory=dict)
+    overflow: Mapping[str, int] = field(default_factory=dict)
+    taken_at: float = 0.0
+
+    def agent(self, name: str) -> AgentSnapshot | None:
+        """The snapshot of one agent (by its label), or ``None``."""
+        for snap in self.agents:
+            if snap.agent == name:
+                return snap
+        return None
+
+
+class Account:
+    """Per-agent rollout counts, reward sums and in-flight work, recorded in O(1).
+
+    Args:
+        max_agents: distinct agent labels kept; further agents are counted under ``agent="_other"``.
+        max_kinds_per_agent: distinct failure kinds kept per agent; further ones become ``"_other"``.
+        clock: monotonic seconds, injectable for tests.
+    """
+
+    def __init__(
+        self,
+        *,
+        max_agents: int = DEFAULT_MAX_AGENTS,
+        max_kinds_per_agent: int = DEFAULT_MAX_KINDS_PER_AGENT,
+        clock: Callable[[], float],
+        kind_validator: KindValidator | None = None,
+    ) -> None:
+        if max_agents < 1 or max_kinds_per_agent < 1:
+            msg = "max_agents and max_kinds_per_agent must be at least 1"
+            raise ValueError(msg)
+        self._lock = threading.Lock()
+        self._clock = clock
+        self._max_agents = max_agents
+        self._max_kinds = max_kinds_per_agent
+        self._validator = kind_validator or KindValidator()
+        self._by_label: dict[str, _AgentState] = {}
+        # Raw agent name -> state, so the hot path does one dict lookup; bounded so that names which
+        # normalise to the same label cannot grow it without end.
+        self._by_name: dict[str, _AgentState] = {}
+        self._kind_labels: dict[str, str] = {}
+        self._rejected: dict[str, int] = {}
+        self._overflow: dict[str, int] = {}
+        self._overflow_warned: set[str] = set()
+        self._next_token = 0
+
+    # -- resolving labels ---------------------------------------------------------------------------
+
+    def _agent(self, name: str) -> _AgentState:
+        state = self._by_name.get(name)
+        if state is not None:
+            return state
+        label = label_value(name)
+        with self._lock:
+            state = self._by_label.get(label)
+            if state is None:
+                if len(self._by_label) >= self._max_agents and label != OTHER:
+                    self._overflowed("agent")
+                    state = self._by_label.get(OTHER)
+                    if state is None:
+                        state = self._by_label[OTHER] = _AgentState(OTHER)
+                    return state
+                state = self._by_label[label] = _AgentState(label)
+            if len(self._by_name) < 4 * self._max_agents:
+                self._by_name[name] = state
+            return state
+
+    def _kind(self, state: _AgentState, kind: str | None) -> str:
+        # Called under the lock.
+        if kind is None:
+            label = UNSPECIFIED
+        else:
+            cached = self._kind_labels.get(kind)
+            if cached is None:
+                cached = label_value(self._validator.validate(kind))
+                if len(self._kind_labels) < 4096:
+                    self._kind_labels[kind] = cached
+            label = cached
+        if label not in state.kind_labels:
+            if len(state.kind_labels) >= self._max_kinds and label != OTHER:
+                self._overflowed("failure_kind")
+                return OTHER
+            state.kind_labels.add(label)
+        return label
+
+    def _overflowed(self, label: str) -> None:
+        # Called under the lock.
+        self._overflow[label] = self._overflow.get(label, 0) + 1
+        if label not in self._overflow_warned:
+            self._overflow_warned.add(label)
+            _log.warning(
+                "more distinct %s values than the cap allows; further ones are counted as %r",
+                label,
+                OTHER,
+            )
+
+    # -- recording ----------------------------------------------------------------------------------
+
+    def add_completed(self, agent: str, reward: float | None, masked: bool, kind: str | None) -> None:
+        """Count one completed rollout: masked if ``masked``, else measured or (no reward) unscored."""
+        state = self._by_name.get(agent) or self._agent(agent)
+        with self._lock:
+            self._completed(state, reward, masked, kind)
+
+    def _completed(self, state: _AgentState, reward: float | None, masked: bool, kind: str | None) -> None:
+        if masked:
+            state.masked += 1
+            key = (_MASKED, self._kind(state, kind))
+            state.kinds[key] = state.kinds.get(key, 0) + 1
+            if reward is not None:
+                state.masked_rewarded += 1
+                if reward >= 0.0:
+                    state.masked_positive += reward
+                else:
+                    state.masked_negative -= reward
+        elif reward is not None:
+            state.measured += 1
+            if reward >= 0.0:
+                state.measured_positive += reward
+            else:
+                state.measured_negative -= reward
+        else:
+            state.unscored += 1
+            key = (_UNSCORED, self._kind(state, kind))
+            state.kinds[key] = state.kinds.get(key, 0) + 1
+
+    def add_failed(self, agent: str, kind: str | None) -> None:
+        """Count one rollout that never reached the output."""
+        state = self._by_name.get(agent) or self._agent(agent)
+        with self._lock:
+            state.failed += 1
+            key = (_FAILED, self._kind(state, kind))
+            state.kinds[key] = state.kinds.get(key, 0) + 1
+
+    def add_omitted(self, agent: str, kind: str | None) -> None:
+        """Count one rollout left out on purpose."""
+        state = self._by_name.get(agent) or self._agent(agent)
+        with self._lock:
+            state.omitted += 1
+            key = (_OMITTED, self._kind(state, kind))
+            state.kinds[key] = state.kinds.get(key, 0) + 1
+
+    def declare(self, agent: str) -> None:
+        """Make ``agent`` known with zero counts, so its always-present series start at 0."""
+        self._by_name.get(agent) or self._agent(agent)
+
+    def reject(self, reason: str) -> None:
+        """Count one rejected input under ``reason`` (a small closed set of names)."""
+        with self._lock:
+            self._rejected[reason] = self._rejected.get(reason, 0) + 1
+
+    # -- lifecycle ----------------------------------------------------------------------------------
+
+    def begin(self, agent: str) -> tuple[object, int, float]:
+        """Mark one rollout of ``agent`` in flight; return the handle ``finish`` needs."""
+        state = self._by_name.get(agent) or self._agent(agent)
+        now = self._clock()
+        with self._lock:
+            self._next_token += 1
+            token = self._next_token
+            state.lifecycle = True
+            state.in_flight[token] = now
+        return state, token, now
+
+    def finish(
+        self,
+        handle: tuple[object, int, float],
+        disposition: Disposition,
+        reward: float | None,
+        kind: str | None,
+    ) -> float:
+        """Take a rollout out of flight and count its outcome in one step; return its duration."""
+        state, token, started = handle
+        assert isinstance(state, _AgentState)
+        duration = max(self._clock() - started, 0.0)
+        with self._lock:
+            del state.in_flight[token]
+            state.duration_buckets[bisect.bisect_left(DURATION_BUCKETS, duration)] += 1
+            state.duration_sum += duration
+            state.duration_count += 1
+            if disposition is _FAILED:
+                state.failed += 1
+                key = (_FAILED, self._kind(state, kind))
+                state.kinds[key] = state.kinds.get(key, 0) + 1
+            elif disposition is _OMITTED:
+                state.omitted += 1
+                key = (_OMITTED, self._kind(state, kind))
+                state.kinds[key] = state.kinds.get(key, 0) + 1
+            else:
+                self._completed(state, reward, disposition is _MASKED, kind)
+        return duration
+
+    # -- reading ------------------------------------------------------------------------------------
+
+    def snapshot(self) -> AccountSnapshot:
+        """Copy every count atomically."""
+        with self._lock:
+            now = self._clock()
+            agents = tuple(
+                AgentSnapshot(
+                    agent=s.label,
+                    measured=s.measured,
+                    masked=s.masked,
+                    masked_rewarded=s.masked_rewarded,
+                    unscored=s.unscored,
+                    failed=s.failed,
+                    omitted=s.omitted,
+                    measured_positive=s.measured_positive,
+                    measured_negative=s.measured_negative,
+                    masked_positive=s.masked_positive,
+                    masked_negative=s.masked_negative,
+                    kinds=dict(s.kinds),
+                    lifecycle=s.lifecycle,
+                    in_flight=len(s.in_flight),
+                    # Tokens are handed out in clock order, so the first entry is the oldest.
+                    oldest_in_flight_start=next(iter(s.in_flight.values()), None),
+                    duration_buckets=tuple(s.duration_buckets),
+                    duration_sum=s.duration_sum,
+                    duration_count=s.duration_count,
+                )
+                for s in self._by_label.values()
+            )
+            return AccountSnapshot(
+                agents=agents,
+                rejected=dict(self._rejected),
+                overflow=dict(self._overflow),
+                taken_at=now,
+            )

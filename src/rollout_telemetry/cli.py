@@ -1,0 +1,167 @@
+"""The ``rollout-telemetry`` command line: ``demo`` (a simulated run) and the tools around the exporter."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from collections.abc import Callable, Sequence
+from types import FrameType
+
+from rollout_telemetry.demo import DemoConfig, run_demo, summary_lines
+from rollout_telemetry.server import ServeError
+from rollout_telemetry.telemetry import RolloutTelemetry
+
+__all__ = ["main"]
+
+_log = logging.getLogger("rollout_telemetry.cli")
+
+
+def _share(text: str) -> float:
+    value = float(text)
+    if not 0.0 <= value <= 1.0:
+        msg = f"must be a share between 0 and 1, got {text}"
+        raise argparse.ArgumentTypeError(msg)
+    return value
+
+
+def _add_serve_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("endpoint")
+    group.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
+    group.add_argument(
+        "--port", type=int, default=9464, help="port for /metrics (default: 9464; 0 picks one)"
+    )
+    group.add_argument("--run", default=None, help="run name, added as a 'run' label on every series")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rollout-telemetry",
+        description=(
+            "Live progress telemetry for RL rollout collection: masked, failed and omitted rollouts "
+            "as Prometheus metrics and OpenTelemetry spans."
+        ),
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    demo = commands.add_parser(
+        "demo",
+        help="run a simulated rollout collection and serve its /metrics",
+        description=(
+            "Simulate a rollout collection (several agents, a share of masked, failed and omitted "
+            "rollouts, rewards in [-1, 1]) through the lifecycle API, serve /metrics, and print one "
+            "summary line per agent every few seconds. Stops after --duration seconds, or on Ctrl-C/SIGTERM."
+        ),
+    )
+    _add_serve_options(demo)
+    demo.add_argument(
+        "--agents", default="math_agent,code_agent,browser_agent", help="comma-separated agents"
+    )
+    demo.add_argument("--rate", type=float, default=20.0, help="rollouts started per second (default: 20)")
+    demo.add_argument("--duration", type=float, default=0.0, help="seconds to run; 0 = until stopped")
+    demo.add_argument("--masked", type=_share, default=0.1, help="share of masked rollouts (default: 0.1)")
+    demo.add_argument("--failed", type=_share, default=0.05, help="share of failed rollouts (default: 0.05)")
+    demo.add_argument(
+        "--omitted", type=_share, default=0.02, help="share of omitted rollouts (default: 0.02)"
+    )
+    demo.add_argument("--seed", type=int, default=None, help="random seed, for a repeatable run")
+    demo.add_argument(
+        "--no-negative-rewards", action="store_true", help="draw rewards from [0, 1] instead of [-1, 1]"
+    )
+    demo.add_argument(
+        "--max-rollout-seconds", type=float, default=2.0, help="longest simulated rollout (default: 2)"
+    )
+    demo.add_argument("--summary-interval", type=float, default=5.0, help="seconds between summaries")
+    demo.add_argument(
+        "--otlp-endpoint",
+        default=None,
+        help="also send spans and metrics over OTLP/HTTP to this base URL (e.g. http://127.0.0.1:4318); "
+        "needs rollout-telemetry[otel]",
+    )
+    demo.add_argument(
+        "--linger", type=float, default=0.0, help="keep serving this many seconds after the run"
+    )
+    return parser
+
+
+def _install_sigterm(handler: Callable[[], None]) -> None:
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        handler()
+
+    signal.signal(signal.SIGTERM, on_signal)
+
+
+def _cancel(loop: asyncio.AbstractEventLoop, task: asyncio.Task[None]) -> None:
+    loop.call_soon_threadsafe(task.cancel)
+
+
+def _demo(args: argparse.Namespace) -> int:
+    config = DemoConfig(
+        agents=tuple(a.strip() for a in args.agents.split(",") if a.strip()),
+        rate=args.rate,
+        duration=args.duration,
+        masked=args.masked,
+        failed=args.failed,
+        omitted=args.omitted,
+        seed=args.seed,
+        negative_rewards=not args.no_negative_rewards,
+        max_rollout_seconds=args.max_rollout_seconds,
+    )
+    shutdown_otel: Callable[[], None] | None = None
+    if args.otlp_endpoint:
+        from rollout_telemetry.exporters.otel import instrument_meter, otlp_providers
+
+        otlp = otlp_providers(args.otlp_endpoint, export_interval_millis=2000)
+        telemetry = RolloutTelemetry(run=args.run, tracer_provider=otlp.tracer_provider)
+        instrument_meter(telemetry, otlp.meter_provider)
+        shutdown_otel = otlp.shutdown
+    else:
+        telemetry = RolloutTelemetry(run=args.run)
+    server = telemetry.serve(port=args.port, host=args.host)
+    print(f"serving {server.url}", flush=True)
+
+    def tick() -> None:
+        for line in summary_lines(telemetry):
+            print(line, flush=True)
+
+    async def main_task() -> None:
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None
+        _install_sigterm(lambda: _cancel(loop, task))
+        await run_demo(telemetry, config, on_tick=tick, tick_seconds=args.summary_interval)
+        if args.linger > 0:
+            await asyncio.sleep(args.linger)
+
+    try:
+        asyncio.run(main_task())
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        print("stopping", flush=True)
+    finally:
+        tick()
+        server.stop()
+        if shutdown_otel is not None:
+            shutdown_otel()
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; return the exit status."""
+    args = _parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        if args.command == "demo":
+            return _demo(args)
+    except ServeError as exc:
+        print(f"rollout-telemetry: {exc}", file=sys.stderr)
+        return 2
+    except ValueError as exc:
+        print(f"rollout-telemetry: {exc}", file=sys.stderr)
+        return 2
+    return 2

@@ -1,0 +1,1 @@
+"""Views of the account for monitoring systems: Prometheus and OpenTelemetry."""

@@ -1,0 +1,136 @@
+"""OpenTelemetry metrics from the same account, and OTLP/HTTP export of spans and metrics.
+
+``instrument_meter`` registers observable (asynchronous) instruments whose callbacks read a snapshot at
+collection time: recording costs nothing extra, and the names and appear-only-when rules are those of the
+Prometheus exposition (counters drop the ``_total`` suffix, as OpenTelemetry names do; a Prometheus
+exporter downstream adds it back). The rollout duration histogram is published as its
+``rollout_duration_seconds_sum`` and ``_count`` counters; spans carry each duration.
+
+The OpenTelemetry SDK and OTLP exporter are optional (``pip install 'rollout-telemetry[otel]'``) and
+imported only here, where they are used.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from opentelemetry import metrics
+from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
+
+from rollout_telemetry.account import AccountSnapshot
+from rollout_telemetry.series import FAMILIES, Family
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.metrics import MeterProvider as SDKMeterProvider
+    from opentelemetry.sdk.trace import TracerProvider as SDKTracerProvider
+
+    from rollout_telemetry.telemetry import RolloutTelemetry
+
+__all__ = ["OTLPExport", "instrument_meter", "otlp_providers"]
+
+_INSTALL_HINT = "pip install 'rollout-telemetry[otel]'"
+
+
+def _callback(
+    read: Callable[[], AccountSnapshot],
+    family: Family,
+    const: Mapping[str, str],
+) -> Callable[[CallbackOptions], Iterable[Observation]]:
+    def observe(options: CallbackOptions) -> Iterator[Observation]:
+        for labels, value in family.sample(read()):
+            yield Observation(value, {**const, **dict(zip(family.labels, labels, strict=True))})
+
+    return observe
+
+
+def _duration(
+    read: Callable[[], AccountSnapshot], const: Mapping[str, str], part: str
+) -> Callable[[CallbackOptions], Iterable[Observation]]:
+    def observe(options: CallbackOptions) -> Iterator[Observation]:
+        for agent in read().agents:
+            if agent.lifecycle:
+                value = agent.duration_sum if part == "sum" else agent.duration_count
+                yield Observation(value, {**const, "agent": agent.agent})
+
+    return observe
+
+
+def instrument_meter(telemetry: RolloutTelemetry, meter_provider: MeterProvider | None = None) -> None:
+    """Publish the account through observable instruments on ``meter_provider`` (default: the global one)."""
+    meter = (meter_provider or metrics.get_meter_provider()).get_meter("rollout_telemetry")
+    read = telemetry.snapshot
+    const = dict(telemetry.const_labels)
+    for family in FAMILIES:
+        callback = _callback(read, family, const)
+        if family.type == "counter":
+            meter.create_observable_counter(
+                family.otel_name, callbacks=[callback], unit=family.unit, description=family.help
+            )
+        else:
+            meter.create_observable_gauge(
+                family.otel_name, callbacks=[callback], unit=family.unit, description=family.help
+            )
+    for part in ("sum", "count"):
+        meter.create_observable_counter(
+            f"rollout_duration_seconds_{part}",
+            callbacks=[_duration(read, const, part)],
+            unit="s" if part == "sum" else "{rollout}",
+            description=f"The {part} of the rollout duration histogram (lifecycle API only).",
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class OTLPExport:
+    """SDK providers that export over OTLP/HTTP; call ``shutdown()`` to flush and stop them."""
+
+    tracer_provider: SDKTracerProvider
+    meter_provider: SDKMeterProvider
+
+    def shutdown(self) -> None:
+        """Flush what is pending and stop both providers."""
+        self.tracer_provider.shutdown()
+        self.meter_provider.shutdown()
+
+
+def otlp_providers(
+    endpoint: str,
+    *,
+    service_name: str = "rollout-telemetry",
+    export_interval_millis: int = 5000,
+    timeout_seconds: float = 5.0,
+    headers: Mapping[str, str] | None = None,
+) -> OTLPExport:
+    """Build SDK tracer and meter providers exporting to ``endpoint`` (e.g. ``http://127.0.0.1:4318``).
+
+    Spans are batched (the recording path never waits on the network; a full queue drops spans, which
+    the SDK counts and logs). Metrics are read every ``export_interval_millis``.
+
+    Raises:
+        ImportError: the SDK or the OTLP exporter is not installed; the message says what to install.
+    """
+    try:
+        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        from opentelemetry.sdk.metrics import MeterProvider as SDKMeterProvider
+        from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider as SDKTracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    except ImportError as exc:
+        msg = f"OTLP export needs the OpenTelemetry SDK and OTLP exporter: {_INSTALL_HINT}"
+        raise ImportError(msg) from exc
+    base = endpoint.rstrip("/")
+    extra: dict[str, Any] = {"timeout": timeout_seconds, "headers": dict(headers or {})}
+    resource = Resource.create({"service.name": service_name})
+    tracer_provider = SDKTracerProvider(resource=resource)
+    tracer_provider.add_span_processor(
+        BatchSpanProcessor(OTLPSpanExporter(endpoint=f"{base}/v1/traces", **extra))
+    )
+    reader = PeriodicExportingMetricReader(
+        OTLPMetricExporter(endpoint=f"{base}/v1/metrics", **extra),
+        export_interval_millis=export_interval_millis,
+    )
+    meter_provider = SDKMeterProvider(resource=resource, metric_readers=[reader])
+    return OTLPExport(tracer_provider, meter_provider)

@@ -1,0 +1,181 @@
+"""The failure-kind vocabulary: what kind of thing went wrong with a rollout.
+
+A failure kind is a low-cardinality *label* (``<domain>_<condition>``, e.g. ``session_lost``), never free
+text about one occurrence: that is ``failure_reason``, which goes on a span or a log line.
+
+Servers may namespace their own kinds as ``<server>:<kind>`` (both parts ``[a-z][a-z0-9_]*``); those are
+accepted silently. Any other unregistered name is logged as a warning once per name and passed through
+unchanged: a kind is never rejected.
+
+This module imports only the standard library, so data tooling can use the vocabulary without pulling in
+prometheus_client, OpenTelemetry or pydantic.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from typing import Final
+
+__all__ = [
+    "AGENT_COMMAND_NOT_ALLOWED",
+    "AGENT_REQUEST_FAILED",
+    "AGENT_RUN_ERROR",
+    "AGENT_TIMEOUT",
+    "CANCELLED",
+    "COHORT_INCOMPLETE",
+    "ENVIRONMENT_SERVER_FAILED",
+    "JUDGE_FAILED",
+    "JUDGE_UNPARSEABLE",
+    "KILL_SHAPED",
+    "OTHER",
+    "PERSISTENCE_FAILED",
+    "PROTOCOL_VIOLATION",
+    "PROVIDER_OOM_KILLED",
+    "PROVIDER_QUOTA_EXHAUSTED",
+    "PROVIDER_UNAVAILABLE",
+    "REGISTERED",
+    "SESSION_EXPIRED",
+    "SESSION_LOST",
+    "SESSION_RELEASE_FAILED",
+    "SHUTDOWN",
+    "TRANSPORT_LOCAL_RESOURCE",
+    "TRANSPORT_PEER_DROP",
+    "TRANSPORT_TIMEOUT",
+    "TRANSPORT_UNREACHABLE",
+    "UNSPECIFIED",
+    "VERIFIER_ERROR",
+    "KindValidator",
+    "fits_convention",
+    "is_namespaced",
+    "is_registered",
+]
+
+_log = logging.getLogger("rollout_telemetry.failure_kinds")
+
+TRANSPORT_UNREACHABLE: Final = "transport_unreachable"
+TRANSPORT_PEER_DROP: Final = "transport_peer_drop"
+TRANSPORT_TIMEOUT: Final = "transport_timeout"
+TRANSPORT_LOCAL_RESOURCE: Final = "transport_local_resource"
+AGENT_RUN_ERROR: Final = "agent_run_error"
+AGENT_REQUEST_FAILED: Final = "agent_request_failed"
+AGENT_TIMEOUT: Final = "agent_timeout"
+AGENT_COMMAND_NOT_ALLOWED: Final = "agent_command_not_allowed"
+ENVIRONMENT_SERVER_FAILED: Final = "environment_server_failed"
+PROTOCOL_VIOLATION: Final = "protocol_violation"
+JUDGE_FAILED: Final = "judge_failed"
+JUDGE_UNPARSEABLE: Final = "judge_unparseable"
+VERIFIER_ERROR: Final = "verifier_error"
+PROVIDER_UNAVAILABLE: Final = "provider_unavailable"
+PROVIDER_QUOTA_EXHAUSTED: Final = "provider_quota_exhausted"
+PROVIDER_OOM_KILLED: Final = "provider_oom_killed"
+SESSION_LOST: Final = "session_lost"
+SESSION_EXPIRED: Final = "session_expired"
+SESSION_RELEASE_FAILED: Final = "session_release_failed"
+CANCELLED: Final = "cancelled"
+KILL_SHAPED: Final = "kill_shaped"
+SHUTDOWN: Final = "shutdown"
+PERSISTENCE_FAILED: Final = "persistence_failed"
+COHORT_INCOMPLETE: Final = "cohort_incomplete"
+
+REGISTERED: Final[frozenset[str]] = frozenset(
+    {
+        TRANSPORT_UNREACHABLE,
+        TRANSPORT_PEER_DROP,
+        TRANSPORT_TIMEOUT,
+        TRANSPORT_LOCAL_RESOURCE,
+        AGENT_RUN_ERROR,
+        AGENT_REQUEST_FAILED,
+        AGENT_TIMEOUT,
+        AGENT_COMMAND_NOT_ALLOWED,
+        ENVIRONMENT_SERVER_FAILED,
+        PROTOCOL_VIOLATION,
+        JUDGE_FAILED,
+        JUDGE_UNPARSEABLE,
+        VERIFIER_ERROR,
+        PROVIDER_UNAVAILABLE,
+        PROVIDER_QUOTA_EXHAUSTED,
+        PROVIDER_OOM_KILLED,
+        SESSION_LOST,
+        SESSION_EXPIRED,
+        SESSION_RELEASE_FAILED,
+        CANCELLED,
+        KILL_SHAPED,
+        SHUTDOWN,
+        PERSISTENCE_FAILED,
+        COHORT_INCOMPLETE,
+    }
+)
+"""Every registered failure kind."""
+
+UNSPECIFIED: Final = "unspecified"
+"""The label of a masked, failed or omitted rollout that named no failure kind."""
+
+OTHER: Final = "_other"
+"""The label that collects values beyond a cardinality cap."""
+
+_NAME = re.compile(r"[a-z][a-z0-9_]*")
+_NAMESPACED = re.compile(r"[a-z][a-z0-9_]*:[a-z][a-z0-9_]*")
+
+
+def is_registered(kind: str) -> bool:
+    """Return whether ``kind`` is one of the registered names."""
+    return kind in REGISTERED
+
+
+def is_namespaced(kind: str) -> bool:
+    """Return whether ``kind`` has the ``<server>:<kind>`` shape (both parts ``[a-z][a-z0-9_]*``)."""
+    return _NAMESPACED.fullmatch(kind) is not None
+
+
+class KindValidator:
+    """Checks failure kinds against the vocabulary, warning once per unregistered name.
+
+    Each instance remembers which names it has warned about, up to ``max_warned`` names; past that it
+    says once that it stops warning, so a stream of free-text kinds cannot grow memory or flood the log.
+    """
+
+    __slots__ = ("_lock", "_max_warned", "_silenced", "_warned")
+
+    def __init__(self, max_warned: int = 1024) -> None:
+        self._warned: set[str] = set()
+        self._max_warned = max_warned
+        self._silenced = False
+        self._lock = threading.Lock()
+
+    def validate(self, kind: str) -> str:
+        """Return ``kind`` unchanged; log a warning the first time an unregistered name is seen.
+
+        Never raises: an unregistered kind is information, not an error.
+        """
+        if kind in REGISTERED or kind in self._warned or kind == UNSPECIFIED:
+            return kind
+        if _NAMESPACED.fullmatch(kind) is not None:
+            return kind
+        with self._lock:
+            if kind in self._warned or self._silenced:
+                return kind
+            if len(self._warned) >= self._max_warned:
+                self._silenced = True
+                _log.warning(
+                    "more than %d unregistered failure kinds seen; no further ones will be warned about",
+                    self._max_warned,
+                )
+                return kind
+            self._warned.add(kind)
+        _log.warning(
+            "unregistered failure kind %r: use a registered name or namespace it as '<server>:<kind>'",
+            kind[:200],
+        )
+        return kind
+
+    @property
+    def warned(self) -> frozenset[str]:
+        """The unregistered names warned about so far."""
+        return frozenset(self._warned)
+
+
+def fits_convention(kind: str) -> bool:
+    """Return whether ``kind`` is a well-formed name: ``[a-z][a-z0-9_]*`` or ``<server>:<kind>``."""
+    return _NAME.fullmatch(kind) is not None or _NAMESPACED.fullmatch(kind) is not None

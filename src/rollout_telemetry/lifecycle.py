@@ -1,0 +1,193 @@
+"""``telemetry.rollout(...)``: one rollout tracked from start to outcome, as a sync or async context manager.
+
+The rollout is in flight from entering the block until its outcome is recorded; both happen in the one
+account, so a rollout is never counted twice and never lost:
+
+- ``complete(response)`` / ``fail(kind, reason=...)`` / ``omit(kind)`` record the outcome once; a second
+  call is ignored and logged (raised with ``strict=True``);
+- an exception escaping the block records a failure (``agent_run_error`` unless the exception type maps
+  to another kind) and re-raises;
+- leaving the block without an outcome records a failure of kind ``rollout_telemetry:no_outcome``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+from rollout_telemetry import failure_kinds
+from rollout_telemetry.outcome import (
+    Disposition,
+    OutcomeError,
+    check_failure_kind,
+    check_failure_reason,
+    outcome_of,
+)
+
+if TYPE_CHECKING:
+    from rollout_telemetry.spans import OpenSpan
+    from rollout_telemetry.telemetry import RolloutTelemetry
+
+__all__ = ["EXCEPTION_KINDS", "NO_OUTCOME", "RolloutContext"]
+
+_log = logging.getLogger("rollout_telemetry.lifecycle")
+
+NO_OUTCOME = "rollout_telemetry:no_outcome"
+"""The failure kind of a rollout block left without complete(), fail() or omit()."""
+
+EXCEPTION_KINDS: Mapping[type[BaseException], str] = {
+    asyncio.CancelledError: failure_kinds.CANCELLED,
+    TimeoutError: failure_kinds.AGENT_TIMEOUT,
+    KeyboardInterrupt: failure_kinds.SHUTDOWN,
+    SystemExit: failure_kinds.SHUTDOWN,
+    ConnectionError: failure_kinds.TRANSPORT_PEER_DROP,
+}
+"""Exception types (matched along the MRO) and the failure kind an escaping one records."""
+
+
+def kind_of_exception(exc: BaseException) -> str:
+    """The failure kind an exception escaping a rollout block records."""
+    for cls in type(exc).__mro__:
+        kind = EXCEPTION_KINDS.get(cls)
+        if kind is not None:
+            return kind
+    return failure_kinds.AGENT_RUN_ERROR
+
+
+class RolloutContext:
+    """One rollout in flight. Use as ``with`` or ``async with``; record its outcome inside the block."""
+
+    __slots__ = (
+        "_done",
+        "_handle",
+        "_span",
+        "_telemetry",
+        "agent",
+        "attempt",
+        "rollout_index",
+        "task_index",
+    )
+
+    def __init__(
+        self,
+        telemetry: RolloutTelemetry,
+        agent: str,
+        task_index: int | None,
+        rollout_index: int | None,
+        attempt: int | None,
+    ) -> None:
+        self._telemetry = telemetry
+        self.agent = agent
+        self.task_index = task_index
+        self.rollout_index = rollout_index
+        self.attempt = attempt
+        self._handle: tuple[object, int, float] | None = None
+        self._span: OpenSpan | None = None
+        self._done = False
+
+    # -- entering and leaving -----------------------------------------------------------------------
+
+    def __enter__(self) -> RolloutContext:
+        telemetry = self._telemetry
+        try:
+            if type(self.agent) is not str or not self.agent:
+                raise OutcomeError("agent", f"must be a non-empty string, got {self.agent!r:.60}")
+            self._handle = telemetry.account.begin(self.agent)
+            self._span = telemetry.spans.start(self.agent, self.task_index, self.rollout_index, self.attempt)
+        except Exception as exc:
+            self._done = True  # nothing in flight: there is nothing to finish
+            telemetry._rejected(exc)
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._done:
+            return
+        if exc is not None:
+            reason = f"{type(exc).__name__}: {exc}"
+            self._finish(Disposition.FAILED, None, kind_of_exception(exc), reason)
+        else:
+            self._finish(Disposition.FAILED, None, NO_OUTCOME, "rollout block exited without an outcome")
+
+    async def __aenter__(self) -> RolloutContext:
+        return self.__enter__()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.__exit__(exc_type, exc, tb)
+
+    # -- outcomes -----------------------------------------------------------------------------------
+
+    def complete(self, response: object) -> None:
+        """Record the rollout's verify response: measured, masked or unscored.
+
+        A response that fails the contract is counted as rejected and the rollout as failed with kind
+        ``protocol_violation`` (raised with ``strict=True``), so it is still counted once.
+        """
+        if self._already_done("complete"):
+            return
+        try:
+            outcome = outcome_of(response)
+        except OutcomeError as exc:
+            self._telemetry._rejected(exc)  # raises in strict mode, leaving the rollout open
+            self._finish(Disposition.FAILED, None, failure_kinds.PROTOCOL_VIOLATION, str(exc))
+            return
+        self._finish(outcome.disposition, outcome.reward, outcome.failure_kind, outcome.failure_reason)
+
+    def fail(self, failure_kind: str | None = None, *, reason: str | None = None) -> None:
+        """Record that the rollout never reached the output."""
+        self._explicit(Disposition.FAILED, failure_kind, reason)
+
+    def omit(self, failure_kind: str | None = None, *, reason: str | None = None) -> None:
+        """Record that the rollout was left out on purpose."""
+        self._explicit(Disposition.OMITTED, failure_kind, reason)
+
+    def _explicit(self, disposition: Disposition, failure_kind: str | None, reason: str | None) -> None:
+        if self._already_done(disposition.value):
+            return
+        try:
+            kind = check_failure_kind(failure_kind)
+            reason = check_failure_reason(reason)
+        except OutcomeError as exc:
+            self._telemetry._rejected(exc)
+            kind, reason = None, None
+        self._finish(disposition, None, kind, reason)
+
+    def _already_done(self, what: str) -> bool:
+        if not self._done:
+            return False
+        if self._handle is None:
+            return True  # entering failed and was counted; nothing more to do
+        msg = f"rollout of {self.agent!r} already has an outcome; {what}() ignored"
+        if self._telemetry.strict:
+            raise RuntimeError(msg)
+        _log.warning(msg)
+        return True
+
+    def _finish(
+        self,
+        disposition: Disposition,
+        reward: float | None,
+        kind: str | None,
+        reason: str | None,
+    ) -> None:
+        self._done = True
+        telemetry = self._telemetry
+        assert self._handle is not None
+        try:
+            telemetry.account.finish(self._handle, disposition, reward, kind)
+            if self._span is not None:
+                telemetry.spans.finish(self._span, disposition, reward, kind, reason)
+        except Exception as exc:
+            telemetry._rejected(exc)

@@ -1,0 +1,236 @@
+"""The outcome contract: what a verify response carries and which disposition a rollout ends in.
+
+A completed rollout reaches the output as a *verify response* (NeMo Gym's ``BaseVerifyResponse``, a dict
+from a rollout JSONL row, or any object with the same attributes). Its disposition is:
+
+- ``measured``: it carries a reward and ``mask_sample`` is false;
+- ``masked``: ``mask_sample`` is true; the reward (if any) is not a valid measurement;
+- ``unscored``: it completed but carries no numeric reward (``reward`` absent or ``None``).
+
+A rollout that never reached the output is ``failed``; one left out on purpose is ``omitted``.
+
+``mask_sample``, ``failure_kind`` and ``failure_reason`` are orthogonal: any combination is valid.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, field_validator
+
+__all__ = [
+    "MAX_LABEL_LENGTH",
+    "Disposition",
+    "Outcome",
+    "OutcomeError",
+    "VerifyResponse",
+    "check_failure_kind",
+    "check_failure_reason",
+    "check_mask_sample",
+    "check_reward",
+    "label_value",
+    "outcome_of",
+]
+
+MAX_LABEL_LENGTH = 128
+"""Label values (agent names, failure kinds) longer than this are truncated before they become labels."""
+
+
+class Disposition(StrEnum):
+    """How a rollout ended."""
+
+    MEASURED = "measured"
+    MASKED = "masked"
+    UNSCORED = "unscored"
+    FAILED = "failed"
+    OMITTED = "omitted"
+
+
+class OutcomeError(ValueError):
+    """A rollout outcome that cannot be recorded; ``field`` names the offending field."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+    @property
+    def reason(self) -> str:
+        """The low-cardinality rejection reason for ``rollout_telemetry_rejected_total``."""
+        return f"invalid_{self.field}"
+
+
+def check_reward(value: object) -> float | None:
+    """Return the reward as a finite float, or ``None`` for an unscored rollout.
+
+    Booleans count as 1.0 and 0.0 (as pydantic and Gym's own models read them).
+
+    Raises:
+        OutcomeError: the reward is NaN, infinite, or not a number.
+    """
+    if type(value) is float:
+        if value - value == 0.0:  # false for NaN and +-inf, and cheaper than math.isfinite
+            return value
+        msg = f"must be a finite number, got {value!r}"
+        raise OutcomeError("reward", msg)
+    if value is None:
+        return None
+    if isinstance(value, bool | int | float) or _is_real_number(value):
+        as_float = float(value)  # type: ignore[arg-type]
+        if math.isfinite(as_float):
+            return as_float
+        msg = f"must be a finite number, got {value!r}"
+        raise OutcomeError("reward", msg)
+    msg = f"must be a number, got {type(value).__name__}"
+    raise OutcomeError("reward", msg)
+
+
+def _is_real_number(value: object) -> bool:
+    # numpy scalars and Decimals; never strings, which float() would happily parse.
+    return not isinstance(value, str | bytes) and hasattr(value, "__float__") and not hasattr(value, "imag")
+
+
+def check_mask_sample(value: object) -> bool:
+    """Return ``mask_sample`` as a bool; ``None`` means false.
+
+    Raises:
+        OutcomeError: the value is not a bool (a string such as ``"false"`` is ambiguous, so it is refused).
+    """
+    if value is True or value is False:
+        return value
+    if value is None:
+        return False
+    msg = f"must be a bool, got {type(value).__name__}"
+    raise OutcomeError("mask_sample", msg)
+
+
+def check_failure_kind(value: object) -> str | None:
+    """Return the failure kind, or ``None`` when absent or empty.
+
+    Raises:
+        OutcomeError: the value is not a string.
+    """
+    if value is None or value == "":
+        return None
+    if isinstance(value, str):
+        return value
+    msg = f"must be a string, got {type(value).__name__}"
+    raise OutcomeError("failure_kind", msg)
+
+
+def check_failure_reason(value: object) -> str | None:
+    """Return the failure reason, or ``None`` when absent.
+
+    Raises:
+        OutcomeError: the value is not a string.
+    """
+    if value is None or isinstance(value, str):
+        return value
+    msg = f"must be a string, got {type(value).__name__}"
+    raise OutcomeError("failure_reason", msg)
+
+
+def label_value(value: str) -> str:
+    """Return ``value`` made safe to be a label value: at most ``MAX_LABEL_LENGTH`` characters, valid UTF-8.
+
+    prometheus_client escapes quotes, backslashes and newlines itself; what it cannot write is a lone
+    surrogate, which would fail the whole scrape, so those become U+FFFD.
+    """
+    if len(value) > MAX_LABEL_LENGTH:
+        value = value[:MAX_LABEL_LENGTH]
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        value = value.encode("utf-8", "replace").decode("utf-8")
+    return value
+
+
+class VerifyResponse(BaseModel):
+    """What a verify response carries; extra fields are allowed and kept.
+
+    Use it at a boundary where input arrives as data (a JSONL row, a request body). ``record()`` reads
+    plain dicts and objects directly, applying the same checks without building a model.
+    """
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    reward: float | None = None
+    mask_sample: bool = False
+    failure_kind: str | None = None
+    failure_reason: str | None = None
+
+    @field_validator("reward", mode="before")
+    @classmethod
+    def _reward(cls, value: object) -> float | None:
+        return check_reward(value)
+
+    @field_validator("mask_sample", mode="before")
+    @classmethod
+    def _mask_sample(cls, value: object) -> bool:
+        return check_mask_sample(value)
+
+    @field_validator("failure_kind", mode="before")
+    @classmethod
+    def _failure_kind(cls, value: object) -> str | None:
+        return check_failure_kind(value)
+
+    @field_validator("failure_reason", mode="before")
+    @classmethod
+    def _failure_reason(cls, value: object) -> str | None:
+        return check_failure_reason(value)
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """A rollout's normalised outcome."""
+
+    disposition: Disposition
+    reward: float | None = None
+    failure_kind: str | None = None
+    failure_reason: str | None = None
+
+    @property
+    def mask_sample(self) -> bool:
+        """Whether the rollout was masked."""
+        return self.disposition is Disposition.MASKED
+
+
+def _fields(response: object) -> tuple[object, object, object, object]:
+    if isinstance(response, Mapping):
+        return (
+            response.get("reward"),
+            response.get("mask_sample"),
+            response.get("failure_kind"),
+            response.get("failure_reason"),
+        )
+    if isinstance(response, str | bytes | int | float) or response is None:
+        msg = f"must be a mapping or an object with verify-response attributes, got {type(response).__name__}"
+        raise OutcomeError("response", msg)
+    return (
+        getattr(response, "reward", None),
+        getattr(response, "mask_sample", None),
+        getattr(response, "failure_kind", None),
+        getattr(response, "failure_reason", None),
+    )
+
+
+def outcome_of(response: object) -> Outcome:
+    """Normalise a verify response (mapping, pydantic model or object) into an ``Outcome``.
+
+    Raises:
+        OutcomeError: a field has a value that is not allowed; the error names the field.
+    """
+    raw_reward, raw_mask, raw_kind, raw_reason = _fields(response)
+    reward = check_reward(raw_reward)
+    masked = check_mask_sample(raw_mask)
+    kind = check_failure_kind(raw_kind)
+    reason = check_failure_reason(raw_reason)
+    if masked:
+        disposition = Disposition.MASKED
+    elif reward is None:
+        disposition = Disposition.UNSCORED
+    else:
+        disposition = Disposition.MEASURED
+    return Outcome(disposition, reward, kind, reason)

@@ -1,0 +1,59 @@
+"""The Gym-compatible progress view: NeMo Gym's ``progress/...`` keys, computed from a snapshot.
+
+The dict can go straight to ``wandb.log`` or MLflow. A healthy run (nothing masked, failed or omitted)
+yields exactly the keys it would without this library; the extra keys appear only once something happens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from rollout_telemetry.account import AccountSnapshot
+
+__all__ = ["progress_metrics"]
+
+
+def _pct(value: float) -> float:
+    return round(100.0 * value, 2)
+
+
+def progress_metrics(
+    snapshot: AccountSnapshot,
+    *,
+    elapsed_seconds: float,
+    expected: Mapping[str, int] | None = None,
+) -> dict[str, float]:
+    """Return the ``progress/<agent>/...`` keys and ``progress/total/rollouts_per_min``.
+
+    Args:
+        snapshot: the account snapshot to read.
+        elapsed_seconds: time since the telemetry started, for the rollout rate.
+        expected: rollouts expected per agent in total; gives ``reward_lower_bound``.
+    """
+    keys: dict[str, float] = {}
+    completed = 0
+    for agent in snapshot.agents:
+        prefix = f"progress/{agent.agent}/"
+        completed += agent.completed
+        mean = agent.mean_reward
+        if mean is not None:
+            keys[prefix + "reward"] = _pct(mean)
+        if expected is not None and agent.agent in expected:
+            done = agent.completed + agent.failed + agent.omitted
+            remaining = max(expected[agent.agent] - done, 0)
+            denominator = agent.rewarded + remaining
+            if denominator > 0:
+                keys[prefix + "reward_lower_bound"] = _pct(agent.reward_sum / denominator)
+        ratio = agent.masked_ratio
+        if ratio is not None:
+            keys[prefix + "masked_pct"] = _pct(ratio)
+        unmasked = agent.mean_reward_unmasked
+        if unmasked is not None:
+            keys[prefix + "reward_unmasked"] = _pct(unmasked)
+        if agent.failed:
+            keys[prefix + "failed"] = float(agent.failed)
+        if agent.omitted:
+            keys[prefix + "omitted"] = float(agent.omitted)
+    minutes = elapsed_seconds / 60.0
+    keys["progress/total/rollouts_per_min"] = round(completed / minutes, 2) if minutes > 0 else 0.0
+    return keys

@@ -1,0 +1,165 @@
+"""Rollout spans through ``opentelemetry-api``: one span per rollout, or attributes on the current span.
+
+With no SDK configured the global tracer provider is a proxy with nothing behind it; the recorder sees
+that with one ``isinstance`` check per rollout and then does nothing at all, so tracing costs close to
+nothing until a user configures it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Literal
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.trace import ProxyTracerProvider, Span, Status, StatusCode, TracerProvider
+
+from rollout_telemetry.outcome import Disposition
+
+__all__ = [
+    "ATTRIBUTES",
+    "DEFAULT_REASON_LIMIT",
+    "OpenSpan",
+    "SpanMode",
+    "SpanRecorder",
+]
+
+SpanMode = Literal["span", "annotate", "off"]
+
+DEFAULT_REASON_LIMIT = 256
+"""``failure_reason`` on spans is truncated to this many characters unless configured otherwise."""
+
+ATTRIBUTES: Mapping[str, str] = {
+    "gen_ai.agent.name": "the agent (OpenTelemetry GenAI convention)",
+    "rollout.agent": "the agent",
+    "rollout.task_index": "task index, when given",
+    "rollout.rollout_index": "rollout index within the task, when given",
+    "rollout.attempt": "attempt number, when given",
+    "rollout.disposition": "measured, masked, unscored, failed or omitted",
+    "rollout.reward": "the reward, when the rollout carried one",
+    "rollout.mask_sample": "whether the reward was masked",
+    "rollout.failure_kind": "the failure kind of a masked, unscored, failed or omitted rollout",
+    "error.type": "the failure kind, on failed rollouts only (span status ERROR)",
+    "rollout.failure_reason": "on the 'rollout.failure' event: free text, truncated and redactable",
+}
+"""Every span attribute the recorder sets, with its meaning."""
+
+_SCOPE = "rollout_telemetry"
+
+
+class OpenSpan:
+    """A span a rollout opened (or annotates), with the context token to restore when it ends."""
+
+    __slots__ = ("owned", "span", "token")
+
+    def __init__(self, span: Span, token: object | None, owned: bool) -> None:
+        self.span = span
+        self.token = token
+        self.owned = owned
+
+
+class SpanRecorder:
+    """Opens and closes rollout spans.
+
+    Args:
+        tracer_provider: the provider to use; the global one (looked up per rollout) by default.
+        mode: ``"span"``, ``"annotate"`` or ``"off"``.
+        reason_limit: maximum characters of ``failure_reason`` on a span.
+        redact: applied to ``failure_reason`` before truncation.
+    """
+
+    def __init__(
+        self,
+        *,
+        tracer_provider: TracerProvider | None = None,
+        mode: SpanMode = "span",
+        reason_limit: int = DEFAULT_REASON_LIMIT,
+        redact: Callable[[str], str] | None = None,
+    ) -> None:
+        if mode not in ("span", "annotate", "off"):
+            msg = f"span_mode must be 'span', 'annotate' or 'off', got {mode!r}"
+            raise ValueError(msg)
+        self._provider = tracer_provider
+        self._mode = mode
+        self._reason_limit = reason_limit
+        self._redact = redact
+        self._tracers: dict[int, trace.Tracer] = {}
+
+    def clean_reason(self, reason: str) -> str:
+        """Apply the redaction hook and the length limit to a failure reason."""
+        if self._redact is not None:
+            reason = self._redact(reason)
+        if len(reason) > self._reason_limit:
+            reason = reason[: self._reason_limit] + "…"
+        return reason
+
+    def _tracer(self) -> trace.Tracer | None:
+        provider = self._provider if self._provider is not None else trace.get_tracer_provider()
+        if type(provider) is ProxyTracerProvider or isinstance(provider, trace.NoOpTracerProvider):
+            return None
+        tracer = self._tracers.get(id(provider))
+        if tracer is None:
+            tracer = provider.get_tracer(_SCOPE)
+            self._tracers[id(provider)] = tracer
+        return tracer
+
+    def start(
+        self,
+        agent: str,
+        task_index: int | None,
+        rollout_index: int | None,
+        attempt: int | None,
+    ) -> OpenSpan | None:
+        """Open the rollout's span (or pick up the current one); ``None`` when tracing is off."""
+        if self._mode == "off":
+            return None
+        attributes: dict[str, str | int] = {"gen_ai.agent.name": agent, "rollout.agent": agent}
+        if task_index is not None:
+            attributes["rollout.task_index"] = task_index
+        if rollout_index is not None:
+            attributes["rollout.rollout_index"] = rollout_index
+        if attempt is not None:
+            attributes["rollout.attempt"] = attempt
+        if self._mode == "annotate":
+            current = trace.get_current_span()
+            if not current.is_recording():
+                return None
+            current.set_attributes(attributes)
+            return OpenSpan(current, None, owned=False)
+        tracer = self._tracer()
+        if tracer is None:
+            return None
+        span = tracer.start_span(f"rollout {agent}", attributes=attributes)
+        token = otel_context.attach(trace.set_span_in_context(span))
+        return OpenSpan(span, token, owned=True)
+
+    def finish(
+        self,
+        open_span: OpenSpan,
+        disposition: Disposition,
+        reward: float | None,
+        failure_kind: str | None,
+        failure_reason: str | None,
+    ) -> None:
+        """Set the outcome attributes, mark failures as errors, and end a span this recorder opened."""
+        span = open_span.span
+        attributes: dict[str, str | float | bool] = {
+            "rollout.disposition": disposition.value,
+            "rollout.mask_sample": disposition is Disposition.MASKED,
+        }
+        if reward is not None:
+            attributes["rollout.reward"] = reward
+        if failure_kind is not None:
+            attributes["rollout.failure_kind"] = failure_kind
+        if disposition is Disposition.FAILED:
+            attributes["error.type"] = failure_kind or "unspecified"
+        span.set_attributes(attributes)
+        cleaned = self.clean_reason(failure_reason) if failure_reason is not None else None
+        if cleaned is not None:
+            span.add_event("rollout.failure", {"rollout.failure_reason": cleaned})
+        if disposition is Disposition.FAILED:
+            span.set_status(Status(StatusCode.ERROR, cleaned))
+        if open_span.owned:
+            if open_span.token is not None:
+                otel_context.detach(open_span.token)  # type: ignore[arg-type]
+            span.end()

@@ -1,0 +1,261 @@
+"""The facade a collector holds: ``record*``, ``rollout()``, ``serve()`` and ``progress_metrics()``.
+
+Every recording path writes the one account; the exporters read it when asked. Recording never raises
+into the collector (unless ``strict=True``): bad input is logged once per cause and counted in
+``rollout_telemetry_rejected_total{reason}``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
+
+from prometheus_client.registry import CollectorRegistry
+
+from rollout_telemetry.account import (
+    DEFAULT_MAX_AGENTS,
+    DEFAULT_MAX_KINDS_PER_AGENT,
+    Account,
+    AccountSnapshot,
+)
+from rollout_telemetry.exporters.prometheus import AccountCollector
+from rollout_telemetry.failure_kinds import KindValidator
+from rollout_telemetry.lifecycle import RolloutContext
+from rollout_telemetry.outcome import (
+    OutcomeError,
+    check_failure_kind,
+    check_failure_reason,
+    check_mask_sample,
+    check_reward,
+    outcome_of,
+)
+from rollout_telemetry.progress import progress_metrics
+from rollout_telemetry.server import BasicAuth, MetricsServer, TLSConfig
+from rollout_telemetry.spans import DEFAULT_REASON_LIMIT, SpanMode, SpanRecorder
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import TracerProvider
+
+
+__all__ = ["RolloutTelemetry"]
+
+_log = logging.getLogger("rollout_telemetry")
+
+_MAX_LOGGED_CAUSES = 256
+
+
+def _check_agent(agent: object) -> str:
+    if type(agent) is str and agent:
+        return agent
+    msg = f"must be a non-empty string, got {type(agent).__name__} {agent!r:.60}"
+    raise OutcomeError("agent", msg)
+
+
+class RolloutTelemetry:
+    """Live telemetry for one rollout collection: record outcomes, serve them, view them.
+
+    Args:
+        run: the run's name, added as a ``run`` label on every series.
+        registry: the prometheus_client registry to register with; a new one by default.
+        const_labels: more labels for every series.
+        strict: raise bad input to the caller instead of counting and logging it.
+        expected: rollouts expected per agent, for ``reward_lower_bound``.
+        clock: monotonic seconds, injectable for tests.
+        max_agents: cap on distinct ``agent`` labels; further ones are counted as ``_other``.
+        max_kinds_per_agent: cap on distinct ``failure_kind`` labels per agent.
+        tracer_provider: where rollout spans go; the global one by default.
+        span_mode: ``"span"`` (one span per rollout), ``"annotate"`` (attributes on the current span) or
+            ``"off"``.
+        reason_limit: ``failure_reason`` on spans is truncated to this many characters.
+        redact_reason: optional hook applied to ``failure_reason`` before it goes on a span.
+    """
+
+    def __init__(
+        self,
+        run: str | None = None,
+        *,
+        registry: CollectorRegistry | None = None,
+        const_labels: Mapping[str, str] | None = None,
+        strict: bool = False,
+        expected: Mapping[str, int] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        max_agents: int = DEFAULT_MAX_AGENTS,
+        max_kinds_per_agent: int = DEFAULT_MAX_KINDS_PER_AGENT,
+        tracer_provider: TracerProvider | None = None,
+        span_mode: SpanMode = "span",
+        reason_limit: int = DEFAULT_REASON_LIMIT,
+        redact_reason: Callable[[str], str] | None = None,
+    ) -> None:
+        self.strict = strict
+        self._clock = clock
+        self._started = clock()
+        self._kinds = KindValidator()
+        self._account = Account(
+            max_agents=max_agents,
+            max_kinds_per_agent=max_kinds_per_agent,
+            clock=clock,
+            kind_validator=self._kinds,
+        )
+        self._expected: dict[str, int] = {}
+        labels: dict[str, str] = {}
+        if run is not None:
+            labels["run"] = run
+        labels.update(const_labels or {})
+        self.const_labels: Mapping[str, str] = labels
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self._collector = AccountCollector(self._account.snapshot, labels)
+        self.registry.register(self._collector)
+        self.spans = SpanRecorder(
+            tracer_provider=tracer_provider,
+            mode=span_mode,
+            reason_limit=reason_limit,
+            redact=redact_reason,
+        )
+        self._logged_causes: set[tuple[str, str]] = set()
+        self._log_lock = threading.Lock()
+        for agent, count in (expected or {}).items():
+            self.expect(agent, count)
+
+    # -- recording ----------------------------------------------------------------------------------
+
+    def record(self, agent: str, response: object) -> None:
+        """Record one completed rollout from its verify response (dict, pydantic model or object).
+
+        ``mask_sample=True`` makes it masked, a missing or ``None`` reward makes it unscored, otherwise it
+        is measured. Bad input is counted and logged (raised with ``strict=True``).
+        """
+        try:
+            if type(agent) is not str or not agent:
+                agent = _check_agent(agent)
+            if type(response) is dict:
+                # The hot path: read a plain dict without building a model; same checks as outcome_of.
+                reward = response.get("reward")
+                if type(reward) is not float or reward - reward != 0.0:
+                    reward = check_reward(reward)
+                masked = response.get("mask_sample", False)
+                if masked is not False and masked is not True:
+                    masked = check_mask_sample(masked)
+                kind = response.get("failure_kind")
+                if kind is not None and (type(kind) is not str or not kind):
+                    kind = check_failure_kind(kind)
+                reason = response.get("failure_reason")
+                if reason is not None and type(reason) is not str:
+                    check_failure_reason(reason)
+                self._account.add_completed(agent, reward, masked, kind)
+            else:
+                outcome = outcome_of(response)
+                self._account.add_completed(agent, outcome.reward, outcome.mask_sample, outcome.failure_kind)
+        except Exception as exc:  # the collector must never be taken down by its telemetry
+            self._rejected(exc)
+
+    def record_failure(
+        self, agent: str, failure_kind: str | None = None, *, reason: str | None = None
+    ) -> None:
+        """Record one rollout that never reached the output; ``reason`` goes to the log, never a label."""
+        try:
+            agent = _check_agent(agent)
+            kind = check_failure_kind(failure_kind)
+            reason = check_failure_reason(reason)
+            self._account.add_failed(agent, kind)
+            if reason is not None and _log.isEnabledFor(logging.DEBUG):
+                _log.debug("rollout of %s failed (%s): %s", agent, kind, self.spans.clean_reason(reason))
+        except Exception as exc:
+            self._rejected(exc)
+
+    def record_omission(
+        self, agent: str, failure_kind: str | None = None, *, reason: str | None = None
+    ) -> None:
+        """Record one rollout left out of the output on purpose."""
+        try:
+            agent = _check_agent(agent)
+            kind = check_failure_kind(failure_kind)
+            reason = check_failure_reason(reason)
+            self._account.add_omitted(agent, kind)
+            if reason is not None and _log.isEnabledFor(logging.DEBUG):
+                _log.debug("rollout of %s omitted (%s): %s", agent, kind, self.spans.clean_reason(reason))
+        except Exception as exc:
+            self._rejected(exc)
+
+    def rollout(
+        self,
+        agent: str,
+        *,
+        task_index: int | None = None,
+        rollout_index: int | None = None,
+        attempt: int | None = None,
+    ) -> RolloutContext:
+        """Track one rollout from start to outcome: ``with`` or ``async with``.
+
+        Inside the block call ``complete(response)``, ``fail(kind, reason=...)`` or ``omit(kind)``. An
+        exception escaping the block records a failure and re-raises; leaving without an outcome records
+        a failure of kind ``rollout_telemetry:no_outcome``.
+        """
+        return RolloutContext(self, agent, task_index, rollout_index, attempt)
+
+    def _rejected(self, exc: Exception) -> None:
+        if self.strict:
+            raise exc
+        reason = exc.reason if isinstance(exc, OutcomeError) else "internal_error"
+        self._account.reject(reason)
+        cause = (reason, type(exc).__name__)
+        with self._log_lock:
+            if cause in self._logged_causes or len(self._logged_causes) >= _MAX_LOGGED_CAUSES:
+                return
+            self._logged_causes.add(cause)
+        if isinstance(exc, OutcomeError):
+            _log.warning("rollout outcome rejected (%s): %s; further ones are only counted", reason, exc)
+        else:
+            _log.error("internal error while recording; further ones are only counted", exc_info=exc)
+
+    # -- reading ------------------------------------------------------------------------------------
+
+    @property
+    def account(self) -> Account:
+        """The account every view reads."""
+        return self._account
+
+    def snapshot(self) -> AccountSnapshot:
+        """A consistent copy of every count."""
+        return self._account.snapshot()
+
+    def declare(self, *agents: str) -> None:
+        """Publish ``agents`` with zero counts before their first rollout.
+
+        Counters that exist from 0 let PromQL's ``increase()`` see every rollout, the first included.
+        """
+        for agent in agents:
+            self._account.declare(_check_agent(agent))
+
+    def expect(self, agent: str, count: int) -> None:
+        """Declare ``agent`` and how many rollouts it is expected to produce in total."""
+        if count < 0:
+            msg = f"expected count for {agent!r} must be >= 0, got {count}"
+            raise ValueError(msg)
+        self.declare(agent)
+        self._expected[agent] = count
+
+    def progress_metrics(self) -> dict[str, float]:
+        """NeMo Gym's ``progress/...`` keys, ready for ``wandb.log``."""
+        return progress_metrics(
+            self._account.snapshot(),
+            elapsed_seconds=self._clock() - self._started,
+            expected=self._expected,
+        )
+
+    def serve(
+        self,
+        port: int = 9464,
+        host: str = "127.0.0.1",
+        *,
+        tls: TLSConfig | None = None,
+        auth: BasicAuth | None = None,
+    ) -> MetricsServer:
+        """Serve ``/metrics`` and ``/healthz`` in a background thread; returns the running server.
+
+        Raises:
+            ServeError: the port is taken or the host cannot be bound.
+        """
+        return MetricsServer(self.registry, port=port, host=host, tls=tls, auth=auth)

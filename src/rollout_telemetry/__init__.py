@@ -1,10 +1,20 @@
-"""rollout-telemetry: live progress telemetry for RL rollout collection."""
+"""rollout-telemetry: live progress telemetry for RL rollout collection.
 
-from rollout_telemetry.account import AccountSnapshot, AgentSnapshot
-from rollout_telemetry.lifecycle import RolloutContext
-from rollout_telemetry.outcome import Disposition, Outcome, OutcomeError, VerifyResponse, outcome_of
-from rollout_telemetry.server import BasicAuth, MetricsServer, ServeError, TLSConfig, hash_password
-from rollout_telemetry.telemetry import RolloutTelemetry
+The public names are loaded on first use, so ``import rollout_telemetry.failure_kinds`` (the vocabulary,
+for data tooling) does not pull in prometheus_client, OpenTelemetry or pydantic.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rollout_telemetry.account import AccountSnapshot, AgentSnapshot
+    from rollout_telemetry.lifecycle import RolloutContext
+    from rollout_telemetry.outcome import Disposition, Outcome, OutcomeError, VerifyResponse, outcome_of
+    from rollout_telemetry.server import BasicAuth, MetricsServer, ServeError, TLSConfig, hash_password
+    from rollout_telemetry.telemetry import RolloutTelemetry
 
 __all__ = [
     "AccountSnapshot",
@@ -22,3 +32,32 @@ __all__ = [
     "hash_password",
     "outcome_of",
 ]
+
+_HOMES = {
+    "AccountSnapshot": "account",
+    "AgentSnapshot": "account",
+    "BasicAuth": "server",
+    "Disposition": "outcome",
+    "MetricsServer": "server",
+    "Outcome": "outcome",
+    "OutcomeError": "outcome",
+    "RolloutContext": "lifecycle",
+    "RolloutTelemetry": "telemetry",
+    "ServeError": "server",
+    "TLSConfig": "server",
+    "VerifyResponse": "outcome",
+    "hash_password": "server",
+    "outcome_of": "outcome",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        msg = f"module 'rollout_telemetry' has no attribute {name!r}"
+        raise AttributeError(msg)
+    return getattr(importlib.import_module(f"rollout_telemetry.{home}"), name)
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -15,8 +15,10 @@ A rollout that never reached the output is ``failed``; one left out on purpose i
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass
+from decimal import Decimal
 from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, field_validator
@@ -77,19 +79,14 @@ def check_reward(value: object) -> float | None:
         raise OutcomeError("reward", msg)
     if value is None:
         return None
-    if isinstance(value, bool | int | float) or _is_real_number(value):
-        as_float = float(value)  # type: ignore[arg-type]
+    if isinstance(value, numbers.Real | Decimal):  # int, bool, numpy scalars, Fraction, Decimal
+        as_float = float(value)
         if math.isfinite(as_float):
             return as_float
         msg = f"must be a finite number, got {value!r}"
         raise OutcomeError("reward", msg)
     msg = f"must be a number, got {type(value).__name__}"
     raise OutcomeError("reward", msg)
-
-
-def _is_real_number(value: object) -> bool:
-    # numpy scalars and Decimals; never strings, which float() would happily parse.
-    return not isinstance(value, str | bytes) and hasattr(value, "__float__") and not hasattr(value, "imag")
 
 
 def check_mask_sample(value: object) -> bool:
@@ -136,7 +133,7 @@ def label_value(value: str) -> str:
     """Return ``value`` made safe to be a label value: at most ``MAX_LABEL_LENGTH`` characters, valid UTF-8.
 
     prometheus_client escapes quotes, backslashes and newlines itself; what it cannot write is a lone
-    surrogate, which would fail the whole scrape, so those become U+FFFD.
+    surrogate, which would fail the whole scrape, so those become ``?``.
     """
     if len(value) > MAX_LABEL_LENGTH:
         value = value[:MAX_LABEL_LENGTH]

@@ -1,0 +1,85 @@
+"""Helpers shared by the tests: a fake clock, exposition parsing, and finding real tools."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+
+import pytest
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.registry import CollectorRegistry
+
+Labels = frozenset[tuple[str, str]]
+
+
+class FakeClock:
+    """A monotonic clock the test moves by hand."""
+
+    def __init__(self, start: float = 1000.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def exposition(registry: CollectorRegistry) -> str:
+    """The text exposition of a registry, as a scrape would see it."""
+    return generate_latest(registry).decode("utf-8")
+
+
+def samples(text: str) -> dict[tuple[str, Labels], float]:
+    """Every sample of an exposition, keyed by sample name and label set."""
+    parsed: dict[tuple[str, Labels], float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            parsed[(sample.name, frozenset(sample.labels.items()))] = sample.value
+    return parsed
+
+
+def sample_names(text: str) -> set[str]:
+    """The distinct sample names of an exposition."""
+    return {name for name, _ in samples(text)}
+
+
+def value(text: str, name: str, **labels: str) -> float:
+    """The value of the one sample with this name whose labels include ``labels``."""
+    matches = [v for (n, ls), v in samples(text).items() if n == name and set(labels.items()) <= ls]
+    assert len(matches) == 1, f"{len(matches)} samples of {name} {labels}"
+    return matches[0]
+
+
+def require_tool(name: str) -> str:
+    """The path of a real tool; in CI a missing one fails the test, elsewhere it skips."""
+    path = shutil.which(name)
+    if path is not None:
+        return path
+    message = f"{name} is not installed (Debian: apt-get install prometheus prometheus-pushgateway)"
+    if os.environ.get("CI"):
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+def promtool_check_metrics(text: str) -> subprocess.CompletedProcess[str]:
+    """Run ``promtool check metrics`` on an exposition."""
+    return subprocess.run(
+        [require_tool("promtool"), "check", "metrics"],
+        input=text,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port

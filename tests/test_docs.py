@@ -1,0 +1,31 @@
+"""The README documents every published series and span attribute, and starts with the two commands."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rollout_telemetry.series import FAMILIES, HISTOGRAMS
+from rollout_telemetry.spans import ATTRIBUTES
+
+README = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
+
+
+def test_every_family_is_in_the_metric_table() -> None:
+    """Each family has a row of its own in the README's metric table."""
+    for family in (*FAMILIES, *HISTOGRAMS):
+        assert f"| `{family.name}` | {family.type} |" in README, family.name
+
+
+def test_every_span_attribute_is_documented() -> None:
+    """Each span attribute the recorder sets is named in the README."""
+    for attribute in ATTRIBUTES:
+        assert f"`{attribute}`" in README, attribute
+
+
+def test_readme_starts_with_the_two_commands() -> None:
+    """The first code block sets up and runs the demo, then sets up and runs the tests."""
+    block = README.split("```bash\n", 1)[1].split("```", 1)[0]
+    commands = [line for line in block.splitlines() if line and not line.startswith("#")]
+    assert len(commands) == 2
+    assert "rollout-telemetry demo" in commands[0]
+    assert "pytest" in commands[1]

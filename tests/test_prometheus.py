@@ -1,0 +1,121 @@
+"""The Prometheus exposition: which series appear when, their values, and promtool's verdict."""
+
+from __future__ import annotations
+
+import pytest
+
+from rollout_telemetry import RolloutTelemetry
+from rollout_telemetry.series import ALWAYS_PRESENT
+from tests.support import FakeClock, exposition, promtool_check_metrics, sample_names, samples, value
+
+HEALTHY = {
+    "rollout_completed_total",
+    "rollout_rewarded_total",
+    "rollout_reward_positive_total",
+    "rollout_reward_negative_total",
+    "rollout_reward",
+}
+
+
+def test_healthy_run_exposes_exactly_the_always_present_set(telemetry: RolloutTelemetry) -> None:
+    """Nothing masked, failed or omitted: no failure series at all."""
+    telemetry.record("math", {"reward": 1.0})
+    telemetry.record("code", {"reward": 0.0})
+    assert sample_names(exposition(telemetry.registry)) == HEALTHY
+    assert set(ALWAYS_PRESENT) == HEALTHY
+
+
+def test_troubled_run_adds_exactly_the_failure_series(telemetry: RolloutTelemetry) -> None:
+    """One masked, one failed and one omitted rollout add their counters, ratio and unmasked mean."""
+    telemetry.record("math", {"reward": 1.0})
+    telemetry.record("math", {"reward": 0.0, "mask_sample": True, "failure_kind": "judge_failed"})
+    telemetry.record_failure("math", "session_lost", reason="reset timed out after 30s")
+    telemetry.record_omission("math", "cancelled")
+    assert sample_names(exposition(telemetry.registry)) == HEALTHY | {
+        "rollout_masked_total",
+        "rollout_failed_total",
+        "rollout_omitted_total",
+        "rollout_reward_unmasked",
+        "rollout_masked_ratio",
+        "rollout_masked_rewarded_total",
+        "rollout_masked_reward_positive_total",
+        "rollout_masked_reward_negative_total",
+    }
+
+
+def test_values_match_the_account(telemetry: RolloutTelemetry) -> None:
+    """After a known sequence the parsed exposition equals what the account says."""
+    sequence = [
+        ("math", {"reward": 1.0}),
+        ("math", {"reward": -0.5}),
+        ("math", {"reward": 0.25, "mask_sample": True, "failure_kind": "judge_failed"}),
+        ("math", {"reward": -1.0, "mask_sample": True, "failure_kind": "judge_unparseable"}),
+        ("math", {"reward": None, "failure_kind": "verifier_error"}),
+        ("code", {"reward": 0.5}),
+    ]
+    for agent, response in sequence:
+        telemetry.record(agent, response)
+    telemetry.record_failure("code", "session_lost")
+    telemetry.record_failure("code", "session_lost")
+    telemetry.record_failure("code")
+    telemetry.record_omission("code", "cancelled")
+    text = exposition(telemetry.registry)
+    math_agent = telemetry.snapshot().agent("math")
+    assert math_agent is not None
+    assert value(text, "rollout_completed_total", agent="math") == math_agent.completed == 5
+    assert value(text, "rollout_rewarded_total", agent="math") == math_agent.rewarded == 4
+    assert value(text, "rollout_reward_positive_total", agent="math") == 1.25
+    assert value(text, "rollout_reward_negative_total", agent="math") == 1.5
+    assert value(text, "rollout_reward", agent="math") == pytest.approx((1.0 - 0.5 + 0.25 - 1.0) / 4)
+    assert value(text, "rollout_reward_unmasked", agent="math") == pytest.approx(0.25)
+    assert value(text, "rollout_masked_ratio", agent="math") == pytest.approx(2 / 5)
+    assert value(text, "rollout_masked_total", agent="math", failure_kind="judge_failed") == 1
+    assert value(text, "rollout_masked_total", agent="math", failure_kind="judge_unparseable") == 1
+    assert value(text, "rollout_unscored_total", agent="math", failure_kind="verifier_error") == 1
+    assert value(text, "rollout_masked_rewarded_total", agent="math") == 2
+    assert value(text, "rollout_masked_reward_positive_total", agent="math") == 0.25
+    assert value(text, "rollout_masked_reward_negative_total", agent="math") == 1.0
+    assert value(text, "rollout_failed_total", agent="code", failure_kind="session_lost") == 2
+    assert value(text, "rollout_failed_total", agent="code", failure_kind="unspecified") == 1
+    assert value(text, "rollout_omitted_total", agent="code", failure_kind="cancelled") == 1
+    assert value(text, "rollout_completed_total", agent="code") == 1
+
+
+def test_every_series_carries_the_constant_labels(clock: FakeClock) -> None:
+    """``run`` and other constant labels are on every series."""
+    telemetry = RolloutTelemetry(run="grpo-42", const_labels={"cluster": "a"}, clock=clock)
+    telemetry.record("math", {"reward": 1.0, "mask_sample": True})
+    telemetry.record("math", {"reward": float("nan")})
+    for (_, labels), _value in samples(exposition(telemetry.registry)).items():
+        assert ("run", "grpo-42") in labels
+        assert ("cluster", "a") in labels
+
+
+def test_agent_with_only_failures_has_a_zero_completed_series(telemetry: RolloutTelemetry) -> None:
+    """Dashboards divide by completed: it exists (as 0) for an agent that only failed."""
+    telemetry.record_failure("browser", "session_lost")
+    text = exposition(telemetry.registry)
+    assert value(text, "rollout_completed_total", agent="browser") == 0
+    assert "rollout_reward" not in sample_names(text)
+
+
+def test_declared_agent_starts_at_zero(telemetry: RolloutTelemetry) -> None:
+    """A declared agent publishes its always-present counters at 0 before its first rollout."""
+    telemetry.declare("math")
+    text = exposition(telemetry.registry)
+    assert value(text, "rollout_completed_total", agent="math") == 0
+    assert value(text, "rollout_reward_positive_total", agent="math") == 0
+
+
+def test_promtool_accepts_the_exposition(telemetry: RolloutTelemetry) -> None:
+    """``promtool check metrics`` reports nothing, even with hostile label values."""
+    telemetry.record("math", {"reward": 1.0})
+    telemetry.record("math", {"reward": 0.0, "mask_sample": True, "failure_kind": 'quo"te\nnew\\line {x=y}'})
+    telemetry.record_failure('agent "with" quotes\n', "session_lost")
+    with telemetry.rollout("code") as rollout:
+        rollout.complete({"reward": 0.5})
+    telemetry.record("math", {"reward": "bad"})
+    result = promtool_check_metrics(exposition(telemetry.registry))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == ""
+    assert result.stderr == ""

@@ -1,0 +1,140 @@
+"""The facade: recording paths, bad input in default and strict mode, and never raising."""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+
+import pytest
+
+from rollout_telemetry import Disposition, OutcomeError, RolloutTelemetry, VerifyResponse
+from tests.support import FakeClock, exposition, value
+
+BAD_INPUTS: list[tuple[str, Any, Any, str]] = [
+    # (field, agent, response, rejection reason)
+    ("reward", "math", {"reward": math.nan}, "invalid_reward"),
+    ("reward", "math", {"reward": math.inf}, "invalid_reward"),
+    ("reward", "math", {"reward": "0.5"}, "invalid_reward"),
+    ("mask_sample", "math", {"reward": 1.0, "mask_sample": "true"}, "invalid_mask_sample"),
+    ("failure_kind", "math", {"reward": 1.0, "failure_kind": 42}, "invalid_failure_kind"),
+    ("failure_reason", "math", {"reward": 1.0, "failure_reason": b"bytes"}, "invalid_failure_reason"),
+    ("agent", None, {"reward": 1.0}, "invalid_agent"),
+    ("agent", "", {"reward": 1.0}, "invalid_agent"),
+    ("response", "math", 3.5, "invalid_response"),
+]
+
+
+@pytest.mark.parametrize(("field", "agent", "response", "reason"), BAD_INPUTS)
+def test_bad_input_is_counted_and_nothing_else_changes(
+    telemetry: RolloutTelemetry, field: str, agent: Any, response: Any, reason: str
+) -> None:
+    """Default mode: record() does not raise; the rejection is counted; other counts are untouched."""
+    telemetry.record("math", {"reward": 1.0})
+    telemetry.record(agent, response)
+    text = exposition(telemetry.registry)
+    assert value(text, "rollout_telemetry_rejected_total", reason=reason) == 1
+    assert value(text, "rollout_completed_total", agent="math") == 1
+    assert value(text, "rollout_reward", agent="math") == 1.0
+
+
+@pytest.mark.parametrize(("field", "agent", "response", "reason"), BAD_INPUTS)
+def test_bad_input_raises_in_strict_mode(
+    clock: FakeClock, field: str, agent: Any, response: Any, reason: str
+) -> None:
+    """strict=True: the clear error names the field, and nothing is counted."""
+    telemetry = RolloutTelemetry(strict=True, clock=clock)
+    with pytest.raises(OutcomeError, match=f"^{field}: ") as info:
+        telemetry.record(agent, response)
+    assert info.value.field == field
+    assert telemetry.snapshot().agents == ()
+    assert telemetry.snapshot().rejected == {}
+
+
+@pytest.mark.parametrize(
+    ("call", "reason"),
+    [
+        (lambda t: t.record_failure("a", 3), "invalid_failure_kind"),
+        (lambda t: t.record_failure("a", "session_lost", reason=3), "invalid_failure_reason"),
+        (lambda t: t.record_omission(None, "cancelled"), "invalid_agent"),
+        (lambda t: t.record_omission("a", ["cancelled"]), "invalid_failure_kind"),
+    ],
+)
+def test_failure_and_omission_bad_input(telemetry: RolloutTelemetry, call: Any, reason: str) -> None:
+    """record_failure/record_omission count bad input too, and raise it in strict mode."""
+    call(telemetry)
+    assert telemetry.snapshot().rejected == {reason: 1}
+    strict = RolloutTelemetry(strict=True)
+    with pytest.raises(OutcomeError):
+        call(strict)
+
+
+def test_rejections_are_logged_once_per_cause(
+    telemetry: RolloutTelemetry, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A flood of the same bad input logs one warning and counts every one."""
+    with caplog.at_level(logging.WARNING, logger="rollout_telemetry"):
+        for _ in range(50):
+            telemetry.record("math", {"reward": math.nan})
+        telemetry.record("math", {"reward": 1.0, "mask_sample": "yes"})
+    warnings = [r for r in caplog.records if "rejected" in r.getMessage()]
+    assert len(warnings) == 2
+    assert telemetry.snapshot().rejected == {"invalid_reward": 50, "invalid_mask_sample": 1}
+
+
+def test_internal_error_never_reaches_the_collector(
+    telemetry: RolloutTelemetry, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A bug inside recording is logged and counted as internal_error, not raised."""
+
+    def broken(*args: object) -> None:
+        raise RuntimeError("simulated bug")
+
+    monkeypatch.setattr(telemetry.account, "add_completed", broken)
+    with caplog.at_level(logging.ERROR, logger="rollout_telemetry"):
+        telemetry.record("math", {"reward": 1.0})
+    assert telemetry.snapshot().rejected == {"internal_error": 1}
+    assert any("internal error" in r.getMessage() for r in caplog.records)
+
+
+def test_records_pydantic_models_and_objects(telemetry: RolloutTelemetry) -> None:
+    """Models and plain objects take the same path as dicts."""
+
+    class Obj:
+        reward = 0.5
+        mask_sample = True
+        failure_kind = "judge_failed"
+
+    telemetry.record("a", VerifyResponse(reward=1.0))
+    telemetry.record("a", Obj())
+    agent = telemetry.snapshot().agent("a")
+    assert agent is not None
+    assert (agent.measured, agent.masked) == (1, 1)
+    assert agent.by_kind(Disposition.MASKED) == {"judge_failed": 1}
+
+
+def test_unknown_kind_is_counted_under_its_own_name(
+    telemetry: RolloutTelemetry, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An unregistered kind passes through as its label, with one warning."""
+    with caplog.at_level(logging.WARNING):
+        telemetry.record_failure("a", "timeout_exceeded")
+        telemetry.record_failure("a", "timeout_exceeded")
+    text = exposition(telemetry.registry)
+    assert value(text, "rollout_failed_total", failure_kind="timeout_exceeded") == 2
+    assert sum("timeout_exceeded" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_failure_reason_never_reaches_metrics(telemetry: RolloutTelemetry) -> None:
+    """Free-text reasons go to logs and spans, never into the exposition."""
+    secret = "token=sk-SECRET-0123456789 at /home/user/.ssh"
+    telemetry.record_failure("a", "session_lost", reason=secret)
+    telemetry.record("a", {"reward": 0.0, "mask_sample": True, "failure_reason": secret})
+    telemetry.record_omission("a", "cancelled", reason=secret)
+    assert "SECRET" not in exposition(telemetry.registry)
+
+
+def test_expect_rejects_negative_counts(telemetry: RolloutTelemetry) -> None:
+    """A negative expected count is a clear error."""
+    with pytest.raises(ValueError, match=">= 0"):
+        telemetry.expect("a", -1)

@@ -12,7 +12,6 @@ import argparse
 import statistics
 import threading
 import timeit
-from collections.abc import Callable
 
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
@@ -21,52 +20,48 @@ from prometheus_client import CollectorRegistry, Counter
 from rollout_telemetry import RolloutTelemetry
 
 
-def candidates() -> dict[str, Callable[[], object]]:
-    """The operations timed, each a zero-argument call doing one recording."""
+def candidates() -> tuple[dict[str, str], dict[str, object]]:
+    """The statements timed, each one call that records one outcome, and the names they use."""
     lock = threading.Lock()
     counts: dict[tuple[str, str], int] = {}
 
-    def bare_dict() -> None:
+    def bare_dict(agent: str, kind: str) -> None:
         with lock:
-            counts[("math_agent", "judge_failed")] = counts.get(("math_agent", "judge_failed"), 0) + 1
+            counts[(agent, kind)] = counts.get((agent, kind), 0) + 1
 
     registry = CollectorRegistry()
     prom = Counter("rollout_masked", "masked", ["agent", "failure_kind"], registry=registry)
-
-    def prometheus_client_inc() -> None:
-        prom.labels("math_agent", "judge_failed").inc()
-
     meter = MeterProvider(metric_readers=[InMemoryMetricReader()]).get_meter("bench")
     otel = meter.create_counter("rollout_masked")
-    attributes = {"agent": "math_agent", "failure_kind": "judge_failed"}
-
-    def otel_sdk_add() -> None:
-        otel.add(1, attributes)
-
     telemetry = RolloutTelemetry(run="bench")
-    measured = {"reward": 0.5}
-    masked = {"reward": 0.0, "mask_sample": True, "failure_kind": "judge_failed"}
-    record = telemetry.record
-    record_failure = telemetry.record_failure
-
-    return {
-        "bare dict under a lock": bare_dict,
-        "prometheus_client labels().inc()": prometheus_client_inc,
-        "OpenTelemetry SDK counter.add()": otel_sdk_add,
-        "record() measured": lambda: record("math_agent", measured),
-        "record() masked": lambda: record("math_agent", masked),
-        "record_failure()": lambda: record_failure("math_agent", "session_lost"),
+    names: dict[str, object] = {
+        "bare_dict": bare_dict,
+        "prom": prom,
+        "otel": otel,
+        "attributes": {"agent": "math_agent", "failure_kind": "judge_failed"},
+        "record": telemetry.record,
+        "record_failure": telemetry.record_failure,
+        "measured": {"reward": 0.5},
+        "masked": {"reward": 0.0, "mask_sample": True, "failure_kind": "judge_failed"},
     }
+    statements = {
+        "bare dict under a lock": "bare_dict('math_agent', 'judge_failed')",
+        "prometheus_client labels().inc()": "prom.labels('math_agent', 'judge_failed').inc()",
+        "OpenTelemetry SDK counter.add()": "otel.add(1, attributes)",
+        "record() measured": "record('math_agent', measured)",
+        "record() masked": "record('math_agent', masked)",
+        "record_failure()": "record_failure('math_agent', 'session_lost')",
+    }
+    return statements, names
 
 
 def measure(calls: int, rounds: int) -> dict[str, float]:
     """Median seconds per call of each candidate, rounds interleaved so drift hits all alike."""
-    ops = candidates()
-    times: dict[str, list[float]] = {name: [] for name in ops}
+    statements, names = candidates()
+    times: dict[str, list[float]] = {name: [] for name in statements}
     for _ in range(rounds):
-        for name, op in ops.items():
-            times[name].append(timeit.timeit(op, number=calls) / calls)
-    # The lambdas around record() add one call each; a collector pays that too, so it stays in.
+        for name, statement in statements.items():
+            times[name].append(timeit.timeit(statement, globals=names, number=calls) / calls)
     return {name: statistics.median(ts) for name, ts in times.items()}
 
 

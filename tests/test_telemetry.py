@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from rollout_telemetry import Disposition, OutcomeError, RolloutTelemetry, VerifyResponse
+from rollout_telemetry.account import Account
 from tests.support import FakeClock, exposition, value
 
 BAD_INPUTS: list[tuple[str, Any, Any, str]] = [
@@ -83,14 +84,15 @@ def test_rejections_are_logged_once_per_cause(
 
 
 def test_internal_error_never_reaches_the_collector(
-    telemetry: RolloutTelemetry, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A bug inside recording is logged and counted as internal_error, not raised."""
 
     def broken(*args: object) -> None:
         raise RuntimeError("simulated bug")
 
-    monkeypatch.setattr(telemetry.account, "add_completed", broken)
+    monkeypatch.setattr(Account, "add_completed", broken)
+    telemetry = RolloutTelemetry()
     with caplog.at_level(logging.ERROR, logger="rollout_telemetry"):
         telemetry.record("math", {"reward": 1.0})
     assert telemetry.snapshot().rejected == {"internal_error": 1}

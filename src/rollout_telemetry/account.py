@@ -8,13 +8,14 @@ under the same lock, so a snapshot never holds half of an update; every exporter
 from __future__ import annotations
 
 import bisect
+import itertools
 import logging
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from rollout_telemetry.failure_kinds import OTHER, UNSPECIFIED, KindValidator
-from rollout_telemetry.outcome import Disposition, label_value
+from rollout_telemetry.outcome import Disposition, OutcomeError, label_value
 
 __all__ = [
     "DEFAULT_MAX_AGENTS",
@@ -23,6 +24,7 @@ __all__ = [
     "Account",
     "AccountSnapshot",
     "AgentSnapshot",
+    "InFlightHandle",
 ]
 
 _log = logging.getLogger("rollout_telemetry.account")
@@ -46,16 +48,18 @@ class _AgentState:
     """Mutable per-agent counts; only touched under the account lock."""
 
     __slots__ = (
+        "cells",
         "duration_buckets",
         "duration_count",
         "duration_sum",
         "failed",
+        "failed_index",
         "in_flight",
         "kind_labels",
-        "kinds",
         "label",
         "lifecycle",
         "masked",
+        "masked_index",
         "masked_negative",
         "masked_positive",
         "masked_rewarded",
@@ -63,7 +67,9 @@ class _AgentState:
         "measured_negative",
         "measured_positive",
         "omitted",
+        "omitted_index",
         "unscored",
+        "unscored_index",
     )
 
     def __init__(self, label: str) -> None:
@@ -78,7 +84,14 @@ class _AgentState:
         self.measured_negative = 0.0
         self.masked_positive = 0.0
         self.masked_negative = 0.0
-        self.kinds: dict[tuple[Disposition, str], int] = {}
+        # One mutable count cell per (disposition, failure-kind label), and per disposition an index from
+        # the raw failure kind to its cell, resolved once (validated, truncated, capped) and bounded: the
+        # hot path is one dict lookup and one increment.
+        self.cells: dict[tuple[Disposition, str], list[int]] = {}
+        self.masked_index: dict[str | None, list[int]] = {}
+        self.unscored_index: dict[str | None, list[int]] = {}
+        self.failed_index: dict[str | None, list[int]] = {}
+        self.omitted_index: dict[str | None, list[int]] = {}
         self.kind_labels: set[str] = set()
         self.lifecycle = False
         self.in_flight: dict[int, float] = {}
@@ -191,6 +204,10 @@ class AccountSnapshot:
         return None
 
 
+InFlightHandle = tuple[_AgentState, int, float]
+"""What ``Account.begin`` returns and ``Account.finish`` takes: opaque to callers."""
+
+
 class Account:
     """Per-agent rollout counts, reward sums and in-flight work, recorded in O(1).
 
@@ -224,7 +241,7 @@ class Account:
         self._rejected: dict[str, int] = {}
         self._overflow: dict[str, int] = {}
         self._overflow_warned: set[str] = set()
-        self._next_token = 0
+        self._tokens = itertools.count(1)
 
     # -- resolving labels ---------------------------------------------------------------------------
 
@@ -232,6 +249,9 @@ class Account:
         state = self._by_name.get(name)
         if state is not None:
             return state
+        if type(name) is not str or not name:
+            msg = f"must be a non-empty string, got {type(name).__name__} {name!r:.60}"
+            raise OutcomeError("agent", msg)
         label = label_value(name)
         with self._lock:
             state = self._by_label.get(label)
@@ -247,8 +267,14 @@ class Account:
                 self._by_name[name] = state
             return state
 
-    def _kind(self, state: _AgentState, kind: str | None) -> str:
-        # Called under the lock.
+    def _cell(
+        self,
+        state: _AgentState,
+        disposition: Disposition,
+        index: dict[str | None, list[int]],
+        kind: str | None,
+    ) -> list[int]:
+        # Called under the lock when ``kind`` is not in the disposition's index yet.
         if kind is None:
             label = UNSPECIFIED
         else:
@@ -258,12 +284,20 @@ class Account:
                 if len(self._kind_labels) < 4096:
                     self._kind_labels[kind] = cached
             label = cached
+        overflow = False
         if label not in state.kind_labels:
             if len(state.kind_labels) >= self._max_kinds and label != OTHER:
                 self._overflowed("failure_kind")
-                return OTHER
-            state.kind_labels.add(label)
-        return label
+                label, overflow = OTHER, True
+            else:
+                state.kind_labels.add(label)
+        cell = state.cells.get((disposition, label))
+        if cell is None:
+            cell = state.cells[(disposition, label)] = [0]
+        # An overflowing kind is not indexed, so each further record of it is counted as an overflow.
+        if not overflow and len(index) < 4 * self._max_kinds:
+            index[kind] = cell
+        return cell
 
     def _overflowed(self, label: str) -> None:
         # Called under the lock.
@@ -280,47 +314,59 @@ class Account:
 
     def add_completed(self, agent: str, reward: float | None, masked: bool, kind: str | None) -> None:
         """Count one completed rollout: masked if ``masked``, else measured or (no reward) unscored."""
-        state = self._by_name.get(agent) or self._agent(agent)
+        # The recording hot path: written out flat, without helper calls, because it runs per rollout.
+        state = self._by_name.get(agent)
+        if state is None:
+            state = self._agent(agent)
         with self._lock:
-            self._completed(state, reward, masked, kind)
-
-    def _completed(self, state: _AgentState, reward: float | None, masked: bool, kind: str | None) -> None:
-        if masked:
-            state.masked += 1
-            key = (_MASKED, self._kind(state, kind))
-            state.kinds[key] = state.kinds.get(key, 0) + 1
-            if reward is not None:
-                state.masked_rewarded += 1
+            if masked:
+                state.masked += 1
+                cell = state.masked_index.get(kind)
+                if cell is None:
+                    cell = self._cell(state, _MASKED, state.masked_index, kind)
+                cell[0] += 1
+                if reward is not None:
+                    state.masked_rewarded += 1
+                    if reward >= 0.0:
+                        state.masked_positive += reward
+                    else:
+                        state.masked_negative -= reward
+            elif reward is not None:
+                state.measured += 1
                 if reward >= 0.0:
-                    state.masked_positive += reward
+                    state.measured_positive += reward
                 else:
-                    state.masked_negative -= reward
-        elif reward is not None:
-            state.measured += 1
-            if reward >= 0.0:
-                state.measured_positive += reward
+                    state.measured_negative -= reward
             else:
-                state.measured_negative -= reward
-        else:
-            state.unscored += 1
-            key = (_UNSCORED, self._kind(state, kind))
-            state.kinds[key] = state.kinds.get(key, 0) + 1
+                state.unscored += 1
+                cell = state.unscored_index.get(kind)
+                if cell is None:
+                    cell = self._cell(state, _UNSCORED, state.unscored_index, kind)
+                cell[0] += 1
 
     def add_failed(self, agent: str, kind: str | None) -> None:
         """Count one rollout that never reached the output."""
-        state = self._by_name.get(agent) or self._agent(agent)
+        state = self._by_name.get(agent)
+        if state is None:
+            state = self._agent(agent)
         with self._lock:
             state.failed += 1
-            key = (_FAILED, self._kind(state, kind))
-            state.kinds[key] = state.kinds.get(key, 0) + 1
+            cell = state.failed_index.get(kind)
+            if cell is None:
+                cell = self._cell(state, _FAILED, state.failed_index, kind)
+            cell[0] += 1
 
     def add_omitted(self, agent: str, kind: str | None) -> None:
         """Count one rollout left out on purpose."""
-        state = self._by_name.get(agent) or self._agent(agent)
+        state = self._by_name.get(agent)
+        if state is None:
+            state = self._agent(agent)
         with self._lock:
             state.omitted += 1
-            key = (_OMITTED, self._kind(state, kind))
-            state.kinds[key] = state.kinds.get(key, 0) + 1
+            cell = state.omitted_index.get(kind)
+            if cell is None:
+                cell = self._cell(state, _OMITTED, state.omitted_index, kind)
+            cell[0] += 1
 
     def declare(self, agent: str) -> None:
         """Make ``agent`` known with zero counts, so its always-present series start at 0."""
@@ -333,43 +379,65 @@ class Account:
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
-    def begin(self, agent: str) -> tuple[object, int, float]:
+    def begin(self, agent: str) -> InFlightHandle:
         """Mark one rollout of ``agent`` in flight; return the handle ``finish`` needs."""
-        state = self._by_name.get(agent) or self._agent(agent)
+        state = self._by_name.get(agent)
+        if state is None:
+            state = self._agent(agent)
         now = self._clock()
-        with self._lock:
-            self._next_token += 1
-            token = self._next_token
+        token = next(self._tokens)
+        # One dict insertion, atomic under the GIL, so no lock is taken: a snapshot sees the rollout
+        # in flight or not, never half of it.
+        state.in_flight[token] = now
+        if not state.lifecycle:
             state.lifecycle = True
-            state.in_flight[token] = now
         return state, token, now
 
     def finish(
         self,
-        handle: tuple[object, int, float],
+        handle: InFlightHandle,
         disposition: Disposition,
         reward: float | None,
         kind: str | None,
     ) -> float:
         """Take a rollout out of flight and count its outcome in one step; return its duration."""
         state, token, started = handle
-        assert isinstance(state, _AgentState)
-        duration = max(self._clock() - started, 0.0)
+        duration = self._clock() - started
+        duration = max(duration, 0.0)
         with self._lock:
             del state.in_flight[token]
             state.duration_buckets[bisect.bisect_left(DURATION_BUCKETS, duration)] += 1
             state.duration_sum += duration
             state.duration_count += 1
+            if disposition is _MEASURED:
+                state.measured += 1
+                if reward is not None and reward >= 0.0:
+                    state.measured_positive += reward
+                elif reward is not None:
+                    state.measured_negative -= reward
+                return duration
             if disposition is _FAILED:
                 state.failed += 1
-                key = (_FAILED, self._kind(state, kind))
-                state.kinds[key] = state.kinds.get(key, 0) + 1
+                index = state.failed_index
             elif disposition is _OMITTED:
                 state.omitted += 1
-                key = (_OMITTED, self._kind(state, kind))
-                state.kinds[key] = state.kinds.get(key, 0) + 1
+                index = state.omitted_index
+            elif disposition is _UNSCORED:
+                state.unscored += 1
+                index = state.unscored_index
             else:
-                self._completed(state, reward, disposition is _MASKED, kind)
+                state.masked += 1
+                index = state.masked_index
+                if reward is not None:
+                    state.masked_rewarded += 1
+                    if reward >= 0.0:
+                        state.masked_positive += reward
+                    else:
+                        state.masked_negative -= reward
+            cell = index.get(kind)
+            if cell is None:
+                cell = self._cell(state, disposition, index, kind)
+            cell[0] += 1
         return duration
 
     # -- reading ------------------------------------------------------------------------------------
@@ -391,7 +459,7 @@ class Account:
                     measured_negative=s.measured_negative,
                     masked_positive=s.masked_positive,
                     masked_negative=s.masked_negative,
-                    kinds=dict(s.kinds),
+                    kinds={key: cell[0] for key, cell in s.cells.items()},
                     lifecycle=s.lifecycle,
                     in_flight=len(s.in_flight),
                     # Tokens are handed out in clock order, so the first entry is the oldest.

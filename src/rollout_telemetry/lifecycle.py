@@ -24,10 +24,11 @@ from rollout_telemetry.outcome import (
     OutcomeError,
     check_failure_kind,
     check_failure_reason,
-    outcome_of,
+    read_completed,
 )
 
 if TYPE_CHECKING:
+    from rollout_telemetry.account import InFlightHandle
     from rollout_telemetry.spans import OpenSpan
     from rollout_telemetry.telemetry import RolloutTelemetry
 
@@ -61,6 +62,7 @@ class RolloutContext:
     """One rollout in flight. Use as ``with`` or ``async with``; record its outcome inside the block."""
 
     __slots__ = (
+        "_account",
         "_done",
         "_handle",
         "_span",
@@ -80,26 +82,27 @@ class RolloutContext:
         attempt: int | None,
     ) -> None:
         self._telemetry = telemetry
+        self._account = telemetry.account
         self.agent = agent
         self.task_index = task_index
         self.rollout_index = rollout_index
         self.attempt = attempt
-        self._handle: tuple[object, int, float] | None = None
+        self._handle: InFlightHandle | None = None
         self._span: OpenSpan | None = None
         self._done = False
 
     # -- entering and leaving -----------------------------------------------------------------------
 
     def __enter__(self) -> RolloutContext:
-        telemetry = self._telemetry
         try:
-            if type(self.agent) is not str or not self.agent:
-                raise OutcomeError("agent", f"must be a non-empty string, got {self.agent!r:.60}")
-            self._handle = telemetry.account.begin(self.agent)
-            self._span = telemetry.spans.start(self.agent, self.task_index, self.rollout_index, self.attempt)
+            self._handle = self._account.begin(self.agent)
+            spans = self._telemetry.spans
+            if spans.enabled:
+                self._span = spans.start(self.agent, self.task_index, self.rollout_index, self.attempt)
         except Exception as exc:
-            self._done = True  # nothing in flight: there is nothing to finish
-            telemetry._rejected(exc)
+            if self._handle is None:
+                self._done = True  # nothing went in flight: there is nothing to finish
+            self._telemetry._rejected(exc)
         return self
 
     def __exit__(
@@ -135,15 +138,29 @@ class RolloutContext:
         A response that fails the contract is counted as rejected and the rollout as failed with kind
         ``protocol_violation`` (raised with ``strict=True``), so it is still counted once.
         """
-        if self._already_done("complete"):
+        if self._done and self._already_done("complete"):
             return
         try:
-            outcome = outcome_of(response)
+            reward, masked, kind, reason = read_completed(response)
         except OutcomeError as exc:
             self._telemetry._rejected(exc)  # raises in strict mode, leaving the rollout open
             self._finish(Disposition.FAILED, None, failure_kinds.PROTOCOL_VIOLATION, str(exc))
             return
-        self._finish(outcome.disposition, outcome.reward, outcome.failure_kind, outcome.failure_reason)
+        if masked:
+            disposition = Disposition.MASKED
+        elif reward is None:
+            disposition = Disposition.UNSCORED
+        else:
+            disposition = Disposition.MEASURED
+        if self._span is None and self._handle is not None:
+            # The common case, written out: no span to close, so count and be done.
+            self._done = True
+            try:
+                self._account.finish(self._handle, disposition, reward, kind)
+            except Exception as exc:
+                self._telemetry._rejected(exc)
+            return
+        self._finish(disposition, reward, kind, reason)
 
     def fail(self, failure_kind: str | None = None, *, reason: str | None = None) -> None:
         """Record that the rollout never reached the output."""
@@ -154,7 +171,7 @@ class RolloutContext:
         self._explicit(Disposition.OMITTED, failure_kind, reason)
 
     def _explicit(self, disposition: Disposition, failure_kind: str | None, reason: str | None) -> None:
-        if self._already_done(disposition.value):
+        if self._done and self._already_done(disposition.value):
             return
         try:
             kind = check_failure_kind(failure_kind)
@@ -165,8 +182,6 @@ class RolloutContext:
         self._finish(disposition, None, kind, reason)
 
     def _already_done(self, what: str) -> bool:
-        if not self._done:
-            return False
         if self._handle is None:
             return True  # entering failed and was counted; nothing more to do
         msg = f"rollout of {self.agent!r} already has an outcome; {what}() ignored"
@@ -183,11 +198,12 @@ class RolloutContext:
         reason: str | None,
     ) -> None:
         self._done = True
-        telemetry = self._telemetry
-        assert self._handle is not None
+        handle = self._handle
+        if handle is None:
+            return
         try:
-            telemetry.account.finish(self._handle, disposition, reward, kind)
+            self._account.finish(handle, disposition, reward, kind)
             if self._span is not None:
-                telemetry.spans.finish(self._span, disposition, reward, kind, reason)
+                self._telemetry.spans.finish(self._span, disposition, reward, kind, reason)
         except Exception as exc:
-            telemetry._rejected(exc)
+            self._telemetry._rejected(exc)

@@ -35,6 +35,7 @@ __all__ = [
     "check_reward",
     "label_value",
     "outcome_of",
+    "read_completed",
 ]
 
 MAX_LABEL_LENGTH = 128
@@ -211,6 +212,33 @@ def _fields(response: object) -> tuple[object, object, object, object]:
         getattr(response, "failure_kind", None),
         getattr(response, "failure_reason", None),
     )
+
+
+def read_completed(response: object) -> tuple[float | None, bool, str | None, str | None]:
+    """Return ``(reward, masked, failure_kind, failure_reason)`` of a verify response, checked.
+
+    The recording hot path: a plain dict is read without building a model or an ``Outcome``, with the
+    same checks as ``outcome_of``.
+
+    Raises:
+        OutcomeError: a field has a value that is not allowed; the error names the field.
+    """
+    if type(response) is not dict:
+        outcome = outcome_of(response)
+        return outcome.reward, outcome.mask_sample, outcome.failure_kind, outcome.failure_reason
+    reward = response.get("reward")
+    if type(reward) is not float or reward - reward != 0.0:
+        reward = check_reward(reward)
+    masked = response.get("mask_sample", False)
+    if masked is not False and masked is not True:
+        masked = check_mask_sample(masked)
+    kind = response.get("failure_kind")
+    if kind is not None and (type(kind) is not str or not kind):
+        kind = check_failure_kind(kind)
+    reason = response.get("failure_reason")
+    if reason is not None and type(reason) is not str:
+        reason = check_failure_reason(reason)
+    return reward, masked, kind, reason
 
 
 def outcome_of(response: object) -> Outcome:

@@ -7,6 +7,7 @@ nothing until a user configures it.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from typing import Literal
 
@@ -45,6 +46,20 @@ ATTRIBUTES: Mapping[str, str] = {
 """Every span attribute the recorder sets, with its meaning."""
 
 _SCOPE = "rollout_telemetry"
+_RECHECK_SECONDS = 1.0
+
+
+def _identity(
+    agent: str, task_index: int | None, rollout_index: int | None, attempt: int | None
+) -> dict[str, str | int]:
+    attributes: dict[str, str | int] = {"gen_ai.agent.name": agent, "rollout.agent": agent}
+    if task_index is not None:
+        attributes["rollout.task_index"] = task_index
+    if rollout_index is not None:
+        attributes["rollout.rollout_index"] = rollout_index
+    if attempt is not None:
+        attributes["rollout.attempt"] = attempt
+    return attributes
 
 
 class OpenSpan:
@@ -81,9 +96,14 @@ class SpanRecorder:
             raise ValueError(msg)
         self._provider = tracer_provider
         self._mode = mode
+        self.enabled = mode != "off"
+        """False when spans are switched off: the lifecycle then skips the recorder entirely."""
         self._reason_limit = reason_limit
         self._redact = redact
-        self._tracers: dict[int, trace.Tracer] = {}
+        self._own_tracer: trace.Tracer | None = None
+        self._global_provider: TracerProvider | None = None
+        self._global_tracer: trace.Tracer | None = None
+        self._recheck_at = 0.0
 
     def clean_reason(self, reason: str) -> str:
         """Apply the redaction hook and the length limit to a failure reason."""
@@ -94,14 +114,23 @@ class SpanRecorder:
         return reason
 
     def _tracer(self) -> trace.Tracer | None:
-        provider = self._provider if self._provider is not None else trace.get_tracer_provider()
+        if self._provider is not None:
+            if self._own_tracer is None:
+                self._own_tracer = self._provider.get_tracer(_SCOPE)
+            return self._own_tracer
+        # Looking up the global provider costs more than recording a rollout, so the answer is kept for
+        # a second: a provider configured later is picked up within that second.
+        now = time.monotonic()
+        if now < self._recheck_at:
+            return self._global_tracer
+        self._recheck_at = now + _RECHECK_SECONDS
+        provider = trace.get_tracer_provider()
         if type(provider) is ProxyTracerProvider or isinstance(provider, trace.NoOpTracerProvider):
-            return None
-        tracer = self._tracers.get(id(provider))
-        if tracer is None:
-            tracer = provider.get_tracer(_SCOPE)
-            self._tracers[id(provider)] = tracer
-        return tracer
+            self._global_tracer = None
+        elif provider is not self._global_provider:
+            self._global_provider = provider
+            self._global_tracer = provider.get_tracer(_SCOPE)
+        return self._global_tracer
 
     def start(
         self,
@@ -111,25 +140,22 @@ class SpanRecorder:
         attempt: int | None,
     ) -> OpenSpan | None:
         """Open the rollout's span (or pick up the current one); ``None`` when tracing is off."""
-        if self._mode == "off":
-            return None
-        attributes: dict[str, str | int] = {"gen_ai.agent.name": agent, "rollout.agent": agent}
-        if task_index is not None:
-            attributes["rollout.task_index"] = task_index
-        if rollout_index is not None:
-            attributes["rollout.rollout_index"] = rollout_index
-        if attempt is not None:
-            attributes["rollout.attempt"] = attempt
-        if self._mode == "annotate":
+        mode = self._mode
+        if mode == "span":
+            tracer = self._tracer()
+            if tracer is None:
+                return None
+        elif mode == "annotate":
             current = trace.get_current_span()
             if not current.is_recording():
                 return None
-            current.set_attributes(attributes)
+            current.set_attributes(_identity(agent, task_index, rollout_index, attempt))
             return OpenSpan(current, None, owned=False)
-        tracer = self._tracer()
-        if tracer is None:
+        else:
             return None
-        span = tracer.start_span(f"rollout {agent}", attributes=attributes)
+        span = tracer.start_span(
+            f"rollout {agent}", attributes=_identity(agent, task_index, rollout_index, attempt)
+        )
         token = otel_context.attach(trace.set_span_in_context(span))
         return OpenSpan(span, token, owned=True)
 

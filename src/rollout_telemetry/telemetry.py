@@ -24,14 +24,7 @@ from rollout_telemetry.account import (
 from rollout_telemetry.exporters.prometheus import AccountCollector
 from rollout_telemetry.failure_kinds import KindValidator
 from rollout_telemetry.lifecycle import RolloutContext
-from rollout_telemetry.outcome import (
-    OutcomeError,
-    check_failure_kind,
-    check_failure_reason,
-    check_mask_sample,
-    check_reward,
-    outcome_of,
-)
+from rollout_telemetry.outcome import OutcomeError, check_failure_kind, check_failure_reason, read_completed
 from rollout_telemetry.progress import progress_metrics
 from rollout_telemetry.server import BasicAuth, MetricsServer, TLSConfig
 from rollout_telemetry.spans import DEFAULT_REASON_LIMIT, SpanMode, SpanRecorder
@@ -99,6 +92,8 @@ class RolloutTelemetry:
             clock=clock,
             kind_validator=self._kinds,
         )
+        self._add_completed = self._account.add_completed
+        self._add_failed = self._account.add_failed
         self._expected: dict[str, int] = {}
         labels: dict[str, str] = {}
         if run is not None:
@@ -128,26 +123,22 @@ class RolloutTelemetry:
         is measured. Bad input is counted and logged (raised with ``strict=True``).
         """
         try:
-            if type(agent) is not str or not agent:
-                agent = _check_agent(agent)
             if type(response) is dict:
-                # The hot path: read a plain dict without building a model; same checks as outcome_of.
+                # The hot path: the common shape is read inline; anything unusual takes the full checks.
                 reward = response.get("reward")
-                if type(reward) is not float or reward - reward != 0.0:
-                    reward = check_reward(reward)
                 masked = response.get("mask_sample", False)
-                if masked is not False and masked is not True:
-                    masked = check_mask_sample(masked)
                 kind = response.get("failure_kind")
-                if kind is not None and (type(kind) is not str or not kind):
-                    kind = check_failure_kind(kind)
-                reason = response.get("failure_reason")
-                if reason is not None and type(reason) is not str:
-                    check_failure_reason(reason)
-                self._account.add_completed(agent, reward, masked, kind)
+                if (
+                    type(reward) is not float
+                    or reward - reward != 0.0  # NaN and +-inf
+                    or (masked is not False and masked is not True)
+                    or (kind is not None and (type(kind) is not str or not kind))
+                    or "failure_reason" in response
+                ):
+                    reward, masked, kind, _ = read_completed(response)
             else:
-                outcome = outcome_of(response)
-                self._account.add_completed(agent, outcome.reward, outcome.mask_sample, outcome.failure_kind)
+                reward, masked, kind, _ = read_completed(response)
+            self._add_completed(agent, reward, masked, kind)
         except Exception as exc:  # the collector must never be taken down by its telemetry
             self._rejected(exc)
 
@@ -156,28 +147,35 @@ class RolloutTelemetry:
     ) -> None:
         """Record one rollout that never reached the output; ``reason`` goes to the log, never a label."""
         try:
-            agent = _check_agent(agent)
-            kind = check_failure_kind(failure_kind)
-            reason = check_failure_reason(reason)
-            self._account.add_failed(agent, kind)
-            if reason is not None and _log.isEnabledFor(logging.DEBUG):
-                _log.debug("rollout of %s failed (%s): %s", agent, kind, self.spans.clean_reason(reason))
+            if type(failure_kind) is not str or not failure_kind:
+                failure_kind = check_failure_kind(failure_kind)
+            if reason is not None and type(reason) is not str:
+                check_failure_reason(reason)
+            self._add_failed(agent, failure_kind)
+            if reason is not None:
+                self._log_reason("failed", agent, failure_kind, reason)
         except Exception as exc:
             self._rejected(exc)
 
     def record_omission(
         self, agent: str, failure_kind: str | None = None, *, reason: str | None = None
     ) -> None:
-        """Record one rollout left out of the output on purpose."""
+        """Record one rollout left out of the output on purpose; ``reason`` goes to the log."""
         try:
-            agent = _check_agent(agent)
-            kind = check_failure_kind(failure_kind)
-            reason = check_failure_reason(reason)
-            self._account.add_omitted(agent, kind)
-            if reason is not None and _log.isEnabledFor(logging.DEBUG):
-                _log.debug("rollout of %s omitted (%s): %s", agent, kind, self.spans.clean_reason(reason))
+            if type(failure_kind) is not str or not failure_kind:
+                failure_kind = check_failure_kind(failure_kind)
+            if reason is not None and type(reason) is not str:
+                check_failure_reason(reason)
+            self._account.add_omitted(agent, failure_kind)
+            if reason is not None:
+                self._log_reason("omitted", agent, failure_kind, reason)
         except Exception as exc:
             self._rejected(exc)
+
+    def _log_reason(self, what: str, agent: str, kind: str | None, reason: str) -> None:
+        # The reason is free text about one occurrence: a debug log line, never a label.
+        if _log.isEnabledFor(logging.DEBUG):
+            _log.debug("rollout of %s %s (%s): %s", agent, what, kind, self.spans.clean_reason(reason))
 
     def rollout(
         self,

@@ -1,0 +1,108 @@
+"""A real OTLP/HTTP receiver on 127.0.0.1 for the tests: decodes the protobuf bodies it is sent."""
+
+from __future__ import annotations
+
+import gzip
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+    ExportMetricsServiceRequest,
+    ExportMetricsServiceResponse,
+)
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue
+
+
+def _value(value: AnyValue) -> Any:
+    kind = value.WhichOneof("value")
+    return getattr(value, kind) if kind else None
+
+
+class OTLPReceiver:
+    """Collects decoded spans and metric points sent to ``/v1/traces`` and ``/v1/metrics``."""
+
+    def __init__(self) -> None:
+        self.traces: list[ExportTraceServiceRequest] = []
+        self.metrics: list[ExportMetricsServiceRequest] = []
+        self.lock = threading.Lock()
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                if self.headers.get("Content-Encoding") == "gzip":
+                    body = gzip.decompress(body)
+                response: ExportTraceServiceResponse | ExportMetricsServiceResponse
+                if self.path == "/v1/traces":
+                    request = ExportTraceServiceRequest.FromString(body)
+                    with receiver.lock:
+                        receiver.traces.append(request)
+                    response = ExportTraceServiceResponse()
+                elif self.path == "/v1/metrics":
+                    metrics = ExportMetricsServiceRequest.FromString(body)
+                    with receiver.lock:
+                        receiver.metrics.append(metrics)
+                    response = ExportMetricsServiceResponse()
+                else:
+                    self.send_error(404)
+                    return
+                payload = response.SerializeToString()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.1})
+
+    def __enter__(self) -> OTLPReceiver:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(5)
+
+    def spans(self) -> list[tuple[str, dict[str, Any], int, str]]:
+        """(name, attributes, status code, status message) of every span received."""
+        found: list[tuple[str, dict[str, Any], int, str]] = []
+        with self.lock:
+            for request in self.traces:
+                for resource in request.resource_spans:
+                    for scope in resource.scope_spans:
+                        for span in scope.spans:
+                            attributes = {a.key: _value(a.value) for a in span.attributes}
+                            found.append((span.name, attributes, span.status.code, span.status.message))
+        return found
+
+    def points(self) -> Iterator[tuple[str, dict[str, Any], float]]:
+        """(metric name, attributes, value) of every sum and gauge point received, oldest first."""
+        with self.lock:
+            requests = list(self.metrics)
+        for request in requests:
+            for resource in request.resource_metrics:
+                for scope in resource.scope_metrics:
+                    for metric in scope.metrics:
+                        kind = metric.WhichOneof("data")
+                        if kind not in ("sum", "gauge"):
+                            continue
+                        for point in getattr(metric, kind).data_points:
+                            attributes = {a.key: _value(a.value) for a in point.attributes}
+                            number = point.as_double if point.HasField("as_double") else point.as_int
+                            yield metric.name, attributes, number
+
+    def latest(self) -> dict[tuple[str, tuple[tuple[str, Any], ...]], float]:
+        """The newest value of each (metric, attributes) received."""
+        return {(name, tuple(sorted(attrs.items()))): v for name, attrs, v in self.points()}

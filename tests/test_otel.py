@@ -1,0 +1,217 @@
+"""Spans and OpenTelemetry metrics, read through the SDK's in-memory exporter and reader."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
+
+from rollout_telemetry import RolloutTelemetry
+from rollout_telemetry.exporters.otel import instrument_meter
+from tests.support import FakeClock
+
+
+@pytest.fixture
+def spans() -> InMemorySpanExporter:
+    """An in-memory span exporter."""
+    return InMemorySpanExporter()
+
+
+@pytest.fixture
+def traced(spans: InMemorySpanExporter, clock: FakeClock) -> RolloutTelemetry:
+    """Telemetry with its own SDK tracer provider (never the global one)."""
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(spans))
+    return RolloutTelemetry(run="r", clock=clock, tracer_provider=provider)
+
+
+def _only(spans: InMemorySpanExporter) -> ReadableSpan:
+    finished = spans.get_finished_spans()
+    assert len(finished) == 1
+    return finished[0]
+
+
+def test_measured_span(traced: RolloutTelemetry, spans: InMemorySpanExporter) -> None:
+    """A measured rollout is one span with its identity, disposition and reward; status unset."""
+    with traced.rollout("math", task_index=17, rollout_index=2, attempt=0) as rollout:
+        rollout.complete({"reward": 0.5})
+    span = _only(spans)
+    assert span.name == "rollout math"
+    assert dict(span.attributes or {}) == {
+        "gen_ai.agent.name": "math",
+        "rollout.agent": "math",
+        "rollout.task_index": 17,
+        "rollout.rollout_index": 2,
+        "rollout.attempt": 0,
+        "rollout.disposition": "measured",
+        "rollout.mask_sample": False,
+        "rollout.reward": 0.5,
+    }
+    assert span.status.status_code is StatusCode.UNSET
+
+
+def test_masked_span_is_not_an_error(traced: RolloutTelemetry, spans: InMemorySpanExporter) -> None:
+    """A masked rollout carries mask_sample and its kind, without error.type."""
+    with traced.rollout("math") as rollout:
+        rollout.complete({"reward": 0.0, "mask_sample": True, "failure_kind": "judge_failed"})
+    attributes = dict(_only(spans).attributes or {})
+    assert attributes["rollout.disposition"] == "masked"
+    assert attributes["rollout.mask_sample"] is True
+    assert attributes["rollout.failure_kind"] == "judge_failed"
+    assert "error.type" not in attributes
+
+
+def test_unscored_span(traced: RolloutTelemetry, spans: InMemorySpanExporter) -> None:
+    """An unscored rollout has no reward attribute."""
+    with traced.rollout("math") as rollout:
+        rollout.complete({"reward": None})
+    attributes = dict(_only(spans).attributes or {})
+    assert attributes["rollout.disposition"] == "unscored"
+    assert "rollout.reward" not in attributes
+
+
+def test_failed_span_has_error_type_and_reason(traced: RolloutTelemetry, spans: InMemorySpanExporter) -> None:
+    """A failure sets error.type to the kind, status ERROR with the reason, and a failure event."""
+    with traced.rollout("browser") as rollout:
+        rollout.fail("session_lost", reason="reset timed out after 30s")
+    span = _only(spans)
+    assert span.attributes is not None
+    assert span.attributes["error.type"] == "session_lost"
+    assert span.attributes["rollout.disposition"] == "failed"
+    assert span.status.status_code is StatusCode.ERROR
+    assert span.status.description == "reset timed out after 30s"
+    (event,) = span.events
+    assert event.name == "rollout.failure"
+    assert dict(event.attributes or {}) == {"rollout.failure_reason": "reset timed out after 30s"}
+
+
+def test_failed_by_exception_span(traced: RolloutTelemetry, spans: InMemorySpanExporter) -> None:
+    """An escaping exception gives error.type agent_run_error and the exception as the reason."""
+    with pytest.raises(RuntimeError), traced.rollout("browser"):
+        raise RuntimeError("container exited 137")
+    span = _only(spans)
+    assert span.attributes is not None
+    assert span.attributes["error.type"] == "agent_run_error"
+    assert span.status.description == "RuntimeError: container exited 137"
+
+
+def test_omitted_and_no_outcome_spans(traced: RolloutTelemetry, spans: InMemorySpanExporter) -> None:
+    """Omitted is not an error; a block without an outcome is a failure with its own kind."""
+    with traced.rollout("a") as rollout:
+        rollout.omit("cancelled")
+    with traced.rollout("a"):
+        pass
+    omitted, abandoned = spans.get_finished_spans()
+    assert omitted.attributes is not None
+    assert abandoned.attributes is not None
+    assert omitted.attributes["rollout.disposition"] == "omitted"
+    assert omitted.status.status_code is StatusCode.UNSET
+    assert abandoned.attributes["error.type"] == "rollout_telemetry:no_outcome"
+    assert abandoned.status.status_code is StatusCode.ERROR
+
+
+def test_rollout_span_is_current_inside_the_block(
+    traced: RolloutTelemetry, spans: InMemorySpanExporter
+) -> None:
+    """Spans started inside the block are children of the rollout span."""
+    with traced.rollout("a") as rollout:
+        inner = trace.get_current_span()
+        rollout.complete({"reward": 1.0})
+    assert inner.get_span_context() == _only(spans).get_span_context()
+    assert trace.get_current_span() is trace.INVALID_SPAN
+
+
+def test_annotate_mode_sets_attributes_on_the_current_span(
+    spans: InMemorySpanExporter, clock: FakeClock
+) -> None:
+    """span_mode='annotate' adds the attributes to the caller's span and does not end it."""
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(spans))
+    telemetry = RolloutTelemetry(clock=clock, tracer_provider=provider, span_mode="annotate")
+    with provider.get_tracer("test").start_as_current_span("post_run"):
+        with telemetry.rollout("a", task_index=3) as rollout:
+            rollout.complete({"reward": 1.0})
+        assert spans.get_finished_spans() == ()
+    span = _only(spans)
+    assert span.name == "post_run"
+    assert span.attributes is not None
+    assert span.attributes["rollout.task_index"] == 3
+    assert span.attributes["rollout.disposition"] == "measured"
+
+
+def test_reason_is_truncated_and_redacted(spans: InMemorySpanExporter, clock: FakeClock) -> None:
+    """failure_reason goes through the redaction hook, then the length limit."""
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(spans))
+    telemetry = RolloutTelemetry(
+        clock=clock,
+        tracer_provider=provider,
+        reason_limit=20,
+        redact_reason=lambda text: text.replace("sk-SECRET", "[redacted]"),
+    )
+    with telemetry.rollout("a") as rollout:
+        rollout.fail("session_lost", reason="token sk-SECRET rejected by the sandbox after a long wait")
+    description = _only(spans).status.description
+    assert description == "token [redacted] rej…"
+
+
+def test_no_sdk_configured_creates_no_spans(clock: FakeClock) -> None:
+    """With the global no-op provider the lifecycle still counts, and no span machinery runs."""
+    telemetry = RolloutTelemetry(clock=clock)
+    with telemetry.rollout("a") as rollout:
+        assert trace.get_current_span() is trace.INVALID_SPAN
+        rollout.complete({"reward": 1.0})
+    assert telemetry.snapshot().agents[0].measured == 1
+
+
+def _points(reader: InMemoryMetricReader) -> Iterator[tuple[str, dict[str, object], float]]:
+    data = reader.get_metrics_data()
+    assert data is not None
+    for resource_metrics in data.resource_metrics:
+        for scope in resource_metrics.scope_metrics:
+            for metric in scope.metrics:
+                for point in metric.data.data_points:
+                    yield metric.name, dict(point.attributes or {}), point.value  # type: ignore[union-attr]
+
+
+def test_otel_metrics_follow_the_same_rules(clock: FakeClock) -> None:
+    """Observable instruments publish the Prometheus families' values, appearing only when they happen."""
+    reader = InMemoryMetricReader()
+    telemetry = RolloutTelemetry(run="r", clock=clock)
+    instrument_meter(telemetry, MeterProvider(metric_readers=[reader]))
+    telemetry.record("math", {"reward": 1.0})
+    healthy = {name for name, _, _ in _points(reader)}
+    assert healthy == {
+        "rollout_completed",
+        "rollout_rewarded",
+        "rollout_reward_positive",
+        "rollout_reward_negative",
+        "rollout_reward",
+    }
+    telemetry.record("math", {"reward": 0.0, "mask_sample": True, "failure_kind": "judge_failed"})
+    telemetry.record_failure("math", "session_lost")
+    with telemetry.rollout("math") as rollout:
+        clock.advance(2)
+        rollout.complete({"reward": -1.0})
+    points = {(name, tuple(sorted(attrs.items()))): v for name, attrs, v in _points(reader)}
+    math = (("agent", "math"), ("run", "r"))
+    assert points[("rollout_completed", math)] == 3
+    assert points[("rollout_masked_ratio", math)] == pytest.approx(1 / 3)
+    assert points[("rollout_reward_unmasked", math)] == 0.0
+    assert points[("rollout_reward", math)] == 0.0
+    assert (
+        points[("rollout_failed", (("agent", "math"), ("failure_kind", "session_lost"), ("run", "r")))] == 1
+    )
+    assert (
+        points[("rollout_masked", (("agent", "math"), ("failure_kind", "judge_failed"), ("run", "r")))] == 1
+    )
+    assert points[("rollout_duration_seconds_sum", math)] == 2.0
+    assert points[("rollout_duration_seconds_count", math)] == 1
+    assert points[("rollout_in_flight", math)] == 0

@@ -1,0 +1,84 @@
+"""OTLP/HTTP export of spans and metrics to a real receiver on 127.0.0.1."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from rollout_telemetry import RolloutTelemetry
+from rollout_telemetry.cli import main
+from rollout_telemetry.exporters.otel import instrument_meter, otlp_providers
+from tests.otlp_receiver import OTLPReceiver
+
+STATUS_ERROR = 2
+
+
+def test_spans_and_metrics_reach_a_real_receiver() -> None:
+    """Measured, masked and failed rollouts arrive as decoded spans and metric points."""
+    with OTLPReceiver() as receiver:
+        otlp = otlp_providers(receiver.endpoint, export_interval_millis=60_000)
+        telemetry = RolloutTelemetry(run="otlp-test", tracer_provider=otlp.tracer_provider)
+        instrument_meter(telemetry, otlp.meter_provider)
+        with telemetry.rollout("math", task_index=1, rollout_index=0) as rollout:
+            rollout.complete({"reward": 1.0})
+        with telemetry.rollout("math", task_index=2, rollout_index=0) as rollout:
+            rollout.complete({"reward": 0.0, "mask_sample": True, "failure_kind": "judge_failed"})
+        with telemetry.rollout("browser", task_index=3, rollout_index=0) as rollout:
+            rollout.fail("session_lost", reason="reset timed out after 30s")
+        otlp.shutdown()  # flushes the batched spans and exports the metrics once more
+
+        spans = {
+            attrs["rollout.task_index"]: (name, attrs, code, msg)
+            for name, attrs, code, msg in receiver.spans()
+        }
+        assert set(spans) == {1, 2, 3}
+        assert spans[1][1]["rollout.disposition"] == "measured"
+        assert spans[1][1]["rollout.reward"] == 1.0
+        assert spans[2][1]["rollout.mask_sample"] is True
+        assert spans[2][1]["rollout.failure_kind"] == "judge_failed"
+        name, attrs, code, message = spans[3]
+        assert name == "rollout browser"
+        assert attrs["error.type"] == "session_lost"
+        assert attrs["gen_ai.agent.name"] == "browser"
+        assert code == STATUS_ERROR
+        assert message == "reset timed out after 30s"
+
+        latest = receiver.latest()
+        math = (("agent", "math"), ("run", "otlp-test"))
+        assert latest[("rollout_completed", math)] == 2
+        assert latest[("rollout_masked_ratio", math)] == 0.5
+        assert latest[("rollout_reward", math)] == 0.5
+        assert (
+            latest[
+                (
+                    "rollout_masked",
+                    (("agent", "math"), ("failure_kind", "judge_failed"), ("run", "otlp-test")),
+                )
+            ]
+            == 1
+        )
+        failed = (
+            "rollout_failed",
+            (("agent", "browser"), ("failure_kind", "session_lost"), ("run", "otlp-test")),
+        )
+        assert latest[failed] == 1
+        assert ("rollout_failed", math) not in latest
+
+
+def test_demo_sends_spans_and_metrics(capsys: pytest.CaptureFixture[str]) -> None:
+    """``demo --otlp-endpoint`` exports the simulated run's spans and metrics."""
+    with OTLPReceiver() as receiver:
+        started = time.monotonic()
+        code = main(
+            ["demo", "--port", "0", "--duration", "1", "--rate", "100", "--seed", "1", "--failed", "0.3",
+             "--max-rollout-seconds", "0.05", "--summary-interval", "10",
+             "--otlp-endpoint", receiver.endpoint]
+        )  # fmt: skip
+        assert code == 0
+        assert time.monotonic() - started < 30
+        spans = receiver.spans()
+        assert len(spans) >= 50
+        assert any(attrs.get("rollout.disposition") == "failed" for _, attrs, _, _ in spans)
+        names = {name for name, _, _ in receiver.points()}
+        assert {"rollout_completed", "rollout_failed", "rollout_in_flight"} <= names

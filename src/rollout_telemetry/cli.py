@@ -84,6 +84,12 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--linger", type=float, default=0.0, help="keep serving this many seconds after the run"
     )
+    demo.add_argument(
+        "--warmup",
+        type=float,
+        default=0.0,
+        help="serve the agents at zero for this many seconds before the first rollout",
+    )
     return parser
 
 
@@ -132,6 +138,9 @@ def _demo(args: argparse.Namespace) -> int:
         task = asyncio.current_task()
         assert task is not None
         _install_sigterm(lambda: _cancel(loop, task))
+        if args.warmup > 0:
+            telemetry.declare(*config.agents)
+            await asyncio.sleep(args.warmup)
         await run_demo(telemetry, config, on_tick=tick, tick_seconds=args.summary_interval)
         if args.linger > 0:
             await asyncio.sleep(args.linger)

@@ -85,6 +85,7 @@ async def run_demo(
 ) -> int:
     """Run the simulated collection; return how many rollouts were started."""
     rng = random.Random(config.seed)
+    telemetry.declare(*config.agents)  # counters exist from 0, so increase() sees every rollout
     loop = asyncio.get_running_loop()
     start = loop.time()
     next_tick = start + tick_seconds

@@ -1,0 +1,190 @@
+"""End to end: the demo exporter, a real Prometheus with our config and rules, every dashboard query."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.e2e.processes import Exporter
+from tests.e2e.prometheus import REPO, RULES, Prometheus
+from tests.support import samples
+
+DASHBOARD = json.loads((REPO / "dashboards" / "rollout-progress.json").read_text())
+FAILURE_PANELS = {
+    "Reward lost to infrastructure",
+    "Masked ratio",
+    "Failed per minute by failure kind",
+    "Omitted per minute by failure kind",
+    "Masked per minute by failure kind",
+    "Top failure kinds",
+    "Rejected inputs per minute",
+}
+WARMUP, DURATION = 6.0, 8.0
+
+pytestmark = pytest.mark.e2e
+
+
+def dashboard_queries() -> Iterator[tuple[str, str]]:
+    """(panel title, expression) of every target, with Grafana's variables and macros substituted."""
+    for panel in DASHBOARD["panels"]:
+        for target in panel["targets"]:
+            expr = target["expr"]
+            expr = expr.replace("$__rate_interval", "1m").replace("$__range", "1h")
+            expr = expr.replace("$agent", ".*").replace("$run", "e2e")
+            assert "$" not in expr, expr
+            yield panel["title"], expr
+
+
+def _account(text: str) -> dict[str, dict[str, float]]:
+    """Per agent: completed, masked, failed, omitted, rewarded and the reward sums, from one scrape."""
+    account: dict[str, dict[str, float]] = {}
+    for (name, labels), value in samples(text).items():
+        agent = dict(labels).get("agent")
+        if agent is None:
+            continue
+        key = name.removeprefix("rollout_").removesuffix("_total")
+        bucket = account.setdefault(agent, {})
+        bucket[key] = bucket.get(key, 0.0) + value
+    return account
+
+
+def _run(tmp_path: Path, shares: list[str]) -> None:
+    """Run the demo under a real Prometheus until the run is over and scraped, then check everything."""
+    args = ["demo", "--seed", "7", "--rate", "30", "--duration", str(DURATION), "--warmup", str(WARMUP),
+            "--linger", "120", "--run", "e2e", "--max-rollout-seconds", "0.3", "--summary-interval", "60",
+            *shares]  # fmt: skip
+    with Exporter(args, tmp_path / "exporter.log") as exporter:
+        # A short scrape interval keeps small what increase() cannot see: the first sample of a series
+        # that appears mid-run (a failure kind's first occurrence) is its baseline, not an increase.
+        prometheus = Prometheus(tmp_path, [exporter.target], interval="200ms")
+        with prometheus:
+            time.sleep(WARMUP + DURATION + 1.0)
+            final = exporter.scrape()
+            completed = sum(v for (n, _), v in samples(final).items() if n == "rollout_completed_total")
+            in_flight = sum(v for (n, _), v in samples(final).items() if n == "rollout_in_flight")
+            assert in_flight == 0, "the run should be over"
+            assert completed > 0
+
+            def scraped_final() -> bool:
+                got = prometheus.query('sum(rollout_completed_total{run="e2e"})')
+                return bool(got) and float(got[0]["value"][1]) == completed
+
+            prometheus.wait_for(scraped_final, timeout=30, what="the final counts to be scraped")
+            first = prometheus.query('min_over_time(rollout_completed_total{run="e2e"}[1h])')
+            assert [float(r["value"][1]) for r in first] == [0.0, 0.0, 0.0], "the warm-up was not scraped"
+            # The timestamp of the newest scrape: evaluating there leaves nothing to extrapolate.
+            stamp = max(
+                float(r["value"][1])
+                for r in prometheus.query('timestamp(rollout_completed_total{run="e2e"})')
+            )
+            prometheus.wait_for(
+                lambda: bool(prometheus.query("agent:rollout_masked:ratio_rate5m")),
+                timeout=30,
+                what="the recording rules to be evaluated",
+            )
+            _check(prometheus, _account(final), stamp, healthy=shares == HEALTHY)
+
+
+HEALTHY = ["--masked", "0", "--failed", "0", "--omitted", "0"]
+TROUBLED = ["--masked", "0.25", "--failed", "0.15", "--omitted", "0.05"]
+
+
+def _check(
+    prometheus: Prometheus, account: dict[str, dict[str, float]], stamp: float, *, healthy: bool
+) -> None:
+    # Every dashboard query returns at least one series; in a healthy run the failure panels read 0.
+    for title, expr in dashboard_queries():
+        result = prometheus.query(expr, at=stamp)
+        assert result, f"panel {title!r} returned nothing for {expr}"
+        if healthy and title in FAILURE_PANELS:
+            assert all(float(r["value"][1]) == 0 for r in result), (title, result)
+
+    # The recording rules agree with the exporter's account.
+    rules = {
+        r["record"]: r["expr"]
+        for g in yaml.safe_load(RULES.read_text())["groups"]
+        for r in g["rules"]
+        if "record" in r
+    }
+    for name in rules:
+        if healthy and name.startswith("agent_failure_kind:"):
+            continue  # one series per failure kind: none exist in a healthy run
+        assert prometheus.query(name), f"recording rule {name} produced nothing"
+
+    def rule(name: str) -> dict[str, float]:
+        return {dict(k)["agent"]: v for k, v in _by_agent(prometheus.query(rules[name], at=stamp)).items()}
+
+    masked_ratio = rule("agent:rollout_masked:ratio_rate5m")
+    mean = rule("agent:rollout_reward:mean_rate5m")
+    unmasked = rule("agent:rollout_reward_unmasked:mean_rate5m")
+    failed = rule("agent:rollout_failed:rate5m")
+    completed = rule("agent:rollout_completed:rate5m")
+    assert set(masked_ratio) == set(account) == {"math_agent", "code_agent", "browser_agent"}
+
+    def first_samples(metric: str, agent: str) -> float:
+        # A series that appears mid-run (a kind's first occurrence) starts at a value increase() treats as
+        # its baseline: the rules can miss at most these first samples, and never count more.
+        found = prometheus.query(f'{metric}{{agent="{agent}"}}[1h]', at=stamp)
+        return sum(float(series["values"][0][1]) for series in found)
+
+    tiny = 1e-9
+    for agent, counts in account.items():
+        total = counts["completed"]
+        reward_sum = counts["reward_positive"] - counts["reward_negative"]
+        # Always-present counters start at 0 (warm-up) and the evaluation is at the last scrape: exact.
+        assert mean[agent] == pytest.approx(reward_sum / counts["rewarded"], rel=1e-9, abs=1e-12)
+        assert completed[agent] > 0
+        masked = counts.get("masked", 0.0)
+        lost = first_samples("rollout_masked_total", agent)
+        assert (masked - lost) / total - tiny <= masked_ratio[agent] <= masked / total + tiny
+        failures = counts.get("failed", 0.0)
+        lost = first_samples("rollout_failed_total", agent)
+        ratio = failed[agent] / completed[agent]
+        assert (failures - lost) / total - tiny <= ratio <= failures / total + tiny
+        # The demo's masked rollouts carry reward 0, so only the unmasked denominator can miss samples.
+        assert counts.get("masked_reward_positive", 0.0) == counts.get("masked_reward_negative", 0.0) == 0.0
+        masked_rewarded = counts.get("masked_rewarded", 0.0)
+        lost = first_samples("rollout_masked_rewarded_total", agent)
+        bounds = sorted(
+            [
+                reward_sum / (counts["rewarded"] - masked_rewarded),
+                reward_sum / (counts["rewarded"] - masked_rewarded + lost),
+            ]
+        )
+        assert bounds[0] - tiny <= unmasked[agent] <= bounds[1] + tiny
+        if healthy:
+            assert masked_ratio[agent] == 0
+            assert failed[agent] == 0
+            assert unmasked[agent] == mean[agent]
+        else:
+            assert masked_ratio[agent] > 0
+            assert failed[agent] > 0
+            assert unmasked[agent] != mean[agent]
+
+
+def _by_agent(result: list[dict[str, Any]]) -> dict[tuple[tuple[str, str], ...], float]:
+    return {tuple(sorted(r["metric"].items())): float(r["value"][1]) for r in result}
+
+
+def test_healthy_run_every_panel_has_data_and_failures_read_zero(tmp_path: Path) -> None:
+    """A healthy demo: every dashboard query has a series, failure panels are 0, rules match the account."""
+    _run(tmp_path, HEALTHY)
+
+
+def test_troubled_run_every_panel_has_data_and_rules_match(tmp_path: Path) -> None:
+    """A demo with masked, failed and omitted rollouts: every query has data and the rules match."""
+    _run(tmp_path, TROUBLED)
+
+
+def test_dashboard_query_substitution_leaves_no_macro() -> None:
+    """The substitution used above covers every variable and macro the dashboard uses."""
+    queries = list(dashboard_queries())
+    assert len(queries) >= 12
+    assert all(not re.search(r"\$\w", expr) for _, expr in queries)

@@ -1,0 +1,55 @@
+"""docker-compose.yml is valid, pins its images, publishes on localhost, and mounts what exists."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import yaml
+
+from tests.support import require_tool
+
+ROOT = Path(__file__).parent.parent
+
+
+def test_compose_config_is_valid() -> None:
+    """``docker-compose config`` accepts the file."""
+    result = subprocess.run(
+        [require_tool("docker-compose"), "-f", "docker-compose.yml", "config", "-q"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+
+
+def test_images_are_pinned_and_ports_local() -> None:
+    """Every image has an exact version; every published port is bound to 127.0.0.1."""
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    services = compose["services"]
+    assert set(services) == {"exporter", "prometheus", "grafana"}
+    for name, service in services.items():
+        assert re.fullmatch(r"[\w./-]+:v?\d+\.\d+\.\d+", service["image"]), f"{name}: {service['image']}"
+        for port in service.get("ports", []):
+            assert port.startswith("127.0.0.1:"), f"{name}: {port}"
+    assert (ROOT / "Dockerfile").is_file()
+    assert re.search(r"^FROM python:3\.11\.\d+-slim", (ROOT / "Dockerfile").read_text(), re.MULTILINE)
+
+
+def test_mounts_point_at_the_shipped_files() -> None:
+    """The Prometheus and Grafana mounts resolve to the repo's config, rules, provisioning and dashboard."""
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    for service in compose["services"].values():
+        for volume in service.get("volumes", []):
+            source = volume.split(":")[0]
+            assert (ROOT / source).exists(), source
+    assert (ROOT / "dashboards/prometheus/prometheus.yml").is_file()
+    datasource = yaml.safe_load(
+        (ROOT / "dashboards/grafana/provisioning/datasources/prometheus.yml").read_text()
+    )
+    assert datasource["datasources"][0]["uid"] == "rollout-prometheus"
+    provider = yaml.safe_load(
+        (ROOT / "dashboards/grafana/provisioning/dashboards/rollout-telemetry.yml").read_text()
+    )
+    assert provider["providers"][0]["options"]["path"] == "/var/lib/grafana/dashboards"
+    prometheus = yaml.safe_load((ROOT / "dashboards/prometheus/prometheus.yml").read_text())
+    assert prometheus["scrape_configs"][0]["static_configs"][0]["targets"] == ["exporter:9464"]

@@ -6,6 +6,8 @@ import os
 import shutil
 import socket
 import subprocess
+import time
+from collections.abc import Callable
 
 import pytest
 from prometheus_client import generate_latest
@@ -83,3 +85,34 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+def wait_until(condition: Callable[[], bool], *, timeout: float, what: str) -> None:
+    """Poll ``condition`` every 0.1 s until it holds; fail naming ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def free_port_range(count: int) -> int:
+    """The first of ``count`` consecutive free ports on 127.0.0.1."""
+    for _ in range(50):
+        base = free_port()
+        if base + count > 65535:
+            continue
+        sockets = []
+        try:
+            for port in range(base, base + count):
+                sock = socket.socket()
+                sockets.append(sock)
+                sock.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for sock in sockets:
+                sock.close()
+    raise AssertionError("no free port range")

@@ -52,13 +52,11 @@ class _AgentState:
         "duration_buckets",
         "duration_count",
         "duration_sum",
-        "failed",
         "failed_index",
         "in_flight",
         "kind_labels",
         "label",
         "lifecycle",
-        "masked",
         "masked_index",
         "masked_negative",
         "masked_positive",
@@ -66,20 +64,14 @@ class _AgentState:
         "measured",
         "measured_negative",
         "measured_positive",
-        "omitted",
         "omitted_index",
-        "unscored",
         "unscored_index",
     )
 
     def __init__(self, label: str) -> None:
         self.label = label
         self.measured = 0
-        self.masked = 0
         self.masked_rewarded = 0
-        self.unscored = 0
-        self.failed = 0
-        self.omitted = 0
         self.measured_positive = 0.0
         self.measured_negative = 0.0
         self.masked_positive = 0.0
@@ -320,7 +312,6 @@ class Account:
             state = self._agent(agent)
         with self._lock:
             if masked:
-                state.masked += 1
                 cell = state.masked_index.get(kind)
                 if cell is None:
                     cell = self._cell(state, _MASKED, state.masked_index, kind)
@@ -338,7 +329,6 @@ class Account:
                 else:
                     state.measured_negative -= reward
             else:
-                state.unscored += 1
                 cell = state.unscored_index.get(kind)
                 if cell is None:
                     cell = self._cell(state, _UNSCORED, state.unscored_index, kind)
@@ -350,7 +340,6 @@ class Account:
         if state is None:
             state = self._agent(agent)
         with self._lock:
-            state.failed += 1
             cell = state.failed_index.get(kind)
             if cell is None:
                 cell = self._cell(state, _FAILED, state.failed_index, kind)
@@ -362,7 +351,6 @@ class Account:
         if state is None:
             state = self._agent(agent)
         with self._lock:
-            state.omitted += 1
             cell = state.omitted_index.get(kind)
             if cell is None:
                 cell = self._cell(state, _OMITTED, state.omitted_index, kind)
@@ -417,16 +405,12 @@ class Account:
                     state.measured_negative -= reward
                 return duration
             if disposition is _FAILED:
-                state.failed += 1
                 index = state.failed_index
             elif disposition is _OMITTED:
-                state.omitted += 1
                 index = state.omitted_index
             elif disposition is _UNSCORED:
-                state.unscored += 1
                 index = state.unscored_index
             else:
-                state.masked += 1
                 index = state.masked_index
                 if reward is not None:
                     state.masked_rewarded += 1
@@ -446,32 +430,38 @@ class Account:
         """Copy every count atomically."""
         with self._lock:
             now = self._clock()
-            agents = tuple(
-                AgentSnapshot(
-                    agent=s.label,
-                    measured=s.measured,
-                    masked=s.masked,
-                    masked_rewarded=s.masked_rewarded,
-                    unscored=s.unscored,
-                    failed=s.failed,
-                    omitted=s.omitted,
-                    measured_positive=s.measured_positive,
-                    measured_negative=s.measured_negative,
-                    masked_positive=s.masked_positive,
-                    masked_negative=s.masked_negative,
-                    kinds={key: cell[0] for key, cell in s.cells.items()},
-                    lifecycle=s.lifecycle,
-                    in_flight=len(s.in_flight),
-                    # Tokens are handed out in clock order, so the first entry is the oldest.
-                    oldest_in_flight_start=next(iter(s.in_flight.values()), None),
-                    duration_buckets=tuple(s.duration_buckets),
-                    duration_sum=s.duration_sum,
-                    duration_count=s.duration_count,
+            agents = []
+            for s in self._by_label.values():
+                kinds = {key: cell[0] for key, cell in s.cells.items()}
+                # The per-disposition totals are the sums of their kind cells: one increment per record.
+                counts = dict.fromkeys((_MASKED, _UNSCORED, _FAILED, _OMITTED), 0)
+                for (disposition, _), count in kinds.items():
+                    counts[disposition] += count
+                agents.append(
+                    AgentSnapshot(
+                        agent=s.label,
+                        measured=s.measured,
+                        masked=counts[_MASKED],
+                        masked_rewarded=s.masked_rewarded,
+                        unscored=counts[_UNSCORED],
+                        failed=counts[_FAILED],
+                        omitted=counts[_OMITTED],
+                        measured_positive=s.measured_positive,
+                        measured_negative=s.measured_negative,
+                        masked_positive=s.masked_positive,
+                        masked_negative=s.masked_negative,
+                        kinds=kinds,
+                        lifecycle=s.lifecycle,
+                        in_flight=len(s.in_flight),
+                        # Tokens are handed out in clock order, so the first entry is the oldest.
+                        oldest_in_flight_start=next(iter(s.in_flight.values()), None),
+                        duration_buckets=tuple(s.duration_buckets),
+                        duration_sum=s.duration_sum,
+                        duration_count=s.duration_count,
+                    )
                 )
-                for s in self._by_label.values()
-            )
             return AccountSnapshot(
-                agents=agents,
+                agents=tuple(agents),
                 rejected=dict(self._rejected),
                 overflow=dict(self._overflow),
                 taken_at=now,

@@ -33,6 +33,13 @@ def _add_serve_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--port", type=int, default=9464, help="port for /metrics (default: 9464; 0 picks one)"
     )
+    group.add_argument(
+        "--port-range",
+        type=int,
+        default=1,
+        metavar="N",
+        help="take the first free port of PORT..PORT+N-1 (one per process on a node; default: 1)",
+    )
     group.add_argument("--run", default=None, help="run name, added as a 'run' label on every series")
 
 
@@ -126,7 +133,7 @@ def _demo(args: argparse.Namespace) -> int:
         shutdown_otel = otlp.shutdown
     else:
         telemetry = RolloutTelemetry(run=args.run)
-    server = telemetry.serve(port=args.port, host=args.host)
+    server = telemetry.serve(port=args.port, host=args.host, port_range=args.port_range)
     print(f"serving {server.url}", flush=True)
 
     def tick() -> None:

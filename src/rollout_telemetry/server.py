@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import errno
 import hashlib
 import hmac
 import logging
@@ -41,6 +42,7 @@ _StartResponse = Callable[..., Any]
 _WSGIApp = Callable[[dict[str, Any], _StartResponse], Iterable[bytes]]
 
 _SCRYPT_N, _SCRYPT_R, _SCRYPT_P = 2**14, 8, 1
+_ADDRESS_IN_USE = {errno.EADDRINUSE, 48, 10048}  # Linux, macOS, Windows
 
 
 class ServeError(RuntimeError):
@@ -204,8 +206,11 @@ class _PooledServer(WSGIServer):
 class MetricsServer:
     """A running ``/metrics`` endpoint; ``stop()`` (or leaving the ``with`` block) shuts it down.
 
+    With ``port_range=N`` the first free port of ``port .. port+N-1`` is taken: the documented way for
+    several collector processes on one node to get a port each without coordinating.
+
     Raises:
-        ServeError: the address cannot be bound (the port is taken, the host is unknown).
+        ServeError: the address cannot be bound (every port in the range is taken, the host is unknown).
     """
 
     def __init__(
@@ -217,17 +222,32 @@ class MetricsServer:
         tls: TLSConfig | None = None,
         auth: BasicAuth | None = None,
         threads: int = 4,
+        port_range: int = 1,
     ) -> None:
         self._tls = tls
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         context = tls.context() if tls is not None else None
-        try:
-            self._server = _PooledServer((host, port), threads=threads, tls=context, family=family)
-        except OSError as exc:
-            msg = f"cannot serve metrics on {host}:{port}: {exc.strerror or exc}"
-            if port and exc.errno in (98, 48, 10048):  # EADDRINUSE on Linux, macOS, Windows
-                msg = f"cannot serve metrics on {host}:{port}: port {port} is already in use"
-            raise ServeError(msg) from exc
+        if port_range < 1:
+            msg = f"port_range must be at least 1, got {port_range}"
+            raise ServeError(msg)
+        candidates = [port] if port == 0 else list(range(port, port + port_range))
+        server: _PooledServer | None = None
+        for candidate in candidates:
+            try:
+                server = _PooledServer((host, candidate), threads=threads, tls=context, family=family)
+                break
+            except OSError as exc:
+                if exc.errno in _ADDRESS_IN_USE and candidate != candidates[-1]:
+                    continue
+                msg = f"cannot serve metrics on {host}:{candidate}: {exc.strerror or exc}"
+                if exc.errno in _ADDRESS_IN_USE:
+                    taken = (
+                        f"port {port} is" if len(candidates) == 1 else f"ports {port}-{candidates[-1]} are"
+                    )
+                    msg = f"cannot serve metrics on {host}:{candidate}: {taken} already in use"
+                raise ServeError(msg) from exc
+        assert server is not None
+        self._server = server
         self._server.set_app(make_app(registry, auth))
         self.host = host
         self.port: int = self._server.server_address[1]

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
+from prometheus_client import push_to_gateway, pushadd_to_gateway
 from prometheus_client.registry import CollectorRegistry
 
 from rollout_telemetry.account import (
@@ -250,10 +251,34 @@ class RolloutTelemetry:
         *,
         tls: TLSConfig | None = None,
         auth: BasicAuth | None = None,
+        port_range: int = 1,
     ) -> MetricsServer:
         """Serve ``/metrics`` and ``/healthz`` in a background thread; returns the running server.
+
+        With ``port_range=N`` the first free port of ``port .. port+N-1`` is used (one per process).
 
         Raises:
             ServeError: the port is taken or the host cannot be bound.
         """
-        return MetricsServer(self.registry, port=port, host=host, tls=tls, auth=auth)
+        return MetricsServer(self.registry, port=port, host=host, tls=tls, auth=auth, port_range=port_range)
+
+    def push(
+        self,
+        gateway: str,
+        job: str,
+        *,
+        grouping_key: Mapping[str, str] | None = None,
+        replace: bool = True,
+        timeout: float = 10.0,
+    ) -> None:
+        """Push the current state to a Prometheus Pushgateway, for short-lived batch jobs.
+
+        Uses prometheus_client's ``push_to_gateway`` (``replace=True``: the group is replaced) or
+        ``pushadd_to_gateway`` (``replace=False``). Give each process its own ``grouping_key`` (for example
+        ``{"instance": hostname_pid}``) so pushes from several processes do not overwrite each other.
+
+        Raises:
+            OSError: the gateway cannot be reached or refused the push.
+        """
+        push = push_to_gateway if replace else pushadd_to_gateway
+        push(gateway, job=job, registry=self.registry, grouping_key=dict(grouping_key or {}), timeout=timeout)

@@ -28,6 +28,8 @@ def measure(calls: int, rounds: int) -> dict[str, float]:
         with rollout("math_agent", task_index=1, rollout_index=0) as handle:
             handle.complete(response)
 
+    timeit.timeit(with_record, number=calls)  # warm up both before timing
+    timeit.timeit(with_lifecycle, number=calls)
     times: dict[str, list[float]] = {"record()": [], "rollout() block": []}
     for _ in range(rounds):
         times["record()"].append(timeit.timeit(with_record, number=calls) / calls)

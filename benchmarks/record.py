@@ -1,9 +1,18 @@
 """Cost of record() against a bare locked dict update, prometheus_client and the OpenTelemetry SDK.
 
-Prints the per-call time of each, measured in one run with interleaved rounds (median of rounds), and the
-ratios the performance goals are stated in. Absolute times drift between machines; the ratios are the result.
+For each outcome (measured, masked, failed) it times ``record()`` and, in the same interleaved rounds:
 
-    .venv/bin/python benchmarks/record.py [--calls 200000] [--rounds 7]
+- a bare dict update under a lock (one update);
+- prometheus_client ``.labels(...).inc()`` on the *equivalent counters*: the ones the outcome moves in the
+  exposition (measured: completed, rewarded, reward sum; masked: completed, rewarded, masked by kind,
+  masked rewarded; failed: failed by kind), and a single ``.labels().inc()`` for reference;
+- the OpenTelemetry SDK ``counter.add`` on the same equivalent counters, and a single ``add`` for reference.
+
+Ratios are medians of per-round ratios (each pair timed moments apart, so drift cancels); absolute times
+drift between runs and machines. Goals: record() <= 2x the bare dict update, >= 2x faster than
+prometheus_client and >= 10x faster than the OpenTelemetry SDK on equivalent counters.
+
+    .venv/bin/python benchmarks/record.py [--calls 200000] [--rounds 11]
 """
 
 from __future__ import annotations
@@ -19,9 +28,11 @@ from prometheus_client import CollectorRegistry, Counter
 
 from rollout_telemetry import RolloutTelemetry
 
+OUTCOMES = ("measured", "masked", "failed")
+
 
 def candidates() -> tuple[dict[str, str], dict[str, object]]:
-    """The statements timed, each one call that records one outcome, and the names they use."""
+    """The statements timed and the names they use."""
     lock = threading.Lock()
     counts: dict[tuple[str, str], int] = {}
 
@@ -30,15 +41,25 @@ def candidates() -> tuple[dict[str, str], dict[str, object]]:
             counts[(agent, kind)] = counts.get((agent, kind), 0) + 1
 
     registry = CollectorRegistry()
-    prom = Counter("rollout_masked", "masked", ["agent", "failure_kind"], registry=registry)
+    agent_counter = {
+        name: Counter(name, name, ["agent"], registry=registry)
+        for name in ("completed", "rewarded", "reward_positive", "masked_rewarded")
+    }
+    kind_counter = {
+        name: Counter(name, name, ["agent", "failure_kind"], registry=registry)
+        for name in ("masked", "failed")
+    }
     meter = MeterProvider(metric_readers=[InMemoryMetricReader()]).get_meter("bench")
-    otel = meter.create_counter("rollout_masked")
+    otel = {name: meter.create_counter(name) for name in (*agent_counter, *kind_counter)}
     telemetry = RolloutTelemetry(run="bench")
     names: dict[str, object] = {
         "bare_dict": bare_dict,
-        "prom": prom,
-        "otel": otel,
-        "attributes": {"agent": "math_agent", "failure_kind": "judge_failed"},
+        "p": agent_counter,
+        "k": kind_counter,
+        "o": otel,
+        "a": {"agent": "math_agent"},
+        "ak": {"agent": "math_agent", "failure_kind": "judge_failed"},
+        "af": {"agent": "math_agent", "failure_kind": "session_lost"},
         "record": telemetry.record,
         "record_failure": telemetry.record_failure,
         "measured": {"reward": 0.5},
@@ -46,43 +67,68 @@ def candidates() -> tuple[dict[str, str], dict[str, object]]:
     }
     statements = {
         "bare dict under a lock": "bare_dict('math_agent', 'judge_failed')",
-        "prometheus_client labels().inc()": "prom.labels('math_agent', 'judge_failed').inc()",
-        "OpenTelemetry SDK counter.add()": "otel.add(1, attributes)",
+        "prometheus_client single inc": "k['masked'].labels('math_agent', 'judge_failed').inc()",
+        "OpenTelemetry SDK single add": "o['masked'].add(1, ak)",
+        "prometheus_client measured": (
+            "p['completed'].labels('math_agent').inc(); p['rewarded'].labels('math_agent').inc(); "
+            "p['reward_positive'].labels('math_agent').inc(0.5)"
+        ),
+        "prometheus_client masked": (
+            "p['completed'].labels('math_agent').inc(); p['rewarded'].labels('math_agent').inc(); "
+            "k['masked'].labels('math_agent', 'judge_failed').inc(); "
+            "p['masked_rewarded'].labels('math_agent').inc()"
+        ),
+        "prometheus_client failed": "k['failed'].labels('math_agent', 'session_lost').inc()",
+        "OpenTelemetry SDK measured": (
+            "o['completed'].add(1, a); o['rewarded'].add(1, a); o['reward_positive'].add(0.5, a)"
+        ),
+        "OpenTelemetry SDK masked": (
+            "o['completed'].add(1, a); o['rewarded'].add(1, a); o['masked'].add(1, ak); "
+            "o['masked_rewarded'].add(1, a)"
+        ),
+        "OpenTelemetry SDK failed": "o['failed'].add(1, af)",
         "record() measured": "record('math_agent', measured)",
         "record() masked": "record('math_agent', masked)",
-        "record_failure()": "record_failure('math_agent', 'session_lost')",
+        "record() failed": "record_failure('math_agent', 'session_lost')",
     }
     return statements, names
 
 
-def measure(calls: int, rounds: int) -> dict[str, float]:
-    """Median seconds per call of each candidate, rounds interleaved so drift hits all alike."""
+def measure(calls: int, rounds: int) -> dict[str, list[float]]:
+    """Seconds per call of each candidate in every round; rounds interleave the candidates."""
     statements, names = candidates()
+    for statement in statements.values():  # warm up: the interpreter specialises hot code after a while
+        timeit.timeit(statement, globals=names, number=calls)
     times: dict[str, list[float]] = {name: [] for name in statements}
     for _ in range(rounds):
         for name, statement in statements.items():
             times[name].append(timeit.timeit(statement, globals=names, number=calls) / calls)
-    return {name: statistics.median(ts) for name, ts in times.items()}
+    return times
+
+
+def ratio(numerator: list[float], denominator: list[float]) -> float:
+    """The median over rounds of the per-round ratio."""
+    return statistics.median(n / d for n, d in zip(numerator, denominator, strict=True))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=200_000)
-    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--rounds", type=int, default=11)
     args = parser.parse_args()
-    result = measure(args.calls, args.rounds)
-    for name, seconds in result.items():
-        print(f"{name:<36} {seconds * 1e6:8.3f} us/call")
-    bare = result["bare dict under a lock"]
-    prom = result["prometheus_client labels().inc()"]
-    otel = result["OpenTelemetry SDK counter.add()"]
+    times = measure(args.calls, args.rounds)
+    for name, seconds in times.items():
+        print(f"{name:<32} {statistics.median(seconds) * 1e6:8.3f} us (median)")
+    bare = times["bare dict under a lock"]
     print()
-    for name in ("record() measured", "record() masked", "record_failure()"):
-        own = result[name]
+    for outcome in OUTCOMES:
+        own = times[f"record() {outcome}"]
         print(
-            f"{name:<20} vs bare dict: {own / bare:5.2f}x (goal <= 2)   "
-            f"prometheus_client is {prom / own:5.2f}x slower (goal >= 2)   "
-            f"OTel SDK is {otel / own:5.2f}x slower (goal >= 10)"
+            f"record() {outcome:<9} {ratio(own, bare):5.2f}x the bare dict (goal <= 2); "
+            f"prometheus_client {ratio(times[f'prometheus_client {outcome}'], own):5.2f}x slower (goal >= 2; "
+            f"one inc: {ratio(times['prometheus_client single inc'], own):4.2f}x); "
+            f"OTel SDK {ratio(times[f'OpenTelemetry SDK {outcome}'], own):5.2f}x slower (goal >= 10; "
+            f"one add: {ratio(times['OpenTelemetry SDK single add'], own):5.2f}x)"
         )
 
 

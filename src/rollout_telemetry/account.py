@@ -48,42 +48,42 @@ class _AgentState:
     """Mutable per-agent counts; only touched under the account lock."""
 
     __slots__ = (
-        "cells",
         "duration_buckets",
         "duration_count",
         "duration_sum",
-        "failed_index",
+        "failed_kinds",
         "in_flight",
+        "key_labels",
         "kind_labels",
         "label",
         "lifecycle",
-        "masked_index",
+        "masked_kinds",
         "masked_negative",
         "masked_positive",
-        "masked_rewarded",
+        "masked_unrewarded",
         "measured",
         "measured_negative",
         "measured_positive",
-        "omitted_index",
-        "unscored_index",
+        "omitted_kinds",
+        "unscored_kinds",
     )
 
     def __init__(self, label: str) -> None:
         self.label = label
         self.measured = 0
-        self.masked_rewarded = 0
+        self.masked_unrewarded = 0  # rare, so the common masked record has one increment fewer
         self.measured_positive = 0.0
         self.measured_negative = 0.0
         self.masked_positive = 0.0
         self.masked_negative = 0.0
-        # One mutable count cell per (disposition, failure-kind label), and per disposition an index from
-        # the raw failure kind to its cell, resolved once (validated, truncated, capped) and bounded: the
-        # hot path is one dict lookup and one increment.
-        self.cells: dict[tuple[Disposition, str], list[int]] = {}
-        self.masked_index: dict[str | None, list[int]] = {}
-        self.unscored_index: dict[str | None, list[int]] = {}
-        self.failed_index: dict[str | None, list[int]] = {}
-        self.omitted_index: dict[str | None, list[int]] = {}
+        # Counts per failure kind, one dict per disposition that carries one. A kind whose label is the
+        # kind itself (or None, "unspecified") is its own key, so the hot path is `counts[kind] += 1`;
+        # key_labels maps every key to its label, resolved once (validated, truncated, capped).
+        self.masked_kinds: dict[str | None, int] = {}
+        self.unscored_kinds: dict[str | None, int] = {}
+        self.failed_kinds: dict[str | None, int] = {}
+        self.omitted_kinds: dict[str | None, int] = {}
+        self.key_labels: dict[str | None, str] = {}
         self.kind_labels: set[str] = set()
         self.lifecycle = False
         self.in_flight: dict[int, float] = {}
@@ -235,6 +235,17 @@ class Account:
         self._overflow_warned: set[str] = set()
         self._tokens = itertools.count(1)
 
+    def reset(self) -> None:
+        """Start every count over from zero (the source being read started over).
+
+        Scrapers see a counter reset, which ``rate()`` and ``increase()`` handle.
+        """
+        with self._lock:
+            self._by_label = {}
+            self._by_name = {}
+            self._rejected = {}
+            self._overflow = {}
+
     # -- resolving labels ---------------------------------------------------------------------------
 
     def _agent(self, name: str) -> _AgentState:
@@ -259,14 +270,8 @@ class Account:
                 self._by_name[name] = state
             return state
 
-    def _cell(
-        self,
-        state: _AgentState,
-        disposition: Disposition,
-        index: dict[str | None, list[int]],
-        kind: str | None,
-    ) -> list[int]:
-        # Called under the lock when ``kind`` is not in the disposition's index yet.
+    def _count_new_kind(self, state: _AgentState, counts: dict[str | None, int], kind: str | None) -> None:
+        # Called under the lock when ``kind`` is not a key of ``counts`` yet.
         if kind is None:
             label = UNSPECIFIED
         else:
@@ -276,20 +281,16 @@ class Account:
                 if len(self._kind_labels) < 4096:
                     self._kind_labels[kind] = cached
             label = cached
-        overflow = False
         if label not in state.kind_labels:
             if len(state.kind_labels) >= self._max_kinds and label != OTHER:
+                # Not made a key, so every further record of this kind is counted as an overflow too.
                 self._overflowed("failure_kind")
-                label, overflow = OTHER, True
+                label = OTHER
             else:
                 state.kind_labels.add(label)
-        cell = state.cells.get((disposition, label))
-        if cell is None:
-            cell = state.cells[(disposition, label)] = [0]
-        # An overflowing kind is not indexed, so each further record of it is counted as an overflow.
-        if not overflow and len(index) < 4 * self._max_kinds:
-            index[kind] = cell
-        return cell
+        key: str | None = kind if (kind is None or kind == label) else label
+        counts[key] = counts.get(key, 0) + 1
+        state.key_labels[key] = label
 
     def _overflowed(self, label: str) -> None:
         # Called under the lock.
@@ -312,27 +313,30 @@ class Account:
             state = self._agent(agent)
         with self._lock:
             if masked:
-                cell = state.masked_index.get(kind)
-                if cell is None:
-                    cell = self._cell(state, _MASKED, state.masked_index, kind)
-                cell[0] += 1
-                if reward is not None:
-                    state.masked_rewarded += 1
-                    if reward >= 0.0:
-                        state.masked_positive += reward
-                    else:
-                        state.masked_negative -= reward
+                counts = state.masked_kinds
+                try:
+                    counts[kind] += 1
+                except KeyError:
+                    self._count_new_kind(state, counts, kind)
+                # A zero reward (common: masked rollouts usually score 0) changes no sum: skip the add.
+                if reward is None:
+                    state.masked_unrewarded += 1
+                elif reward > 0.0:
+                    state.masked_positive += reward
+                elif reward < 0.0:
+                    state.masked_negative -= reward
             elif reward is not None:
                 state.measured += 1
-                if reward >= 0.0:
+                if reward > 0.0:
                     state.measured_positive += reward
-                else:
+                elif reward < 0.0:
                     state.measured_negative -= reward
             else:
-                cell = state.unscored_index.get(kind)
-                if cell is None:
-                    cell = self._cell(state, _UNSCORED, state.unscored_index, kind)
-                cell[0] += 1
+                counts = state.unscored_kinds
+                try:
+                    counts[kind] += 1
+                except KeyError:
+                    self._count_new_kind(state, counts, kind)
 
     def add_failed(self, agent: str, kind: str | None) -> None:
         """Count one rollout that never reached the output."""
@@ -340,10 +344,11 @@ class Account:
         if state is None:
             state = self._agent(agent)
         with self._lock:
-            cell = state.failed_index.get(kind)
-            if cell is None:
-                cell = self._cell(state, _FAILED, state.failed_index, kind)
-            cell[0] += 1
+            counts = state.failed_kinds
+            try:
+                counts[kind] += 1
+            except KeyError:
+                self._count_new_kind(state, counts, kind)
 
     def add_omitted(self, agent: str, kind: str | None) -> None:
         """Count one rollout left out on purpose."""
@@ -351,10 +356,11 @@ class Account:
         if state is None:
             state = self._agent(agent)
         with self._lock:
-            cell = state.omitted_index.get(kind)
-            if cell is None:
-                cell = self._cell(state, _OMITTED, state.omitted_index, kind)
-            cell[0] += 1
+            counts = state.omitted_kinds
+            try:
+                counts[kind] += 1
+            except KeyError:
+                self._count_new_kind(state, counts, kind)
 
     def declare(self, agent: str) -> None:
         """Make ``agent`` known with zero counts, so its always-present series start at 0."""
@@ -399,29 +405,29 @@ class Account:
             state.duration_count += 1
             if disposition is _MEASURED:
                 state.measured += 1
-                if reward is not None and reward >= 0.0:
+                if reward is not None and reward > 0.0:
                     state.measured_positive += reward
-                elif reward is not None:
+                elif reward is not None and reward < 0.0:
                     state.measured_negative -= reward
                 return duration
             if disposition is _FAILED:
-                index = state.failed_index
+                counts = state.failed_kinds
             elif disposition is _OMITTED:
-                index = state.omitted_index
+                counts = state.omitted_kinds
             elif disposition is _UNSCORED:
-                index = state.unscored_index
+                counts = state.unscored_kinds
             else:
-                index = state.masked_index
-                if reward is not None:
-                    state.masked_rewarded += 1
-                    if reward >= 0.0:
-                        state.masked_positive += reward
-                    else:
-                        state.masked_negative -= reward
-            cell = index.get(kind)
-            if cell is None:
-                cell = self._cell(state, disposition, index, kind)
-            cell[0] += 1
+                counts = state.masked_kinds
+                if reward is None:
+                    state.masked_unrewarded += 1
+                elif reward > 0.0:
+                    state.masked_positive += reward
+                elif reward < 0.0:
+                    state.masked_negative -= reward
+            try:
+                counts[kind] += 1
+            except KeyError:
+                self._count_new_kind(state, counts, kind)
         return duration
 
     # -- reading ------------------------------------------------------------------------------------
@@ -432,17 +438,25 @@ class Account:
             now = self._clock()
             agents = []
             for s in self._by_label.values():
-                kinds = {key: cell[0] for key, cell in s.cells.items()}
-                # The per-disposition totals are the sums of their kind cells: one increment per record.
+                # The per-disposition totals are the sums of their kind counts: one increment per record.
+                kinds: dict[tuple[Disposition, str], int] = {}
                 counts = dict.fromkeys((_MASKED, _UNSCORED, _FAILED, _OMITTED), 0)
-                for (disposition, _), count in kinds.items():
-                    counts[disposition] += count
+                for disposition, by_key in (
+                    (_MASKED, s.masked_kinds),
+                    (_UNSCORED, s.unscored_kinds),
+                    (_FAILED, s.failed_kinds),
+                    (_OMITTED, s.omitted_kinds),
+                ):
+                    for key, count in by_key.items():
+                        label = (disposition, s.key_labels[key])
+                        kinds[label] = kinds.get(label, 0) + count
+                        counts[disposition] += count
                 agents.append(
                     AgentSnapshot(
                         agent=s.label,
                         measured=s.measured,
                         masked=counts[_MASKED],
-                        masked_rewarded=s.masked_rewarded,
+                        masked_rewarded=counts[_MASKED] - s.masked_unrewarded,
                         unscored=counts[_UNSCORED],
                         failed=counts[_FAILED],
                         omitted=counts[_OMITTED],

@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import signal
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from types import FrameType
 
+from rollout_telemetry.coverage import Coverage, CoverageCollector
 from rollout_telemetry.demo import DemoConfig, run_demo, summary_lines
+from rollout_telemetry.follow import RunFiles, RunFollower
+from rollout_telemetry.report import build_report, render_table
 from rollout_telemetry.server import ServeError
 from rollout_telemetry.telemetry import RolloutTelemetry
 
@@ -91,6 +96,37 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--linger", type=float, default=0.0, help="keep serving this many seconds after the run"
     )
+    serve = commands.add_parser(
+        "serve",
+        help="follow a run's rollout JSONL files live and serve /metrics (zero-code mode)",
+        description=(
+            "Read a NeMo Gym run's output files (PATH = <stem>.jsonl, with <stem>_failures.jsonl and "
+            "<stem>_materialized_inputs.jsonl found by name), then follow appends and serve /metrics with "
+            "the live counters and the run coverage account. Lines still being written are read once their "
+            "newline arrives; a truncated or replaced file is read again from the start."
+        ),
+    )
+    serve.add_argument(
+        "--follow", required=True, metavar="PATH", help="the run's main output file, <stem>.jsonl"
+    )
+    _add_run_files(serve)
+    serve.add_argument(
+        "--poll-interval", type=float, default=0.5, help="seconds between reads of the files (default: 0.5)"
+    )
+    _add_serve_options(serve)
+
+    report = commands.add_parser(
+        "report",
+        help="print a run's coverage, rewards and failure kinds from its rollout JSONL files",
+        description=(
+            "Read a finished (or running) run's files and print a per-agent table: the coverage account "
+            "(expected, measured, masked, unscored, failed, omitted, unknown, retried), mean and unmasked "
+            "reward, masked share, top failure kinds, and NeMo Gym's end-of-run coverage keys."
+        ),
+    )
+    report.add_argument("path", metavar="PATH", help="the run's main output file, <stem>.jsonl")
+    _add_run_files(report)
+    report.add_argument("--format", choices=("table", "json"), default="table", help="output format")
     demo.add_argument(
         "--warmup",
         type=float,
@@ -98,6 +134,15 @@ def _parser() -> argparse.ArgumentParser:
         help="serve the agents at zero for this many seconds before the first rollout",
     )
     return parser
+
+
+def _add_run_files(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--failures", default=None, help="the failures sidecar (default: <stem>_failures.jsonl)"
+    )
+    parser.add_argument(
+        "--inputs", default=None, help="the materialized inputs (default: <stem>_materialized_inputs.jsonl)"
+    )
 
 
 def _install_sigterm(handler: Callable[[], None]) -> None:
@@ -164,6 +209,53 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _serve(args: argparse.Namespace) -> int:
+    telemetry = RolloutTelemetry(run=args.run)
+    coverage = Coverage()
+    telemetry.registry.register(CoverageCollector(coverage, telemetry.const_labels))
+    files = RunFiles.from_main(args.follow, failures=args.failures, inputs=args.inputs)
+    follower = RunFollower(telemetry, files, coverage)
+    follower.poll()  # what is already there, before the first scrape can see partial counts
+    server = telemetry.serve(port=args.port, host=args.host, port_range=args.port_range)
+    print(f"serving {server.url} following {files.main}", flush=True)
+    stopped = threading.Event()
+    _install_sigterm(stopped.set)
+    follower.start(args.poll_interval)
+    try:
+        while not stopped.wait(1.0):
+            pass
+    except KeyboardInterrupt:
+        pass
+    finally:
+        follower.stop()
+        server.stop()
+        snap = telemetry.snapshot()
+        done = sum(a.completed + a.failed + a.omitted for a in snap.agents)
+        print(f"stopped: {done} rollout outcomes read from {files.main}", flush=True)
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    telemetry = RolloutTelemetry()
+    files = RunFiles.from_main(args.path, failures=args.failures, inputs=args.inputs)
+    if not files.main.exists():
+        print(f"rollout-telemetry: {files.main} does not exist", file=sys.stderr)
+        return 2
+    follower = RunFollower(telemetry, files)
+    follower.poll()
+    report = build_report(telemetry.snapshot(), follower.coverage.snapshot())
+    if args.format == "json":
+        print(json.dumps(report, indent=2, sort_keys=False))
+    else:
+        from rich.console import Console
+
+        console = Console()
+        if not console.is_terminal:
+            console = Console(width=200)  # piped: a wide table rather than squeezed columns
+        console.print(render_table(report))
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit status."""
     args = _parser().parse_args(argv)
@@ -174,6 +266,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "demo":
             return _demo(args)
+        if args.command == "serve":
+            return _serve(args)
+        if args.command == "report":
+            return _report(args)
     except ServeError as exc:
         print(f"rollout-telemetry: {exc}", file=sys.stderr)
         return 2

@@ -24,6 +24,7 @@ from rollout_telemetry.outcome import (
     OutcomeError,
     check_failure_kind,
     check_failure_reason,
+    disposition_of,
     read_completed,
 )
 
@@ -146,12 +147,7 @@ class RolloutContext:
             self._telemetry._rejected(exc)  # raises in strict mode, leaving the rollout open
             self._finish(Disposition.FAILED, None, failure_kinds.PROTOCOL_VIOLATION, str(exc))
             return
-        if masked:
-            disposition = Disposition.MASKED
-        elif reward is None:
-            disposition = Disposition.UNSCORED
-        else:
-            disposition = Disposition.MEASURED
+        disposition = disposition_of(masked, reward)
         if self._span is None and self._handle is not None:
             # The common case, written out: no span to close, so count and be done.
             self._done = True

@@ -33,6 +33,7 @@ __all__ = [
     "check_failure_reason",
     "check_mask_sample",
     "check_reward",
+    "disposition_of",
     "label_value",
     "outcome_of",
     "read_completed",
@@ -195,7 +196,18 @@ class Outcome:
         return self.disposition is Disposition.MASKED
 
 
+_ABSENT = object()
+
+
 def _fields(response: object) -> tuple[object, object, object, object]:
+    reward = getattr(response, "reward", _ABSENT)
+    if reward is not _ABSENT:  # a model or object: the common shape after plain dicts
+        return (
+            reward,
+            getattr(response, "mask_sample", None),
+            getattr(response, "failure_kind", None),
+            getattr(response, "failure_reason", None),
+        )
     if isinstance(response, Mapping):
         return (
             response.get("reward"),
@@ -207,38 +219,43 @@ def _fields(response: object) -> tuple[object, object, object, object]:
         msg = f"must be a mapping or an object with verify-response attributes, got {type(response).__name__}"
         raise OutcomeError("response", msg)
     return (
-        getattr(response, "reward", None),
+        None,
         getattr(response, "mask_sample", None),
         getattr(response, "failure_kind", None),
         getattr(response, "failure_reason", None),
     )
 
 
+def disposition_of(masked: bool, reward: float | None) -> Disposition:
+    """The disposition of a completed rollout: masked wins, then unscored without a reward, else measured."""
+    if masked:
+        return Disposition.MASKED
+    if reward is None:
+        return Disposition.UNSCORED
+    return Disposition.MEASURED
+
+
 def read_completed(response: object) -> tuple[float | None, bool, str | None, str | None]:
     """Return ``(reward, masked, failure_kind, failure_reason)`` of a verify response, checked.
 
-    The recording hot path: a plain dict is read without building a model or an ``Outcome``, with the
-    same checks as ``outcome_of``.
+    The recording hot path: nothing is built but the tuple, for plain dicts and objects alike.
 
     Raises:
         OutcomeError: a field has a value that is not allowed; the error names the field.
     """
-    if type(response) is not dict:
-        outcome = outcome_of(response)
-        return outcome.reward, outcome.mask_sample, outcome.failure_kind, outcome.failure_reason
-    reward = response.get("reward")
-    if type(reward) is not float or reward - reward != 0.0:
-        reward = check_reward(reward)
-    masked = response.get("mask_sample", False)
-    if masked is not False and masked is not True:
-        masked = check_mask_sample(masked)
-    kind = response.get("failure_kind")
-    if kind is not None and (type(kind) is not str or not kind):
-        kind = check_failure_kind(kind)
-    reason = response.get("failure_reason")
-    if reason is not None and type(reason) is not str:
-        reason = check_failure_reason(reason)
-    return reward, masked, kind, reason
+    if type(response) is dict:
+        raw_reward: object = response.get("reward")
+        raw_mask: object = response.get("mask_sample")
+        raw_kind: object = response.get("failure_kind")
+        raw_reason: object = response.get("failure_reason")
+    else:
+        raw_reward, raw_mask, raw_kind, raw_reason = _fields(response)
+    return (
+        check_reward(raw_reward),
+        check_mask_sample(raw_mask),
+        check_failure_kind(raw_kind),
+        check_failure_reason(raw_reason),
+    )
 
 
 def outcome_of(response: object) -> Outcome:
@@ -247,15 +264,5 @@ def outcome_of(response: object) -> Outcome:
     Raises:
         OutcomeError: a field has a value that is not allowed; the error names the field.
     """
-    raw_reward, raw_mask, raw_kind, raw_reason = _fields(response)
-    reward = check_reward(raw_reward)
-    masked = check_mask_sample(raw_mask)
-    kind = check_failure_kind(raw_kind)
-    reason = check_failure_reason(raw_reason)
-    if masked:
-        disposition = Disposition.MASKED
-    elif reward is None:
-        disposition = Disposition.UNSCORED
-    else:
-        disposition = Disposition.MEASURED
-    return Outcome(disposition, reward, kind, reason)
+    reward, masked, kind, reason = read_completed(response)
+    return Outcome(disposition_of(masked, reward), reward, kind, reason)

@@ -126,15 +126,16 @@ class RolloutTelemetry:
         try:
             if type(response) is dict:
                 # The hot path: the common shape is read inline; anything unusual takes the full checks.
-                reward = response.get("reward")
-                masked = response.get("mask_sample", False)
-                kind = response.get("failure_kind")
+                get = response.get
+                reward = get("reward")
+                masked = get("mask_sample", False)
+                kind = get("failure_kind")
                 if (
                     type(reward) is not float
                     or reward - reward != 0.0  # NaN and +-inf
                     or (masked is not False and masked is not True)
                     or (kind is not None and (type(kind) is not str or not kind))
-                    or "failure_reason" in response
+                    or get("failure_reason") is not None
                 ):
                     reward, masked, kind, _ = read_completed(response)
             else:

@@ -1,0 +1,250 @@
+"""Reading Gym's rollout files: the fixture run, live appends, truncation, restarts and rejected rows."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from rollout_telemetry import Disposition, RolloutTelemetry
+from rollout_telemetry.coverage import Coverage, CoverageCollector
+from rollout_telemetry.follow import RunFiles, RunFollower
+from tests.support import FakeClock, exposition, value
+
+FIXTURES = Path(__file__).parent / "fixtures"
+ROW = (
+    '{{"reward": {reward}, "_ng_task_index": {task}, "_ng_rollout_index": 0, '
+    '"_ng_environment_server": "a"}}\n'
+)
+
+
+@pytest.fixture
+def run_dir(tmp_path: Path) -> Path:
+    """A copy of the fixture run, free to modify."""
+    for name in ("run.jsonl", "run_failures.jsonl", "run_materialized_inputs.jsonl"):
+        shutil.copy(FIXTURES / name, tmp_path / name)
+    return tmp_path
+
+
+def _follower(clock: FakeClock, main: Path) -> tuple[RolloutTelemetry, RunFollower]:
+    telemetry = RolloutTelemetry(run="r", clock=clock)
+    coverage = Coverage()
+    telemetry.registry.register(CoverageCollector(coverage, telemetry.const_labels))
+    return telemetry, RunFollower(telemetry, RunFiles.from_main(main), coverage)
+
+
+def test_sidecars_are_found_by_name(tmp_path: Path) -> None:
+    """<stem>_failures.jsonl and <stem>_materialized_inputs.jsonl sit next to <stem>.jsonl."""
+    files = RunFiles.from_main(tmp_path / "out.jsonl")
+    assert files.failures == tmp_path / "out_failures.jsonl"
+    assert files.inputs == tmp_path / "out_materialized_inputs.jsonl"
+    explicit = RunFiles.from_main(tmp_path / "out.jsonl", failures=tmp_path / "f.jsonl")
+    assert explicit.failures == tmp_path / "f.jsonl"
+
+
+def test_the_fixture_run(run_dir: Path, clock: FakeClock, caplog: pytest.LogCaptureFixture) -> None:
+    """Events feed the live counters; identities feed coverage, the newest attempt deciding."""
+    telemetry, follower = _follower(clock, run_dir / "run.jsonl")
+    with caplog.at_level(logging.WARNING):
+        assert follower.poll() == 4 + 3 + 7
+    snap = telemetry.snapshot()
+    math, code, browser = (snap.agent(n) for n in ("math_agent", "code_agent", "browser_agent"))
+    assert math is not None and code is not None and browser is not None  # noqa: PT018
+    assert (math.measured, math.masked) == (1, 1)
+    assert math.by_kind(Disposition.MASKED) == {"judge_failed": 1}
+    assert (code.measured, code.unscored, code.failed) == (1, 1, 1)
+    assert code.by_kind(Disposition.FAILED) == {"session_lost": 1}  # the record's kind wins over the class
+    assert browser.by_kind(Disposition.FAILED) == {"timeout_exceeded": 1}  # an older class passes through
+    assert browser.by_kind(Disposition.OMITTED) == {"cancelled": 1}
+    assert sum("timeout_exceeded" in r.getMessage() for r in caplog.records) == 1
+
+    coverage = follower.coverage.snapshot()
+    code_coverage = coverage.agent("code_agent")
+    assert code_coverage is not None
+    assert code_coverage.rollouts[Disposition.MEASURED] == 1  # failed at attempt 0, then measured
+    assert code_coverage.rollouts[Disposition.FAILED] == 0
+    assert code_coverage.retried == 1
+    browser_coverage = coverage.agent("browser_agent")
+    assert browser_coverage is not None
+    assert (browser_coverage.expected, browser_coverage.unknown) == (3, 1)
+
+    text = exposition(telemetry.registry)
+    assert value(text, "rollout_run_expected", agent="browser_agent") == 3
+    assert value(text, "rollout_run_rollouts", agent="browser_agent", disposition="unknown") == 1
+    assert value(text, "rollout_run_rollouts", agent="code_agent", disposition="measured") == 1
+    assert value(text, "rollout_retried_total", agent="code_agent") == 1
+    assert value(text, "rollout_failed_total", agent="code_agent", failure_kind="session_lost") == 1
+
+
+def test_without_inputs_expected_is_not_published(run_dir: Path, clock: FakeClock) -> None:
+    """No materialized inputs: no expected, no unknown."""
+    (run_dir / "run_materialized_inputs.jsonl").unlink()
+    telemetry, follower = _follower(clock, run_dir / "run.jsonl")
+    follower.poll()
+    text = exposition(telemetry.registry)
+    assert "rollout_run_expected" not in text
+    assert 'disposition="unknown"' not in text
+    assert value(text, "rollout_run_rollouts", agent="math_agent", disposition="masked") == 1
+
+
+def test_half_written_line_waits_for_its_newline(tmp_path: Path, clock: FakeClock) -> None:
+    """A last line without its newline is not consumed until the newline arrives."""
+    main = tmp_path / "out.jsonl"
+    telemetry, follower = _follower(clock, main)
+    line = ROW.format(reward=1.0, task=0)
+    main.write_text(line[:30])
+    assert follower.poll() == 0
+    with main.open("a") as handle:
+        handle.write(line[30:-1])
+    assert follower.poll() == 0
+    with main.open("a") as handle:
+        handle.write("\n")
+    assert follower.poll() == 1
+    assert telemetry.snapshot().rejected == {}
+    agent = telemetry.snapshot().agent("a")
+    assert agent is not None
+    assert agent.measured == 1
+
+
+def test_file_that_does_not_exist_yet(tmp_path: Path, clock: FakeClock) -> None:
+    """The follower waits for the file to appear."""
+    main = tmp_path / "later.jsonl"
+    _, follower = _follower(clock, main)
+    assert follower.poll() == 0
+    main.write_text(ROW.format(reward=0.5, task=0))
+    assert follower.poll() == 1
+
+
+def test_truncation_starts_over(tmp_path: Path, clock: FakeClock, caplog: pytest.LogCaptureFixture) -> None:
+    """A truncated file is read again from the start; counts are rebuilt, not added twice."""
+    main = tmp_path / "out.jsonl"
+    main.write_text("".join(ROW.format(reward=1.0, task=i) for i in range(3)))
+    telemetry, follower = _follower(clock, main)
+    follower.poll()
+    main.write_text(ROW.format(reward=0.0, task=9))
+    with caplog.at_level(logging.WARNING):
+        follower.poll()
+    agent = telemetry.snapshot().agent("a")
+    assert agent is not None
+    assert agent.measured == 1
+    assert agent.reward_sum == 0.0
+    assert follower.restarts == 1
+    assert any("truncated or replaced" in r.getMessage() for r in caplog.records)
+
+
+def test_replacement_starts_over(tmp_path: Path, clock: FakeClock) -> None:
+    """A file replaced by another (a new inode) is read from the start."""
+    main = tmp_path / "out.jsonl"
+    main.write_text(ROW.format(reward=1.0, task=0))
+    telemetry, follower = _follower(clock, main)
+    follower.poll()
+    replacement = tmp_path / "new.jsonl"
+    replacement.write_text(ROW.format(reward=0.25, task=5) * 2 + ROW.format(reward=0.25, task=6))
+    os.replace(replacement, main)
+    follower.poll()
+    agent = telemetry.snapshot().agent("a")
+    assert agent is not None
+    assert agent.measured == 3
+    assert follower.restarts == 1
+
+
+def test_a_restarted_follower_rebuilds_the_same_counts(run_dir: Path, clock: FakeClock) -> None:
+    """A new follower over the same files counts exactly what the first one did."""
+    first, follower = _follower(clock, run_dir / "run.jsonl")
+    follower.poll()
+    second, again = _follower(clock, run_dir / "run.jsonl")
+    again.poll()
+    assert exposition(first.registry) == exposition(second.registry)
+
+
+REJECTIONS = {
+    "malformed_json": 2,  # a cut-off object and a NaN literal
+    "not_an_object": 2,
+    "missing_agent": 1,
+    "missing_identity": 1,
+    "invalid_reward": 1,
+    "invalid_mask_sample": 1,
+    "invalid_failure_kind": 1,
+}
+
+
+def test_each_rejected_row_reason(tmp_path: Path, clock: FakeClock, caplog: pytest.LogCaptureFixture) -> None:
+    """Bad lines are counted by reason and warned about with file and line; good lines around them count."""
+    main = tmp_path / "bad.jsonl"
+    shutil.copy(FIXTURES / "bad.jsonl", main)
+    telemetry, follower = _follower(clock, main)
+    with caplog.at_level(logging.WARNING):
+        follower.poll()
+    assert telemetry.snapshot().rejected == REJECTIONS
+    agent = telemetry.snapshot().agent("math_agent")
+    assert agent is not None
+    assert agent.measured == 2
+    messages = [r.getMessage() for r in caplog.records]
+    assert any(f"{main}:2: row rejected (malformed_json)" in m for m in messages)
+    assert any(f"{main}:3: row rejected (not_an_object)" in m for m in messages)
+    assert any(f"{main}:5: row rejected (missing_agent)" in m for m in messages)
+
+
+def test_warnings_are_rate_limited(
+    tmp_path: Path, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A flood of bad lines logs a bounded number of warnings and counts every line."""
+    main = tmp_path / "flood.jsonl"
+    main.write_text("not json\n" * 500)
+    telemetry, follower = _follower(clock, main)
+    with caplog.at_level(logging.WARNING):
+        follower.poll()
+    assert telemetry.snapshot().rejected == {"malformed_json": 500}
+    assert len(caplog.records) == 21
+
+
+def test_background_following_picks_up_appends(tmp_path: Path, clock: FakeClock) -> None:
+    """start() polls in a thread: appended lines show up within the poll interval."""
+    main = tmp_path / "live.jsonl"
+    main.write_text("")
+    telemetry, follower = _follower(clock, main)
+    follower.start(interval=0.05)
+    try:
+        with main.open("a") as handle:
+            for i in range(20):
+                handle.write(ROW.format(reward=1.0, task=i))
+                handle.flush()
+
+        def counted() -> bool:
+            agent = telemetry.snapshot().agent("a")
+            return agent is not None and agent.measured == 20
+
+        from tests.support import wait_until
+
+        wait_until(counted, timeout=10, what="20 appended rows")
+    finally:
+        follower.stop()
+
+
+def test_directory_disappearing_is_survived(
+    tmp_path: Path, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The follow file's directory vanishes: a warning, counts kept, and reading resumes when it returns."""
+    folder = tmp_path / "run"
+    folder.mkdir()
+    main = folder / "out.jsonl"
+    main.write_text(ROW.format(reward=1.0, task=0))
+    telemetry, follower = _follower(clock, main)
+    follower.poll()
+    shutil.rmtree(folder)
+    with caplog.at_level(logging.WARNING):
+        assert follower.poll() == 0
+        assert follower.poll() == 0
+    assert sum("disappeared" in r.getMessage() for r in caplog.records) == 1
+    agent = telemetry.snapshot().agent("a")
+    assert agent is not None
+    assert agent.measured == 1
+    folder.mkdir()
+    main.write_text(ROW.format(reward=1.0, task=0) + ROW.format(reward=1.0, task=1))
+    follower.poll()
+    agent = telemetry.snapshot().agent("a")
+    assert agent is not None
+    assert agent.measured == 2  # the file came back as a new one: read from the start, not added twice

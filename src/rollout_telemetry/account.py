@@ -14,6 +14,7 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from rollout_telemetry import _fork
 from rollout_telemetry.failure_kinds import OTHER, UNSPECIFIED, KindValidator
 from rollout_telemetry.outcome import Disposition, OutcomeError, label_value
 
@@ -234,6 +235,10 @@ class Account:
         self._overflow: dict[str, int] = {}
         self._overflow_warned: set[str] = set()
         self._tokens = itertools.count(1)
+        _fork.track(self)
+
+    def _after_fork_in_child(self) -> None:
+        self._lock = threading.Lock()
 
     def reset(self) -> None:
         """Start every count over from zero (the source being read started over).
@@ -249,12 +254,12 @@ class Account:
     # -- resolving labels ---------------------------------------------------------------------------
 
     def _agent(self, name: str) -> _AgentState:
-        state = self._by_name.get(name)
-        if state is not None:
-            return state
         if type(name) is not str or not name:
             msg = f"must be a non-empty string, got {type(name).__name__} {name!r:.60}"
             raise OutcomeError("agent", msg)
+        state = self._by_name.get(name)
+        if state is not None:
+            return state
         label = label_value(name)
         with self._lock:
             state = self._by_label.get(label)
@@ -308,8 +313,9 @@ class Account:
     def add_completed(self, agent: str, reward: float | None, masked: bool, kind: str | None) -> None:
         """Count one completed rollout: masked if ``masked``, else measured or (no reward) unscored."""
         # The recording hot path: written out flat, without helper calls, because it runs per rollout.
-        state = self._by_name.get(agent)
-        if state is None:
+        try:
+            state = self._by_name[agent]
+        except (KeyError, TypeError):  # a new agent, or not even a hashable one
             state = self._agent(agent)
         with self._lock:
             if masked:
@@ -340,8 +346,9 @@ class Account:
 
     def add_failed(self, agent: str, kind: str | None) -> None:
         """Count one rollout that never reached the output."""
-        state = self._by_name.get(agent)
-        if state is None:
+        try:
+            state = self._by_name[agent]
+        except (KeyError, TypeError):  # a new agent, or not even a hashable one
             state = self._agent(agent)
         with self._lock:
             counts = state.failed_kinds
@@ -352,8 +359,9 @@ class Account:
 
     def add_omitted(self, agent: str, kind: str | None) -> None:
         """Count one rollout left out on purpose."""
-        state = self._by_name.get(agent)
-        if state is None:
+        try:
+            state = self._by_name[agent]
+        except (KeyError, TypeError):  # a new agent, or not even a hashable one
             state = self._agent(agent)
         with self._lock:
             counts = state.omitted_kinds
@@ -364,7 +372,7 @@ class Account:
 
     def declare(self, agent: str) -> None:
         """Make ``agent`` known with zero counts, so its always-present series start at 0."""
-        self._by_name.get(agent) or self._agent(agent)
+        self._agent(agent)
 
     def reject(self, reason: str) -> None:
         """Count one rejected input under ``reason`` (a small closed set of names)."""
@@ -375,8 +383,9 @@ class Account:
 
     def begin(self, agent: str) -> InFlightHandle:
         """Mark one rollout of ``agent`` in flight; return the handle ``finish`` needs."""
-        state = self._by_name.get(agent)
-        if state is None:
+        try:
+            state = self._by_name[agent]
+        except (KeyError, TypeError):  # a new agent, or not even a hashable one
             state = self._agent(agent)
         now = self._clock()
         token = next(self._tokens)

@@ -16,7 +16,7 @@ from rollout_telemetry.coverage import Coverage, CoverageCollector
 from rollout_telemetry.demo import DemoConfig, run_demo, summary_lines
 from rollout_telemetry.follow import RunFiles, RunFollower
 from rollout_telemetry.report import build_report, render_table
-from rollout_telemetry.server import ServeError
+from rollout_telemetry.server import BasicAuth, MetricsServer, ServeError, TLSConfig, hash_password
 from rollout_telemetry.telemetry import RolloutTelemetry
 
 __all__ = ["main"]
@@ -46,6 +46,17 @@ def _add_serve_options(parser: argparse.ArgumentParser) -> None:
         help="take the first free port of PORT..PORT+N-1 (one per process on a node; default: 1)",
     )
     group.add_argument("--run", default=None, help="run name, added as a 'run' label on every series")
+    security = parser.add_argument_group("security (see the README's Security section)")
+    security.add_argument("--tls-cert", metavar="FILE", help="serve HTTPS with this certificate (PEM)")
+    security.add_argument("--tls-key", metavar="FILE", help="the certificate's private key (PEM)")
+    security.add_argument("--tls-client-ca", metavar="FILE", help="require client certificates from this CA")
+    security.add_argument("--basic-auth-user", metavar="NAME", help="require HTTP basic auth as this user")
+    security.add_argument(
+        "--basic-auth-hash-file", metavar="FILE", help="file holding the password hash (from hash-password)"
+    )
+    security.add_argument(
+        "--basic-auth-hash-env", metavar="VAR", help="environment variable holding the password hash"
+    )
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -127,6 +138,11 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("path", metavar="PATH", help="the run's main output file, <stem>.jsonl")
     _add_run_files(report)
     report.add_argument("--format", choices=("table", "json"), default="table", help="output format")
+    commands.add_parser(
+        "hash-password",
+        help="hash a password for --basic-auth-hash-file / --basic-auth-hash-env",
+        description="Read a password from standard input (or a prompt) and print its scrypt hash.",
+    )
     demo.add_argument(
         "--warmup",
         type=float,
@@ -143,6 +159,47 @@ def _add_run_files(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--inputs", default=None, help="the materialized inputs (default: <stem>_materialized_inputs.jsonl)"
     )
+
+
+def _security(args: argparse.Namespace) -> tuple[TLSConfig | None, BasicAuth | None]:
+    tls = None
+    if args.tls_cert or args.tls_key or args.tls_client_ca:
+        if not (args.tls_cert and args.tls_key):
+            msg = "--tls-cert and --tls-key go together"
+            raise ServeError(msg)
+        tls = TLSConfig(args.tls_cert, args.tls_key, args.tls_client_ca)
+    auth = None
+    if args.basic_auth_user:
+        if args.basic_auth_hash_file:
+            auth = BasicAuth.from_file(args.basic_auth_user, args.basic_auth_hash_file)
+        elif args.basic_auth_hash_env:
+            auth = BasicAuth.from_env(args.basic_auth_user, args.basic_auth_hash_env)
+        else:
+            msg = "--basic-auth-user needs --basic-auth-hash-file or --basic-auth-hash-env"
+            raise ServeError(msg)
+    elif args.basic_auth_hash_file or args.basic_auth_hash_env:
+        msg = "a password hash needs --basic-auth-user"
+        raise ServeError(msg)
+    return tls, auth
+
+
+def _serve_endpoint(telemetry: RolloutTelemetry, args: argparse.Namespace) -> MetricsServer:
+    tls, auth = _security(args)
+    return telemetry.serve(port=args.port, host=args.host, port_range=args.port_range, tls=tls, auth=auth)
+
+
+def _hash_password() -> int:
+    if sys.stdin.isatty():
+        import getpass
+
+        password = getpass.getpass("password: ")
+    else:
+        password = sys.stdin.readline().rstrip("\n")
+    if not password:
+        print("rollout-telemetry: empty password", file=sys.stderr)
+        return 2
+    print(hash_password(password))
+    return 0
 
 
 def _install_sigterm(handler: Callable[[], None]) -> None:
@@ -175,10 +232,11 @@ def _demo(args: argparse.Namespace) -> int:
         otlp = otlp_providers(args.otlp_endpoint, export_interval_millis=2000)
         telemetry = RolloutTelemetry(run=args.run, tracer_provider=otlp.tracer_provider)
         instrument_meter(telemetry, otlp.meter_provider)
+        telemetry.registry.register(otlp.span_stats.collector(telemetry.const_labels))
         shutdown_otel = otlp.shutdown
     else:
         telemetry = RolloutTelemetry(run=args.run)
-    server = telemetry.serve(port=args.port, host=args.host, port_range=args.port_range)
+    server = _serve_endpoint(telemetry, args)
     print(f"serving {server.url}", flush=True)
 
     def tick() -> None:
@@ -216,7 +274,7 @@ def _serve(args: argparse.Namespace) -> int:
     files = RunFiles.from_main(args.follow, failures=args.failures, inputs=args.inputs)
     follower = RunFollower(telemetry, files, coverage)
     follower.poll()  # what is already there, before the first scrape can see partial counts
-    server = telemetry.serve(port=args.port, host=args.host, port_range=args.port_range)
+    server = _serve_endpoint(telemetry, args)
     print(f"serving {server.url} following {files.main}", flush=True)
     stopped = threading.Event()
     _install_sigterm(stopped.set)
@@ -263,17 +321,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    commands: dict[str, Callable[[argparse.Namespace], int]] = {
+        "demo": _demo,
+        "serve": _serve,
+        "report": _report,
+        "hash-password": lambda _: _hash_password(),
+    }
     try:
-        if args.command == "demo":
-            return _demo(args)
-        if args.command == "serve":
-            return _serve(args)
-        if args.command == "report":
-            return _report(args)
-    except ServeError as exc:
-        print(f"rollout-telemetry: {exc}", file=sys.stderr)
-        return 2
-    except ValueError as exc:
+        return commands[args.command](args)
+    except (ServeError, ValueError, OSError) as exc:  # ServeError is a RuntimeError: named on its own
         print(f"rollout-telemetry: {exc}", file=sys.stderr)
         return 2
     return 2

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from rollout_telemetry import _fork
 from rollout_telemetry.outcome import Disposition
 
 __all__ = ["AgentCoverage", "Coverage", "CoverageCollector", "CoverageSnapshot", "coverage_metrics"]
@@ -84,6 +85,10 @@ class Coverage:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.reset()
+        _fork.track(self)
+
+    def _after_fork_in_child(self) -> None:
+        self._lock = threading.Lock()
 
     def reset(self) -> None:
         """Forget everything (the files being read started over)."""

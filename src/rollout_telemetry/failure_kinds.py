@@ -18,6 +18,8 @@ import re
 import threading
 from typing import Final
 
+from rollout_telemetry import _fork
+
 __all__ = [
     "AGENT_COMMAND_NOT_ALLOWED",
     "AGENT_REQUEST_FAILED",
@@ -136,12 +138,16 @@ class KindValidator:
     says once that it stops warning, so a stream of free-text kinds cannot grow memory or flood the log.
     """
 
-    __slots__ = ("_lock", "_max_warned", "_silenced", "_warned")
+    __slots__ = ("__weakref__", "_lock", "_max_warned", "_silenced", "_warned")
 
     def __init__(self, max_warned: int = 1024) -> None:
         self._warned: set[str] = set()
         self._max_warned = max_warned
         self._silenced = False
+        self._lock = threading.Lock()
+        _fork.track(self)
+
+    def _after_fork_in_child(self) -> None:
         self._lock = threading.Lock()
 
     def validate(self, kind: str) -> str:

@@ -15,14 +15,16 @@ import hmac
 import logging
 import os
 import secrets
+import selectors
 import socket
 import ssl
 import threading
+import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
 from prometheus_client import make_wsgi_app
@@ -40,6 +42,13 @@ _log = logging.getLogger("rollout_telemetry.server")
 
 _StartResponse = Callable[..., Any]
 _WSGIApp = Callable[[dict[str, Any], _StartResponse], Iterable[bytes]]
+
+IDLE_TIMEOUT = 3.0
+"""Seconds a connection may stay silent before it is closed; it holds no thread meanwhile."""
+REQUEST_TIMEOUT = 5.0
+"""Seconds a worker waits on a client while reading its request or writing the response."""
+MAX_WAITING = 256
+"""Connections that may wait for their first bytes at once; further ones are closed at once."""
 
 _SCRYPT_N, _SCRYPT_R, _SCRYPT_P = 2**14, 8, 1
 _ADDRESS_IN_USE = {errno.EADDRINUSE, 48, 10048}  # Linux, macOS, Windows
@@ -153,18 +162,25 @@ def make_app(registry: CollectorRegistry, auth: BasicAuth | None = None) -> _WSG
 
 
 class _QuietHandler(WSGIRequestHandler):
-    timeout = 10.0  # a client that sends nothing for this long is dropped
+    timeout = REQUEST_TIMEOUT  # reading the request and writing the response, once a worker has it
 
     def log_message(self, format: str, *args: Any) -> None:
         _log.debug("%s " + format, self.address_string(), *args)
 
 
 class _PooledServer(WSGIServer):
-    """A WSGI server whose requests run on a bounded pool; TLS handshakes happen on the pool too."""
+    """A WSGI server that cannot be exhausted by slow or idle clients.
+
+    Accepted connections first wait in a selector, with no thread of their own, until they have sent
+    something; one that stays silent for ``IDLE_TIMEOUT`` seconds is closed, and at most
+    ``MAX_WAITING`` wait at once. Only a connection with data is handed to the bounded pool of workers,
+    which reads the request and writes the response under ``REQUEST_TIMEOUT``. TLS handshakes happen on
+    the pool, after the client has spoken.
+    """
 
     daemon_threads = True
     allow_reuse_address = True
-    request_queue_size = 64
+    request_queue_size = 128
 
     def __init__(
         self,
@@ -177,14 +193,46 @@ class _PooledServer(WSGIServer):
         self.address_family = family
         self._tls = tls
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="rollout-telemetry-http")
-        super().__init__(address, _QuietHandler)
+        self._waiting = selectors.DefaultSelector()
+        self._waiting_lock = threading.Lock()
+        self._closed = threading.Event()
+        self._dispatcher = threading.Thread(
+            target=self._dispatch, name="rollout-telemetry-http-wait", daemon=True
+        )
+        super().__init__(address, _QuietHandler)  # binds; on failure it calls server_close itself
+        self._dispatcher.start()
 
     def process_request(self, request: Any, client_address: Any) -> None:
-        self._pool.submit(self._serve_one, request, client_address)
+        with self._waiting_lock:
+            if len(self._waiting.get_map()) >= MAX_WAITING:
+                _log.debug("too many idle connections; closing %s", client_address)
+                self.shutdown_request(request)
+                return
+            request.setblocking(False)
+            self._waiting.register(request, selectors.EVENT_READ, (client_address, time.monotonic()))
+
+    def _dispatch(self) -> None:
+        while not self._closed.is_set():
+            ready = self._waiting.select(timeout=0.2)
+            now = time.monotonic()
+            with self._waiting_lock:
+                for key, _ in ready:
+                    connection = cast(socket.socket, key.fileobj)
+                    self._waiting.unregister(connection)
+                    client_address, _ = key.data
+                    self._pool.submit(self._serve_one, connection, client_address)
+                expired = [
+                    key for key in list(self._waiting.get_map().values()) if now - key.data[1] > IDLE_TIMEOUT
+                ]
+                for key in expired:
+                    connection = cast(socket.socket, key.fileobj)
+                    self._waiting.unregister(connection)
+                    self.shutdown_request(connection)
 
     def _serve_one(self, request: socket.socket, client_address: Any) -> None:
         try:
-            request.settimeout(_QuietHandler.timeout)
+            request.setblocking(True)
+            request.settimeout(REQUEST_TIMEOUT)
             if self._tls is not None:
                 request = self._tls.wrap_socket(request, server_side=True)
             self.finish_request(request, client_address)
@@ -200,6 +248,15 @@ class _PooledServer(WSGIServer):
 
     def server_close(self) -> None:
         super().server_close()
+        self._closed.set()
+        if self._dispatcher.is_alive():
+            self._dispatcher.join(timeout=5)
+        with self._waiting_lock:
+            for key in list(self._waiting.get_map().values()):
+                connection = cast(socket.socket, key.fileobj)
+                self._waiting.unregister(connection)
+                self.shutdown_request(connection)
+        self._waiting.close()
         self._pool.shutdown(wait=False, cancel_futures=True)
 
 
@@ -221,7 +278,7 @@ class MetricsServer:
         host: str = "127.0.0.1",
         tls: TLSConfig | None = None,
         auth: BasicAuth | None = None,
-        threads: int = 4,
+        threads: int = 8,
         port_range: int = 1,
     ) -> None:
         self._tls = tls

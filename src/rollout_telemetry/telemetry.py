@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from prometheus_client import push_to_gateway, pushadd_to_gateway
 from prometheus_client.registry import CollectorRegistry
 
+from rollout_telemetry import _fork
 from rollout_telemetry.account import (
     DEFAULT_MAX_AGENTS,
     DEFAULT_MAX_KINDS_PER_AGENT,
@@ -112,8 +113,12 @@ class RolloutTelemetry:
         )
         self._logged_causes: set[tuple[str, str]] = set()
         self._log_lock = threading.Lock()
+        _fork.track(self)
         for agent, count in (expected or {}).items():
             self.expect(agent, count)
+
+    def _after_fork_in_child(self) -> None:
+        self._log_lock = threading.Lock()
 
     # -- recording ----------------------------------------------------------------------------------
 

@@ -12,12 +12,15 @@ imported only here, where they are used.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
+from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from rollout_telemetry.account import AccountSnapshot
 from rollout_telemetry.series import FAMILIES, Family
@@ -28,7 +31,7 @@ if TYPE_CHECKING:
 
     from rollout_telemetry.telemetry import RolloutTelemetry
 
-__all__ = ["OTLPExport", "instrument_meter", "otlp_providers"]
+__all__ = ["OTLPExport", "SpanExportStats", "instrument_meter", "otlp_providers"]
 
 _INSTALL_HINT = "pip install 'rollout-telemetry[otel]'"
 
@@ -81,12 +84,61 @@ def instrument_meter(telemetry: RolloutTelemetry, meter_provider: MeterProvider 
         )
 
 
+class SpanExportStats:
+    """Counts of rollout spans handed to OTLP export: exported, failed (the endpoint refused, was down or
+    too slow) and dropped (the queue was full). Recording never waits for the network: when the queue is
+    full a span is dropped and counted instead."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.exported = 0
+        self.failed = 0
+        self.dropped = 0
+        self.queued = 0
+
+    def add(self, **counts: int) -> None:
+        """Add to the named counts."""
+        with self._lock:
+            for name, count in counts.items():
+                setattr(self, name, getattr(self, name) + count)
+
+    def collector(self, const_labels: Mapping[str, str] | None = None) -> Collector:
+        """A prometheus_client collector publishing ``rollout_telemetry_spans_total{result}``."""
+        return _SpanStatsCollector(self, dict(const_labels or {}))
+
+
+class _SpanStatsCollector(Collector):
+    def __init__(self, stats: SpanExportStats, const_labels: dict[str, str]) -> None:
+        self._stats = stats
+        self._const = const_labels
+
+    def describe(self) -> Iterable[Metric]:
+        return ()
+
+    def collect(self) -> Iterator[Metric]:
+        family = CounterMetricFamily(
+            "rollout_telemetry_spans_total",
+            "Rollout spans handed to OTLP export, by result: exported, failed (endpoint down, refusing or "
+            "too slow) or dropped (the export queue was full; recording never waits).",
+            labels=[*self._const, "result"],
+        )
+        stats = self._stats
+        for result, count in (
+            ("exported", stats.exported),
+            ("failed", stats.failed),
+            ("dropped", stats.dropped),
+        ):
+            family.add_metric([*self._const.values(), result], count)
+        yield family
+
+
 @dataclass(frozen=True, slots=True)
 class OTLPExport:
     """SDK providers that export over OTLP/HTTP; call ``shutdown()`` to flush and stop them."""
 
     tracer_provider: SDKTracerProvider
     meter_provider: SDKMeterProvider
+    span_stats: SpanExportStats
 
     def shutdown(self) -> None:
         """Flush what is pending and stop both providers."""
@@ -101,6 +153,7 @@ def otlp_providers(
     export_interval_millis: int = 5000,
     timeout_seconds: float = 5.0,
     headers: Mapping[str, str] | None = None,
+    max_queue_size: int = 2048,
 ) -> OTLPExport:
     """Build SDK tracer and meter providers exporting to ``endpoint`` (e.g. ``http://127.0.0.1:4318``).
 
@@ -118,6 +171,8 @@ def otlp_providers(
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider as SDKTracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+        from rollout_telemetry.exporters._otlp_sdk import BoundedSpanProcessor, CountingSpanExporter
     except ImportError as exc:
         msg = f"OTLP export needs the OpenTelemetry SDK and OTLP exporter: {_INSTALL_HINT}"
         raise ImportError(msg) from exc
@@ -125,12 +180,13 @@ def otlp_providers(
     extra: dict[str, Any] = {"timeout": timeout_seconds, "headers": dict(headers or {})}
     resource = Resource.create({"service.name": service_name})
     tracer_provider = SDKTracerProvider(resource=resource)
-    tracer_provider.add_span_processor(
-        BatchSpanProcessor(OTLPSpanExporter(endpoint=f"{base}/v1/traces", **extra))
-    )
+    stats = SpanExportStats()
+    exporter = CountingSpanExporter(OTLPSpanExporter(endpoint=f"{base}/v1/traces", **extra), stats)
+    batch = BatchSpanProcessor(exporter, max_queue_size=max_queue_size)
+    tracer_provider.add_span_processor(BoundedSpanProcessor(batch, stats, max_queue_size))
     reader = PeriodicExportingMetricReader(
         OTLPMetricExporter(endpoint=f"{base}/v1/metrics", **extra),
         export_interval_millis=export_interval_millis,
     )
     meter_provider = SDKMeterProvider(resource=resource, metric_readers=[reader])
-    return OTLPExport(tracer_provider, meter_provider)
+    return OTLPExport(tracer_provider, meter_provider, stats)

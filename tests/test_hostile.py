@@ -1,4 +1,4 @@
-"""Hostile input through every recording surface: the documented outcome, a valid exposition, nothing else lost."""
+"""Hostile input through every recording surface: the documented outcome, a valid exposition, no loss."""
 
 from __future__ import annotations
 
@@ -81,7 +81,7 @@ def test_bad_rewards_are_rejected(loaded: RolloutTelemetry, reward: Any, reason:
     assert loaded.snapshot().rejected == {reason: 1}
     assert loaded.snapshot().agent("math") is None
     _valid(_baseline_untouched(loaded))
-    with pytest.raises(OutcomeError, match="^reward: "):
+    with pytest.raises(OutcomeError, match=r"^reward: "):
         RolloutTelemetry(strict=True).record("math", {"reward": reward})
 
 
@@ -107,7 +107,7 @@ def test_mask_sample_must_be_a_bool(loaded: RolloutTelemetry, mask: Any) -> None
     loaded.record("math", {"reward": 1.0, "mask_sample": mask})
     assert loaded.snapshot().rejected == {"invalid_mask_sample": 1}
     _valid(_baseline_untouched(loaded))
-    with pytest.raises(OutcomeError, match="^mask_sample: "):
+    with pytest.raises(OutcomeError, match=r"^mask_sample: "):
         RolloutTelemetry(strict=True).record("math", {"reward": 1.0, "mask_sample": mask})
 
 

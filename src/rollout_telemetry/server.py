@@ -146,6 +146,8 @@ def make_app(registry: CollectorRegistry, auth: BasicAuth | None = None) -> _WSG
             return _plain(start_response, "404 Not Found", b"not found: try /metrics\n")
         if environ.get("REQUEST_METHOD") not in ("GET", "HEAD"):
             return _plain(start_response, "405 Method Not Allowed", b"GET only\n", ("Allow", "GET, HEAD"))
+        if path == "/healthz":  # says nothing but "ok": left open for liveness probes
+            return _plain(start_response, "200 OK", b"ok\n")
         if auth is not None and not auth.check(environ.get("HTTP_AUTHORIZATION")):
             return _plain(
                 start_response,
@@ -153,8 +155,6 @@ def make_app(registry: CollectorRegistry, auth: BasicAuth | None = None) -> _WSG
                 b"unauthorized\n",
                 ("WWW-Authenticate", 'Basic realm="rollout-telemetry", charset="UTF-8"'),
             )
-        if path == "/healthz":
-            return _plain(start_response, "200 OK", b"ok\n")
         body: Iterable[bytes] = metrics_app(environ, start_response)
         return body
 

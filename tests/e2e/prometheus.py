@@ -36,6 +36,7 @@ class Prometheus:
         *,
         interval: str = "1s",
         scrape_extra: dict[str, Any] | None = None,
+        extra_jobs: Sequence[dict[str, Any]] = (),
     ) -> None:
         self.binary = require_tool("prometheus")
         self.workdir = workdir
@@ -48,6 +49,7 @@ class Prometheus:
         job = config["scrape_configs"][0]
         job["static_configs"] = [{"targets": list(targets)}]
         job.update(scrape_extra or {})
+        config["scrape_configs"].extend(extra_jobs)
         (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
         self.process: subprocess.Popen[bytes] | None = None
 

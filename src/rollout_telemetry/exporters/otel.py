@@ -182,7 +182,9 @@ def otlp_providers(
     tracer_provider = SDKTracerProvider(resource=resource)
     stats = SpanExportStats()
     exporter = CountingSpanExporter(OTLPSpanExporter(endpoint=f"{base}/v1/traces", **extra), stats)
-    batch = BatchSpanProcessor(exporter, max_queue_size=max_queue_size)
+    batch = BatchSpanProcessor(
+        exporter, max_queue_size=max_queue_size, max_export_batch_size=min(512, max_queue_size)
+    )
     tracer_provider.add_span_processor(BoundedSpanProcessor(batch, stats, max_queue_size))
     reader = PeriodicExportingMetricReader(
         OTLPMetricExporter(endpoint=f"{base}/v1/metrics", **extra),

@@ -1,0 +1,209 @@
+"""The endpoint's defences, tested with real clients on loopback: TLS, client certificates, basic auth,
+idle and slow clients, request bodies."""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import socket
+import ssl
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import trustme
+
+from rollout_telemetry import BasicAuth, RolloutTelemetry, ServeError, TLSConfig, hash_password
+from rollout_telemetry.cli import main
+from rollout_telemetry.server import IDLE_TIMEOUT, MetricsServer
+from tests.support import samples
+
+PASSWORD = "correct horse battery staple"
+
+
+@pytest.fixture(scope="module")
+def ca() -> trustme.CA:
+    """A test certificate authority."""
+    return trustme.CA()
+
+
+@pytest.fixture(scope="module")
+def tls_files(ca: trustme.CA, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Server certificate and key for 127.0.0.1, the CA, and a client certificate, as PEM files."""
+    folder = tmp_path_factory.mktemp("tls")
+    server = ca.issue_cert("127.0.0.1", "localhost")
+    client = ca.issue_cert("scraper@example.test")
+    files = {
+        "cert": folder / "server.pem",
+        "key": folder / "server.key",
+        "ca": folder / "ca.pem",
+        "client": folder / "client.pem",
+    }
+    server.cert_chain_pems[0].write_to_path(str(files["cert"]))
+    server.private_key_pem.write_to_path(str(files["key"]))
+    ca.cert_pem.write_to_path(str(files["ca"]))
+    client.private_key_and_cert_chain_pem.write_to_path(str(files["client"]))
+    return files
+
+
+@pytest.fixture
+def recorded() -> RolloutTelemetry:
+    """Telemetry with one rollout."""
+    telemetry = RolloutTelemetry(run="secure")
+    telemetry.record("math", {"reward": 1.0})
+    return telemetry
+
+
+def _get(
+    url: str, context: ssl.SSLContext | None = None, headers: dict[str, str] | None = None
+) -> tuple[int, str]:
+    request = urllib.request.Request(url, headers=headers or {})
+    try:
+        with urllib.request.urlopen(request, timeout=5, context=context) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as error:
+        with error:
+            return error.code, error.read().decode()
+
+
+def _basic(user: str, password: str) -> dict[str, str]:
+    return {"Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()}
+
+
+def test_https_scrape_with_the_test_ca(recorded: RolloutTelemetry, tls_files: dict[str, Path]) -> None:
+    """An HTTPS client that trusts the CA scrapes; plain HTTP and an untrusting client are refused."""
+    tls = TLSConfig(str(tls_files["cert"]), str(tls_files["key"]))
+    with recorded.serve(port=0, tls=tls) as server:
+        assert server.url.startswith("https://127.0.0.1:")
+        trusting = ssl.create_default_context(cafile=str(tls_files["ca"]))
+        status, body = _get(server.url, trusting)
+        assert status == 200
+        assert ("rollout_completed_total", frozenset({("agent", "math"), ("run", "secure")})) in samples(body)
+        with pytest.raises((ConnectionError, http.client.HTTPException, urllib.error.URLError)):
+            _get(server.url.replace("https://", "http://"))
+        with pytest.raises(urllib.error.URLError, match="CERTIFICATE_VERIFY_FAILED"):
+            _get(server.url, ssl.create_default_context())
+
+
+def test_client_certificates_can_be_required(recorded: RolloutTelemetry, tls_files: dict[str, Path]) -> None:
+    """With a client CA, a client without a certificate fails the handshake; one with it scrapes."""
+    tls = TLSConfig(str(tls_files["cert"]), str(tls_files["key"]), client_cafile=str(tls_files["ca"]))
+    with recorded.serve(port=0, tls=tls) as server:
+        anonymous = ssl.create_default_context(cafile=str(tls_files["ca"]))
+        with pytest.raises((urllib.error.URLError, ConnectionError, ssl.SSLError)):
+            _get(server.url, anonymous)
+        identified = ssl.create_default_context(cafile=str(tls_files["ca"]))
+        identified.load_cert_chain(str(tls_files["client"]))
+        assert _get(server.url, identified)[0] == 200
+
+
+def test_basic_auth(recorded: RolloutTelemetry) -> None:
+    """The right user and password scrape; a wrong one, a wrong user or none get 401; /healthz stays open."""
+    auth = BasicAuth("prometheus", hash_password(PASSWORD))
+    with recorded.serve(port=0, auth=auth) as server:
+        assert _get(server.url, headers=_basic("prometheus", PASSWORD))[0] == 200
+        assert _get(server.url, headers=_basic("prometheus", "wrong"))[0] == 401
+        assert _get(server.url, headers=_basic("someone", PASSWORD))[0] == 401
+        assert _get(server.url, headers={"Authorization": "Basic !!!not-base64"})[0] == 401
+        status, body = _get(server.url)
+        assert status == 401
+        assert "rollout_" not in body
+        assert _get(server.url.replace("/metrics", "/healthz")) == (200, "ok\n")
+
+
+def test_password_hash_from_a_file_or_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """hash-password prints a hash that --basic-auth-hash-file and the environment variable both accept."""
+    monkeypatch.setattr("sys.stdin", _Lines(PASSWORD + "\n"))
+    assert main(["hash-password"]) == 0
+    digest = capsys.readouterr().out.strip()
+    assert digest.startswith("scrypt$")
+    (tmp_path / "hash").write_text(digest + "\n")
+    from_file = BasicAuth.from_file("p", tmp_path / "hash")
+    monkeypatch.setenv("METRICS_PASSWORD_HASH", digest)
+    from_env = BasicAuth.from_env("p", "METRICS_PASSWORD_HASH")
+    header = _basic("p", PASSWORD)["Authorization"]
+    assert from_file.check(header)
+    assert from_env.check(header)
+    assert not from_env.check(_basic("p", "nope")["Authorization"])
+    monkeypatch.delenv("METRICS_PASSWORD_HASH")
+    with pytest.raises(ServeError, match="METRICS_PASSWORD_HASH"):
+        BasicAuth.from_env("p", "METRICS_PASSWORD_HASH")
+    with pytest.raises(ServeError, match="hash-password"):
+        BasicAuth("p", "plaintext")
+
+
+class _Lines:
+    def __init__(self, text: str) -> None:
+        self._text = text
+
+    def isatty(self) -> bool:
+        return False
+
+    def readline(self) -> str:
+        return self._text
+
+
+def test_default_host_is_loopback(recorded: RolloutTelemetry) -> None:
+    """serve() binds 127.0.0.1 unless a host is given."""
+    with recorded.serve(port=0) as server:
+        assert server.host == "127.0.0.1"
+        assert server.url.startswith("http://127.0.0.1:")
+
+
+@pytest.fixture
+def server(recorded: RolloutTelemetry) -> Iterator[MetricsServer]:
+    """A plain server with the default pool."""
+    with recorded.serve(port=0) as running:
+        yield running
+
+
+def test_idle_clients_cannot_exhaust_the_server(server: MetricsServer) -> None:
+    """Fifty silent connections hold no thread: a scrape still answers at once, and they are closed."""
+    idle = [socket.create_connection(("127.0.0.1", server.port), timeout=10) for _ in range(50)]
+    try:
+        started = time.monotonic()
+        assert _get(server.url)[0] == 200
+        assert time.monotonic() - started < 1.5
+        threads = threading.active_count()
+        assert threads < 30, threads
+        for connection in idle:
+            connection.settimeout(IDLE_TIMEOUT + 5)
+            assert connection.recv(1) == b""  # the server closed it
+    finally:
+        for connection in idle:
+            connection.close()
+
+
+def test_a_trickling_client_does_not_block_scrapes(server: MetricsServer) -> None:
+    """A client that sends half a request and stalls ties up one worker at most, until its timeout."""
+    trickler = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+    try:
+        trickler.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+        time.sleep(0.3)
+        started = time.monotonic()
+        assert _get(server.url)[0] == 200
+        assert time.monotonic() - started < 1.5
+    finally:
+        trickler.close()
+
+
+def test_a_huge_request_body_is_not_read(server: MetricsServer) -> None:
+    """A POST announcing 100 MB is answered 405 without the body being read."""
+    connection = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+    try:
+        connection.sendall(
+            b"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 100000000\r\n\r\n" + b"x" * 65536
+        )
+        started = time.monotonic()
+        reply = connection.recv(4096)
+        assert reply.startswith(b"HTTP/1.0 405") or reply.startswith(b"HTTP/1.1 405"), reply[:40]
+        assert time.monotonic() - started < 2
+    finally:
+        connection.close()
+    assert _get(server.url)[0] == 200

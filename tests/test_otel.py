@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -215,3 +217,31 @@ def test_otel_metrics_follow_the_same_rules(clock: FakeClock) -> None:
     assert points[("rollout_duration_seconds_sum", math)] == 2.0
     assert points[("rollout_duration_seconds_count", math)] == 1
     assert points[("rollout_in_flight", math)] == 0
+
+
+def test_a_global_provider_configured_later_is_picked_up() -> None:
+    """In a fresh process: no spans before the SDK is set globally, spans within a second after."""
+    code = """
+import time
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from rollout_telemetry import RolloutTelemetry
+
+telemetry = RolloutTelemetry()
+with telemetry.rollout("a") as rollout:
+    rollout.complete({"reward": 1.0})
+exporter = InMemorySpanExporter()
+provider = TracerProvider()
+provider.add_span_processor(SimpleSpanProcessor(exporter))
+trace.set_tracer_provider(provider)
+time.sleep(1.1)
+with telemetry.rollout("a") as rollout:
+    rollout.complete({"reward": 1.0})
+print(len(exporter.get_finished_spans()), telemetry.snapshot().agents[0].measured)
+"""
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert result.stdout.split() == ["1", "2"]

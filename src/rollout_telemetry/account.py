@@ -8,7 +8,6 @@ under the same lock, so a snapshot never holds half of an update; every exporter
 from __future__ import annotations
 
 import bisect
-import itertools
 import logging
 import threading
 from collections.abc import Callable, Mapping
@@ -53,7 +52,7 @@ class _AgentState:
         "duration_count",
         "duration_sum",
         "failed_kinds",
-        "in_flight",
+        "free_slots",
         "key_labels",
         "kind_labels",
         "label",
@@ -66,6 +65,7 @@ class _AgentState:
         "measured_negative",
         "measured_positive",
         "omitted_kinds",
+        "starts",
         "unscored_kinds",
     )
 
@@ -87,7 +87,10 @@ class _AgentState:
         self.key_labels: dict[str | None, str] = {}
         self.kind_labels: set[str] = set()
         self.lifecycle = False
-        self.in_flight: dict[int, float] = {}
+        # In-flight rollouts: one slot each, holding its start time (None when free). Slots are reused,
+        # so starting and finishing allocate nothing; the scrape scans them for the count and the oldest.
+        self.starts: list[float | None] = []
+        self.free_slots: list[int] = []
         self.duration_buckets = [0] * (len(DURATION_BUCKETS) + 1)
         self.duration_sum = 0.0
         self.duration_count = 0
@@ -234,7 +237,6 @@ class Account:
         self._rejected: dict[str, int] = {}
         self._overflow: dict[str, int] = {}
         self._overflow_warned: set[str] = set()
-        self._tokens = itertools.count(1)
         _fork.track(self)
 
     def _after_fork_in_child(self) -> None:
@@ -388,13 +390,18 @@ class Account:
         except (KeyError, TypeError):  # a new agent, or not even a hashable one
             state = self._agent(agent)
         now = self._clock()
-        token = next(self._tokens)
-        # One dict insertion, atomic under the GIL, so no lock is taken: a snapshot sees the rollout
-        # in flight or not, never half of it.
-        state.in_flight[token] = now
+        try:
+            slot = state.free_slots.pop()
+        except IndexError:
+            with self._lock:  # a new slot: only when more rollouts are in flight than ever before
+                state.starts.append(None)
+                slot = len(state.starts) - 1
+        # One list store, atomic under the GIL, so no lock is taken: a snapshot sees the rollout in
+        # flight or not, never half of it.
+        state.starts[slot] = now
         if not state.lifecycle:
             state.lifecycle = True
-        return state, token, now
+        return state, slot, now
 
     def finish(
         self,
@@ -404,11 +411,13 @@ class Account:
         kind: str | None,
     ) -> float:
         """Take a rollout out of flight and count its outcome in one step; return its duration."""
-        state, token, started = handle
+        state, slot, started = handle
         duration = self._clock() - started
-        duration = max(duration, 0.0)
+        if duration < 0.0:  # noqa: PLR1730 - a comparison is cheaper than a max() call here
+            duration = 0.0
         with self._lock:
-            del state.in_flight[token]
+            state.starts[slot] = None
+            state.free_slots.append(slot)
             state.duration_buckets[bisect.bisect_left(DURATION_BUCKETS, duration)] += 1
             state.duration_sum += duration
             state.duration_count += 1
@@ -447,6 +456,7 @@ class Account:
             now = self._clock()
             agents = []
             for s in self._by_label.values():
+                live = [start for start in s.starts if start is not None]
                 # The per-disposition totals are the sums of their kind counts: one increment per record.
                 kinds: dict[tuple[Disposition, str], int] = {}
                 counts = dict.fromkeys((_MASKED, _UNSCORED, _FAILED, _OMITTED), 0)
@@ -475,9 +485,8 @@ class Account:
                         masked_negative=s.masked_negative,
                         kinds=kinds,
                         lifecycle=s.lifecycle,
-                        in_flight=len(s.in_flight),
-                        # Tokens are handed out in clock order, so the first entry is the oldest.
-                        oldest_in_flight_start=next(iter(s.in_flight.values()), None),
+                        in_flight=len(live),
+                        oldest_in_flight_start=min(live) if live else None,
                         duration_buckets=tuple(s.duration_buckets),
                         duration_sum=s.duration_sum,
                         duration_count=s.duration_count,

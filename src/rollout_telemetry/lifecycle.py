@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING
@@ -24,7 +25,6 @@ from rollout_telemetry.outcome import (
     OutcomeError,
     check_failure_kind,
     check_failure_reason,
-    disposition_of,
     read_completed,
 )
 
@@ -36,6 +36,8 @@ if TYPE_CHECKING:
 __all__ = ["EXCEPTION_KINDS", "NO_OUTCOME", "RolloutContext"]
 
 _log = logging.getLogger("rollout_telemetry.lifecycle")
+
+_MASKED, _UNSCORED, _MEASURED = Disposition.MASKED, Disposition.UNSCORED, Disposition.MEASURED
 
 NO_OUTCOME = "rollout_telemetry:no_outcome"
 """The failure kind of a rollout block left without complete(), fail() or omit()."""
@@ -98,7 +100,7 @@ class RolloutContext:
         try:
             self._handle = self._account.begin(self.agent)
             spans = self._telemetry.spans
-            if spans.enabled:
+            if spans.quiet_until <= time.monotonic():
                 self._span = spans.start(self.agent, self.task_index, self.rollout_index, self.attempt)
         except Exception as exc:
             if self._handle is None:
@@ -147,7 +149,8 @@ class RolloutContext:
             self._telemetry._rejected(exc)  # raises in strict mode, leaving the rollout open
             self._finish(Disposition.FAILED, None, failure_kinds.PROTOCOL_VIOLATION, str(exc))
             return
-        disposition = disposition_of(masked, reward)
+        # disposition_of's rule, written out: this runs once per rollout.
+        disposition = _MASKED if masked else (_UNSCORED if reward is None else _MEASURED)
         if self._span is None and self._handle is not None:
             # The common case, written out: no span to close, so count and be done.
             self._done = True

@@ -244,10 +244,20 @@ def read_completed(response: object) -> tuple[float | None, bool, str | None, st
         OutcomeError: a field has a value that is not allowed; the error names the field.
     """
     if type(response) is dict:
-        raw_reward: object = response.get("reward")
-        raw_mask: object = response.get("mask_sample")
-        raw_kind: object = response.get("failure_kind")
-        raw_reason: object = response.get("failure_reason")
+        get = response.get
+        raw_reward: object = get("reward")
+        raw_mask: object = get("mask_sample", False)
+        raw_kind: object = get("failure_kind")
+        raw_reason: object = get("failure_reason")
+        # The common shape passes without the checks' calls (RolloutTelemetry.record inlines the same).
+        if (
+            type(raw_reward) is float
+            and raw_reward - raw_reward == 0.0  # not NaN or +-inf
+            and (raw_mask is False or raw_mask is True)
+            and (raw_kind is None or (type(raw_kind) is str and raw_kind))
+            and (raw_reason is None or type(raw_reason) is str)
+        ):
+            return raw_reward, raw_mask, raw_kind, raw_reason
     else:
         raw_reward, raw_mask, raw_kind, raw_reason = _fields(response)
     return (

@@ -7,6 +7,7 @@ nothing until a user configures it.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Mapping
 from typing import Literal
@@ -96,8 +97,9 @@ class SpanRecorder:
             raise ValueError(msg)
         self._provider = tracer_provider
         self._mode = mode
-        self.enabled = mode != "off"
-        """False when spans are switched off: the lifecycle then skips the recorder entirely."""
+        self.quiet_until = math.inf if mode == "off" else -math.inf
+        """Until this ``time.monotonic()`` value, ``start()`` would open nothing, so callers on the hot
+        path may skip it: forever when spans are off, for a second after finding no SDK configured."""
         self._reason_limit = reason_limit
         self._redact = redact
         self._own_tracer: trace.Tracer | None = None
@@ -127,6 +129,8 @@ class SpanRecorder:
         provider = trace.get_tracer_provider()
         if type(provider) is ProxyTracerProvider or isinstance(provider, trace.NoOpTracerProvider):
             self._global_tracer = None
+            if self._mode == "span":
+                self.quiet_until = self._recheck_at
         elif provider is not self._global_provider:
             self._global_provider = provider
             self._global_tracer = provider.get_tracer(_SCOPE)

@@ -18,8 +18,8 @@ def test_counts_per_disposition_and_kind(clock: FakeClock) -> None:
     account.add_completed("a", 1.0, False, None)
     account.add_completed("a", 0.5, True, None)
     account.add_completed("a", None, False, "verifier_error")
-    account.add_failed("a", "session_lost")
-    account.add_omitted("a", None)
+    account.add_absent("a", Disposition.FAILED, "session_lost")
+    account.add_absent("a", Disposition.OMITTED, None)
     agent = account.snapshot().agent("a")
     assert agent is not None
     assert (agent.measured, agent.masked, agent.unscored, agent.failed, agent.omitted) == (1, 1, 1, 1, 1)
@@ -37,9 +37,9 @@ def test_counts_per_disposition_and_kind(clock: FakeClock) -> None:
 def test_snapshot_is_a_copy(clock: FakeClock) -> None:
     """Recording after a snapshot does not change it."""
     account = Account(clock=clock)
-    account.add_failed("a", "session_lost")
+    account.add_absent("a", Disposition.FAILED, "session_lost")
     snap = account.snapshot()
-    account.add_failed("a", "session_lost")
+    account.add_absent("a", Disposition.FAILED, "session_lost")
     agent = snap.agent("a")
     assert agent is not None
     assert agent.failed == 1
@@ -63,7 +63,7 @@ def test_kind_cap_per_agent(clock: FakeClock) -> None:
     """Beyond max_kinds_per_agent, new kinds count under '_other'; totals still add up."""
     account = Account(clock=clock, max_kinds_per_agent=3)
     for i in range(10):
-        account.add_failed("a", f"ns:kind_{i}")
+        account.add_absent("a", Disposition.FAILED, f"ns:kind_{i}")
     agent = account.snapshot().agent("a")
     assert agent is not None
     assert agent.failed == 10
@@ -114,7 +114,7 @@ def test_snapshots_are_consistent_under_concurrent_recording(clock: FakeClock) -
     def writer(index: int) -> None:
         for i in range(per_thread):
             account.add_completed("a", 1.0, i % 3 == 0, "judge_failed")
-            account.add_failed("a", "session_lost")
+            account.add_absent("a", Disposition.FAILED, "session_lost")
 
     def reader() -> None:
         while not stop.is_set():

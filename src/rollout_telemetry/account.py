@@ -346,27 +346,14 @@ class Account:
                 except KeyError:
                     self._count_new_kind(state, counts, kind)
 
-    def add_failed(self, agent: str, kind: str | None) -> None:
-        """Count one rollout that never reached the output."""
+    def add_absent(self, agent: str, disposition: Disposition, kind: str | None) -> None:
+        """Count one rollout that did not reach the output: ``FAILED``, or ``OMITTED`` on purpose."""
         try:
             state = self._by_name[agent]
         except (KeyError, TypeError):  # a new agent, or not even a hashable one
             state = self._agent(agent)
         with self._lock:
-            counts = state.failed_kinds
-            try:
-                counts[kind] += 1
-            except KeyError:
-                self._count_new_kind(state, counts, kind)
-
-    def add_omitted(self, agent: str, kind: str | None) -> None:
-        """Count one rollout left out on purpose."""
-        try:
-            state = self._by_name[agent]
-        except (KeyError, TypeError):  # a new agent, or not even a hashable one
-            state = self._agent(agent)
-        with self._lock:
-            counts = state.omitted_kinds
+            counts = state.failed_kinds if disposition is _FAILED else state.omitted_kinds
             try:
                 counts[kind] += 1
             except KeyError:

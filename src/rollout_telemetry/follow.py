@@ -281,12 +281,9 @@ class RunFollower:
         if isinstance(record, dict) and isinstance(record.get("failure"), dict):
             kind = record["failure"].get("failure_kind") or kind
         failure_kind = check_failure_kind(kind)
-        if row.omitted is True:
-            self.telemetry.account.add_omitted(agent, failure_kind)
-            self.coverage.observe(agent, task, rollout, attempt, Disposition.OMITTED)
-        else:
-            self.telemetry.account.add_failed(agent, failure_kind)
-            self.coverage.observe(agent, task, rollout, attempt, Disposition.FAILED)
+        disposition = Disposition.OMITTED if row.omitted is True else Disposition.FAILED
+        self.telemetry.account.add_absent(agent, disposition, failure_kind)
+        self.coverage.observe(agent, task, rollout, attempt, disposition)
 
     def _reject(self, tail: _Tail, number: int, reason: str, detail: str) -> None:
         self.telemetry.account.reject(reason)

@@ -26,7 +26,13 @@ from rollout_telemetry.account import (
 from rollout_telemetry.exporters.prometheus import AccountCollector
 from rollout_telemetry.failure_kinds import KindValidator
 from rollout_telemetry.lifecycle import RolloutContext
-from rollout_telemetry.outcome import OutcomeError, check_failure_kind, check_failure_reason, read_completed
+from rollout_telemetry.outcome import (
+    Disposition,
+    OutcomeError,
+    check_failure_kind,
+    check_failure_reason,
+    read_completed,
+)
 from rollout_telemetry.progress import progress_metrics
 from rollout_telemetry.server import BasicAuth, MetricsServer, TLSConfig
 from rollout_telemetry.spans import DEFAULT_REASON_LIMIT, SpanMode, SpanRecorder
@@ -95,7 +101,7 @@ class RolloutTelemetry:
             kind_validator=self._kinds,
         )
         self._add_completed = self._account.add_completed
-        self._add_failed = self._account.add_failed
+        self._add_absent = self._account.add_absent
         self._expected: dict[str, int] = {}
         labels: dict[str, str] = {}
         if run is not None:
@@ -153,29 +159,25 @@ class RolloutTelemetry:
         self, agent: str, failure_kind: str | None = None, *, reason: str | None = None
     ) -> None:
         """Record one rollout that never reached the output; ``reason`` goes to the log, never a label."""
-        try:
-            if type(failure_kind) is not str or not failure_kind:
-                failure_kind = check_failure_kind(failure_kind)
-            if reason is not None and type(reason) is not str:
-                check_failure_reason(reason)
-            self._add_failed(agent, failure_kind)
-            if reason is not None:
-                self._log_reason("failed", agent, failure_kind, reason)
-        except Exception as exc:
-            self._rejected(exc)
+        self._record_absent(Disposition.FAILED, agent, failure_kind, reason)
 
     def record_omission(
         self, agent: str, failure_kind: str | None = None, *, reason: str | None = None
     ) -> None:
         """Record one rollout left out of the output on purpose; ``reason`` goes to the log."""
+        self._record_absent(Disposition.OMITTED, agent, failure_kind, reason)
+
+    def _record_absent(
+        self, disposition: Disposition, agent: str, failure_kind: str | None, reason: str | None
+    ) -> None:
         try:
             if type(failure_kind) is not str or not failure_kind:
                 failure_kind = check_failure_kind(failure_kind)
             if reason is not None and type(reason) is not str:
                 check_failure_reason(reason)
-            self._account.add_omitted(agent, failure_kind)
+            self._add_absent(agent, disposition, failure_kind)
             if reason is not None:
-                self._log_reason("omitted", agent, failure_kind, reason)
+                self._log_reason(disposition.value, agent, failure_kind, reason)
         except Exception as exc:
             self._rejected(exc)
 

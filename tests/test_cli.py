@@ -17,7 +17,7 @@ def test_help_describes_the_tool(capsys: pytest.CaptureFixture[str]) -> None:
     assert "masked, failed and omitted" in out
 
 
-@pytest.mark.parametrize("command", ["demo"])
+@pytest.mark.parametrize("command", ["demo", "serve", "report", "hash-password"])
 def test_each_command_has_help(command: str, capsys: pytest.CaptureFixture[str]) -> None:
     """Every subcommand explains itself."""
     with pytest.raises(SystemExit) as info:

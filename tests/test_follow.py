@@ -168,6 +168,7 @@ REJECTIONS = {
     "invalid_reward": 1,
     "invalid_mask_sample": 1,
     "invalid_failure_kind": 1,
+    "invalid_failure_reason": 1,
 }
 
 

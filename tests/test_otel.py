@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -245,3 +246,39 @@ print(len(exporter.get_finished_spans()), telemetry.snapshot().agents[0].measure
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
     )
     assert result.stdout.split() == ["1", "2"]
+
+
+def test_two_hundred_concurrent_async_rollouts_with_spans_and_metrics(
+    spans: InMemorySpanExporter, clock: FakeClock
+) -> None:
+    """200 rollouts in flight at once: 200 spans, in-flight 200 then exactly 0 in the OTel metrics."""
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(spans))
+    reader = InMemoryMetricReader()
+    telemetry = RolloutTelemetry(clock=clock, tracer_provider=provider)
+    instrument_meter(telemetry, MeterProvider(metric_readers=[reader]))
+    release = asyncio.Event()
+    during: list[float] = []
+
+    async def one(i: int) -> None:
+        async with telemetry.rollout("a", task_index=i) as rollout:
+            await release.wait()
+            rollout.complete({"reward": 1.0, "mask_sample": i % 4 == 0})
+
+    async def main() -> None:
+        tasks = [asyncio.create_task(one(i)) for i in range(200)]
+        await asyncio.sleep(0)
+        during.extend(v for name, _, v in _points(reader) if name == "rollout_in_flight")
+        release.set()
+        await asyncio.gather(*tasks)
+
+    asyncio.run(main())
+    assert during == [200]
+    after = {name: v for name, _, v in _points(reader)}
+    assert after["rollout_in_flight"] == 0
+    assert after["rollout_masked"] == 50
+    finished = spans.get_finished_spans()
+    assert len(finished) == 200
+    assert {span.attributes["rollout.task_index"] for span in finished if span.attributes} == set(range(200))
+    # Each span was the current span of its own task only: no rollout became another's parent.
+    assert all(span.parent is None for span in finished)

@@ -169,7 +169,7 @@ def test_idle_clients_cannot_exhaust_the_server(server: MetricsServer) -> None:
     try:
         started = time.monotonic()
         assert _get(server.url)[0] == 200
-        assert time.monotonic() - started < 1.5
+        assert time.monotonic() - started < 3  # not queued behind 50 idle clients x 3 s each
         threads = threading.active_count()
         assert threads < 30, threads
         for connection in idle:
@@ -188,7 +188,7 @@ def test_a_trickling_client_does_not_block_scrapes(server: MetricsServer) -> Non
         time.sleep(0.3)
         started = time.monotonic()
         assert _get(server.url)[0] == 200
-        assert time.monotonic() - started < 1.5
+        assert time.monotonic() - started < 3  # not queued behind the trickler's 5 s timeout
     finally:
         trickler.close()
 

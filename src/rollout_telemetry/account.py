@@ -402,6 +402,9 @@ class Account:
         duration = self._clock() - started
         if duration < 0.0:  # noqa: PLR1730 - a comparison is cheaper than a max() call here
             duration = 0.0
+        # The counting below is add_completed's and add_absent's, written out again on purpose: it must
+        # happen inside the one lock that also takes the rollout out of flight, and a shared helper would
+        # cost every record() a call.
         with self._lock:
             state.starts[slot] = None
             state.free_slots.append(slot)

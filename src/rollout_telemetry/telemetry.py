@@ -48,13 +48,6 @@ _log = logging.getLogger("rollout_telemetry")
 _MAX_LOGGED_CAUSES = 256
 
 
-def _check_agent(agent: object) -> str:
-    if type(agent) is str and agent:
-        return agent
-    msg = f"must be a non-empty string, got {type(agent).__name__} {agent!r:.60}"
-    raise OutcomeError("agent", msg)
-
-
 class RolloutTelemetry:
     """Live telemetry for one rollout collection: record outcomes, serve them, view them.
 
@@ -234,7 +227,7 @@ class RolloutTelemetry:
         Counters that exist from 0 let PromQL's ``increase()`` see every rollout, the first included.
         """
         for agent in agents:
-            self._account.declare(_check_agent(agent))
+            self._account.declare(agent)  # raises OutcomeError for an invalid agent
 
     def expect(self, agent: str, count: int) -> None:
         """Declare ``agent`` and how many rollouts it is expected to produce in total."""

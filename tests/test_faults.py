@@ -154,6 +154,7 @@ def test_taken_port_fails_clearly_from_the_command_line() -> None:
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="fork() is POSIX-only")
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
 def test_recording_in_a_forked_child() -> None:
     """A child forked while threads record can record (no inherited held lock); its counts are its own."""
     telemetry = RolloutTelemetry()

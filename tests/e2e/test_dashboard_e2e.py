@@ -62,34 +62,38 @@ def _run(tmp_path: Path, shares: list[str]) -> None:
             *shares]  # fmt: skip
     exporter = Exporter(args, tmp_path / "exporter.log")
     # A short scrape interval keeps small what increase() cannot see: the first sample of a series that
-    # appears mid-run (a failure kind's first occurrence) is its baseline, not an increase. Prometheus is
-    # up before the exporter starts, so the warm-up's zeros are scraped however slowly Prometheus starts.
+    # appears mid-run (a failure kind's first occurrence) is its baseline, not an increase. Prometheus
+    # scrapes before the exporter starts, so the warm-up's zeros are scraped however slowly it starts.
     prometheus = Prometheus(tmp_path, [exporter.target], interval="200ms")
-    with prometheus, exporter:
-        time.sleep(WARMUP + DURATION + 1.0)
-        final = exporter.scrape()
-        completed = sum(v for (n, _), v in samples(final).items() if n == "rollout_completed_total")
-        in_flight = sum(v for (n, _), v in samples(final).items() if n == "rollout_in_flight")
-        assert in_flight == 0, "the run should be over"
-        assert completed > 0
+    with prometheus:
+        # Prometheus applies new targets after a while: wait until it scrapes (and fails) the target.
+        prometheus.wait_for(lambda: bool(prometheus.query("up")), timeout=30, what="the first scrape")
+        with exporter:
+            time.sleep(WARMUP + DURATION + 1.0)
+            final = exporter.scrape()
+            completed = sum(v for (n, _), v in samples(final).items() if n == "rollout_completed_total")
+            in_flight = sum(v for (n, _), v in samples(final).items() if n == "rollout_in_flight")
+            assert in_flight == 0, "the run should be over"
+            assert completed > 0
 
-        def scraped_final() -> bool:
-            got = prometheus.query('sum(rollout_completed_total{run="e2e"})')
-            return bool(got) and float(got[0]["value"][1]) == completed
+            def scraped_final() -> bool:
+                got = prometheus.query('sum(rollout_completed_total{run="e2e"})')
+                return bool(got) and float(got[0]["value"][1]) == completed
 
-        prometheus.wait_for(scraped_final, timeout=30, what="the final counts to be scraped")
-        first = prometheus.query('min_over_time(rollout_completed_total{run="e2e"}[1h])')
-        assert [float(r["value"][1]) for r in first] == [0.0, 0.0, 0.0], "the warm-up was not scraped"
-        # The timestamp of the newest scrape: evaluating there leaves nothing to extrapolate.
-        stamp = max(
-            float(r["value"][1]) for r in prometheus.query('timestamp(rollout_completed_total{run="e2e"})')
-        )
-        prometheus.wait_for(
-            lambda: bool(prometheus.query("agent:rollout_masked:ratio_rate5m")),
-            timeout=30,
-            what="the recording rules to be evaluated",
-        )
-        _check(prometheus, _account(final), stamp, healthy=shares == HEALTHY)
+            prometheus.wait_for(scraped_final, timeout=30, what="the final counts to be scraped")
+            first = prometheus.query('min_over_time(rollout_completed_total{run="e2e"}[1h])')
+            assert [float(r["value"][1]) for r in first] == [0.0, 0.0, 0.0], "the warm-up was not scraped"
+            # The timestamp of the newest scrape: evaluating there leaves nothing to extrapolate.
+            stamp = max(
+                float(r["value"][1])
+                for r in prometheus.query('timestamp(rollout_completed_total{run="e2e"})')
+            )
+            prometheus.wait_for(
+                lambda: bool(prometheus.query("agent:rollout_masked:ratio_rate5m")),
+                timeout=30,
+                what="the recording rules to be evaluated",
+            )
+            _check(prometheus, _account(final), stamp, healthy=shares == HEALTHY)
 
 
 HEALTHY = ["--masked", "0", "--failed", "0", "--omitted", "0"]

@@ -46,20 +46,6 @@ _log = logging.getLogger("rollout_telemetry.follow")
 _WARNINGS_PER_FILE = 20
 
 
-class _FailureDetail(msgspec.Struct, forbid_unknown_fields=False):
-    failure_kind: Any = None
-    failure_reason: Any = None
-    stage: Any = None
-
-
-class _FailureRecord(msgspec.Struct, forbid_unknown_fields=False):
-    failure: _FailureDetail | None = None
-
-
-class _AgentRef(msgspec.Struct, forbid_unknown_fields=False):
-    name: Any = None
-
-
 class _Row(msgspec.Struct, forbid_unknown_fields=False):
     """The fields telemetry reads from any of the three files; everything else is skipped unparsed."""
 

@@ -29,20 +29,17 @@ class AccountCollector(Collector):
     Args:
         read_snapshot: returns a fresh, consistent account snapshot.
         const_labels: labels added to every series (for example ``run``).
-        extra: yields more families per scrape, given the constant labels (the coverage account).
     """
 
     def __init__(
         self,
         read_snapshot: Callable[[], AccountSnapshot],
         const_labels: Mapping[str, str] | None = None,
-        extra: Callable[[Mapping[str, str]], Iterable[Metric]] | None = None,
     ) -> None:
         self._read = read_snapshot
-        self._const = dict(const_labels or {})
-        self._names = tuple(self._const)
-        self._values = tuple(self._const.values())
-        self._extra = extra
+        const = dict(const_labels or {})
+        self._names = tuple(const)
+        self._values = tuple(const.values())
 
     def describe(self) -> Iterable[Metric]:
         """Nothing up front: which families exist depends on what has happened."""
@@ -66,5 +63,3 @@ class AccountCollector(Collector):
                 histogram.add_metric([*values, agent.agent], duration_buckets(agent), agent.duration_sum)
         if histogram.samples:
             yield histogram
-        if self._extra is not None:
-            yield from self._extra(self._const)

@@ -1,8 +1,11 @@
 """Cost of the lifecycle API (``with telemetry.rollout(...)``) against ``record()``, no OTel SDK configured.
 
 Times, in interleaved rounds of one run: ``record()``; the lifecycle block with no OpenTelemetry SDK
-configured (the default); and the same block with spans switched off (``span_mode="off"``), which isolates
-what the OpenTelemetry part costs when nothing is configured. Ratios are medians of per-round ratios.
+configured (the default); the same block with spans switched off (``span_mode="off"``), which isolates
+what the OpenTelemetry part costs when nothing is configured; a bare block, an object with the same
+shape that records nothing, which is the floor any ``with``-block API pays in CPython before it does any
+work; and the bare block forwarding its outcome to ``record()``, the least a block that counts can cost
+(no clock reads, no in-flight tracking, no duration histogram). Ratios are medians of per-round ratios.
 Goal: the lifecycle block at most 2x ``record()``.
 
     .venv/bin/python benchmarks/lifecycle.py [--calls 100000] [--rounds 9]
@@ -16,6 +19,37 @@ import timeit
 from collections.abc import Callable
 
 from rollout_telemetry import RolloutTelemetry
+
+
+class BareBlock:
+    """The ``with`` protocol alone: made, entered, given an outcome and left, recording nothing."""
+
+    __slots__ = ("agent", "attempt", "outcome", "record", "rollout_index", "task_index")
+
+    def __init__(
+        self,
+        agent: str,
+        task_index: int | None,
+        rollout_index: int | None,
+        record: Callable[[str, object], None] | None = None,
+    ) -> None:
+        self.agent = agent
+        self.task_index = task_index
+        self.rollout_index = rollout_index
+        self.attempt: int | None = None
+        self.outcome: object = None
+        self.record = record
+
+    def __enter__(self) -> BareBlock:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        return None
+
+    def complete(self, response: object) -> None:
+        self.outcome = response
+        if self.record is not None:
+            self.record(self.agent, response)
 
 
 def candidates() -> dict[str, Callable[[], None]]:
@@ -36,8 +70,18 @@ def candidates() -> dict[str, Callable[[], None]]:
         with quiet.rollout("math_agent", task_index=1, rollout_index=0) as handle:
             handle.complete(response)
 
+    def with_bare_block() -> None:
+        with BareBlock("math_agent", task_index=1, rollout_index=0) as handle:
+            handle.complete(response)
+
+    def with_forwarding_block() -> None:
+        with BareBlock("math_agent", task_index=1, rollout_index=0, record=record) as handle:
+            handle.complete(response)
+
     return {
         "record()": with_record,
+        "bare block (no telemetry)": with_bare_block,
+        "bare block + record()": with_forwarding_block,
         "rollout() block": with_lifecycle,
         "rollout() block, spans off": with_lifecycle_spans_off,
     }
@@ -64,6 +108,17 @@ def main() -> None:
     print(f"\nlifecycle / record: {ratio('rollout() block', 'record()'):.2f}x (goal <= 2)")
     otel_part = ratio("rollout() block", "rollout() block, spans off")
     print(f"lifecycle with no SDK / with spans off: {otel_part:.2f}x (the unconfigured OpenTelemetry part)")
+    floor = ratio("bare block (no telemetry)", "record()")
+    print(f"bare block / record: {floor:.2f}x (the with-block protocol alone, before any work)")
+    forwarding = ratio("bare block + record()", "record()")
+    print(f"bare block forwarding to record() / record: {forwarding:.2f}x (the least a counting block costs)")
+    beyond = statistics.median(
+        (life - bare) / rec
+        for life, bare, rec in zip(
+            times["rollout() block"], times["bare block (no telemetry)"], times["record()"], strict=True
+        )
+    )
+    print(f"(lifecycle - bare block) / record: {beyond:.2f}x (what the lifecycle does, in record() units)")
 
 
 if __name__ == "__main__":

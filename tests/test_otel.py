@@ -221,31 +221,38 @@ def test_otel_metrics_follow_the_same_rules(clock: FakeClock) -> None:
 
 
 def test_a_global_provider_configured_later_is_picked_up() -> None:
-    """In a fresh process: no spans before the SDK is set globally, spans within a second after."""
+    """In a fresh process: no spans before the SDK is set globally, spans once the telemetry's own clock
+    has passed the one-second recheck (an injected clock, so nothing sleeps)."""
     code = """
-import time
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from rollout_telemetry import RolloutTelemetry
 
-telemetry = RolloutTelemetry()
-with telemetry.rollout("a") as rollout:
-    rollout.complete({"reward": 1.0})
+now = [100.0]
+telemetry = RolloutTelemetry(clock=lambda: now[0])
 exporter = InMemorySpanExporter()
+
+def one_rollout():
+    with telemetry.rollout("a") as rollout:
+        rollout.complete({"reward": 1.0})
+    return len(exporter.get_finished_spans())
+
+seen = [one_rollout()]
 provider = TracerProvider()
 provider.add_span_processor(SimpleSpanProcessor(exporter))
 trace.set_tracer_provider(provider)
-time.sleep(1.1)
-with telemetry.rollout("a") as rollout:
-    rollout.complete({"reward": 1.0})
-print(len(exporter.get_finished_spans()), telemetry.snapshot().agents[0].measured)
+now[0] += 0.5
+seen.append(one_rollout())  # still within the second the missing SDK is remembered for
+now[0] += 0.6
+seen.append(one_rollout())
+print(*seen, telemetry.snapshot().agents[0].measured)
 """
     result = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
     )
-    assert result.stdout.split() == ["1", "2"]
+    assert result.stdout.split() == ["0", "0", "1", "3"]
 
 
 def test_two_hundred_concurrent_async_rollouts_with_spans_and_metrics(

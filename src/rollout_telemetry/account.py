@@ -201,7 +201,8 @@ class AccountSnapshot:
 
 
 InFlightHandle = tuple[_AgentState, int, float]
-"""What ``Account.begin`` returns and ``Account.finish`` takes: opaque to callers."""
+"""What ``Account.begin`` returns and ``Account.finish`` takes: opaque to callers but for its last item,
+the start time on the account's clock."""
 
 
 class Account:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING
@@ -97,15 +96,16 @@ class RolloutContext:
     # -- entering and leaving -----------------------------------------------------------------------
 
     def __enter__(self) -> RolloutContext:
+        telemetry = self._telemetry
         try:
-            self._handle = self._account.begin(self.agent)
-            spans = self._telemetry.spans
-            if spans.quiet_until <= time.monotonic():
+            handle = self._handle = self._account.begin(self.agent)
+            spans = telemetry.spans
+            if spans.quiet_until <= handle[-1]:  # the start time: spans share the account's clock
                 self._span = spans.start(self.agent, self.task_index, self.rollout_index, self.attempt)
         except Exception as exc:
             if self._handle is None:
                 self._done = True  # nothing went in flight: there is nothing to finish
-            self._telemetry._rejected(exc)
+            telemetry._rejected(exc)
         return self
 
     def __exit__(

@@ -82,6 +82,7 @@ class SpanRecorder:
         mode: ``"span"``, ``"annotate"`` or ``"off"``.
         reason_limit: maximum characters of ``failure_reason`` on a span.
         redact: applied to ``failure_reason`` before truncation.
+        clock: monotonic seconds; the lifecycle passes the account's, so one clock read serves both.
     """
 
     def __init__(
@@ -91,6 +92,7 @@ class SpanRecorder:
         mode: SpanMode = "span",
         reason_limit: int = DEFAULT_REASON_LIMIT,
         redact: Callable[[str], str] | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if mode not in ("span", "annotate", "off"):
             msg = f"span_mode must be 'span', 'annotate' or 'off', got {mode!r}"
@@ -98,8 +100,9 @@ class SpanRecorder:
         self._provider = tracer_provider
         self._mode = mode
         self.quiet_until = math.inf if mode == "off" else -math.inf
-        """Until this ``time.monotonic()`` value, ``start()`` would open nothing, so callers on the hot
-        path may skip it: forever when spans are off, for a second after finding no SDK configured."""
+        """Until this ``clock()`` value, ``start()`` would open nothing, so callers on the hot path may
+        skip it: forever when spans are off, for a second after finding no SDK configured."""
+        self._clock = clock
         self._reason_limit = reason_limit
         self._redact = redact
         self._own_tracer: trace.Tracer | None = None
@@ -122,7 +125,7 @@ class SpanRecorder:
             return self._own_tracer
         # Looking up the global provider costs more than recording a rollout, so the answer is kept for
         # a second: a provider configured later is picked up within that second.
-        now = time.monotonic()
+        now = self._clock()
         if now < self._recheck_at:
             return self._global_tracer
         self._recheck_at = now + _RECHECK_SECONDS

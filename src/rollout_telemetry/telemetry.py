@@ -109,6 +109,7 @@ class RolloutTelemetry:
             mode=span_mode,
             reason_limit=reason_limit,
             redact=redact_reason,
+            clock=clock,
         )
         self._logged_causes: set[tuple[str, str]] = set()
         self._log_lock = threading.Lock()

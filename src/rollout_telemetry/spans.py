@@ -1,8 +1,8 @@
 """Rollout spans through ``opentelemetry-api``: one span per rollout, or attributes on the current span.
 
-With no SDK configured the global tracer provider is a proxy with nothing behind it; the recorder sees
-that with one ``isinstance`` check per rollout and then does nothing at all, so tracing costs close to
-nothing until a user configures it.
+With no SDK configured the global tracer provider is a proxy with nothing behind it; the recorder looks
+that up at most once a second (on the telemetry's clock) and in between tells callers, through
+``quiet_until``, that there is nothing to do, so tracing costs close to nothing until a user configures it.
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from prometheus_client import generate_latest
@@ -95,6 +96,17 @@ def wait_until(condition: Callable[[], bool], *, timeout: float, what: str) -> N
             return
         time.sleep(0.1)
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def stop_process(process: subprocess.Popen[Any], *, timeout: float) -> None:
+    """SIGTERM a process still running and wait ``timeout`` seconds for it; SIGKILL it if it does not go."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
 
 
 def free_port_range(count: int) -> int:

@@ -12,7 +12,7 @@ import pytest
 from rollout_telemetry import Disposition, RolloutTelemetry
 from rollout_telemetry.coverage import Coverage, CoverageCollector
 from rollout_telemetry.follow import RunFiles, RunFollower
-from tests.support import FakeClock, exposition, value
+from tests.support import FakeClock, exposition, value, wait_until
 
 FIXTURES = Path(__file__).parent / "fixtures"
 ROW = (
@@ -217,8 +217,6 @@ def test_background_following_picks_up_appends(tmp_path: Path, clock: FakeClock)
         def counted() -> bool:
             agent = telemetry.snapshot().agent("a")
             return agent is not None and agent.measured == 20
-
-        from tests.support import wait_until
 
         wait_until(counted, timeout=10, what="20 appended rows")
     finally:

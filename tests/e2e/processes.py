@@ -10,7 +10,7 @@ import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
-from tests.support import free_port
+from tests.support import free_port, stop_process
 
 
 class Exporter:
@@ -50,13 +50,7 @@ class Exporter:
 
     def stop(self) -> int:
         assert self.process is not None
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=10)
+        stop_process(self.process, timeout=15)
         self.log.close()
         return int(self.process.returncode)
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from tests.support import free_port, require_tool
+from tests.support import free_port, require_tool, stop_process
 
 REPO = Path(__file__).resolve().parents[2]
 RULES = REPO / "dashboards" / "prometheus" / "rules.yml"
@@ -71,12 +71,7 @@ class Prometheus:
 
     def __exit__(self, *exc: object) -> None:
         if self.process is not None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=10)
+            stop_process(self.process, timeout=10)
         self.log.close()
 
     def _ready(self) -> bool:

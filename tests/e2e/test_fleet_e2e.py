@@ -15,7 +15,7 @@ from rollout_telemetry import Disposition, RolloutTelemetry
 from rollout_telemetry.series import FAMILIES
 from tests.e2e import fleet_member
 from tests.e2e.prometheus import Prometheus
-from tests.support import free_port, free_port_range, require_tool, samples, wait_until
+from tests.support import free_port, free_port_range, require_tool, samples, stop_process, wait_until
 
 pytestmark = pytest.mark.e2e
 MEMBER = Path(fleet_member.__file__)
@@ -205,8 +205,7 @@ def test_push_to_a_real_pushgateway(tmp_path: Path) -> None:
         assert value("rollout_masked_total", instance="worker-2", failure_kind="judge_failed") == 1
         assert value("rollout_reward_negative_total", instance="worker-2") == 0.5
     finally:
-        gateway.terminate()
-        gateway.wait(timeout=10)
+        stop_process(gateway, timeout=10)
 
 
 def _reachable(address: str) -> bool:

@@ -332,4 +332,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ServeError, ValueError, OSError) as exc:  # ServeError is a RuntimeError: named on its own
         print(f"rollout-telemetry: {exc}", file=sys.stderr)
         return 2
-    return 2

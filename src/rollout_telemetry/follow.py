@@ -242,9 +242,7 @@ class RunFollower:
                 agent = _agent(row)
                 task = _index(row.task_index, "_ng_task_index")
                 self.coverage.expect(agent, task, _index(row.rollout_index, "_ng_rollout_index"))
-        except _BadRow as exc:
-            self._reject(tail, number, exc.reason, str(exc))
-        except OutcomeError as exc:
+        except (_BadRow, OutcomeError) as exc:
             self._reject(tail, number, exc.reason, str(exc))
 
     def _identity(self, row: _Row) -> tuple[str, int, int, int | None]:

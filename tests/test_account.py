@@ -8,18 +8,25 @@ import pytest
 
 from rollout_telemetry.account import Account
 from rollout_telemetry.failure_kinds import OTHER
-from rollout_telemetry.outcome import Disposition
+from rollout_telemetry.names import Names
+from rollout_telemetry.outcome import Disposition, absent, classify
 from tests.support import FakeClock
+
+FAILED, OMITTED = Disposition.FAILED, Disposition.OMITTED
+
+
+def _account(clock: FakeClock, *, max_agents: int = 256, max_kinds_per_agent: int = 64) -> Account:
+    return Account(names=Names(max_agents=max_agents, max_kinds_per_agent=max_kinds_per_agent), clock=clock)
 
 
 def test_counts_per_disposition_and_kind(clock: FakeClock) -> None:
-    """Each add_* lands in its disposition; missing kinds become 'unspecified'."""
-    account = Account(clock=clock)
-    account.add_completed("a", 1.0, False, None)
-    account.add_completed("a", 0.5, True, None)
-    account.add_completed("a", None, False, "verifier_error")
-    account.add_absent("a", Disposition.FAILED, "session_lost")
-    account.add_absent("a", Disposition.OMITTED, None)
+    """Each classified outcome lands in its disposition; missing kinds become 'unspecified'."""
+    account = _account(clock)
+    account.count("a", classify({"reward": 1.0, "mask_sample": False, "failure_kind": None}))
+    account.count("a", classify({"reward": 0.5, "mask_sample": True, "failure_kind": None}))
+    account.count("a", classify({"reward": None, "mask_sample": False, "failure_kind": "verifier_error"}))
+    account.count("a", absent(FAILED, "session_lost"))
+    account.count("a", absent(OMITTED, None))
     agent = account.snapshot().agent("a")
     assert agent is not None
     assert (agent.measured, agent.masked, agent.unscored, agent.failed, agent.omitted) == (1, 1, 1, 1, 1)
@@ -36,10 +43,10 @@ def test_counts_per_disposition_and_kind(clock: FakeClock) -> None:
 
 def test_snapshot_is_a_copy(clock: FakeClock) -> None:
     """Recording after a snapshot does not change it."""
-    account = Account(clock=clock)
-    account.add_absent("a", Disposition.FAILED, "session_lost")
+    account = _account(clock)
+    account.count("a", absent(FAILED, "session_lost"))
     snap = account.snapshot()
-    account.add_absent("a", Disposition.FAILED, "session_lost")
+    account.count("a", absent(FAILED, "session_lost"))
     agent = snap.agent("a")
     assert agent is not None
     assert agent.failed == 1
@@ -48,9 +55,9 @@ def test_snapshot_is_a_copy(clock: FakeClock) -> None:
 
 def test_agent_cap_folds_into_other(clock: FakeClock) -> None:
     """Beyond max_agents, new agents count under '_other' and the overflow is counted."""
-    account = Account(clock=clock, max_agents=2)
+    account = _account(clock, max_agents=2)
     for name in ("a", "b", "c", "d", "c"):
-        account.add_completed(name, 1.0, False, None)
+        account.count(name, classify({"reward": 1.0, "mask_sample": False, "failure_kind": None}))
     snap = account.snapshot()
     assert sorted(a.agent for a in snap.agents) == ["_other", "a", "b"]
     other = snap.agent(OTHER)
@@ -61,9 +68,9 @@ def test_agent_cap_folds_into_other(clock: FakeClock) -> None:
 
 def test_kind_cap_per_agent(clock: FakeClock) -> None:
     """Beyond max_kinds_per_agent, new kinds count under '_other'; totals still add up."""
-    account = Account(clock=clock, max_kinds_per_agent=3)
+    account = _account(clock, max_kinds_per_agent=3)
     for i in range(10):
-        account.add_absent("a", Disposition.FAILED, f"ns:kind_{i}")
+        account.count("a", absent(FAILED, f"ns:kind_{i}"))
     agent = account.snapshot().agent("a")
     assert agent is not None
     assert agent.failed == 10
@@ -75,27 +82,27 @@ def test_kind_cap_per_agent(clock: FakeClock) -> None:
 def test_caps_must_be_positive(clock: FakeClock) -> None:
     """A cap below 1 is a configuration error."""
     with pytest.raises(ValueError, match="at least 1"):
-        Account(clock=clock, max_agents=0)
+        Names(max_agents=0)
 
 
 def test_in_flight_and_oldest_age(clock: FakeClock) -> None:
     """begin() marks work in flight; finish() takes it out and counts the outcome in one step."""
-    account = Account(clock=clock)
-    first = account.begin("a")
+    account = _account(clock)
+    first = account.begin("a", clock())
     clock.advance(5)
-    second = account.begin("a")
+    second = account.begin("a", clock())
     clock.advance(2)
     agent = account.snapshot().agent("a")
     assert agent is not None
     assert agent.in_flight == 2
     assert agent.oldest_in_flight_start == 1000.0
-    assert account.finish(first, Disposition.MEASURED, 1.0, None) == 7.0
+    assert account.finish(first, classify({"reward": 1.0})) == 7.0
     agent = account.snapshot().agent("a")
     assert agent is not None
     assert agent.in_flight == 1
     assert agent.oldest_in_flight_start == 1005.0
     assert agent.measured == 1
-    account.finish(second, Disposition.FAILED, None, "session_lost")
+    account.finish(second, absent(FAILED, "session_lost"))
     agent = account.snapshot().agent("a")
     assert agent is not None
     assert agent.in_flight == 0
@@ -106,15 +113,17 @@ def test_in_flight_and_oldest_age(clock: FakeClock) -> None:
 
 def test_snapshots_are_consistent_under_concurrent_recording(clock: FakeClock) -> None:
     """While 8 threads record, every snapshot holds completed >= masked and exact totals at the end."""
-    account = Account(clock=clock)
+    account = _account(clock)
     per_thread = 5000
     stop = threading.Event()
     violations: list[str] = []
 
     def writer(index: int) -> None:
         for i in range(per_thread):
-            account.add_completed("a", 1.0, i % 3 == 0, "judge_failed")
-            account.add_absent("a", Disposition.FAILED, "session_lost")
+            account.count(
+                "a", classify({"reward": 1.0, "mask_sample": i % 3 == 0, "failure_kind": "judge_failed"})
+            )
+            account.count("a", absent(FAILED, "session_lost"))
 
     def reader() -> None:
         while not stop.is_set():

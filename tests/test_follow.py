@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from rollout_telemetry import Disposition, RolloutTelemetry
-from rollout_telemetry.coverage import Coverage, CoverageCollector
+from rollout_telemetry.coverage import Coverage
+from rollout_telemetry.exporters.prometheus import CoverageCollector
 from rollout_telemetry.follow import RunFiles, RunFollower
 from tests.support import FakeClock, exposition, value, wait_until
 
@@ -184,22 +185,24 @@ def test_each_rejected_row_reason(tmp_path: Path, clock: FakeClock, caplog: pyte
     assert agent is not None
     assert agent.measured == 2
     messages = [r.getMessage() for r in caplog.records]
-    assert any(f"{main}:2: row rejected (malformed_json)" in m for m in messages)
-    assert any(f"{main}:3: row rejected (not_an_object)" in m for m in messages)
-    assert any(f"{main}:5: row rejected (missing_agent)" in m for m in messages)
+    assert any(f"{main}: rejected (malformed_json): line 2:" in m for m in messages)
+    assert any(f"{main}: rejected (not_an_object): line 3:" in m for m in messages)
+    assert any(f"{main}: rejected (missing_agent): line 5:" in m for m in messages)
 
 
 def test_warnings_are_rate_limited(
     tmp_path: Path, clock: FakeClock, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A flood of bad lines logs a bounded number of warnings and counts every line."""
+    """A flood of bad lines logs one warning per reason and file, and counts every line."""
     main = tmp_path / "flood.jsonl"
     main.write_text("not json\n" * 500)
     telemetry, follower = _follower(clock, main)
     with caplog.at_level(logging.WARNING):
         follower.poll()
     assert telemetry.snapshot().rejected == {"malformed_json": 500}
-    assert len(caplog.records) == 21
+    assert [r.getMessage().split(": line")[0] for r in caplog.records] == [
+        f"{main}: rejected (malformed_json)"
+    ]
 
 
 def test_background_following_picks_up_appends(tmp_path: Path, clock: FakeClock) -> None:

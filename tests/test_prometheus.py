@@ -68,7 +68,8 @@ def test_values_match_the_account(telemetry: RolloutTelemetry) -> None:
     assert value(text, "rollout_reward_negative_total", agent="math") == 1.5
     assert value(text, "rollout_reward", agent="math") == pytest.approx((1.0 - 0.5 + 0.25 - 1.0) / 4)
     assert value(text, "rollout_reward_unmasked", agent="math") == pytest.approx(0.25)
-    assert value(text, "rollout_masked_ratio", agent="math") == pytest.approx(2 / 5)
+    # NeMo Gym's masked_pct: 2 masked / (2 masked + 2 unmasked with a reward); unscored is in neither
+    assert value(text, "rollout_masked_ratio", agent="math") == pytest.approx(2 / 4)
     assert value(text, "rollout_masked_total", agent="math", failure_kind="judge_failed") == 1
     assert value(text, "rollout_masked_total", agent="math", failure_kind="judge_unparseable") == 1
     assert value(text, "rollout_unscored_total", agent="math", failure_kind="verifier_error") == 1

@@ -91,7 +91,7 @@ def test_internal_error_never_reaches_the_collector(
     def broken(*args: object) -> None:
         raise RuntimeError("simulated bug")
 
-    monkeypatch.setattr(Account, "add_completed", broken)
+    monkeypatch.setattr(Account, "count", broken)
     telemetry = RolloutTelemetry()
     with caplog.at_level(logging.ERROR, logger="rollout_telemetry"):
         telemetry.record("math", {"reward": 1.0})

@@ -10,10 +10,10 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from rollout_telemetry.account import AccountSnapshot, AgentSnapshot
     from rollout_telemetry.lifecycle import RolloutContext
     from rollout_telemetry.outcome import Disposition, Outcome, OutcomeError, VerifyResponse, outcome_of
     from rollout_telemetry.server import BasicAuth, MetricsServer, ServeError, TLSConfig, hash_password
+    from rollout_telemetry.snapshot import AccountSnapshot, AgentSnapshot
     from rollout_telemetry.telemetry import RolloutTelemetry
 
 __all__ = [
@@ -34,8 +34,8 @@ __all__ = [
 ]
 
 _HOMES = {
-    "AccountSnapshot": "account",
-    "AgentSnapshot": "account",
+    "AccountSnapshot": "snapshot",
+    "AgentSnapshot": "snapshot",
     "BasicAuth": "server",
     "Disposition": "outcome",
     "MetricsServer": "server",

@@ -12,8 +12,9 @@ import threading
 from collections.abc import Callable, Sequence
 from types import FrameType
 
-from rollout_telemetry.coverage import Coverage, CoverageCollector
+from rollout_telemetry.coverage import Coverage
 from rollout_telemetry.demo import DemoConfig, run_demo, summary_lines
+from rollout_telemetry.exporters.prometheus import CoverageCollector
 from rollout_telemetry.follow import RunFiles, RunFollower
 from rollout_telemetry.report import build_report, render_table
 from rollout_telemetry.server import BasicAuth, MetricsServer, ServeError, TLSConfig, hash_password
@@ -269,7 +270,7 @@ def _demo(args: argparse.Namespace) -> int:
 
 def _serve(args: argparse.Namespace) -> int:
     telemetry = RolloutTelemetry(run=args.run)
-    coverage = Coverage()
+    coverage = Coverage(telemetry.names)
     telemetry.registry.register(CoverageCollector(coverage, telemetry.const_labels))
     files = RunFiles.from_main(args.follow, failures=args.failures, inputs=args.inputs)
     follower = RunFollower(telemetry, files, coverage)

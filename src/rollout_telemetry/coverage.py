@@ -15,16 +15,14 @@ and unknown are not known and not published.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
-
 from rollout_telemetry import _fork
+from rollout_telemetry.names import Names
 from rollout_telemetry.outcome import Disposition
 
-__all__ = ["AgentCoverage", "Coverage", "CoverageCollector", "CoverageSnapshot", "coverage_metrics"]
+__all__ = ["AgentCoverage", "Coverage", "CoverageSnapshot", "coverage_metrics"]
 
 Identity = tuple[str, int, int]
 """(agent, task index, rollout index)."""
@@ -80,9 +78,14 @@ class CoverageSnapshot:
 
 
 class Coverage:
-    """Identities of a run and the newest attempt of each; thread-safe."""
+    """Identities of a run and the newest attempt of each; thread-safe.
 
-    def __init__(self) -> None:
+    Args:
+        names: resolves agent names to labels (cut, capped) as the account does; a name is one row.
+    """
+
+    def __init__(self, names: Names | None = None) -> None:
+        self._names = names if names is not None else Names()
         self._lock = threading.Lock()
         self.reset()
         _fork.track(self)
@@ -100,6 +103,7 @@ class Coverage:
 
     def expect(self, agent: str, task_index: int, rollout_index: int) -> None:
         """Declare one identity the run is expected to produce."""
+        agent = self._names.agent(agent)[0]
         with self._lock:
             self._expected_known = True
             self._expected.add((agent, task_index, rollout_index))
@@ -113,6 +117,7 @@ class Coverage:
         disposition: Disposition,
     ) -> None:
         """Record one attempt; the newest attempt of an identity decides its disposition."""
+        agent = self._names.agent(agent)[0]
         key = (agent, task_index, rollout_index)
         with self._lock:
             latest = self._latest.get(key)
@@ -191,48 +196,3 @@ def coverage_metrics(snapshot: CoverageSnapshot) -> dict[str, int]:
             keys[f"coverage/{disposition.value}"] = total[disposition]
         keys["coverage/unknown"] = sum(a.unknown or 0 for a in snapshot.agents)
     return keys
-
-
-class CoverageCollector(Collector):
-    """Publishes the coverage account: ``rollout_run_rollouts``, ``rollout_run_expected``, retries."""
-
-    def __init__(self, coverage: Coverage, const_labels: Mapping[str, str] | None = None) -> None:
-        self._coverage = coverage
-        self._names: Sequence[str] = tuple(const_labels or {})
-        self._values: Sequence[str] = tuple((const_labels or {}).values())
-
-    def describe(self) -> Iterator[Metric]:
-        """Nothing up front: which series exist depends on the files read."""
-        return iter(())
-
-    def collect(self) -> Iterator[Metric]:
-        """Yield the coverage gauges and the retry counter of one snapshot."""
-        snap = self._coverage.snapshot()
-        names, values = self._names, self._values
-        rollouts = GaugeMetricFamily(
-            "rollout_run_rollouts",
-            "Distinct rollouts of the run (agent, task, rollout index) by the disposition of their newest "
-            "attempt; 'unknown' is expected but not seen yet (only with materialized inputs).",
-            labels=[*names, "agent", "disposition"],
-        )
-        expected = GaugeMetricFamily(
-            "rollout_run_expected",
-            "Rollouts the run is expected to produce, from the materialized inputs (plus any seen outside "
-            "them): the sum of rollout_run_rollouts over dispositions.",
-            labels=[*names, "agent"],
-        )
-        retried = CounterMetricFamily(
-            "rollout_retried_total",
-            "Attempts beyond the first of a rollout identity.",
-            labels=[*names, "agent"],
-        )
-        for agent in snap.agents:
-            for disposition, count in agent.rollouts.items():
-                rollouts.add_metric([*values, agent.agent, disposition.value], count)
-            if agent.expected is not None:
-                rollouts.add_metric([*values, agent.agent, "unknown"], agent.unknown or 0)
-                expected.add_metric([*values, agent.agent], agent.expected)
-            retried.add_metric([*values, agent.agent], agent.retried)
-        for family in (rollouts, expected, retried):
-            if family.samples:
-                yield family

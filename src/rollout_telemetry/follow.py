@@ -30,20 +30,13 @@ from typing import Any
 import msgspec
 
 from rollout_telemetry.coverage import Coverage
-from rollout_telemetry.outcome import (
-    Disposition,
-    OutcomeError,
-    check_failure_kind,
-    disposition_of,
-    read_completed,
-)
+from rollout_telemetry.outcome import Disposition, absent, classify
+from rollout_telemetry.rejections import Rejection
 from rollout_telemetry.telemetry import RolloutTelemetry
 
 __all__ = ["RunFiles", "RunFollower"]
 
 _log = logging.getLogger("rollout_telemetry.follow")
-
-_WARNINGS_PER_FILE = 20
 
 
 class _Row(msgspec.Struct, forbid_unknown_fields=False):
@@ -67,23 +60,15 @@ class _Row(msgspec.Struct, forbid_unknown_fields=False):
 _DECODER = msgspec.json.Decoder(_Row)
 
 
-class _BadRow(Exception):
-    """A line that cannot be used; ``reason`` is its rejection label."""
-
-    def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(detail)
-        self.reason = reason
-
-
 def _decode(line: bytes) -> _Row:
     try:
         return _DECODER.decode(line)
     except msgspec.ValidationError as exc:
         if "Expected `object`" in str(exc):
-            raise _BadRow("not_an_object", "the line is JSON but not an object") from exc
-        raise _BadRow("malformed_json", str(exc)) from exc
+            raise Rejection("not_an_object", "the line is JSON but not an object") from exc
+        raise Rejection("malformed_json", str(exc)) from exc
     except msgspec.DecodeError as exc:
-        raise _BadRow("malformed_json", str(exc)) from exc
+        raise Rejection("malformed_json", str(exc)) from exc
 
 
 def _agent(row: _Row) -> str:
@@ -91,13 +76,13 @@ def _agent(row: _Row) -> str:
     if agent is None and isinstance(row.agent_ref, dict):
         agent = row.agent_ref.get("name")
     if not isinstance(agent, str) or not agent:
-        raise _BadRow("missing_agent", "no _ng_environment_server or agent_ref.name")
+        raise Rejection("missing_agent", "no _ng_environment_server or agent_ref.name")
     return agent
 
 
 def _index(value: Any, name: str) -> int:
     if type(value) is not int:
-        raise _BadRow("missing_identity", f"{name} must be an integer, got {value!r:.40}")
+        raise Rejection("missing_identity", f"{name} must be an integer, got {value!r:.40}")
     return value
 
 
@@ -131,7 +116,6 @@ class _Tail:
         self.offset = 0
         self.line_number = 0
         self.identity: tuple[int, int] | None = None
-        self.warned = 0
         self.missing_said = False
 
     def rewind(self) -> None:
@@ -197,7 +181,7 @@ class RunFollower:
     ) -> None:
         self.telemetry = telemetry
         self.files = files
-        self.coverage = coverage if coverage is not None else Coverage()
+        self.coverage = coverage if coverage is not None else Coverage(telemetry.names)
         self._inputs = _Tail(files.inputs) if files.inputs else None
         self._main = _Tail(files.main)
         self._failures = _Tail(files.failures) if files.failures else None
@@ -226,7 +210,7 @@ class RunFollower:
     def _start_over(self) -> None:
         # A file started over: rebuild every count from the files, so nothing is counted twice.
         self.restarts += 1
-        self.telemetry.account.reset()
+        self.telemetry.reset()
         self.coverage.reset()
         for tail in self._tails():
             tail.rewind()
@@ -242,8 +226,10 @@ class RunFollower:
                 agent = _agent(row)
                 task = _index(row.task_index, "_ng_task_index")
                 self.coverage.expect(agent, task, _index(row.rollout_index, "_ng_rollout_index"))
-        except (_BadRow, OutcomeError) as exc:
-            self._reject(tail, number, exc.reason, str(exc))
+        except Rejection as exc:
+            self.telemetry.rejections.reject(
+                Rejection(exc.reason, f"line {number}: {exc}"), source=str(tail.path)
+            )
 
     def _identity(self, row: _Row) -> tuple[str, int, int, int | None]:
         agent = _agent(row)
@@ -254,9 +240,9 @@ class RunFollower:
 
     def _completed(self, row: _Row) -> None:
         agent, task, rollout, attempt = self._identity(row)
-        reward, masked, kind, _ = read_completed(row)
-        self.telemetry.account.add_completed(agent, reward, masked, kind)
-        self.coverage.observe(agent, task, rollout, attempt, disposition_of(masked, reward))
+        outcome = classify(row)
+        self.telemetry.record_classified(agent, outcome)
+        self.coverage.observe(agent, task, rollout, attempt, outcome[0])
 
     def _failed(self, row: _Row) -> None:
         agent, task, rollout, attempt = self._identity(row)
@@ -264,18 +250,10 @@ class RunFollower:
         record = row.failure_record
         if isinstance(record, dict) and isinstance(record.get("failure"), dict):
             kind = record["failure"].get("failure_kind") or kind
-        failure_kind = check_failure_kind(kind)
         disposition = Disposition.OMITTED if row.omitted is True else Disposition.FAILED
-        self.telemetry.account.add_absent(agent, disposition, failure_kind)
+        outcome = absent(disposition, kind)
+        self.telemetry.record_classified(agent, outcome)
         self.coverage.observe(agent, task, rollout, attempt, disposition)
-
-    def _reject(self, tail: _Tail, number: int, reason: str, detail: str) -> None:
-        self.telemetry.account.reject(reason)
-        tail.warned += 1
-        if tail.warned <= _WARNINGS_PER_FILE:
-            _log.warning("%s:%d: row rejected (%s): %.200s", tail.path, number, reason, detail)
-            if tail.warned == _WARNINGS_PER_FILE:
-                _log.warning("%s: further rejected rows are only counted", tail.path)
 
     # -- running in the background ----------------------------------------------------------------
 

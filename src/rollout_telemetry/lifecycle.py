@@ -1,42 +1,34 @@
 """``telemetry.rollout(...)``: one rollout tracked from start to outcome, as a sync or async context manager.
 
 The rollout is in flight from entering the block until its outcome is recorded; both happen in the one
-account, so a rollout is never counted twice and never lost:
+account under its one lock, so a rollout is never counted twice and never lost:
 
 - ``complete(response)`` / ``fail(kind, reason=...)`` / ``omit(kind)`` record the outcome once; a second
-  call is ignored and logged (raised with ``strict=True``);
+  one, or one given outside the block, is a counted rejection (raised with ``strict=True``);
 - an exception escaping the block records a failure (``agent_run_error`` unless the exception type maps
   to another kind) and re-raises;
 - leaving the block without an outcome records a failure of kind ``rollout_telemetry:no_outcome``.
+
+Whatever a user hook does (``redact_reason`` raising, say), the span is ended and its context detached.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING
 
 from rollout_telemetry import failure_kinds
-from rollout_telemetry.outcome import (
-    Disposition,
-    OutcomeError,
-    check_failure_kind,
-    check_failure_reason,
-    read_completed,
-)
+from rollout_telemetry.outcome import Classified, Disposition, OutcomeError, absent, classify
+from rollout_telemetry.rejections import RolloutUsageError
 
 if TYPE_CHECKING:
-    from rollout_telemetry.account import InFlightHandle
-    from rollout_telemetry.spans import OpenSpan
-    from rollout_telemetry.telemetry import RolloutTelemetry
+    from rollout_telemetry.account import Account, InFlight
+    from rollout_telemetry.rejections import Rejections
+    from rollout_telemetry.spans import OpenSpan, SpanRecorder
 
-__all__ = ["EXCEPTION_KINDS", "NO_OUTCOME", "RolloutContext"]
-
-_log = logging.getLogger("rollout_telemetry.lifecycle")
-
-_MASKED, _UNSCORED, _MEASURED = Disposition.MASKED, Disposition.UNSCORED, Disposition.MEASURED
+__all__ = ["EXCEPTION_KINDS", "NO_OUTCOME", "RolloutContext", "kind_of_exception"]
 
 NO_OUTCOME = "rollout_telemetry:no_outcome"
 """The failure kind of a rollout block left without complete(), fail() or omit()."""
@@ -60,15 +52,21 @@ def kind_of_exception(exc: BaseException) -> str:
     return failure_kinds.AGENT_RUN_ERROR
 
 
+# The states of a rollout context.
+_NEW, _IN_FLIGHT, _DONE, _NOT_TRACKED = 0, 1, 2, 3
+
+
 class RolloutContext:
     """One rollout in flight. Use as ``with`` or ``async with``; record its outcome inside the block."""
 
     __slots__ = (
         "_account",
-        "_done",
+        "_clock",
         "_handle",
+        "_rejections",
         "_span",
-        "_telemetry",
+        "_spans",
+        "_state",
         "agent",
         "attempt",
         "rollout_index",
@@ -77,35 +75,48 @@ class RolloutContext:
 
     def __init__(
         self,
-        telemetry: RolloutTelemetry,
+        *,
+        account: Account,
+        spans: SpanRecorder,
+        rejections: Rejections,
+        clock: Callable[[], float],
         agent: str,
         task_index: int | None,
         rollout_index: int | None,
         attempt: int | None,
     ) -> None:
-        self._telemetry = telemetry
-        self._account = telemetry.account
+        self._account = account
+        self._spans = spans
+        self._rejections = rejections
+        self._clock = clock
         self.agent = agent
         self.task_index = task_index
         self.rollout_index = rollout_index
         self.attempt = attempt
-        self._handle: InFlightHandle | None = None
+        self._handle: InFlight | None = None
         self._span: OpenSpan | None = None
-        self._done = False
+        self._state = _NEW
 
     # -- entering and leaving -----------------------------------------------------------------------
 
     def __enter__(self) -> RolloutContext:
-        telemetry = self._telemetry
+        if self._state != _NEW:
+            self._rejections.reject(
+                RolloutUsageError("rollout_reentered", f"rollout of {self.agent!r} entered twice")
+            )
+            return self
+        now = self._clock()
         try:
-            handle = self._handle = self._account.begin(self.agent)
-            spans = telemetry.spans
-            if spans.quiet_until <= handle[-1]:  # the start time: spans share the account's clock
-                self._span = spans.start(self.agent, self.task_index, self.rollout_index, self.attempt)
+            self._handle = self._account.begin(self.agent, now)
         except Exception as exc:
-            if self._handle is None:
-                self._done = True  # nothing went in flight: there is nothing to finish
-            telemetry._rejected(exc)
+            self._state = _NOT_TRACKED  # nothing went in flight: its outcome has nothing to finish
+            self._rejections.reject(exc)
+            return self
+        self._state = _IN_FLIGHT
+        try:
+            self._span = self._spans.start(self.agent, self.task_index, self.rollout_index, self.attempt, now)
+        except Exception as exc:  # a broken tracer provider: the rollout is tracked without a span
+            self._rejections.reject(exc)
         return self
 
     def __exit__(
@@ -114,13 +125,12 @@ class RolloutContext:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if self._done:
+        if self._state != _IN_FLIGHT:
             return
         if exc is not None:
-            reason = f"{type(exc).__name__}: {exc}"
-            self._finish(Disposition.FAILED, None, kind_of_exception(exc), reason)
+            self._finish(absent(Disposition.FAILED, kind_of_exception(exc), f"{type(exc).__name__}: {exc}"))
         else:
-            self._finish(Disposition.FAILED, None, NO_OUTCOME, "rollout block exited without an outcome")
+            self._finish(absent(Disposition.FAILED, NO_OUTCOME, "rollout block exited without an outcome"))
 
     async def __aenter__(self) -> RolloutContext:
         return self.__enter__()
@@ -139,70 +149,61 @@ class RolloutContext:
         """Record the rollout's verify response: measured, masked or unscored.
 
         A response that fails the contract is counted as rejected and the rollout as failed with kind
-        ``protocol_violation`` (raised with ``strict=True``), so it is still counted once.
+        ``protocol_violation`` (raised with ``strict=True``, leaving the rollout in flight), so it is still
+        counted once.
         """
-        if self._done and self._already_done("complete"):
+        if self._state != _IN_FLIGHT:
+            self._refuse("complete")
             return
         try:
-            reward, masked, kind, reason = read_completed(response)
+            outcome = classify(response)
         except OutcomeError as exc:
-            self._telemetry._rejected(exc)  # raises in strict mode, leaving the rollout open
-            self._finish(Disposition.FAILED, None, failure_kinds.PROTOCOL_VIOLATION, str(exc))
-            return
-        # disposition_of's rule, written out: this runs once per rollout.
-        disposition = _MASKED if masked else (_UNSCORED if reward is None else _MEASURED)
-        if self._span is None and self._handle is not None:
-            # The common case, written out: no span to close, so count and be done.
-            self._done = True
-            try:
-                self._account.finish(self._handle, disposition, reward, kind)
-            except Exception as exc:
-                self._telemetry._rejected(exc)
-            return
-        self._finish(disposition, reward, kind, reason)
+            self._rejections.reject(exc)
+            outcome = absent(Disposition.FAILED, failure_kinds.PROTOCOL_VIOLATION, str(exc))
+        self._finish(outcome)
 
     def fail(self, failure_kind: str | None = None, *, reason: str | None = None) -> None:
         """Record that the rollout never reached the output."""
-        self._explicit(Disposition.FAILED, failure_kind, reason)
+        self._absent(Disposition.FAILED, failure_kind, reason)
 
     def omit(self, failure_kind: str | None = None, *, reason: str | None = None) -> None:
         """Record that the rollout was left out on purpose."""
-        self._explicit(Disposition.OMITTED, failure_kind, reason)
+        self._absent(Disposition.OMITTED, failure_kind, reason)
 
-    def _explicit(self, disposition: Disposition, failure_kind: str | None, reason: str | None) -> None:
-        if self._done and self._already_done(disposition.value):
+    def _absent(self, disposition: Disposition, failure_kind: object, reason: object) -> None:
+        if self._state != _IN_FLIGHT:
+            self._refuse(disposition.value)
             return
         try:
-            kind = check_failure_kind(failure_kind)
-            reason = check_failure_reason(reason)
+            outcome = absent(disposition, failure_kind, reason)
         except OutcomeError as exc:
-            self._telemetry._rejected(exc)
-            kind, reason = None, None
-        self._finish(disposition, None, kind, reason)
+            self._rejections.reject(exc)
+            outcome = absent(Disposition.FAILED, failure_kinds.PROTOCOL_VIOLATION, str(exc))
+        self._finish(outcome)
 
-    def _already_done(self, what: str) -> bool:
-        if self._handle is None:
-            return True  # entering failed and was counted; nothing more to do
-        msg = f"rollout of {self.agent!r} already has an outcome; {what}() ignored"
-        if self._telemetry.strict:
-            raise RuntimeError(msg)
-        _log.warning(msg)
-        return True
+    def _refuse(self, what: str) -> None:
+        if self._state == _NOT_TRACKED:
+            return  # entering was refused and counted; its outcome has nothing to add
+        if self._state == _NEW:
+            reason = "outcome_outside_block"
+            msg = (
+                f"{what}() on a rollout of {self.agent!r} outside its with block: the outcome is not counted"
+            )
+        else:
+            reason = "duplicate_outcome"
+            msg = f"rollout of {self.agent!r} already has an outcome; {what}() ignored"
+        self._rejections.reject(RolloutUsageError(reason, msg))
 
-    def _finish(
-        self,
-        disposition: Disposition,
-        reward: float | None,
-        kind: str | None,
-        reason: str | None,
-    ) -> None:
-        self._done = True
+    def _finish(self, outcome: Classified) -> None:
         handle = self._handle
-        if handle is None:
-            return
+        assert handle is not None  # in flight
+        span = self._span
+        self._state = _DONE
         try:
-            self._account.finish(handle, disposition, reward, kind)
-            if self._span is not None:
-                self._telemetry.spans.finish(self._span, disposition, reward, kind, reason)
-        except Exception as exc:
-            self._telemetry._rejected(exc)
+            try:
+                self._account.finish(handle, outcome)
+            finally:
+                if span is not None:
+                    self._spans.finish(span, outcome)
+        except Exception as exc:  # a raising hook: counted; the span was ended and its context detached
+            self._rejections.reject(exc)

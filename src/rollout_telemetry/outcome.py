@@ -23,20 +23,23 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, field_validator
 
+from rollout_telemetry.rejections import Rejection
+
 __all__ = [
     "MAX_LABEL_LENGTH",
+    "Classified",
     "Disposition",
     "Outcome",
     "OutcomeError",
     "VerifyResponse",
+    "absent",
     "check_failure_kind",
     "check_failure_reason",
     "check_mask_sample",
     "check_reward",
-    "disposition_of",
+    "classify",
     "label_value",
     "outcome_of",
-    "read_completed",
 ]
 
 MAX_LABEL_LENGTH = 128
@@ -53,17 +56,15 @@ class Disposition(StrEnum):
     OMITTED = "omitted"
 
 
-class OutcomeError(ValueError):
-    """A rollout outcome that cannot be recorded; ``field`` names the offending field."""
+class OutcomeError(Rejection, ValueError):
+    """A rollout outcome that cannot be recorded; ``field`` names the offending field.
+
+    Its ``reason`` (the label in ``rollout_telemetry_rejected_total``) is ``invalid_<field>``.
+    """
 
     def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
+        super().__init__(f"invalid_{field}", f"{field}: {message}")
         self.field = field
-
-    @property
-    def reason(self) -> str:
-        """The low-cardinality rejection reason for ``rollout_telemetry_rejected_total``."""
-        return f"invalid_{self.field}"
 
 
 def check_reward(value: object) -> float | None:
@@ -114,7 +115,7 @@ def check_failure_kind(value: object) -> str | None:
     if value is None or value == "":
         return None
     if isinstance(value, str):
-        return value
+        return str(value)  # a str subclass (an enum member, say) is labelled by its plain value
     msg = f"must be a string, got {type(value).__name__}"
     raise OutcomeError("failure_kind", msg)
 
@@ -226,45 +227,59 @@ def _fields(response: object) -> tuple[object, object, object, object]:
     )
 
 
-def disposition_of(masked: bool, reward: float | None) -> Disposition:
-    """The disposition of a completed rollout: masked wins, then unscored without a reward, else measured."""
-    if masked:
-        return Disposition.MASKED
-    if reward is None:
-        return Disposition.UNSCORED
-    return Disposition.MEASURED
+Classified = tuple[Disposition, float | None, str | None, str | None]
+"""``(disposition, reward, failure_kind, failure_reason)``: one checked, classified outcome. A plain tuple,
+because every rollout makes one; ``Outcome`` is the same as a dataclass for callers."""
 
 
-def read_completed(response: object) -> tuple[float | None, bool, str | None, str | None]:
-    """Return ``(reward, masked, failure_kind, failure_reason)`` of a verify response, checked.
+def classify(response: object) -> Classified:
+    """Check a completed rollout's verify response and classify it: the one place the rule is written.
 
-    The recording hot path: nothing is built but the tuple, for plain dicts and objects alike.
+    ``mask_sample=True`` makes it masked (whatever the reward), no numeric reward makes it unscored,
+    anything else is measured. ``failure_kind`` and ``failure_reason`` are carried along unchanged.
 
     Raises:
         OutcomeError: a field has a value that is not allowed; the error names the field.
     """
-    if type(response) is dict:
+    if type(response) is dict:  # a JSONL row: the commonest shape, read without building anything
         get = response.get
-        raw_reward: object = get("reward")
-        raw_mask: object = get("mask_sample", False)
-        raw_kind: object = get("failure_kind")
-        raw_reason: object = get("failure_reason")
-        # The common shape passes without the checks' calls (RolloutTelemetry.record inlines the same).
-        if (
-            type(raw_reward) is float
-            and raw_reward - raw_reward == 0.0  # not NaN or +-inf
-            and (raw_mask is False or raw_mask is True)
-            and (raw_kind is None or (type(raw_kind) is str and raw_kind))
-            and (raw_reason is None or type(raw_reason) is str)
-        ):
-            return raw_reward, raw_mask, raw_kind, raw_reason
+        raw: tuple[object, object, object, object] = (
+            get("reward"),
+            get("mask_sample"),
+            get("failure_kind"),
+            get("failure_reason"),
+        )
     else:
-        raw_reward, raw_mask, raw_kind, raw_reason = _fields(response)
+        raw = _fields(response)
+    reward = check_reward(raw[0])
+    masked = check_mask_sample(raw[1])
+    kind = check_failure_kind(raw[2])
+    reason = check_failure_reason(raw[3])
+    if masked:
+        return Disposition.MASKED, reward, kind, reason
+    if reward is None:
+        return Disposition.UNSCORED, reward, kind, reason
+    return Disposition.MEASURED, reward, kind, reason
+
+
+def absent(
+    disposition: Disposition,
+    failure_kind: object = None,
+    failure_reason: object = None,
+    reward: object = None,
+) -> Classified:
+    """Check the outcome of a rollout that did not reach the output: ``FAILED``, or ``OMITTED`` on purpose.
+
+    ``reward`` is for a failure record that still carries one (NeMo Gym writes some to its failures file).
+
+    Raises:
+        OutcomeError: a field has a value that is not allowed; the error names the field.
+    """
     return (
-        check_reward(raw_reward),
-        check_mask_sample(raw_mask),
-        check_failure_kind(raw_kind),
-        check_failure_reason(raw_reason),
+        disposition,
+        check_reward(reward),
+        check_failure_kind(failure_kind),
+        check_failure_reason(failure_reason),
     )
 
 
@@ -274,5 +289,4 @@ def outcome_of(response: object) -> Outcome:
     Raises:
         OutcomeError: a field has a value that is not allowed; the error names the field.
     """
-    reward, masked, kind, reason = read_completed(response)
-    return Outcome(disposition_of(masked, reward), reward, kind, reason)
+    return Outcome(*classify(response))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from rollout_telemetry.account import AccountSnapshot
+from rollout_telemetry.snapshot import AccountSnapshot
 
 __all__ = ["progress_metrics"]
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from rollout_telemetry.account import AccountSnapshot, AgentSnapshot
 from rollout_telemetry.coverage import CoverageSnapshot, coverage_metrics
 from rollout_telemetry.outcome import Disposition
+from rollout_telemetry.snapshot import AccountSnapshot, AgentSnapshot
 
 __all__ = ["build_report", "render_table"]
 

@@ -1,20 +1,36 @@
-"""The catalogue of published series, and how each is computed from an account snapshot.
+"""The catalogue of published series, and how each is computed from a snapshot.
 
-Both exporters (Prometheus and OpenTelemetry) format what this module computes, so names, meanings and
-the appear-only-when rules live in one place. A family with no samples is not published at all: a
-healthy run publishes only the always-present set.
+Every family any collector publishes is here: the account's (``FAMILIES``, ``HISTOGRAMS``), the run coverage
+account's (``COVERAGE_FAMILIES``) and the span export statistics (``SPAN_FAMILIES``); ``CATALOGUE`` is all of
+them, and the README's metric table and the dashboard tests are checked against it. The exporters format
+what this module computes, so names, meanings and the appear-only-when rules live in one place. A family
+with no samples is not published at all: a healthy run publishes only the always-present set.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Generic, Literal, TypeVar
 
-from rollout_telemetry.account import DURATION_BUCKETS, AccountSnapshot, AgentSnapshot
+from rollout_telemetry.account import DURATION_BUCKETS
+from rollout_telemetry.coverage import CoverageSnapshot
 from rollout_telemetry.outcome import Disposition
+from rollout_telemetry.snapshot import AccountSnapshot, AgentSnapshot
 
-__all__ = ["ALWAYS_PRESENT", "FAMILIES", "HISTOGRAMS", "Family", "Sample", "duration_buckets"]
+__all__ = [
+    "ALWAYS_PRESENT",
+    "CATALOGUE",
+    "COVERAGE_FAMILIES",
+    "FAMILIES",
+    "HISTOGRAMS",
+    "SPAN_FAMILIES",
+    "Family",
+    "Sample",
+    "duration_buckets",
+]
+
+S = TypeVar("S")
 
 Sample = tuple[tuple[str, ...], float]
 """Label values (after any constant labels) and the value."""
@@ -23,8 +39,8 @@ FamilyType = Literal["counter", "gauge", "histogram"]
 
 
 @dataclass(frozen=True, slots=True)
-class Family:
-    """One published metric family."""
+class Family(Generic[S]):
+    """One published metric family, computed from a snapshot of type ``S``."""
 
     name: str
     """The Prometheus name; counters end in ``_total``."""
@@ -35,7 +51,7 @@ class Family:
     appears: str
     """When the family has series, for the README."""
     help: str
-    sample: Callable[[AccountSnapshot], Iterator[Sample]]
+    sample: Callable[[S], Iterator[Sample]]
 
     @property
     def otel_name(self) -> str:
@@ -87,7 +103,7 @@ _KIND = ("agent", "failure_kind")
 _ALWAYS = "always, per agent"
 _TROUBLE = "once something is masked, failed or omitted for the agent"
 
-FAMILIES: tuple[Family, ...] = (
+FAMILIES: tuple[Family[AccountSnapshot], ...] = (
     Family(
         "rollout_completed_total", "counter", _AGENT, "{rollout}", _ALWAYS,
         "Rollouts that reached the output: measured + masked + unscored.",
@@ -122,7 +138,8 @@ FAMILIES: tuple[Family, ...] = (
     ),
     Family(
         "rollout_masked_ratio", "gauge", _AGENT, "1", "once something is masked",
-        "Share (0-1) of completed rollouts that were masked.",
+        "Share (0-1) of masked rollouts among those that count for it, as NeMo Gym computes masked_pct: "
+        "masked / (masked + unmasked rollouts that carry a reward); an unscored rollout is in neither.",
         _each(lambda a: a.masked_ratio),
     ),
     Family(
@@ -187,16 +204,79 @@ FAMILIES: tuple[Family, ...] = (
 )  # fmt: skip
 """Every scalar family, in exposition order."""
 
-DURATION_HISTOGRAM = Family(
+DURATION_HISTOGRAM: Family[AccountSnapshot] = Family(
     "rollout_duration_seconds", "histogram", _AGENT, "s", "per agent that used the lifecycle API",
     "Wall time of rollouts recorded through the lifecycle API, from start to outcome.",
     _each(lambda a: a.duration_sum if a.lifecycle else None),
 )  # fmt: skip
 
-HISTOGRAMS: tuple[Family, ...] = (DURATION_HISTOGRAM,)
+HISTOGRAMS: tuple[Family[AccountSnapshot], ...] = (DURATION_HISTOGRAM,)
 
 ALWAYS_PRESENT: tuple[str, ...] = (*tuple(f.name for f in FAMILIES if f.appears == _ALWAYS), "rollout_reward")
 """The families a healthy run (rewards, nothing masked, failed or omitted) publishes."""
+
+
+def _coverage_rollouts(snap: CoverageSnapshot) -> Iterator[Sample]:
+    for agent in snap.agents:
+        for disposition, count in agent.rollouts.items():
+            yield (agent.agent, disposition.value), count
+        if agent.unknown is not None:
+            yield (agent.agent, "unknown"), agent.unknown
+
+
+def _coverage_each(
+    value: Callable[[Any], float | None],
+) -> Callable[[CoverageSnapshot], Iterator[Sample]]:
+    def sample(snap: CoverageSnapshot) -> Iterator[Sample]:
+        for agent in snap.agents:
+            result = value(agent)
+            if result is not None:
+                yield (agent.agent,), result
+
+    return sample
+
+
+_FOLLOW = "in follow mode (serve --follow), per agent"
+
+COVERAGE_FAMILIES: tuple[Family[CoverageSnapshot], ...] = (
+    Family(
+        "rollout_run_rollouts", "gauge", ("agent", "disposition"), "{rollout}", _FOLLOW,
+        "Distinct rollouts of the run (agent, task, rollout index) by the disposition of their newest "
+        "attempt; 'unknown' is expected but not seen yet (only with materialized inputs).",
+        _coverage_rollouts,
+    ),
+    Family(
+        "rollout_run_expected", "gauge", _AGENT, "{rollout}", _FOLLOW + ", with materialized inputs",
+        "Rollouts the run is expected to produce, from the materialized inputs (plus any seen outside "
+        "them): the sum of rollout_run_rollouts over dispositions.",
+        _coverage_each(lambda a: a.expected),
+    ),
+    Family(
+        "rollout_retried_total", "counter", _AGENT, "{attempt}", _FOLLOW,
+        "Attempts beyond the first of a rollout identity.",
+        _coverage_each(lambda a: a.retried),
+    ),
+)  # fmt: skip
+"""The run coverage account's families (``serve --follow``)."""
+
+
+def _span_results(counts: Mapping[str, int]) -> Iterator[Sample]:
+    for result in ("exported", "failed", "dropped"):
+        yield (result,), counts.get(result, 0)
+
+
+SPAN_FAMILIES: tuple[Family[Mapping[str, int]], ...] = (
+    Family(
+        "rollout_telemetry_spans_total", "counter", ("result",), "{span}", "with OTLP span export",
+        "Rollout spans handed to OTLP export, by result: exported, failed (endpoint down, refusing or too "
+        "slow) or dropped (the export queue was full; recording never waits).",
+        _span_results,
+    ),
+)  # fmt: skip
+"""The OTLP span export statistics' families."""
+
+CATALOGUE: tuple[Family[Any], ...] = (*FAMILIES, *HISTOGRAMS, *COVERAGE_FAMILIES, *SPAN_FAMILIES)
+"""Every family any collector of this package publishes."""
 
 BUCKET_BOUNDS: tuple[str, ...] = (*tuple(str(bound) for bound in DURATION_BUCKETS), "+Inf")
 

@@ -1,8 +1,11 @@
 """Rollout spans through ``opentelemetry-api``: one span per rollout, or attributes on the current span.
 
 With no SDK configured the global tracer provider is a proxy with nothing behind it; the recorder looks
-that up at most once a second (on the telemetry's clock) and in between tells callers, through
-``quiet_until``, that there is nothing to do, so tracing costs close to nothing until a user configures it.
+that up at most once a second (on the telemetry's clock) and in between returns at once, so tracing costs
+close to nothing until a user configures it.
+
+The agent and failure kind on a span are the labels the account uses (one resolution of names), and a span
+is always ended and its context detached, even when the ``redact`` hook raises.
 """
 
 from __future__ import annotations
@@ -10,13 +13,16 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Mapping
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import ProxyTracerProvider, Span, Status, StatusCode, TracerProvider
 
-from rollout_telemetry.outcome import Disposition
+from rollout_telemetry.outcome import Classified, Disposition
+
+if TYPE_CHECKING:
+    from rollout_telemetry.names import Names
 
 __all__ = [
     "ATTRIBUTES",
@@ -66,12 +72,13 @@ def _identity(
 class OpenSpan:
     """A span a rollout opened (or annotates), with the context token to restore when it ends."""
 
-    __slots__ = ("owned", "span", "token")
+    __slots__ = ("agent", "owned", "span", "token")
 
-    def __init__(self, span: Span, token: object | None, owned: bool) -> None:
+    def __init__(self, span: Span, token: object | None, owned: bool, agent: str) -> None:
         self.span = span
         self.token = token
         self.owned = owned
+        self.agent = agent
 
 
 class SpanRecorder:
@@ -83,6 +90,7 @@ class SpanRecorder:
         reason_limit: maximum characters of ``failure_reason`` on a span.
         redact: applied to ``failure_reason`` before truncation.
         clock: monotonic seconds; the lifecycle passes the account's, so one clock read serves both.
+        names: resolves the agent and kind labels on spans; without one, names go on spans as given.
     """
 
     def __init__(
@@ -93,15 +101,17 @@ class SpanRecorder:
         reason_limit: int = DEFAULT_REASON_LIMIT,
         redact: Callable[[str], str] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        names: Names | None = None,
     ) -> None:
         if mode not in ("span", "annotate", "off"):
             msg = f"span_mode must be 'span', 'annotate' or 'off', got {mode!r}"
             raise ValueError(msg)
         self._provider = tracer_provider
         self._mode = mode
-        self.quiet_until = math.inf if mode == "off" else -math.inf
-        """Until this ``clock()`` value, ``start()`` would open nothing, so callers on the hot path may
-        skip it: forever when spans are off, for a second after finding no SDK configured."""
+        # Until this clock() value start() opens nothing: forever when spans are off, for a second after
+        # finding no SDK configured.
+        self._quiet_until = math.inf if mode == "off" else -math.inf
+        self._names = names
         self._clock = clock
         self._reason_limit = reason_limit
         self._redact = redact
@@ -133,7 +143,7 @@ class SpanRecorder:
         if type(provider) is ProxyTracerProvider or isinstance(provider, trace.NoOpTracerProvider):
             self._global_tracer = None
             if self._mode == "span":
-                self.quiet_until = self._recheck_at
+                self._quiet_until = self._recheck_at
         elif provider is not self._global_provider:
             self._global_provider = provider
             self._global_tracer = provider.get_tracer(_SCOPE)
@@ -145,9 +155,17 @@ class SpanRecorder:
         task_index: int | None,
         rollout_index: int | None,
         attempt: int | None,
+        now: float,
     ) -> OpenSpan | None:
-        """Open the rollout's span (or pick up the current one); ``None`` when tracing is off."""
+        """Open the rollout's span (or pick up the current one); ``None`` when tracing is off.
+
+        ``now`` is the rollout's start on the recorder's clock.
+        """
+        if now < self._quiet_until:
+            return None
         mode = self._mode
+        if self._names is not None:
+            agent = self._names.agent(agent)[0]
         if mode == "span":
             tracer = self._tracer()
             if tracer is None:
@@ -157,42 +175,50 @@ class SpanRecorder:
             if not current.is_recording():
                 return None
             current.set_attributes(_identity(agent, task_index, rollout_index, attempt))
-            return OpenSpan(current, None, owned=False)
+            return OpenSpan(current, None, owned=False, agent=agent)
         else:
             return None
         span = tracer.start_span(
             f"rollout {agent}", attributes=_identity(agent, task_index, rollout_index, attempt)
         )
         token = otel_context.attach(trace.set_span_in_context(span))
-        return OpenSpan(span, token, owned=True)
+        return OpenSpan(span, token, owned=True, agent=agent)
 
-    def finish(
-        self,
-        open_span: OpenSpan,
-        disposition: Disposition,
-        reward: float | None,
-        failure_kind: str | None,
-        failure_reason: str | None,
-    ) -> None:
-        """Set the outcome attributes, mark failures as errors, and end a span this recorder opened."""
+    def finish(self, open_span: OpenSpan, outcome: Classified) -> None:
+        """Set the outcome on the span, mark a failure as an error, and end a span this recorder opened.
+
+        The span is ended and its context detached whatever happens here (a raising ``redact`` hook
+        included); the hook's exception is raised after that.
+        """
+        disposition, reward, failure_kind, failure_reason = outcome
         span = open_span.span
-        attributes: dict[str, str | float | bool] = {
-            "rollout.disposition": disposition.value,
-            "rollout.mask_sample": disposition is Disposition.MASKED,
-        }
-        if reward is not None:
-            attributes["rollout.reward"] = reward
-        if failure_kind is not None:
-            attributes["rollout.failure_kind"] = failure_kind
-        if disposition is Disposition.FAILED:
-            attributes["error.type"] = failure_kind or "unspecified"
-        span.set_attributes(attributes)
-        cleaned = self.clean_reason(failure_reason) if failure_reason is not None else None
-        if cleaned is not None:
-            span.add_event("rollout.failure", {"rollout.failure_reason": cleaned})
-        if disposition is Disposition.FAILED:
-            span.set_status(Status(StatusCode.ERROR, cleaned))
-        if open_span.owned:
-            if open_span.token is not None:
-                otel_context.detach(open_span.token)  # type: ignore[arg-type]
-            span.end()
+        try:
+            attributes: dict[str, str | float | bool] = {
+                "rollout.disposition": disposition.value,
+                "rollout.mask_sample": disposition is Disposition.MASKED,
+            }
+            if reward is not None:
+                attributes["rollout.reward"] = reward
+            if (
+                failure_kind is not None
+                and self._names is not None
+                and disposition is not Disposition.MEASURED
+            ):
+                failure_kind = self._names.kind(open_span.agent, failure_kind)[0]
+            if failure_kind is not None:
+                attributes["rollout.failure_kind"] = failure_kind
+            if disposition is Disposition.FAILED:
+                attributes["error.type"] = failure_kind or "unspecified"
+            span.set_attributes(attributes)
+            cleaned = self.clean_reason(failure_reason) if failure_reason is not None else None
+            if cleaned is not None:
+                span.add_event("rollout.failure", {"rollout.failure_reason": cleaned})
+            if disposition is Disposition.FAILED:
+                span.set_status(Status(StatusCode.ERROR, cleaned))
+        finally:
+            if open_span.owned:
+                try:
+                    if open_span.token is not None:
+                        otel_context.detach(open_span.token)  # type: ignore[arg-type]
+                finally:
+                    span.end()

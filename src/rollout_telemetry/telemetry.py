@@ -8,7 +8,6 @@ into the collector (unless ``strict=True``): bad input is logged once per cause 
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
@@ -16,25 +15,16 @@ from typing import TYPE_CHECKING
 from prometheus_client import push_to_gateway, pushadd_to_gateway
 from prometheus_client.registry import CollectorRegistry
 
-from rollout_telemetry import _fork
-from rollout_telemetry.account import (
-    DEFAULT_MAX_AGENTS,
-    DEFAULT_MAX_KINDS_PER_AGENT,
-    Account,
-    AccountSnapshot,
-)
+from rollout_telemetry.account import Account
 from rollout_telemetry.exporters.prometheus import AccountCollector
 from rollout_telemetry.failure_kinds import KindValidator
 from rollout_telemetry.lifecycle import RolloutContext
-from rollout_telemetry.outcome import (
-    Disposition,
-    OutcomeError,
-    check_failure_kind,
-    check_failure_reason,
-    read_completed,
-)
+from rollout_telemetry.names import DEFAULT_MAX_AGENTS, DEFAULT_MAX_KINDS_PER_AGENT, Names
+from rollout_telemetry.outcome import Classified, Disposition, absent, classify
 from rollout_telemetry.progress import progress_metrics
+from rollout_telemetry.rejections import Rejections
 from rollout_telemetry.server import BasicAuth, MetricsServer, TLSConfig
+from rollout_telemetry.snapshot import AccountSnapshot
 from rollout_telemetry.spans import DEFAULT_REASON_LIMIT, SpanMode, SpanRecorder
 
 if TYPE_CHECKING:
@@ -44,8 +34,6 @@ if TYPE_CHECKING:
 __all__ = ["RolloutTelemetry"]
 
 _log = logging.getLogger("rollout_telemetry")
-
-_MAX_LOGGED_CAUSES = 256
 
 
 class RolloutTelemetry:
@@ -83,18 +71,16 @@ class RolloutTelemetry:
         reason_limit: int = DEFAULT_REASON_LIMIT,
         redact_reason: Callable[[str], str] | None = None,
     ) -> None:
-        self.strict = strict
         self._clock = clock
         self._started = clock()
-        self._kinds = KindValidator()
-        self._account = Account(
-            max_agents=max_agents,
-            max_kinds_per_agent=max_kinds_per_agent,
-            clock=clock,
-            kind_validator=self._kinds,
+        self.names = Names(
+            max_agents=max_agents, max_kinds_per_agent=max_kinds_per_agent, validator=KindValidator()
         )
-        self._add_completed = self._account.add_completed
-        self._add_absent = self._account.add_absent
+        """The one resolution of agent and failure-kind labels (cut, capped) that every store uses."""
+        self._account = Account(names=self.names, clock=clock)
+        self.rejections = Rejections(self._account.reject, strict=strict)
+        """The rejection policy (count by reason, warn once per cause, raise under ``strict``)."""
+        self._count = self._account.count
         self._expected: dict[str, int] = {}
         labels: dict[str, str] = {}
         if run is not None:
@@ -110,15 +96,15 @@ class RolloutTelemetry:
             reason_limit=reason_limit,
             redact=redact_reason,
             clock=clock,
+            names=self.names,
         )
-        self._logged_causes: set[tuple[str, str]] = set()
-        self._log_lock = threading.Lock()
-        _fork.track(self)
         for agent, count in (expected or {}).items():
             self.expect(agent, count)
 
-    def _after_fork_in_child(self) -> None:
-        self._log_lock = threading.Lock()
+    @property
+    def strict(self) -> bool:
+        """Whether bad input raises to the caller instead of being counted and logged."""
+        return self.rejections.strict
 
     # -- recording ----------------------------------------------------------------------------------
 
@@ -129,25 +115,9 @@ class RolloutTelemetry:
         is measured. Bad input is counted and logged (raised with ``strict=True``).
         """
         try:
-            if type(response) is dict:
-                # The hot path: the common shape is read inline; anything unusual takes the full checks.
-                get = response.get
-                reward = get("reward")
-                masked = get("mask_sample", False)
-                kind = get("failure_kind")
-                if (
-                    type(reward) is not float
-                    or reward - reward != 0.0  # NaN and +-inf
-                    or (masked is not False and masked is not True)
-                    or (kind is not None and (type(kind) is not str or not kind))
-                    or get("failure_reason") is not None
-                ):
-                    reward, masked, kind, _ = read_completed(response)
-            else:
-                reward, masked, kind, _ = read_completed(response)
-            self._add_completed(agent, reward, masked, kind)
+            self._count(agent, classify(response))
         except Exception as exc:  # the collector must never be taken down by its telemetry
-            self._rejected(exc)
+            self.rejections.reject(exc)
 
     def record_failure(
         self, agent: str, failure_kind: str | None = None, *, reason: str | None = None
@@ -165,20 +135,29 @@ class RolloutTelemetry:
         self, disposition: Disposition, agent: str, failure_kind: str | None, reason: str | None
     ) -> None:
         try:
-            if type(failure_kind) is not str or not failure_kind:
-                failure_kind = check_failure_kind(failure_kind)
-            if reason is not None and type(reason) is not str:
-                check_failure_reason(reason)
-            self._add_absent(agent, disposition, failure_kind)
-            if reason is not None:
-                self._log_reason(disposition.value, agent, failure_kind, reason)
+            self.record_classified(agent, absent(disposition, failure_kind, reason))
         except Exception as exc:
-            self._rejected(exc)
+            self.rejections.reject(exc)
 
-    def _log_reason(self, what: str, agent: str, kind: str | None, reason: str) -> None:
-        # The reason is free text about one occurrence: a debug log line, never a label.
-        if _log.isEnabledFor(logging.DEBUG):
-            _log.debug("rollout of %s %s (%s): %s", agent, what, kind, self.spans.clean_reason(reason))
+    def record_classified(self, agent: str, outcome: Classified) -> None:
+        """Record an outcome already checked by ``outcome.classify`` or ``outcome.absent``.
+
+        For readers that need the classification themselves (the file follower gives the same one to the
+        coverage account). Its ``failure_reason`` goes to a debug log line, never a label.
+
+        Raises:
+            OutcomeError: the agent name is not a non-empty string.
+        """
+        self._count(agent, outcome)
+        reason = outcome[3]
+        if reason is not None and _log.isEnabledFor(logging.DEBUG):
+            _log.debug(
+                "rollout of %s %s (%s): %s",
+                agent,
+                outcome[0].value,
+                outcome[2],
+                self.spans.clean_reason(reason),
+            )
 
     def rollout(
         self,
@@ -192,24 +171,19 @@ class RolloutTelemetry:
 
         Inside the block call ``complete(response)``, ``fail(kind, reason=...)`` or ``omit(kind)``. An
         exception escaping the block records a failure and re-raises; leaving without an outcome records
-        a failure of kind ``rollout_telemetry:no_outcome``.
+        a failure of kind ``rollout_telemetry:no_outcome``. An outcome given outside the block is a counted
+        rejection (``outcome_outside_block``), raised with ``strict=True``.
         """
-        return RolloutContext(self, agent, task_index, rollout_index, attempt)
-
-    def _rejected(self, exc: Exception) -> None:
-        if self.strict:
-            raise exc
-        reason = exc.reason if isinstance(exc, OutcomeError) else "internal_error"
-        self._account.reject(reason)
-        cause = (reason, type(exc).__name__)
-        with self._log_lock:
-            if cause in self._logged_causes or len(self._logged_causes) >= _MAX_LOGGED_CAUSES:
-                return
-            self._logged_causes.add(cause)
-        if isinstance(exc, OutcomeError):
-            _log.warning("rollout outcome rejected (%s): %s; further ones are only counted", reason, exc)
-        else:
-            _log.error("internal error while recording; further ones are only counted", exc_info=exc)
+        return RolloutContext(
+            account=self._account,
+            spans=self.spans,
+            rejections=self.rejections,
+            clock=self._clock,
+            agent=agent,
+            task_index=task_index,
+            rollout_index=rollout_index,
+            attempt=attempt,
+        )
 
     # -- reading ------------------------------------------------------------------------------------
 
@@ -221,6 +195,10 @@ class RolloutTelemetry:
     def snapshot(self) -> AccountSnapshot:
         """A consistent copy of every count."""
         return self._account.snapshot()
+
+    def reset(self) -> None:
+        """Start every count over from zero (the source being read started over); scrapers see a reset."""
+        self._account.reset()
 
     def declare(self, *agents: str) -> None:
         """Publish ``agents`` with zero counts before their first rollout.

@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING, Any
 
 from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
-from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from rollout_telemetry.account import AccountSnapshot
+from rollout_telemetry.exporters.prometheus import SpanStatsCollector
 from rollout_telemetry.series import FAMILIES, Family
+from rollout_telemetry.snapshot import AccountSnapshot
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.metrics import MeterProvider as SDKMeterProvider
@@ -38,7 +38,7 @@ _INSTALL_HINT = "pip install 'rollout-telemetry[otel]'"
 
 def _callback(
     read: Callable[[], AccountSnapshot],
-    family: Family,
+    family: Family[AccountSnapshot],
     const: Mapping[str, str],
 ) -> Callable[[CallbackOptions], Iterable[Observation]]:
     def observe(options: CallbackOptions) -> Iterator[Observation]:
@@ -102,34 +102,14 @@ class SpanExportStats:
             for name, count in counts.items():
                 setattr(self, name, getattr(self, name) + count)
 
+    def counts(self) -> dict[str, int]:
+        """The counts by result: exported, failed, dropped."""
+        with self._lock:
+            return {"exported": self.exported, "failed": self.failed, "dropped": self.dropped}
+
     def collector(self, const_labels: Mapping[str, str] | None = None) -> Collector:
         """A prometheus_client collector publishing ``rollout_telemetry_spans_total{result}``."""
-        return _SpanStatsCollector(self, dict(const_labels or {}))
-
-
-class _SpanStatsCollector(Collector):
-    def __init__(self, stats: SpanExportStats, const_labels: dict[str, str]) -> None:
-        self._stats = stats
-        self._const = const_labels
-
-    def describe(self) -> Iterable[Metric]:
-        return ()
-
-    def collect(self) -> Iterator[Metric]:
-        family = CounterMetricFamily(
-            "rollout_telemetry_spans_total",
-            "Rollout spans handed to OTLP export, by result: exported, failed (endpoint down, refusing or "
-            "too slow) or dropped (the export queue was full; recording never waits).",
-            labels=[*self._const, "result"],
-        )
-        stats = self._stats
-        for result, count in (
-            ("exported", stats.exported),
-            ("failed", stats.failed),
-            ("dropped", stats.dropped),
-        ):
-            family.add_metric([*self._const.values(), result], count)
-        yield family
+        return SpanStatsCollector(self.counts, const_labels)
 
 
 @dataclass(frozen=True, slots=True)

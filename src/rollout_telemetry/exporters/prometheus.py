@@ -1,30 +1,85 @@
-"""The Prometheus exposition: a prometheus_client ``Collector`` that reads an account snapshot at scrape time.
+"""The Prometheus exposition: prometheus_client ``Collector``s that read one snapshot per scrape.
 
 Nothing is written on the recording path; each scrape takes one consistent snapshot and formats the
-families of ``rollout_telemetry.series`` from it. Families with no samples are left out, so a healthy run
-publishes only the always-present set.
+families of the catalogue (``rollout_telemetry.series``) from it. Families with no samples are left out, so
+a healthy run publishes only the always-present set. ``describe()`` returns every family a collector can
+produce, as prometheus_client's contract asks: registering a collector twice fails, and ``?name[]=``
+filtering finds the families.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Generic, TypeVar
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from rollout_telemetry.account import AccountSnapshot
-from rollout_telemetry.series import DURATION_HISTOGRAM, FAMILIES, duration_buckets
+from rollout_telemetry.coverage import Coverage, CoverageSnapshot
+from rollout_telemetry.series import (
+    COVERAGE_FAMILIES,
+    DURATION_HISTOGRAM,
+    FAMILIES,
+    SPAN_FAMILIES,
+    Family,
+    duration_buckets,
+)
+from rollout_telemetry.snapshot import AccountSnapshot
 
-__all__ = ["AccountCollector"]
+__all__ = ["AccountCollector", "CoverageCollector", "SpanStatsCollector"]
 
-_TYPES: dict[str, type[CounterMetricFamily] | type[GaugeMetricFamily]] = {
+S = TypeVar("S")
+
+_TYPES: dict[str, type[CounterMetricFamily] | type[GaugeMetricFamily] | type[HistogramMetricFamily]] = {
     "counter": CounterMetricFamily,
     "gauge": GaugeMetricFamily,
+    "histogram": HistogramMetricFamily,
 }
 
 
-class AccountCollector(Collector):
-    """Builds every ``rollout_*`` metric family from one snapshot per scrape.
+class _CatalogueCollector(Collector, Generic[S]):
+    """Formats catalogue families from one snapshot per scrape."""
+
+    def __init__(
+        self,
+        read_snapshot: Callable[[], S],
+        families: Sequence[Family[S]],
+        const_labels: Mapping[str, str] | None,
+    ) -> None:
+        self._read = read_snapshot
+        self._families = tuple(families)
+        const = dict(const_labels or {})
+        self._names = tuple(const)
+        self._values = tuple(const.values())
+
+    def _empty(self, family: Family[Any]) -> CounterMetricFamily | GaugeMetricFamily | HistogramMetricFamily:
+        return _TYPES[family.type](family.name, family.help, labels=[*self._names, *family.labels])
+
+    def _described(self) -> Iterator[Family[Any]]:
+        yield from self._families
+
+    def describe(self) -> Iterable[Metric]:
+        """Every family this collector can publish, without samples."""
+        return [self._empty(family) for family in self._described()]
+
+    def collect(self) -> Iterator[Metric]:
+        """Yield the families of one snapshot; families with no samples are left out."""
+        snap = self._read()
+        values = self._values
+        for family in self._families:
+            metric: Any = self._empty(family)  # a counter or a gauge: add_metric(labels, value)
+            for labels, value in family.sample(snap):
+                metric.add_metric([*values, *labels], value)
+            if metric.samples:
+                yield metric
+        yield from self._more(snap)
+
+    def _more(self, snap: S) -> Iterator[Metric]:
+        return iter(())
+
+
+class AccountCollector(_CatalogueCollector[AccountSnapshot]):
+    """Builds every ``rollout_*`` family of the account, and the duration histogram, from one snapshot.
 
     Args:
         read_snapshot: returns a fresh, consistent account snapshot.
@@ -32,34 +87,37 @@ class AccountCollector(Collector):
     """
 
     def __init__(
-        self,
-        read_snapshot: Callable[[], AccountSnapshot],
-        const_labels: Mapping[str, str] | None = None,
+        self, read_snapshot: Callable[[], AccountSnapshot], const_labels: Mapping[str, str] | None = None
     ) -> None:
-        self._read = read_snapshot
-        const = dict(const_labels or {})
-        self._names = tuple(const)
-        self._values = tuple(const.values())
+        super().__init__(read_snapshot, FAMILIES, const_labels)
 
-    def describe(self) -> Iterable[Metric]:
-        """Nothing up front: which families exist depends on what has happened."""
-        return ()
+    def _described(self) -> Iterator[Family[Any]]:
+        yield from FAMILIES
+        yield DURATION_HISTOGRAM
 
-    def collect(self) -> Iterator[Metric]:
-        """Yield the families of one snapshot; families with no samples are left out."""
-        snap = self._read()
-        names, values = self._names, self._values
-        for family in FAMILIES:
-            metric = _TYPES[family.type](family.name, family.help, labels=[*names, *family.labels])
-            for labels, value in family.sample(snap):
-                metric.add_metric([*values, *labels], value)
-            if metric.samples:
-                yield metric
-        histogram = HistogramMetricFamily(
-            DURATION_HISTOGRAM.name, DURATION_HISTOGRAM.help, labels=[*names, *DURATION_HISTOGRAM.labels]
-        )
+    def _more(self, snap: AccountSnapshot) -> Iterator[Metric]:
+        histogram = self._empty(DURATION_HISTOGRAM)
+        assert isinstance(histogram, HistogramMetricFamily)
         for agent in snap.agents:
             if agent.lifecycle:
-                histogram.add_metric([*values, agent.agent], duration_buckets(agent), agent.duration_sum)
+                histogram.add_metric(
+                    [*self._values, agent.agent], duration_buckets(agent), agent.duration_sum
+                )
         if histogram.samples:
             yield histogram
+
+
+class CoverageCollector(_CatalogueCollector[CoverageSnapshot]):
+    """Publishes the run coverage account: ``rollout_run_rollouts``, ``rollout_run_expected``, retries."""
+
+    def __init__(self, coverage: Coverage, const_labels: Mapping[str, str] | None = None) -> None:
+        super().__init__(coverage.snapshot, COVERAGE_FAMILIES, const_labels)
+
+
+class SpanStatsCollector(_CatalogueCollector[Mapping[str, int]]):
+    """Publishes ``rollout_telemetry_spans_total{result}`` from a function returning the counts by result."""
+
+    def __init__(
+        self, read_counts: Callable[[], Mapping[str, int]], const_labels: Mapping[str, str] | None = None
+    ) -> None:
+        super().__init__(read_counts, SPAN_FAMILIES, const_labels)

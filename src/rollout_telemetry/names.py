@@ -1,0 +1,116 @@
+"""One resolution of names: the agent and failure-kind labels that every store and every span uses.
+
+A name becomes a label once, here: it is checked (an agent must be a non-empty string), a kind is checked
+against the vocabulary (an unregistered one is warned about once and passes through), the label is cut to
+``MAX_LABEL_LENGTH`` characters, and the cardinality caps are applied: beyond ``max_agents`` agents, or
+``max_kinds_per_agent`` kinds for one agent, new names are folded into ``_other``. The account, the coverage
+account and the spans all ask the same ``Names``, so a name is one label everywhere.
+
+Resolution says whether a name was folded; counting the folded records is the caller's (the account's)
+business, so asking twice never counts twice.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from rollout_telemetry import _fork
+from rollout_telemetry.failure_kinds import OTHER, UNSPECIFIED, KindValidator
+from rollout_telemetry.outcome import OutcomeError, label_value
+
+__all__ = ["DEFAULT_MAX_AGENTS", "DEFAULT_MAX_KINDS_PER_AGENT", "Names"]
+
+DEFAULT_MAX_AGENTS = 256
+DEFAULT_MAX_KINDS_PER_AGENT = 64
+
+_MAX_CACHED_KINDS = 4096
+
+
+class Names:
+    """Resolves agent names and failure kinds to labels under the cardinality caps; thread-safe.
+
+    Args:
+        max_agents: distinct agent labels admitted; further agents are folded into ``_other``.
+        max_kinds_per_agent: distinct failure-kind labels admitted per agent; further ones become ``_other``.
+        validator: warns once per unregistered kind; a new one by default.
+    """
+
+    def __init__(
+        self,
+        *,
+        max_agents: int = DEFAULT_MAX_AGENTS,
+        max_kinds_per_agent: int = DEFAULT_MAX_KINDS_PER_AGENT,
+        validator: KindValidator | None = None,
+    ) -> None:
+        if max_agents < 1 or max_kinds_per_agent < 1:
+            msg = "max_agents and max_kinds_per_agent must be at least 1"
+            raise ValueError(msg)
+        self.max_agents = max_agents
+        self.max_kinds_per_agent = max_kinds_per_agent
+        self._validator = validator or KindValidator()
+        self._lock = threading.Lock()
+        # Raw name -> admitted label. Bounded: names that cut to the same label cannot grow it without end.
+        self._agents: dict[str, str] = {}
+        self._agent_labels: set[str] = set()
+        self._kind_labels: dict[str, str] = {}  # raw kind -> checked, cut label (a cache)
+        self._admitted_kinds: dict[str, set[str]] = {}  # agent label -> its admitted kind labels
+        _fork.track(self)
+
+    def _after_fork_in_child(self) -> None:
+        self._lock = threading.Lock()
+
+    def agent(self, name: object) -> tuple[str, bool]:
+        """Return ``(label, folded)`` for an agent name; ``folded`` when the cap put it under ``_other``.
+
+        Raises:
+            OutcomeError: the name is not a non-empty string.
+        """
+        if type(name) is not str:
+            if not isinstance(name, str):
+                msg = f"must be a non-empty string, got {type(name).__name__} {name!r:.60}"
+                raise OutcomeError("agent", msg)
+            name = str(name)  # a str subclass (an enum member, say) is labelled by its plain value
+        if not name:
+            raise OutcomeError("agent", "must be a non-empty string, got ''")
+        label = self._agents.get(name)
+        if label is not None:
+            return label, False
+        label = label_value(name)
+        with self._lock:
+            if label not in self._agent_labels:
+                if len(self._agent_labels) >= self.max_agents and label != OTHER:
+                    return OTHER, True  # not cached: every record of this name is folded, and counted so
+                self._agent_labels.add(label)
+            if len(self._agents) < 4 * self.max_agents:
+                self._agents[name] = label
+        return label, False
+
+    def kind(self, agent_label: str, kind: str | None) -> tuple[str, bool]:
+        """Return ``(label, folded)`` for a failure kind of an agent (by its label); ``None`` is unspecified.
+
+        The first time an unregistered kind is seen it is warned about, once; it is never rejected.
+        """
+        if kind is None:
+            label = UNSPECIFIED
+        else:
+            cached = self._kind_labels.get(kind)
+            if cached is None:
+                cached = label_value(self._validator.validate(kind))
+                if len(self._kind_labels) < _MAX_CACHED_KINDS:
+                    self._kind_labels[kind] = cached
+            label = cached
+        with self._lock:
+            admitted = self._admitted_kinds.setdefault(agent_label, set())
+            if label in admitted:
+                return label, False
+            if len(admitted) >= self.max_kinds_per_agent and label != OTHER:
+                return OTHER, True
+            admitted.add(label)
+        return label, False
+
+    def reset(self) -> None:
+        """Forget every admitted name (the source being read started over)."""
+        with self._lock:
+            self._agents = {}
+            self._agent_labels = set()
+            self._admitted_kinds = {}

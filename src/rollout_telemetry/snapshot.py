@@ -1,0 +1,126 @@
+"""Snapshots of the account: every count at one moment, and the statistics every view derives from them.
+
+A snapshot is a frozen copy: exporters, the progress keys and the report compute from one snapshot each, so
+what they show is consistent with itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from rollout_telemetry.outcome import Disposition
+
+__all__ = ["AccountSnapshot", "AgentSnapshot"]
+
+
+def _rounded(value: float) -> float:
+    return round(value, 12)
+
+
+@dataclass(frozen=True, slots=True)
+class AgentSnapshot:
+    """One agent's counts at one moment, with the values every view derives from them."""
+
+    agent: str
+    measured: int
+    masked: int
+    masked_rewarded: int
+    unscored: int
+    failed: int
+    omitted: int
+    measured_positive: float
+    measured_negative: float
+    masked_positive: float
+    masked_negative: float
+    kinds: Mapping[tuple[Disposition, str], int]
+    absent_rewarded: int = 0
+    """Failed or omitted rollouts whose failure record still carried a reward (NeMo Gym writes some)."""
+    absent_positive: float = 0.0
+    absent_negative: float = 0.0
+    lifecycle: bool = False
+    in_flight: int = 0
+    oldest_in_flight_start: float | None = None
+    duration_buckets: tuple[int, ...] = ()
+    duration_sum: float = 0.0
+    duration_count: int = 0
+
+    @property
+    def completed(self) -> int:
+        """Rollouts that reached the output: measured + masked + unscored."""
+        return self.measured + self.masked + self.unscored
+
+    @property
+    def rewarded(self) -> int:
+        """Rollouts that carry a reward, masked ones and rewarded failure records included."""
+        return self.measured + self.masked_rewarded + self.absent_rewarded
+
+    @property
+    def reward_positive(self) -> float:
+        """Sum of the positive rewards, masked ones included."""
+        return self.measured_positive + self.masked_positive + self.absent_positive
+
+    @property
+    def reward_negative(self) -> float:
+        """Sum of the magnitudes of the negative rewards, masked ones included."""
+        return self.measured_negative + self.masked_negative + self.absent_negative
+
+    @property
+    def reward_sum(self) -> float:
+        """Sum of every reward, masked ones included."""
+        return self.reward_positive - self.reward_negative
+
+    @property
+    def mean_reward(self) -> float | None:
+        """Mean reward over every rewarded rollout, masked included; ``None`` before the first."""
+        if self.rewarded == 0:
+            return None
+        return _rounded(self.reward_sum / self.rewarded)
+
+    @property
+    def troubled(self) -> bool:
+        """Whether anything was masked, failed or omitted for this agent."""
+        return self.masked + self.failed + self.omitted > 0
+
+    @property
+    def mean_reward_unmasked(self) -> float | None:
+        """Mean reward over measured rollouts, only once something was masked, failed or omitted."""
+        if self.measured == 0 or not self.troubled:
+            return None
+        return _rounded((self.measured_positive - self.measured_negative) / self.measured)
+
+    @property
+    def masked_ratio(self) -> float | None:
+        """masked / (masked + unmasked rollouts that carry a reward), 0-1, only once something was masked.
+
+        NeMo Gym's denominator: masked + measured, which is completed - unscored. An unscored rollout (no
+        reward) is in neither part, nor is a failure record that carried a reward.
+        """
+        if self.masked == 0:
+            return None
+        return self.masked / (self.masked + self.measured)
+
+    def count(self, disposition: Disposition) -> int:
+        """The number of rollouts that ended in ``disposition``."""
+        return int(getattr(self, disposition.value))
+
+    def by_kind(self, disposition: Disposition) -> dict[str, int]:
+        """Counts of ``disposition`` per failure kind."""
+        return {kind: n for (disp, kind), n in self.kinds.items() if disp is disposition}
+
+
+@dataclass(frozen=True, slots=True)
+class AccountSnapshot:
+    """Every agent's counts, the rejections and the label overflows, taken atomically."""
+
+    agents: tuple[AgentSnapshot, ...]
+    rejected: Mapping[str, int] = field(default_factory=dict)
+    overflow: Mapping[str, int] = field(default_factory=dict)
+    taken_at: float = 0.0
+
+    def agent(self, name: str) -> AgentSnapshot | None:
+        """The snapshot of one agent (by its label), or ``None``."""
+        for snap in self.agents:
+            if snap.agent == name:
+                return snap
+        return None

@@ -33,6 +33,9 @@ def test_spans_and_metrics_reach_a_real_receiver() -> None:
             for name, attrs, code, msg in receiver.spans()
         }
         assert set(spans) == {1, 2, 3}
+        stats = otlp.span_stats  # what was counted is what the receiver got, nothing left over
+        assert len(receiver.spans()) == 3  # each span once
+        assert (stats.exported, stats.failed, stats.dropped, stats.queued) == (3, 0, 0, 0)
         assert spans[1][1]["rollout.disposition"] == "measured"
         assert spans[1][1]["rollout.reward"] == 1.0
         assert spans[2][1]["rollout.mask_sample"] is True

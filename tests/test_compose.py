@@ -6,6 +6,7 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tests.support import require_tool
@@ -13,6 +14,7 @@ from tests.support import require_tool
 ROOT = Path(__file__).parent.parent
 
 
+@pytest.mark.e2e
 def test_compose_config_is_valid() -> None:
     """``docker-compose config`` accepts the file."""
     result = subprocess.run(

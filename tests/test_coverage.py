@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -101,33 +103,65 @@ expected = st.lists(
 )
 
 
+Identity = tuple[str, int, int]
+Attempt = tuple[str, int, int, int | None, Disposition]
+Step = tuple[Literal["expect"], Identity] | tuple[Literal["observe"], Attempt]
+
+
+def _model(steps: list[Step]) -> tuple[set[Identity], dict[Identity, tuple[int | None, Disposition]]]:
+    """The test's own account of the steps: the declared identities, and the newest attempt of each seen one
+    (a higher attempt index wins; for equal or missing indices, the later line)."""
+    declared: set[Identity] = set()
+    newest: dict[Identity, tuple[int | None, Disposition]] = {}
+    for step in steps:
+        if step[0] == "expect":
+            declared.add(step[1])
+            continue
+        agent, task, rollout, attempt, disposition = step[1]
+        older = newest.get((agent, task, rollout))
+        if older is None or attempt is None or older[0] is None or attempt >= older[0]:
+            newest[(agent, task, rollout)] = (attempt, disposition)
+    return declared, newest
+
+
 @settings(max_examples=300, deadline=None)
 @given(expected=expected, attempts=attempts, split=st.integers(0, 60))
-def test_coverage_identity_holds_at_every_moment(
-    expected: list[tuple[str, int, int]],
-    attempts: list[tuple[str, int, int, int | None, Disposition]],
-    split: int,
+def test_coverage_matches_an_independent_account_at_every_moment(
+    expected: list[Identity], attempts: list[Attempt], split: int
 ) -> None:
-    """expected = measured + masked + unscored + failed + omitted + unknown, no term negative, throughout."""
+    """Each agent's dispositions, expected, unknown and retries equal the test's own account, throughout."""
     coverage = Coverage()
-    steps: list[tuple[str, tuple[object, ...]]] = [("observe", a) for a in attempts]
+    steps: list[Step] = [("observe", a) for a in attempts]
     for i, identity in enumerate(expected):  # interleave the inputs with the attempts
         steps.insert(min(split + i, len(steps)), ("expect", identity))
-    seen: set[tuple[str, int, int]] = set()
-    for kind, args in steps:
-        if kind == "expect":
-            coverage.expect(*args)  # type: ignore[arg-type]
+    for done, step in enumerate(steps, start=1):
+        if step[0] == "expect":
+            coverage.expect(*step[1])
         else:
-            coverage.observe(*args)  # type: ignore[arg-type]
-            seen.add(args[:3])  # type: ignore[arg-type]
+            coverage.observe(*step[1])
+        declared, newest = _model(steps[:done])
+        known = any(s[0] == "expect" for s in steps[:done])
+        seen = set(newest)
         snap = coverage.snapshot()
+        assert snap.expected_known is known
+        agents = {a for a, _, _ in seen} | ({a for a, _, _ in declared} if known else set())
+        assert {a.agent for a in snap.agents} == agents
         for agent in snap.agents:
-            assert all(count >= 0 for count in agent.rollouts.values())
-            if snap.expected_known:
-                assert agent.unknown is not None
-                assert agent.expected is not None
-                assert agent.unknown >= 0
-                assert agent.expected == sum(agent.rollouts.values()) + agent.unknown
-        assert sum(a.seen for a in snap.agents) == len(seen)
-    retried = sum(a.retried for a in coverage.snapshot().agents)
-    assert retried == len(attempts) - len(seen)
+            name = agent.agent
+            mine = {identity for identity in seen if identity[0] == name}
+            wanted = {identity for identity in declared if identity[0] == name}
+            by_disposition = dict.fromkeys(Disposition, 0)
+            for identity in mine:
+                by_disposition[newest[identity][1]] += 1
+            assert dict(agent.rollouts) == by_disposition
+            observed = sum(1 for s in steps[:done] if s[0] == "observe" and s[1][0] == name)
+            assert agent.retried == observed - len(mine)
+            if known:
+                # Expected: the identities in the inputs plus those seen outside them; unknown: not seen yet.
+                assert agent.expected == len(wanted | mine)
+                assert agent.unknown == len(wanted - mine)
+            else:
+                assert agent.expected is None
+                assert agent.unknown is None
+        if known:
+            assert snap.unexpected == len(seen - declared)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gzip
+import json
 import os
 import signal
 import socket
@@ -9,15 +11,17 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from rollout_telemetry import RolloutTelemetry
 from rollout_telemetry.exporters.otel import otlp_providers
-from tests.support import exposition, free_port, value, wait_until
+from tests.support import exposition, free_port, samples, value, wait_until
 
 ROLLOUTS = 3000
 
@@ -54,19 +58,37 @@ def test_otlp_endpoint_down(tmp_path: Path) -> None:
     otlp.shutdown()
     assert time.monotonic() - started < 30
     stats = otlp.span_stats
+    assert stats.queued == 0  # shutdown flushed: every span handed on has a result
     assert stats.exported == 0
     assert stats.dropped > 0
     assert stats.failed > 0
-    assert stats.failed + stats.dropped + stats.queued == ROLLOUTS
+    assert stats.failed + stats.dropped == ROLLOUTS  # each ended span counted once, none lost
     text = exposition(telemetry.registry)
     assert value(text, "rollout_telemetry_spans_total", result="dropped") == stats.dropped
+    assert value(text, "rollout_telemetry_spans_total", result="failed") == stats.failed
     assert value(text, "rollout_telemetry_spans_total", result="exported") == 0
 
 
 class _Slow(BaseHTTPRequestHandler):
+    """Reads each export, notes the span ids in it, and answers too late."""
+
+    received: ClassVar[set[bytes]] = set()
+    lock: ClassVar[threading.Lock] = threading.Lock()
+
     def do_POST(self) -> None:
-        self.rfile.read(int(self.headers.get("Content-Length", "0")))
-        time.sleep(3)
+        body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        if self.headers.get("Content-Encoding") == "gzip":
+            body = gzip.decompress(body)
+        request = ExportTraceServiceRequest.FromString(body)
+        ids = {
+            span.span_id
+            for resource in request.resource_spans
+            for scope in resource.scope_spans
+            for span in scope.spans
+        }
+        with self.lock:
+            self.received.update(ids)
+        time.sleep(3)  # the behaviour under test: slower than the client's export timeout
         self.send_response(200)
         self.end_headers()
 
@@ -76,6 +98,7 @@ class _Slow(BaseHTTPRequestHandler):
 
 def test_otlp_endpoint_slow(tmp_path: Path) -> None:
     """An endpoint slower than the export timeout: recording is unaffected, exports time out and count."""
+    _Slow.received.clear()
     slow = ThreadingHTTPServer(("127.0.0.1", 0), _Slow)
     thread = threading.Thread(target=slow.serve_forever, daemon=True)
     thread.start()
@@ -88,9 +111,20 @@ def test_otlp_endpoint_slow(tmp_path: Path) -> None:
         _check_exact(telemetry)
         otlp.shutdown()
         stats = otlp.span_stats
+        assert stats.queued == 0  # shutdown flushed: every span handed on has a result
         assert stats.exported == 0
         assert stats.failed > 0
-        assert stats.failed + stats.dropped + stats.queued == ROLLOUTS
+        assert stats.failed + stats.dropped == ROLLOUTS  # each ended span counted once, none lost
+
+        def every_failed_span_arrived() -> bool:
+            with _Slow.lock:
+                return len(_Slow.received) == stats.failed
+
+        # The endpoint got every failed span (it was only too slow), and no other: the spans counted
+        # failed are exactly the distinct spans it received.
+        wait_until(
+            every_failed_span_arrived, timeout=10, what=f"{stats.failed} distinct spans at the endpoint"
+        )
     finally:
         slow.shutdown()
         slow.server_close()
@@ -112,19 +146,33 @@ def _wait_serving(process: subprocess.Popen[str]) -> str:
     return line
 
 
+def _scrape_completed(port: int) -> float:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+            text = response.read().decode()
+    except OSError:
+        return 0
+    return sum(v for (name, _), v in samples(text).items() if name == "rollout_completed_total")
+
+
+@pytest.mark.e2e
 @pytest.mark.parametrize("command", ["demo", "serve"])
 def test_sigterm_stops_cleanly(tmp_path: Path, command: str) -> None:
-    """SIGTERM: the process exits 0, says its final state, and the port is free again."""
+    """SIGTERM while running: the process exits 0, says its final state, and the port is free again."""
     port = free_port()
+    follow = tmp_path / "rollouts.jsonl"
     args = (
         ["demo", "--rate", "50", "--summary-interval", "60"]
         if command == "demo"
-        else ["serve", "--follow", str(tmp_path / "rollouts.jsonl")]
+        else ["serve", "--follow", str(follow), "--poll-interval", "0.05"]
     )
     process = _start([*args, "--port", str(port)])
     try:
         _wait_serving(process)
-        time.sleep(0.5)
+        if command == "serve":  # a row read by the running follower, so the run is under way
+            row = {"reward": 1.0, "_ng_task_index": 0, "_ng_rollout_index": 0, "_ng_environment_server": "a"}
+            follow.write_text(json.dumps(row) + "\n")
+        wait_until(lambda: _scrape_completed(port) >= 1, timeout=30, what="a completed rollout in /metrics")
         process.send_signal(signal.SIGTERM)
         output, _ = process.communicate(timeout=15)
     finally:
@@ -136,11 +184,16 @@ def test_sigterm_stops_cleanly(tmp_path: Path, command: str) -> None:
         assert "stopping" in output
         assert "completed=" in output  # the final per-agent state
     else:
-        assert "stopped: 0 rollout outcomes read" in output
+        assert "stopped: 1 rollout outcomes read" in output
     with socket.socket() as again:
+        # As a restarted exporter binds: SO_REUSEADDR passes the TIME_WAIT our scrapes leave, but on
+        # Linux not a socket still listening.
+        again.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         again.bind(("127.0.0.1", port))
+        again.listen()
 
 
+@pytest.mark.e2e
 def test_taken_port_fails_clearly_from_the_command_line() -> None:
     """A port in use: exit status 2 and a message naming the port; nothing keeps running."""
     with socket.socket() as blocker:
@@ -168,8 +221,9 @@ def test_recording_in_a_forked_child() -> None:
     for thread in threads:
         thread.start()
     try:
-        time.sleep(0.05)
-        before = telemetry.snapshot().agent("parent")
+        wait_until(
+            lambda: telemetry.snapshot().agent("parent") is not None, timeout=10, what="the threads recording"
+        )
         pid = os.fork()
         if pid == 0:  # the child: record and report through the exit status only
             code = 1
@@ -180,27 +234,31 @@ def test_recording_in_a_forked_child() -> None:
                 code = 0 if child is not None and child.measured == 100 else 3
             finally:
                 os._exit(code)
-        deadline = time.monotonic() + 20
-        status = None
-        while time.monotonic() < deadline:
+        statuses: list[int] = []
+
+        def child_exited() -> bool:
             done, status = os.waitpid(pid, os.WNOHANG)
             if done:
-                break
-            time.sleep(0.05)
-        else:
+                statuses.append(status)
+            return bool(done)
+
+        try:
+            wait_until(child_exited, timeout=20, what="the forked child (it hung recording)")
+        except AssertionError:
             os.kill(pid, signal.SIGKILL)
-            pytest.fail("the forked child hung recording")
+            os.waitpid(pid, 0)
+            raise
     finally:
         stop.set()
         for thread in threads:
             thread.join()
-    assert status is not None
-    assert os.waitstatus_to_exitcode(status) == 0
-    assert before is not None
+    assert [os.waitstatus_to_exitcode(status) for status in statuses] == [0]
     assert telemetry.snapshot().agent("child") is None  # the child's counts stayed in the child
 
 
-def test_follow_file_directory_disappearing_in_the_background(tmp_path: Path) -> None:
+def test_follow_file_directory_disappearing_in_the_background(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """The background follower keeps running when its directory vanishes and picks the file up again."""
     from rollout_telemetry.follow import RunFiles, RunFollower
 
@@ -217,7 +275,11 @@ def test_follow_file_directory_disappearing_in_the_background(tmp_path: Path) ->
         for child in folder.iterdir():
             child.unlink()
         folder.rmdir()
-        time.sleep(0.3)
+        wait_until(
+            lambda: any("disappeared" in record.getMessage() for record in caplog.records),
+            timeout=10,
+            what="the follower to notice the file is gone",
+        )
         folder.mkdir()
         main.write_text(row % 1 + row % 2 + row % 3)
 

@@ -46,6 +46,7 @@ GOOD_REWARDS: list[tuple[Any, float | None]] = [
     (7, 7.0),
 ]
 BAD_MASKS = ["true", "false", 1, 0, 1.0, [], "yes"]
+INVALID_AGENTS: list[Any] = ["", None, 3, b"bytes", ["list"]]
 
 
 @pytest.fixture
@@ -68,10 +69,7 @@ def _baseline_untouched(telemetry: RolloutTelemetry) -> str:
 
 
 def _valid(text: str) -> None:
-    samples(text)  # prometheus_client's parser accepts it
-    result = promtool_check_metrics(text)
-    assert result.returncode == 0, result.stderr
-    assert result.stderr == ""
+    samples(text)  # prometheus_client's parser accepts it; promtool sees all of it in the e2e test below
 
 
 @pytest.mark.parametrize(("reward", "reason"), BAD_REWARDS)
@@ -139,7 +137,7 @@ def test_hostile_agent_names_become_safe_labels(loaded: RolloutTelemetry, text: 
     _valid(exposed)
 
 
-@pytest.mark.parametrize("agent", ["", None, 3, b"bytes", ["list"]], ids=repr)
+@pytest.mark.parametrize("agent", INVALID_AGENTS, ids=repr)
 def test_invalid_agents_are_rejected(loaded: RolloutTelemetry, agent: Any) -> None:
     """Empty, missing or non-string agents are rejected on every path, never raised."""
     loaded.record(agent, {"reward": 1.0})
@@ -175,3 +173,26 @@ def test_everything_at_once_stays_valid(loaded: RolloutTelemetry) -> None:
     _valid(exposed)
     failed = [labels for (name, labels) in samples(exposed) if name == "rollout_failed_total"]
     assert len(failed) == 1 + len({label_value(t) for t in HOSTILE_TEXT})
+
+
+@pytest.mark.e2e
+def test_promtool_accepts_every_hostile_input_in_one_exposition(loaded: RolloutTelemetry) -> None:
+    """``promtool check metrics`` accepts the exposition after every hostile input above, on every path."""
+    for text in HOSTILE_TEXT:
+        loaded.record("math", {"reward": 0.0, "mask_sample": True, "failure_kind": text})
+        loaded.record_failure("math", text)
+        loaded.record_omission("math", text)
+        loaded.record(text, {"reward": 1.0})
+        with loaded.rollout(text) as rollout:
+            rollout.fail(text, reason=text)
+    for reward, _ in [*BAD_REWARDS, *GOOD_REWARDS]:
+        loaded.record("rewards", {"reward": reward})
+    for mask in BAD_MASKS:
+        loaded.record("masks", {"reward": 1.0, "mask_sample": mask})
+    for agent in INVALID_AGENTS:
+        loaded.record(agent, {"reward": 1.0})
+    exposed = _baseline_untouched(loaded)
+    result = promtool_check_metrics(exposed)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == ""
+    assert result.stderr == ""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
@@ -12,6 +13,10 @@ from rollout_telemetry.exporters.otel import instrument_meter, otlp_providers
 from tests.otlp_receiver import OTLPReceiver
 
 STATUS_ERROR = 2
+SUMMARY = re.compile(
+    r"^(?P<agent>\S+)\s+completed=(?P<completed>\d+) .* failed=(?P<failed>\d+) "
+    r"omitted=(?P<omitted>\d+) in_flight=(?P<in_flight>\d+)$"
+)
 
 
 def test_spans_and_metrics_reach_a_real_receiver() -> None:
@@ -33,6 +38,9 @@ def test_spans_and_metrics_reach_a_real_receiver() -> None:
             for name, attrs, code, msg in receiver.spans()
         }
         assert set(spans) == {1, 2, 3}
+        stats = otlp.span_stats  # what was counted is what the receiver got, nothing left over
+        assert len(receiver.spans()) == 3  # each span once
+        assert (stats.exported, stats.failed, stats.dropped, stats.queued) == (3, 0, 0, 0)
         assert spans[1][1]["rollout.disposition"] == "measured"
         assert spans[1][1]["rollout.reward"] == 1.0
         assert spans[2][1]["rollout.mask_sample"] is True
@@ -77,8 +85,17 @@ def test_demo_sends_spans_and_metrics(capsys: pytest.CaptureFixture[str]) -> Non
         )  # fmt: skip
         assert code == 0
         assert time.monotonic() - started < 30
+        final: dict[str, dict[str, int]] = {}  # the demo's own final summary line of each agent
+        for line in capsys.readouterr().out.splitlines():
+            if match := SUMMARY.match(line):
+                final[match["agent"]] = {k: int(v) for k, v in match.groupdict().items() if k != "agent"}
+        assert final
+        assert all(counts["in_flight"] == 0 for counts in final.values())
         spans = receiver.spans()
         assert len(spans) >= 50
-        assert any(attrs.get("rollout.disposition") == "failed" for _, attrs, _, _ in spans)
+        # Every rollout the demo finished reached the receiver as one span, and only those.
+        assert len(spans) == sum(c["completed"] + c["failed"] + c["omitted"] for c in final.values())
+        failed = [attrs for _, attrs, _, _ in spans if attrs.get("rollout.disposition") == "failed"]
+        assert len(failed) == sum(c["failed"] for c in final.values()) > 0
         names = {name for name, _, _ in receiver.points()}
         assert {"rollout_completed", "rollout_failed", "rollout_in_flight"} <= names

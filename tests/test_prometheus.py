@@ -108,6 +108,7 @@ def test_declared_agent_starts_at_zero(telemetry: RolloutTelemetry) -> None:
     assert value(text, "rollout_reward_positive_total", agent="math") == 0
 
 
+@pytest.mark.e2e
 def test_promtool_accepts_the_exposition(telemetry: RolloutTelemetry) -> None:
     """``promtool check metrics`` reports nothing, even with hostile label values."""
     telemetry.record("math", {"reward": 1.0})

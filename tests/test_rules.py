@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tests.support import require_tool
@@ -18,6 +19,7 @@ def _promtool(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.e2e
 def test_rules_are_valid() -> None:
     """``promtool check rules`` accepts every recording and alerting rule."""
     result = _promtool("check", "rules", "rules.yml")
@@ -25,6 +27,7 @@ def test_rules_are_valid() -> None:
     assert "SUCCESS: 12 rules found" in result.stdout
 
 
+@pytest.mark.e2e
 def test_rule_unit_tests_pass() -> None:
     """``promtool test rules`` passes: every recording rule and alert, absent numerators, mid-run series."""
     result = _promtool("test", "rules", "rules_test.yml")
@@ -32,6 +35,7 @@ def test_rule_unit_tests_pass() -> None:
     assert "SUCCESS" in result.stdout
 
 
+@pytest.mark.e2e
 def test_config_is_valid() -> None:
     """``promtool check config`` accepts the scrape config."""
     result = _promtool("check", "config", "prometheus.yml")

@@ -11,6 +11,8 @@ import pytest
 from rollout_telemetry import RolloutTelemetry, ServeError
 from tests.support import FakeClock, exposition, free_port_range, samples, value
 
+WRITERS = 4
+
 
 def test_threads_and_tasks_recording_at_once_are_exact(clock: FakeClock) -> None:
     """8 threads and 1,000 asyncio tasks record concurrently; every total is exact."""
@@ -67,16 +69,22 @@ def test_scrapes_during_heavy_recording_are_consistent(clock: FakeClock) -> None
             telemetry.record("a", {"reward": 0.0, "mask_sample": True, "failure_kind": "judge_failed"})
             telemetry.record_failure("a", "session_lost")
 
-    threads = [threading.Thread(target=writer) for _ in range(4)]
+    threads = [threading.Thread(target=writer) for _ in range(WRITERS)]
     for thread in threads:
         thread.start()
+    checked = 0
     try:
         for _ in range(200):
             text = exposition(telemetry.registry)
-            if "rollout_completed_total" not in text:
+            if "rollout_failed_total" not in text:
                 continue
+            checked += 1
             completed = value(text, "rollout_completed_total", agent="a")
             masked = value(text, "rollout_masked_total", agent="a")
+            failed = value(text, "rollout_failed_total", agent="a")
+            # Each writer records measured, masked, failed in turn, so it is at most one step ahead.
+            if not (0 <= completed - 2 * masked <= WRITERS and 0 <= masked - failed <= WRITERS):
+                problems.append(f"torn: completed {completed} masked {masked} failed {failed}")
             rewarded = value(text, "rollout_rewarded_total", agent="a")
             positive = value(text, "rollout_reward_positive_total", agent="a")
             if not masked <= completed == rewarded:
@@ -93,6 +101,7 @@ def test_scrapes_during_heavy_recording_are_consistent(clock: FakeClock) -> None
         for thread in threads:
             thread.join()
     assert problems == []
+    assert checked > 0, "no scrape saw the writers' counts"
 
 
 def test_a_hundred_thousand_free_text_kinds_stay_bounded(

@@ -4,38 +4,52 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.e2e.processes import Exporter
-from tests.support import promtool_check_metrics, sample_names, samples
+from tests.support import Labels, promtool_check_metrics, sample_names, samples, wait_until
 
 pytestmark = pytest.mark.e2e
+
+
+def _total(parsed: dict[tuple[str, Labels], float], name: str) -> float:
+    return sum(v for (n, _), v in parsed.items() if n == name)
 
 
 def test_promtool_checks_the_demo_metrics(tmp_path: Path) -> None:
     """``promtool check metrics`` on the running demo's /metrics prints nothing, and the parser reads it."""
     args = ["demo", "--seed", "5", "--rate", "100", "--max-rollout-seconds", "0.2", "--run", "demo-check"]
-    with Exporter(args, tmp_path / "demo.log") as demo:
-        time.sleep(2.5)
-        text = demo.scrape()
-    result = promtool_check_metrics(text)
-    assert result.returncode == 0
-    assert result.stdout == ""
-    assert result.stderr == ""
-    names = sample_names(text)
-    assert {
+    families = {
         "rollout_completed_total",
         "rollout_masked_total",
         "rollout_failed_total",
         "rollout_duration_seconds_bucket",
         "rollout_in_flight",
-    } <= names
+    }
+    with Exporter(args, tmp_path / "demo.log") as demo:
+        scraped: list[str] = []
+
+        def enough_rollouts() -> bool:
+            scraped.append(demo.scrape())
+            parsed = samples(scraped[-1])
+            return (
+                families <= sample_names(scraped[-1])
+                and _total(parsed, "rollout_completed_total") > 50
+                and _total(parsed, "rollout_masked_total") > 0
+            )
+
+        wait_until(enough_rollouts, timeout=30, what="every family and more than 50 completed rollouts")
+    text = scraped[-1]
+    result = promtool_check_metrics(text)
+    assert result.returncode == 0
+    assert result.stdout == ""
+    assert result.stderr == ""
+    assert families <= sample_names(text)
     parsed = samples(text)
-    completed = sum(v for (n, _), v in parsed.items() if n == "rollout_completed_total")
-    masked = sum(v for (n, _), v in parsed.items() if n == "rollout_masked_total")
+    completed = _total(parsed, "rollout_completed_total")
+    masked = _total(parsed, "rollout_masked_total")
     assert completed > 50
     assert 0 < masked < completed
 

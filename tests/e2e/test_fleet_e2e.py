@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import urllib.request
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -77,6 +78,19 @@ def expected(seeds: list[int]) -> RolloutTelemetry:
     return telemetry
 
 
+def tally(seeds: list[int]) -> tuple[Counter[tuple[str, str]], dict[str, list[float]]]:
+    """Counted from the members' own outcome lists, without the library: (agent, disposition) counts, and
+    the rewards each agent's completed rollouts carried."""
+    counts: Counter[tuple[str, str]] = Counter()
+    rewards: dict[str, list[float]] = {agent: [] for agent in fleet_member.AGENTS}
+    for seed in seeds:
+        for agent, disposition, reward, _ in fleet_member.outcomes(seed):
+            counts[(agent, disposition)] += 1
+            if reward is not None:
+                rewards[agent].append(reward)
+    return counts, rewards
+
+
 def test_four_exporters_sum_exactly_in_prometheus(tmp_path: Path) -> None:
     """Four processes share a port range; Prometheus's sums equal the exact totals of all outcomes."""
     seeds = [11, 12, 13, 14]
@@ -89,13 +103,24 @@ def test_four_exporters_sum_exactly_in_prometheus(tmp_path: Path) -> None:
             for member in fleet:
                 member.go()
             truth = expected(seeds)
-            total = sum(a.completed for a in truth.snapshot().agents)
+            counts, rewards = tally(seeds)
+            total = sum(n for (_, disposition), n in counts.items() if disposition in ("measured", "masked"))
 
             def all_scraped() -> bool:
                 got = prometheus.query('sum(rollout_completed_total{run="fleet"})')
                 return bool(got) and float(got[0]["value"][1]) == total
 
             prometheus.wait_for(all_scraped, timeout=30, what="every member's final counts")
+            for name, dispositions in (
+                ("rollout_completed_total", ("measured", "masked")),
+                ("rollout_masked_total", ("masked",)),
+                ("rollout_failed_total", ("failed",)),
+                ("rollout_omitted_total", ("omitted",)),
+            ):
+                assert prometheus.values(f"sum by (agent) ({name})") == {
+                    (("agent", agent),): sum(counts[(agent, d)] for d in dispositions)
+                    for agent in fleet_member.AGENTS
+                }, name
             snap = truth.snapshot()
             for family in FAMILIES:
                 if family.type != "counter" or "agent" not in family.labels:
@@ -121,7 +146,11 @@ def test_four_exporters_sum_exactly_in_prometheus(tmp_path: Path) -> None:
                 key = (("agent", agent.agent),)
                 assert agent.mean_reward is not None
                 assert mean[key] == pytest.approx(agent.mean_reward, rel=1e-9)
+                mine = rewards[agent.agent]
+                assert mean[key] == pytest.approx(sum(mine) / len(mine), rel=1e-9)
                 assert ratio[key] == pytest.approx(agent.masked / agent.completed, rel=1e-12)
+                masked, measured = counts[(agent.agent, "masked")], counts[(agent.agent, "measured")]
+                assert ratio[key] == pytest.approx(masked / (masked + measured), rel=1e-12)
                 assert agent.count(Disposition.FAILED) > 0
                 assert agent.reward_negative > 0
 

@@ -40,7 +40,7 @@ def test_serve_follow_counts_what_a_writer_appends(tmp_path: Path) -> None:
             for i in range(rows):
                 line = json.dumps(_row(i)).encode() + b"\n"
                 out.write(line[:100])  # a half-written line is visible for a moment
-                time.sleep(0.002)
+                time.sleep(0.002)  # the behaviour under test: the reader meets the half line; not a wait
                 out.write(line[100:])
                 if i < failed:
                     record = {

@@ -86,7 +86,7 @@ def test_caps_must_be_positive(clock: FakeClock) -> None:
 
 
 def test_in_flight_and_oldest_age(clock: FakeClock) -> None:
-    """begin() marks work in flight; finish() takes it out and counts the outcome in one step."""
+    """begin() marks work in flight; count() with its handle ends the flight and counts, in one step."""
     account = _account(clock)
     first = account.begin("a", clock())
     clock.advance(5)
@@ -96,13 +96,13 @@ def test_in_flight_and_oldest_age(clock: FakeClock) -> None:
     assert agent is not None
     assert agent.in_flight == 2
     assert agent.oldest_in_flight_start == 1000.0
-    assert account.finish(first, classify({"reward": 1.0})) == 7.0
+    assert account.count("a", classify({"reward": 1.0}), first) is None
     agent = account.snapshot().agent("a")
     assert agent is not None
     assert agent.in_flight == 1
     assert agent.oldest_in_flight_start == 1005.0
     assert agent.measured == 1
-    account.finish(second, absent(FAILED, "session_lost"))
+    account.count("a", absent(FAILED, "session_lost"), second)
     agent = account.snapshot().agent("a")
     assert agent is not None
     assert agent.in_flight == 0

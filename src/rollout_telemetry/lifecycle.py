@@ -201,7 +201,7 @@ class RolloutContext:
         self._state = _DONE
         try:
             try:
-                self._account.finish(handle, outcome)
+                self._account.count(self.agent, outcome, handle)
             finally:
                 if span is not None:
                     self._spans.finish(span, outcome)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from enum import StrEnum
 
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import BaseModel, ConfigDict, model_validator
 
 from rollout_telemetry.rejections import Rejection
 
@@ -33,10 +33,7 @@ __all__ = [
     "OutcomeError",
     "VerifyResponse",
     "absent",
-    "check_failure_kind",
-    "check_failure_reason",
-    "check_mask_sample",
-    "check_reward",
+    "check_fields",
     "classify",
     "label_value",
     "outcome_of",
@@ -67,69 +64,48 @@ class OutcomeError(Rejection, ValueError):
         self.field = field
 
 
-def check_reward(value: object) -> float | None:
-    """Return the reward as a finite float, or ``None`` for an unscored rollout.
+def check_fields(
+    reward: object, mask_sample: object, failure_kind: object, failure_reason: object
+) -> tuple[float | None, bool, str | None, str | None]:
+    """Check the four outcome fields; return them normalised: every field rule is here and only here.
 
-    Booleans count as 1.0 and 0.0 (as pydantic and Gym's own models read them).
+    - ``reward``: a finite number (``int``, ``bool``, numpy scalars, ``Decimal`` and ``Fraction`` become a
+      float; a bool counts as 1.0 or 0.0, as pydantic and Gym's own models read it), or ``None`` when the
+      rollout carries none. NaN, infinities and anything else (a numeric string too) are refused.
+    - ``mask_sample``: a bool; ``None`` means false. Anything else (the string ``"false"``, say) is refused
+      as ambiguous.
+    - ``failure_kind``: a string; ``None`` or ``""`` means none. A str subclass becomes its plain value.
+    - ``failure_reason``: a string or ``None``.
 
-    Raises:
-        OutcomeError: the reward is NaN, infinite, or not a number.
-    """
-    if type(value) is float:
-        if value - value == 0.0:  # false for NaN and +-inf, and cheaper than math.isfinite
-            return value
-        msg = f"must be a finite number, got {value!r}"
-        raise OutcomeError("reward", msg)
-    if value is None:
-        return None
-    if isinstance(value, numbers.Real | Decimal):  # int, bool, numpy scalars, Fraction, Decimal
-        as_float = float(value)
-        if math.isfinite(as_float):
-            return as_float
-        msg = f"must be a finite number, got {value!r}"
-        raise OutcomeError("reward", msg)
-    msg = f"must be a number, got {type(value).__name__}"
-    raise OutcomeError("reward", msg)
-
-
-def check_mask_sample(value: object) -> bool:
-    """Return ``mask_sample`` as a bool; ``None`` means false.
+    The commonest values (a float reward, a bool or no mask, no kind or a plain string) take the first
+    test of each rule.
 
     Raises:
-        OutcomeError: the value is not a bool (a string such as ``"false"`` is ambiguous, so it is refused).
+        OutcomeError: a field has a value that is not allowed; the error names the field.
     """
-    if value is True or value is False:
-        return value
-    if value is None:
-        return False
-    msg = f"must be a bool, got {type(value).__name__}"
-    raise OutcomeError("mask_sample", msg)
-
-
-def check_failure_kind(value: object) -> str | None:
-    """Return the failure kind, or ``None`` when absent or empty.
-
-    Raises:
-        OutcomeError: the value is not a string.
-    """
-    if value is None or value == "":
-        return None
-    if isinstance(value, str):
-        return str(value)  # a str subclass (an enum member, say) is labelled by its plain value
-    msg = f"must be a string, got {type(value).__name__}"
-    raise OutcomeError("failure_kind", msg)
-
-
-def check_failure_reason(value: object) -> str | None:
-    """Return the failure reason, or ``None`` when absent.
-
-    Raises:
-        OutcomeError: the value is not a string.
-    """
-    if value is None or isinstance(value, str):
-        return value
-    msg = f"must be a string, got {type(value).__name__}"
-    raise OutcomeError("failure_reason", msg)
+    if type(reward) is float:
+        if reward - reward != 0.0:  # NaN and +-inf: cheaper than math.isfinite
+            raise OutcomeError("reward", f"must be a finite number, got {reward!r}")
+    elif reward is not None:
+        if not isinstance(reward, numbers.Real | Decimal):
+            raise OutcomeError("reward", f"must be a number, got {type(reward).__name__}")
+        as_float = float(reward)
+        if not math.isfinite(as_float):
+            raise OutcomeError("reward", f"must be a finite number, got {reward!r}")
+        reward = as_float
+    if mask_sample is None:
+        mask_sample = False
+    elif mask_sample is not True and mask_sample is not False:
+        raise OutcomeError("mask_sample", f"must be a bool, got {type(mask_sample).__name__}")
+    if failure_kind is not None and type(failure_kind) is not str:
+        if not isinstance(failure_kind, str):
+            raise OutcomeError("failure_kind", f"must be a string, got {type(failure_kind).__name__}")
+        failure_kind = str(failure_kind)
+    if failure_kind == "":
+        failure_kind = None
+    if failure_reason is not None and not isinstance(failure_reason, str):
+        raise OutcomeError("failure_reason", f"must be a string, got {type(failure_reason).__name__}")
+    return reward, mask_sample, failure_kind, failure_reason
 
 
 def label_value(value: str) -> str:
@@ -161,25 +137,14 @@ class VerifyResponse(BaseModel):
     failure_kind: str | None = None
     failure_reason: str | None = None
 
-    @field_validator("reward", mode="before")
+    @model_validator(mode="before")
     @classmethod
-    def _reward(cls, value: object) -> float | None:
-        return check_reward(value)
-
-    @field_validator("mask_sample", mode="before")
-    @classmethod
-    def _mask_sample(cls, value: object) -> bool:
-        return check_mask_sample(value)
-
-    @field_validator("failure_kind", mode="before")
-    @classmethod
-    def _failure_kind(cls, value: object) -> str | None:
-        return check_failure_kind(value)
-
-    @field_validator("failure_reason", mode="before")
-    @classmethod
-    def _failure_reason(cls, value: object) -> str | None:
-        return check_failure_reason(value)
+    def _checked(cls, data: object) -> object:
+        if not isinstance(data, Mapping):
+            return data  # pydantic refuses what is not a mapping
+        fields = ("reward", "mask_sample", "failure_kind", "failure_reason")
+        checked = check_fields(*(data.get(name) for name in fields))
+        return {**data, **dict(zip(fields, checked, strict=True))}
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,6 +192,8 @@ def _fields(response: object) -> tuple[object, object, object, object]:
     )
 
 
+_MASKED, _UNSCORED, _MEASURED = Disposition.MASKED, Disposition.UNSCORED, Disposition.MEASURED
+
 Classified = tuple[Disposition, float | None, str | None, str | None]
 """``(disposition, reward, failure_kind, failure_reason)``: one checked, classified outcome. A plain tuple,
 because every rollout makes one; ``Outcome`` is the same as a dataclass for callers."""
@@ -243,23 +210,16 @@ def classify(response: object) -> Classified:
     """
     if type(response) is dict:  # a JSONL row: the commonest shape, read without building anything
         get = response.get
-        raw: tuple[object, object, object, object] = (
-            get("reward"),
-            get("mask_sample"),
-            get("failure_kind"),
-            get("failure_reason"),
+        reward, masked, kind, reason = check_fields(
+            get("reward"), get("mask_sample"), get("failure_kind"), get("failure_reason")
         )
     else:
-        raw = _fields(response)
-    reward = check_reward(raw[0])
-    masked = check_mask_sample(raw[1])
-    kind = check_failure_kind(raw[2])
-    reason = check_failure_reason(raw[3])
+        reward, masked, kind, reason = check_fields(*_fields(response))
     if masked:
-        return Disposition.MASKED, reward, kind, reason
+        return _MASKED, reward, kind, reason
     if reward is None:
-        return Disposition.UNSCORED, reward, kind, reason
-    return Disposition.MEASURED, reward, kind, reason
+        return _UNSCORED, reward, kind, reason
+    return _MEASURED, reward, kind, reason
 
 
 def absent(
@@ -275,12 +235,8 @@ def absent(
     Raises:
         OutcomeError: a field has a value that is not allowed; the error names the field.
     """
-    return (
-        disposition,
-        check_reward(reward),
-        check_failure_kind(failure_kind),
-        check_failure_reason(failure_reason),
-    )
+    checked_reward, _, kind, reason = check_fields(reward, None, failure_kind, failure_reason)
+    return disposition, checked_reward, kind, reason
 
 
 def outcome_of(response: object) -> Outcome:

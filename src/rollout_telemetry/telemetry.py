@@ -35,6 +35,8 @@ __all__ = ["RolloutTelemetry"]
 
 _log = logging.getLogger("rollout_telemetry")
 
+_FAILED, _OMITTED = Disposition.FAILED, Disposition.OMITTED
+
 
 class RolloutTelemetry:
     """Live telemetry for one rollout collection: record outcomes, serve them, view them.
@@ -123,21 +125,29 @@ class RolloutTelemetry:
         self, agent: str, failure_kind: str | None = None, *, reason: str | None = None
     ) -> None:
         """Record one rollout that never reached the output; ``reason`` goes to the log, never a label."""
-        self._record_absent(Disposition.FAILED, agent, failure_kind, reason)
+        self._record_absent(_FAILED, agent, failure_kind, reason)
 
     def record_omission(
         self, agent: str, failure_kind: str | None = None, *, reason: str | None = None
     ) -> None:
         """Record one rollout left out of the output on purpose; ``reason`` goes to the log."""
-        self._record_absent(Disposition.OMITTED, agent, failure_kind, reason)
+        self._record_absent(_OMITTED, agent, failure_kind, reason)
 
     def _record_absent(
         self, disposition: Disposition, agent: str, failure_kind: str | None, reason: str | None
     ) -> None:
         try:
-            self.record_classified(agent, absent(disposition, failure_kind, reason))
+            self._count(agent, absent(disposition, failure_kind, reason))
+            if reason is not None:
+                self._log_reason(agent, disposition, failure_kind, reason)
         except Exception as exc:
             self.rejections.reject(exc)
+
+    def _log_reason(self, agent: str, disposition: Disposition, kind: str | None, reason: str) -> None:
+        # The reason is free text about one occurrence: a debug log line, never a label.
+        if _log.isEnabledFor(logging.DEBUG):
+            cleaned = self.spans.clean_reason(reason)
+            _log.debug("rollout of %s %s (%s): %s", agent, disposition.value, kind, cleaned)
 
     def record_classified(self, agent: str, outcome: Classified) -> None:
         """Record an outcome already checked by ``outcome.classify`` or ``outcome.absent``.
@@ -149,15 +159,8 @@ class RolloutTelemetry:
             OutcomeError: the agent name is not a non-empty string.
         """
         self._count(agent, outcome)
-        reason = outcome[3]
-        if reason is not None and _log.isEnabledFor(logging.DEBUG):
-            _log.debug(
-                "rollout of %s %s (%s): %s",
-                agent,
-                outcome[0].value,
-                outcome[2],
-                self.spans.clean_reason(reason),
-            )
+        if outcome[3] is not None:
+            self._log_reason(agent, outcome[0], outcome[2], outcome[3])
 
     def rollout(
         self,

@@ -31,10 +31,10 @@ def test_counts_per_disposition_and_kind(clock: FakeClock) -> None:
     assert agent is not None
     assert (agent.measured, agent.masked, agent.unscored, agent.failed, agent.omitted) == (1, 1, 1, 1, 1)
     assert agent.kinds == {
-        (Disposition.MASKED, "unspecified"): 1,
-        (Disposition.UNSCORED, "verifier_error"): 1,
-        (Disposition.FAILED, "session_lost"): 1,
-        (Disposition.OMITTED, "unspecified"): 1,
+        Disposition.MASKED: {"unspecified": 1},
+        Disposition.UNSCORED: {"verifier_error": 1},
+        Disposition.FAILED: {"session_lost": 1},
+        Disposition.OMITTED: {"unspecified": 1},
     }
     assert agent.completed == 3
     assert agent.rewarded == 2
@@ -50,7 +50,7 @@ def test_snapshot_is_a_copy(clock: FakeClock) -> None:
     agent = snap.agent("a")
     assert agent is not None
     assert agent.failed == 1
-    assert agent.kinds == {(Disposition.FAILED, "session_lost"): 1}
+    assert agent.by_kind(Disposition.FAILED) == {"session_lost": 1}
 
 
 def test_agent_cap_folds_into_other(clock: FakeClock) -> None:
@@ -74,9 +74,9 @@ def test_kind_cap_per_agent(clock: FakeClock) -> None:
     agent = account.snapshot().agent("a")
     assert agent is not None
     assert agent.failed == 10
-    assert sum(agent.kinds.values()) == 10
+    assert sum(agent.by_kind(Disposition.FAILED).values()) == 10
     assert agent.by_kind(Disposition.FAILED)[OTHER] == 7
-    assert len(agent.kinds) == 4
+    assert len(agent.by_kind(Disposition.FAILED)) == 4
 
 
 def test_caps_must_be_positive(clock: FakeClock) -> None:
@@ -96,7 +96,7 @@ def test_in_flight_and_oldest_age(clock: FakeClock) -> None:
     assert agent is not None
     assert agent.in_flight == 2
     assert agent.oldest_in_flight_start == 1000.0
-    assert account.count("a", classify({"reward": 1.0}), first) is None
+    account.count("a", classify({"reward": 1.0}), first)
     agent = account.snapshot().agent("a")
     assert agent is not None
     assert agent.in_flight == 1
@@ -132,7 +132,7 @@ def test_snapshots_are_consistent_under_concurrent_recording(clock: FakeClock) -
                 continue
             if agent.completed < agent.masked or agent.completed != agent.measured + agent.masked:
                 violations.append(f"{agent}")
-            if sum(agent.kinds.values()) != agent.masked + agent.failed:
+            if sum(sum(counts.values()) for counts in agent.kinds.values()) != agent.masked + agent.failed:
                 violations.append(f"kinds {agent.kinds}")
 
     threads = [threading.Thread(target=writer, args=(i,)) for i in range(8)]

@@ -199,3 +199,30 @@ def test_two_hundred_concurrent_async_rollouts(telemetry: RolloutTelemetry) -> N
     assert agent.masked == 20
     assert agent.measured == 140
     assert agent.duration_count == 200
+
+
+def test_outcome_outside_the_block_is_a_counted_rejection(telemetry: RolloutTelemetry) -> None:
+    """complete() on a rollout context never entered is rejected as outcome_outside_block, not dropped."""
+    telemetry.rollout("a").complete({"reward": 1.0})
+    telemetry.rollout("a").fail("session_lost")
+    assert telemetry.snapshot().rejected == {"outcome_outside_block": 2}
+    assert telemetry.snapshot().agents == ()
+
+
+def test_outcome_outside_the_block_raises_in_strict_mode(clock: FakeClock) -> None:
+    """With strict=True an outcome given outside the with block raises and counts nothing."""
+    telemetry = RolloutTelemetry(strict=True, clock=clock)
+    with pytest.raises(RuntimeError, match="outside its with block"):
+        telemetry.rollout("a").complete({"reward": 1.0})
+    assert telemetry.snapshot().agents == ()
+    assert telemetry.snapshot().rejected == {}
+
+
+def test_outcome_after_the_block_is_a_counted_rejection(telemetry: RolloutTelemetry) -> None:
+    """An outcome given after the block ended is a duplicate: rejected, the rollout counted once."""
+    with telemetry.rollout("a") as rollout:
+        pass  # left without an outcome: one failure, rollout_telemetry:no_outcome
+    rollout.complete({"reward": 1.0})
+    agent = _agent(telemetry)
+    assert (agent.measured, agent.failed, agent.in_flight) == (0, 1, 0)
+    assert telemetry.snapshot().rejected == {"duplicate_outcome": 1}

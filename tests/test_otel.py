@@ -289,3 +289,27 @@ def test_two_hundred_concurrent_async_rollouts_with_spans_and_metrics(
     assert {span.attributes["rollout.task_index"] for span in finished if span.attributes} == set(range(200))
     # Each span was the current span of its own task only: no rollout became another's parent.
     assert all(span.parent is None for span in finished)
+
+
+def test_a_raising_redact_hook_still_ends_the_span_and_detaches_it(clock: FakeClock) -> None:
+    """redact_reason raising inside the span finish: counted, the span ended, the next span a root span."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+
+    def redact(reason: str) -> str:
+        raise ValueError("redaction service down")
+
+    telemetry = RolloutTelemetry(clock=clock, tracer_provider=provider, redact_reason=redact)
+    with telemetry.rollout("a") as rollout:
+        rollout.fail("session_lost", reason="reset timed out")
+    assert trace.get_current_span() is trace.INVALID_SPAN  # the context is detached
+    with telemetry.rollout("a") as rollout:
+        rollout.complete({"reward": 1.0})
+    first, second = exporter.get_finished_spans()
+    assert first.end_time is not None
+    assert second.parent is None  # a root span, not a child of the first
+    assert telemetry.snapshot().rejected == {"internal_error": 1}
+    agent = telemetry.snapshot().agent("a")
+    assert agent is not None
+    assert (agent.failed, agent.measured, agent.in_flight) == (1, 1, 0)

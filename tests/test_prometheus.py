@@ -121,3 +121,34 @@ def test_promtool_accepts_the_exposition(telemetry: RolloutTelemetry) -> None:
     assert result.returncode == 0, result.stderr
     assert result.stdout == ""
     assert result.stderr == ""
+
+
+def test_collectors_describe_their_families_so_a_second_registration_fails(
+    telemetry: RolloutTelemetry,
+) -> None:
+    """describe() names every family: registering the same kind of collector twice raises."""
+    from prometheus_client import CollectorRegistry
+
+    from rollout_telemetry.coverage import Coverage
+    from rollout_telemetry.exporters.prometheus import AccountCollector, CoverageCollector, SpanStatsCollector
+
+    with pytest.raises(ValueError, match="Duplicated timeseries"):
+        telemetry.registry.register(AccountCollector(telemetry.snapshot))
+    registry = CollectorRegistry()
+    registry.register(CoverageCollector(Coverage()))
+    with pytest.raises(ValueError, match="Duplicated timeseries"):
+        registry.register(CoverageCollector(Coverage()))
+    registry.register(SpanStatsCollector(dict))
+    with pytest.raises(ValueError, match="Duplicated timeseries"):
+        registry.register(SpanStatsCollector(dict))
+
+
+def test_name_filter_returns_that_family(telemetry: RolloutTelemetry) -> None:
+    """/metrics?name[]=rollout_failed_total returns that family alone, as prometheus_client filters it."""
+    from prometheus_client.exposition import generate_latest
+
+    telemetry.record("math", {"reward": 1.0})
+    telemetry.record_failure("math", "session_lost")
+    text = generate_latest(telemetry.registry.restricted_registry(["rollout_failed_total"])).decode()
+    assert sample_names(text) == {"rollout_failed_total"}
+    assert value(text, "rollout_failed_total", agent="math", failure_kind="session_lost") == 1.0

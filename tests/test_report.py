@@ -67,3 +67,57 @@ def test_missing_file_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFix
     """A path that does not exist is refused with its name."""
     assert main(["report", str(tmp_path / "nope.jsonl")]) == 2
     assert "nope.jsonl does not exist" in capsys.readouterr().err
+
+
+def test_a_long_agent_name_is_one_row_and_one_label(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A 200-character agent is cut to one 128-character label in the report, the exposition and spans."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from rollout_telemetry import RolloutTelemetry
+    from rollout_telemetry.coverage import Coverage
+    from rollout_telemetry.exporters.prometheus import CoverageCollector
+    from rollout_telemetry.follow import RunFiles, RunFollower
+    from tests.support import exposition, samples
+
+    agent = "agent_" + "x" * 194
+    assert len(agent) == 200
+    main_file = tmp_path / "run.jsonl"
+    rows = [
+        {"reward": 1.0, "_ng_task_index": 0, "_ng_rollout_index": i, "_ng_environment_server": agent}
+        for i in range(2)
+    ]
+    main_file.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    (tmp_path / "run_materialized_inputs.jsonl").write_text(
+        "".join(
+            json.dumps({"_ng_task_index": 0, "_ng_rollout_index": i, "_ng_environment_server": agent}) + "\n"
+            for i in range(3)
+        )
+    )
+    assert main(["report", str(main_file), "--format", "json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert [row["agent"] for row in report["agents"]] == [agent[:128]]
+    assert report["agents"][0]["measured"] == 2
+    assert report["agents"][0]["unknown"] == 1
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    telemetry = RolloutTelemetry(tracer_provider=provider)
+    coverage = Coverage(telemetry.names)
+    telemetry.registry.register(CoverageCollector(coverage))
+    RunFollower(telemetry, RunFiles.from_main(main_file), coverage).poll()
+    with telemetry.rollout(agent) as rollout:
+        rollout.complete({"reward": 1.0})
+    agent_labels = {
+        dict(labels)["agent"]
+        for (_, labels) in samples(exposition(telemetry.registry))
+        if "agent" in dict(labels)
+    }
+    assert agent_labels == {agent[:128]}
+    (span,) = exporter.get_finished_spans()
+    assert span.attributes is not None
+    assert span.attributes["rollout.agent"] == agent[:128]

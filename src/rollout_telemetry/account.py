@@ -272,7 +272,7 @@ _StateCopy = tuple[
 def _agent_snapshot(copy: _StateCopy) -> AgentSnapshot:
     """Derive one agent's snapshot from what was copied under the lock."""
     label, cells, labels, lifecycle, starts, duration_buckets, duration_sum, duration_count = copy
-    kinds: dict[tuple[Disposition, str], int] = {}
+    kinds: dict[Disposition, dict[str, int]] = {}
     totals: dict[Disposition, int] = {}
     unrewarded: dict[Disposition, int] = {}
     positive: dict[Disposition, float] = {}
@@ -283,8 +283,11 @@ def _agent_snapshot(copy: _StateCopy) -> AgentSnapshot:
         positive[disposition] = pos
         negative[disposition] = neg
         if disposition is not _MEASURED:
+            # Keyed by label: a dict of strings and ints, which the garbage collector does not track.
+            by_label = kinds[disposition] = {}
             for key, count in counts.items():
-                kinds[(disposition, labels[key])] = kinds.get((disposition, labels[key]), 0) + count
+                kind = labels[key]
+                by_label[kind] = by_label.get(kind, 0) + count
     live = [start for start in starts if start is not None]
     absent = (Disposition.FAILED, Disposition.OMITTED)
     return AgentSnapshot(

@@ -11,8 +11,6 @@ from rollout_telemetry.snapshot import AccountSnapshot, AgentSnapshot
 
 __all__ = ["build_report", "render_table"]
 
-_TROUBLE = (Disposition.MASKED, Disposition.UNSCORED, Disposition.FAILED, Disposition.OMITTED)
-
 
 def build_report(account: AccountSnapshot, coverage: CoverageSnapshot, *, top: int = 3) -> dict[str, Any]:
     """The report as plain data (what ``--format json`` prints)."""
@@ -23,8 +21,8 @@ def build_report(account: AccountSnapshot, coverage: CoverageSnapshot, *, top: i
         covered = coverage.agent(name)
         kinds: Counter[str] = Counter()
         if events is not None:
-            for (disposition, kind), count in events.kinds.items():
-                if disposition in _TROUBLE:
+            for disposition, counts in events.kinds.items():
+                for kind, count in counts.items():
                     kinds[f"{disposition.value}:{kind}"] += count
         ratio = events.masked_ratio if events is not None else None
         agents.append(

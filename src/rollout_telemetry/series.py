@@ -76,9 +76,8 @@ def _masked_only(value: Callable[[AgentSnapshot], float]) -> Callable[[AccountSn
 def _by_kind(disposition: Disposition) -> Callable[[AccountSnapshot], Iterator[Sample]]:
     def sample(snap: AccountSnapshot) -> Iterator[Sample]:
         for agent in snap.agents:
-            for (disp, kind), count in agent.kinds.items():
-                if disp is disposition:
-                    yield (agent.agent, kind), count
+            for kind, count in agent.kinds.get(disposition, {}).items():
+                yield (agent.agent, kind), count
 
     return sample
 

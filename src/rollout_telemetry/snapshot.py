@@ -33,7 +33,8 @@ class AgentSnapshot:
     measured_negative: float
     masked_positive: float
     masked_negative: float
-    kinds: Mapping[tuple[Disposition, str], int]
+    kinds: Mapping[Disposition, Mapping[str, int]]
+    """Counts by failure-kind label, per disposition (masked, unscored, failed, omitted)."""
     absent_rewarded: int = 0
     """Failed or omitted rollouts whose failure record still carried a reward (NeMo Gym writes some)."""
     absent_positive: float = 0.0
@@ -106,7 +107,7 @@ class AgentSnapshot:
 
     def by_kind(self, disposition: Disposition) -> dict[str, int]:
         """Counts of ``disposition`` per failure kind."""
-        return {kind: n for (disp, kind), n in self.kinds.items() if disp is disposition}
+        return dict(self.kinds.get(disposition, {}))
 
 
 @dataclass(frozen=True, slots=True)

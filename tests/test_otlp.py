@@ -11,6 +11,7 @@ from rollout_telemetry import RolloutTelemetry
 from rollout_telemetry.cli import main
 from rollout_telemetry.exporters.otel import instrument_meter, otlp_providers
 from tests.otlp_receiver import OTLPReceiver
+from tests.support import free_port, wait_until
 
 STATUS_ERROR = 2
 SUMMARY = re.compile(
@@ -40,7 +41,7 @@ def test_spans_and_metrics_reach_a_real_receiver() -> None:
         assert set(spans) == {1, 2, 3}
         stats = otlp.span_stats  # what was counted is what the receiver got, nothing left over
         assert len(receiver.spans()) == 3  # each span once
-        assert (stats.exported, stats.failed, stats.dropped, stats.queued) == (3, 0, 0, 0)
+        assert (stats.exported, stats.failed, stats.dropped) == (3, 0, 0)
         assert spans[1][1]["rollout.disposition"] == "measured"
         assert spans[1][1]["rollout.reward"] == 1.0
         assert spans[2][1]["rollout.mask_sample"] is True
@@ -99,3 +100,62 @@ def test_demo_sends_spans_and_metrics(capsys: pytest.CaptureFixture[str]) -> Non
         assert len(failed) == sum(c["failed"] for c in final.values()) > 0
         names = {name for name, _, _ in receiver.points()}
         assert {"rollout_completed", "rollout_failed", "rollout_in_flight"} <= names
+
+
+def _rollouts(telemetry: RolloutTelemetry, indices: range) -> None:
+    for i in indices:
+        with telemetry.rollout("math", task_index=i) as rollout:
+            rollout.complete({"reward": 1.0})
+
+
+def test_span_stats_count_the_spans_the_receiver_got() -> None:
+    """Every span the receiver decoded is counted as exported, and nothing as failed or dropped."""
+    with OTLPReceiver() as receiver:
+        otlp = otlp_providers(receiver.endpoint, export_interval_millis=60_000)
+        telemetry = RolloutTelemetry(tracer_provider=otlp.tracer_provider)
+        _rollouts(telemetry, range(40))
+        otlp.shutdown()
+        received = {attrs["rollout.task_index"] for _, attrs, _, _ in receiver.spans()}
+        assert received == set(range(40))
+        assert otlp.span_stats.counts() == {"exported": 40, "failed": 0, "dropped": 0}
+
+
+def test_span_stats_count_failures_when_the_endpoint_is_down() -> None:
+    """Nobody listening: each span, sent in a batch that could not be delivered, is counted as failed."""
+    otlp = otlp_providers(f"http://127.0.0.1:{free_port()}", timeout_seconds=1, max_queue_size=256)
+    telemetry = RolloutTelemetry(tracer_provider=otlp.tracer_provider)
+    _rollouts(telemetry, range(30))  # fewer than the queue holds: none is dropped
+    otlp.shutdown()
+    assert otlp.span_stats.counts() == {"exported": 0, "failed": 30, "dropped": 0}
+
+
+def test_span_stats_count_drops_when_the_queue_is_full() -> None:
+    """A queue of 8 behind an export the endpoint has not answered: 8 more spans wait, the next 5 are
+    dropped and counted; the 16 that waited are exported once the endpoint answers."""
+    with OTLPReceiver() as receiver:
+        receiver.hold()
+        otlp = otlp_providers(receiver.endpoint, timeout_seconds=30, max_queue_size=8)
+        telemetry = RolloutTelemetry(tracer_provider=otlp.tracer_provider)
+        _rollouts(telemetry, range(8))  # a full batch: the processor sends it at once
+        wait_until(lambda: receiver.trace_requests == 1, timeout=30, what="the first batch to be sent")
+        _rollouts(telemetry, range(8, 21))  # 8 fill the queue again, 5 find it full
+        assert otlp.span_stats.dropped == 5
+        receiver.answer.set()
+        otlp.shutdown()
+        assert len(receiver.spans()) == 16
+        assert otlp.span_stats.counts() == {"exported": 16, "failed": 0, "dropped": 5}
+
+
+def test_span_stats_count_spans_ended_after_shutdown_as_dropped() -> None:
+    """Rollouts recorded after ``shutdown()`` still count; their spans are never sent and count as dropped."""
+    with OTLPReceiver() as receiver:
+        otlp = otlp_providers(receiver.endpoint, export_interval_millis=60_000)
+        telemetry = RolloutTelemetry(tracer_provider=otlp.tracer_provider)
+        _rollouts(telemetry, range(1))
+        otlp.shutdown()
+        _rollouts(telemetry, range(1, 4))
+        assert len(receiver.spans()) == 1
+        assert otlp.span_stats.counts() == {"exported": 1, "failed": 0, "dropped": 3}
+        agent = telemetry.snapshot().agent("math")
+        assert agent is not None
+        assert agent.measured == 4

@@ -268,7 +268,7 @@ SPAN_FAMILIES: tuple[Family[Mapping[str, int]], ...] = (
     Family(
         "rollout_telemetry_spans_total", "counter", ("result",), "{span}", "with OTLP span export",
         "Rollout spans handed to OTLP export, by result: exported, failed (endpoint down, refusing or too "
-        "slow) or dropped (the export queue was full; recording never waits).",
+        "slow) or dropped (the export queue was full, or export was shut down; recording never waits).",
         _span_results,
     ),
 )  # fmt: skip

@@ -1,10 +1,11 @@
 """OpenTelemetry metrics from the same account, and OTLP/HTTP export of spans and metrics.
 
-``instrument_meter`` registers observable (asynchronous) instruments whose callbacks read a snapshot at
-collection time: recording costs nothing extra, and the names and appear-only-when rules are those of the
-Prometheus exposition (counters drop the ``_total`` suffix, as OpenTelemetry names do; a Prometheus
-exporter downstream adds it back). The rollout duration histogram is published as its
-``rollout_duration_seconds_sum`` and ``_count`` counters; spans carry each duration.
+``instrument_meter`` registers observable (asynchronous) instruments whose callbacks all read one snapshot
+per collection: recording costs nothing extra, every value of a collection agrees with the others, and the
+names and appear-only-when rules are those of the Prometheus exposition (counters drop the ``_total``
+suffix, as OpenTelemetry names do; a Prometheus exporter downstream adds it back). The API has no
+observable histogram, so the rollout duration histogram is published as its ``rollout_duration_seconds_sum``,
+``_count`` and ``_bucket{le}`` counters; spans carry each duration.
 
 The OpenTelemetry SDK and OTLP exporter are optional (``pip install 'rollout-telemetry[otel]'``) and
 imported only here, where they are used.
@@ -22,8 +23,8 @@ from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
 from prometheus_client.registry import Collector
 
 from rollout_telemetry.exporters.prometheus import SpanStatsCollector
-from rollout_telemetry.series import FAMILIES, Family
-from rollout_telemetry.snapshot import AccountSnapshot
+from rollout_telemetry.series import DURATION_HISTOGRAM, FAMILIES, Family, duration_buckets
+from rollout_telemetry.snapshot import AccountSnapshot, AgentSnapshot
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.metrics import MeterProvider as SDKMeterProvider
@@ -36,76 +37,139 @@ __all__ = ["OTLPExport", "SpanExportStats", "instrument_meter", "otlp_providers"
 _INSTALL_HINT = "pip install 'rollout-telemetry[otel]'"
 
 
-def _callback(
-    read: Callable[[], AccountSnapshot],
-    family: Family[AccountSnapshot],
-    const: Mapping[str, str],
-) -> Callable[[CallbackOptions], Iterable[Observation]]:
+class _SharedSnapshot:
+    """One account snapshot per collection, shared by the callbacks of every instrument.
+
+    Each instrument gets a position, in the order the instruments are created. The SDK collects a reader by
+    calling the callbacks of every asynchronous instrument once, in creation order, while it holds the
+    provider's collection lock (``SynchronousMeasurementConsumer.collect``; collections of several readers
+    of one provider take turns under that lock). So a callback at a position not after the previous one's
+    starts a new collection and takes a new snapshot; every later callback of the collection reuses it. An
+    instrument the SDK skips (a duplicate registration, a disabled meter) or a collection cut short by its
+    timeout does not change that: positions still only rise within a collection. The test pins this down
+    against the SDK: N collections, N snapshots, and identities across instruments hold in each.
+    """
+
+    def __init__(self, read: Callable[[], AccountSnapshot]) -> None:
+        self._read = read
+        self._lock = threading.Lock()
+        self._position = -1
+        self._snap: AccountSnapshot | None = None
+
+    def at(self, position: int) -> AccountSnapshot:
+        """The snapshot of the collection the callback at ``position`` belongs to."""
+        with self._lock:
+            if self._snap is None or position <= self._position:
+                self._snap = self._read()
+            self._position = position
+            return self._snap
+
+
+Callback = Callable[[CallbackOptions], Iterable[Observation]]
+_Part = Callable[[AgentSnapshot], Iterable[tuple[Mapping[str, str], float]]]
+"""An agent's samples of one duration instrument: (attributes, value) pairs."""
+
+
+def _family(
+    shared: _SharedSnapshot, position: int, family: Family[AccountSnapshot], const: Mapping[str, str]
+) -> Callback:
     def observe(options: CallbackOptions) -> Iterator[Observation]:
-        for labels, value in family.sample(read()):
+        for labels, value in family.sample(shared.at(position)):
             yield Observation(value, {**const, **dict(zip(family.labels, labels, strict=True))})
 
     return observe
 
 
 def _duration(
-    read: Callable[[], AccountSnapshot], const: Mapping[str, str], part: str
-) -> Callable[[CallbackOptions], Iterable[Observation]]:
+    shared: _SharedSnapshot,
+    position: int,
+    const: Mapping[str, str],
+    part: _Part,
+) -> Callback:
     def observe(options: CallbackOptions) -> Iterator[Observation]:
-        for agent in read().agents:
+        for agent in shared.at(position).agents:
             if agent.lifecycle:
-                value = agent.duration_sum if part == "sum" else agent.duration_count
-                yield Observation(value, {**const, "agent": agent.agent})
+                for labels, value in part(agent):
+                    yield Observation(value, {**const, "agent": agent.agent, **labels})
 
     return observe
 
 
+def _buckets(agent: AgentSnapshot) -> Iterator[tuple[Mapping[str, str], float]]:
+    for bound, count in duration_buckets(agent):
+        yield {"le": bound}, count
+
+
+# The OpenTelemetry API has no asynchronous histogram (only observable counters, up-down counters and
+# gauges), so the histogram the account keeps is published as counters, as Prometheus spells it.
+_DURATION_PARTS: tuple[tuple[str, str, str, _Part], ...] = (
+    ("sum", "s", "The sum of the rollout durations (lifecycle API only).",
+     lambda a: (({}, a.duration_sum),)),
+    ("count", "{rollout}", "The number of rollout durations (lifecycle API only).",
+     lambda a: (({}, a.duration_count),)),
+    ("bucket", "{rollout}", "Rollout durations at most the le bound, cumulative as in Prometheus "
+     "(lifecycle API only).", _buckets),
+)  # fmt: skip
+
+
 def instrument_meter(telemetry: RolloutTelemetry, meter_provider: MeterProvider | None = None) -> None:
-    """Publish the account through observable instruments on ``meter_provider`` (default: the global one)."""
+    """Publish the account through observable instruments on ``meter_provider`` (default: the global one).
+
+    Every collection reads one snapshot, shared by all the instruments' callbacks.
+    """
     meter = (meter_provider or metrics.get_meter_provider()).get_meter("rollout_telemetry")
-    read = telemetry.snapshot
+    shared = _SharedSnapshot(telemetry.snapshot)
     const = dict(telemetry.const_labels)
-    for family in FAMILIES:
-        callback = _callback(read, family, const)
-        if family.type == "counter":
-            meter.create_observable_counter(
-                family.otel_name, callbacks=[callback], unit=family.unit, description=family.help
-            )
-        else:
-            meter.create_observable_gauge(
-                family.otel_name, callbacks=[callback], unit=family.unit, description=family.help
-            )
-    for part in ("sum", "count"):
+    for position, family in enumerate(FAMILIES):
+        callback = _family(shared, position, family, const)
+        create = (
+            meter.create_observable_counter if family.type == "counter" else meter.create_observable_gauge
+        )
+        create(family.otel_name, callbacks=[callback], unit=family.unit, description=family.help)
+    for position, (part, unit, description, values) in enumerate(_DURATION_PARTS, start=len(FAMILIES)):
         meter.create_observable_counter(
-            f"rollout_duration_seconds_{part}",
-            callbacks=[_duration(read, const, part)],
-            unit="s" if part == "sum" else "{rollout}",
-            description=f"The {part} of the rollout duration histogram (lifecycle API only).",
+            f"{DURATION_HISTOGRAM.name}_{part}",
+            callbacks=[_duration(shared, position, const, values)],
+            unit=unit,
+            description=description,
         )
 
 
 class SpanExportStats:
     """Counts of rollout spans handed to OTLP export: exported, failed (the endpoint refused, was down or
     too slow) and dropped (the queue was full). Recording never waits for the network: when the queue is
-    full a span is dropped and counted instead."""
+    full a span is dropped and counted instead.
 
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.exported = 0
-        self.failed = 0
-        self.dropped = 0
-        self.queued = 0
+    Exported and failed are the OpenTelemetry SDK exporter's own counts; dropped is counted where the
+    decision to drop is made (the SDK's count of its full queue's drops is not exact under concurrency; see
+    ``_otlp_sdk.BoundedSpanProcessor``). Each is read when asked for; none is derived from the others.
 
-    def add(self, **counts: int) -> None:
-        """Add to the named counts."""
-        with self._lock:
-            for name, count in counts.items():
-                setattr(self, name, getattr(self, name) + count)
+    Args:
+        read_counts: returns the counts by result (``exported``, ``failed``, ``dropped``).
+    """
+
+    def __init__(self, read_counts: Callable[[], Mapping[str, int]]) -> None:
+        self._read = read_counts
 
     def counts(self) -> dict[str, int]:
         """The counts by result: exported, failed, dropped."""
-        with self._lock:
-            return {"exported": self.exported, "failed": self.failed, "dropped": self.dropped}
+        counts = self._read()
+        return {result: counts.get(result, 0) for result in ("exported", "failed", "dropped")}
+
+    @property
+    def exported(self) -> int:
+        """Spans the endpoint accepted."""
+        return self.counts()["exported"]
+
+    @property
+    def failed(self) -> int:
+        """Spans sent in a batch the endpoint refused or did not answer in time (or was down for)."""
+        return self.counts()["failed"]
+
+    @property
+    def dropped(self) -> int:
+        """Spans never sent: the export queue was full (or export had been shut down)."""
+        return self.counts()["dropped"]
 
     def collector(self, const_labels: Mapping[str, str] | None = None) -> Collector:
         """A prometheus_client collector publishing ``rollout_telemetry_spans_total{result}``."""
@@ -137,22 +201,21 @@ def otlp_providers(
 ) -> OTLPExport:
     """Build SDK tracer and meter providers exporting to ``endpoint`` (e.g. ``http://127.0.0.1:4318``).
 
-    Spans are batched (the recording path never waits on the network; a full queue drops spans, which
-    the SDK counts and logs). Metrics are read every ``export_interval_millis``.
+    Spans are batched (the recording path never waits on the network; once ``max_queue_size`` spans wait
+    for export, the next ones are dropped and counted); ``span_stats`` reads the SDK's counts of exported
+    and failed spans and the count of dropped ones. Metrics are read every ``export_interval_millis``.
 
     Raises:
         ImportError: the SDK or the OTLP exporter is not installed; the message says what to install.
     """
     try:
         from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
         from opentelemetry.sdk.metrics import MeterProvider as SDKMeterProvider
         from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider as SDKTracerProvider
-        from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-        from rollout_telemetry.exporters._otlp_sdk import BoundedSpanProcessor, CountingSpanExporter
+        from rollout_telemetry.exporters._otlp_sdk import SpanPipeline
     except ImportError as exc:
         msg = f"OTLP export needs the OpenTelemetry SDK and OTLP exporter: {_INSTALL_HINT}"
         raise ImportError(msg) from exc
@@ -160,15 +223,16 @@ def otlp_providers(
     extra: dict[str, Any] = {"timeout": timeout_seconds, "headers": dict(headers or {})}
     resource = Resource.create({"service.name": service_name})
     tracer_provider = SDKTracerProvider(resource=resource)
-    stats = SpanExportStats()
-    exporter = CountingSpanExporter(OTLPSpanExporter(endpoint=f"{base}/v1/traces", **extra), stats)
-    batch = BatchSpanProcessor(
-        exporter, max_queue_size=max_queue_size, max_export_batch_size=min(512, max_queue_size)
+    spans = SpanPipeline(
+        f"{base}/v1/traces",
+        timeout_seconds=timeout_seconds,
+        headers=extra["headers"],
+        max_queue_size=max_queue_size,
     )
-    tracer_provider.add_span_processor(BoundedSpanProcessor(batch, stats, max_queue_size))
+    tracer_provider.add_span_processor(spans.processor)
     reader = PeriodicExportingMetricReader(
         OTLPMetricExporter(endpoint=f"{base}/v1/metrics", **extra),
         export_interval_millis=export_interval_millis,
     )
     meter_provider = SDKMeterProvider(resource=resource, metric_readers=[reader])
-    return OTLPExport(tracer_provider, meter_provider, stats)
+    return OTLPExport(tracer_provider, meter_provider, SpanExportStats(spans.counts))

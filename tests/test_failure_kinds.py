@@ -77,7 +77,7 @@ def test_registered_and_namespaced_pass_silently(caplog: pytest.LogCaptureFixtur
     assert not failure_kinds.is_namespaced("A:b")
     assert not failure_kinds.is_namespaced("a:b:c")
     assert failure_kinds.is_registered("judge_failed")
-    assert not failure_kinds.is_registered("timeout_exceeded")
+    assert not failure_kinds.is_registered("took_too_long")
 
 
 def test_unknown_kind_warns_once_and_passes_through(caplog: pytest.LogCaptureFixture) -> None:
@@ -85,12 +85,31 @@ def test_unknown_kind_warns_once_and_passes_through(caplog: pytest.LogCaptureFix
     validator = KindValidator()
     with caplog.at_level(logging.WARNING):
         for _ in range(3):
-            assert validator.validate("timeout_exceeded") == "timeout_exceeded"
+            assert validator.validate("took_too_long") == "took_too_long"
         assert validator.validate("Weird Kind!") == "Weird Kind!"
     messages = [r.getMessage() for r in caplog.records]
     assert len(messages) == 2
-    assert "timeout_exceeded" in messages[0]
-    assert validator.warned == {"timeout_exceeded", "Weird Kind!"}
+    assert "took_too_long" in messages[0]
+    assert validator.warned == {"took_too_long", "Weird Kind!"}
+
+
+@pytest.mark.parametrize(
+    "failure_class",
+    [
+        "transient", "legitimate", "timeout_exceeded", "skipped", "incomplete", "judge_failed",
+        "remote_agent_error", "verify_failed", "reference_missing", "eval_missing", "transport_ineligible",
+        "judge_invalid",
+    ],
+)  # fmt: skip
+def test_gym_failure_classes_pass_through_without_a_warning(
+    failure_class: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """NeMo Gym's failure classes (current and older) are known names: unchanged, never warned about."""
+    validator = KindValidator()
+    with caplog.at_level(logging.WARNING):
+        assert validator.validate(failure_class) == failure_class
+    assert caplog.records == []
+    assert validator.warned == frozenset()
 
 
 def test_warned_set_is_bounded(caplog: pytest.LogCaptureFixture) -> None:

@@ -58,9 +58,9 @@ def test_the_fixture_run(run_dir: Path, clock: FakeClock, caplog: pytest.LogCapt
     assert math.by_kind(Disposition.MASKED) == {"judge_failed": 1}
     assert (code.measured, code.unscored, code.failed) == (1, 1, 1)
     assert code.by_kind(Disposition.FAILED) == {"session_lost": 1}  # the record's kind wins over the class
-    assert browser.by_kind(Disposition.FAILED) == {"timeout_exceeded": 1}  # an older class passes through
+    assert browser.by_kind(Disposition.FAILED) == {"timeout_exceeded": 1}  # a Gym class passes through
     assert browser.by_kind(Disposition.OMITTED) == {"cancelled": 1}
-    assert sum("timeout_exceeded" in r.getMessage() for r in caplog.records) == 1
+    assert not any("timeout_exceeded" in r.getMessage() for r in caplog.records)  # a known name
 
     coverage = follower.coverage.snapshot()
     code_coverage = coverage.agent("code_agent")
@@ -143,7 +143,7 @@ def test_replacement_starts_over(tmp_path: Path, clock: FakeClock) -> None:
     telemetry, follower = _follower(clock, main)
     follower.poll()
     replacement = tmp_path / "new.jsonl"
-    replacement.write_text(ROW.format(reward=0.25, task=5) * 2 + ROW.format(reward=0.25, task=6))
+    replacement.write_text("".join(ROW.format(reward=0.25, task=task) for task in (5, 6, 7)))
     os.replace(replacement, main)
     follower.poll()
     agent = telemetry.snapshot().agent("a")
@@ -165,7 +165,7 @@ REJECTIONS = {
     "malformed_json": 2,  # a cut-off object and a NaN literal
     "not_an_object": 2,
     "missing_agent": 1,
-    "missing_identity": 1,
+    "invalid_identity": 1,  # a rollout index without its task index
     "invalid_reward": 1,
     "invalid_mask_sample": 1,
     "invalid_failure_kind": 1,

@@ -16,20 +16,23 @@ def test_json_report_of_the_fixture_run(capsys: pytest.CaptureFixture[str]) -> N
     """--format json gives the coverage account, rewards, masked share, top kinds and the Gym keys."""
     assert main(["report", str(FIXTURES / "run.jsonl"), "--format", "json"]) == 0
     report = json.loads(capsys.readouterr().out)
-    agents = {row["agent"]: row for row in report["agents"]}
-    assert agents["browser_agent"]["expected"] == 3
-    assert agents["browser_agent"]["unknown"] == 1
-    assert agents["browser_agent"]["top_failure_kinds"] == {
+    rollouts = {row["agent"]: row["rollouts"] for row in report["agents"]}
+    events = {row["agent"]: row["events"] for row in report["agents"]}
+    assert rollouts["browser_agent"]["expected"] == 3
+    assert rollouts["browser_agent"]["unknown"] == 1
+    assert events["browser_agent"]["top_failure_kinds"] == {
         "failed:timeout_exceeded": 1,
         "omitted:cancelled": 1,
     }
-    assert agents["math_agent"]["mean_reward"] == 0.5
-    assert agents["math_agent"]["mean_reward_unmasked"] == 1.0
-    assert agents["math_agent"]["masked_share"] == 0.5
-    assert agents["code_agent"]["retried"] == 1
-    assert agents["code_agent"]["measured"] == 1
-    assert agents["code_agent"]["unscored"] == 1
-    assert report["gym"] == {
+    assert events["math_agent"]["mean_reward"] == 0.5
+    assert events["math_agent"]["mean_reward_unmasked"] == 1.0
+    assert events["math_agent"]["masked_share"] == 0.5
+    assert rollouts["code_agent"]["retried"] == 1
+    assert rollouts["code_agent"]["measured"] == 1  # failed at attempt 0, measured at attempt 1
+    assert rollouts["code_agent"]["failed"] == 0
+    assert events["code_agent"]["failed"] == 1  # the failed attempt is still one event
+    assert rollouts["code_agent"]["unscored"] == 1
+    assert report["gym_coverage"] == {
         "coverage/measured_rollouts": 2,
         "coverage/masked_rollouts": 1,
         "coverage/measured_tasks": 2,
@@ -48,7 +51,8 @@ def test_table_report(capsys: pytest.CaptureFixture[str]) -> None:
     """The default is a table in the terminal with one row per agent and the Gym keys."""
     assert main(["report", str(FIXTURES / "run.jsonl")]) == 0
     out = capsys.readouterr().out
-    assert "Rollout coverage by agent" in out
+    assert "Rollouts by agent: distinct identities" in out
+    assert "Events by agent: every row read" in out
     for agent in ("math_agent", "code_agent", "browser_agent"):
         assert agent in out
     assert "coverage/unknown" in out
@@ -60,7 +64,7 @@ def test_report_counts_rejected_rows(capsys: pytest.CaptureFixture[str]) -> None
     assert main(["report", str(FIXTURES / "bad.jsonl"), "--format", "json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["rejected"]["malformed_json"] == 2
-    assert report["agents"][0]["measured"] == 2
+    assert report["agents"][0]["rollouts"]["measured"] == 2
 
 
 def test_missing_file_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -100,8 +104,8 @@ def test_a_long_agent_name_is_one_row_and_one_label(
     assert main(["report", str(main_file), "--format", "json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert [row["agent"] for row in report["agents"]] == [agent[:128]]
-    assert report["agents"][0]["measured"] == 2
-    assert report["agents"][0]["unknown"] == 1
+    assert report["agents"][0]["rollouts"]["measured"] == 2
+    assert report["agents"][0]["rollouts"]["unknown"] == 1
 
     exporter = InMemorySpanExporter()
     provider = TracerProvider()

@@ -6,13 +6,14 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import signal
 import sys
 import threading
 from collections.abc import Callable, Sequence
 from types import FrameType
 
-from rollout_telemetry.coverage import Coverage
+from rollout_telemetry.coverage import DEFAULT_MAX_ATTEMPTS, Coverage
 from rollout_telemetry.demo import DemoConfig, run_demo, summary_lines
 from rollout_telemetry.exporters.prometheus import CoverageCollector
 from rollout_telemetry.follow import RunFiles, RunFollower
@@ -153,6 +154,26 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _attempts(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        msg = f"must be a whole number of at least 1, got {text!r}"
+        raise argparse.ArgumentTypeError(msg)
+    return value
+
+
+def _default_max_attempts() -> int:
+    # NeMo Gym's own setting and fallback: NEMO_GYM_MAX_ROLLOUT_ATTEMPTS, else (or if invalid) 3.
+    text = os.environ.get("NEMO_GYM_MAX_ROLLOUT_ATTEMPTS", "")
+    try:
+        return _attempts(text)
+    except argparse.ArgumentTypeError:
+        return DEFAULT_MAX_ATTEMPTS
+
+
 def _add_run_files(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--failures", default=None, help="the failures sidecar (default: <stem>_failures.jsonl)"
@@ -160,6 +181,28 @@ def _add_run_files(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--inputs", default=None, help="the materialized inputs (default: <stem>_materialized_inputs.jsonl)"
     )
+    parser.add_argument(
+        "--agent",
+        default=None,
+        metavar="NAME",
+        help="the agent of rows that name none (no _ng_environment_server or agent_ref.name) and match no "
+        "materialized inputs row",
+    )
+    parser.add_argument(
+        "--max-attempts",
+        type=_attempts,
+        default=None,
+        metavar="N",
+        help="attempts NeMo Gym makes per rollout, which tells retryable failures from final ones "
+        "(default: $NEMO_GYM_MAX_ROLLOUT_ATTEMPTS, else 3)",
+    )
+
+
+def _follower(args: argparse.Namespace, path: str, telemetry: RolloutTelemetry) -> RunFollower:
+    files = RunFiles.from_main(path, failures=args.failures, inputs=args.inputs)
+    max_attempts = args.max_attempts or _default_max_attempts()
+    coverage = Coverage(telemetry.names, max_attempts=max_attempts)
+    return RunFollower(telemetry, files, coverage, default_agent=args.agent)
 
 
 def _security(args: argparse.Namespace) -> tuple[TLSConfig | None, BasicAuth | None]:
@@ -270,10 +313,9 @@ def _demo(args: argparse.Namespace) -> int:
 
 def _serve(args: argparse.Namespace) -> int:
     telemetry = RolloutTelemetry(run=args.run)
-    coverage = Coverage(telemetry.names)
-    telemetry.registry.register(CoverageCollector(coverage, telemetry.const_labels))
-    files = RunFiles.from_main(args.follow, failures=args.failures, inputs=args.inputs)
-    follower = RunFollower(telemetry, files, coverage)
+    follower = _follower(args, args.follow, telemetry)
+    files = follower.files
+    telemetry.registry.register(CoverageCollector(follower.coverage, telemetry.const_labels))
     follower.poll()  # what is already there, before the first scrape can see partial counts
     server = _serve_endpoint(telemetry, args)
     print(f"serving {server.url} following {files.main}", flush=True)
@@ -296,12 +338,21 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _report(args: argparse.Namespace) -> int:
     telemetry = RolloutTelemetry()
-    files = RunFiles.from_main(args.path, failures=args.failures, inputs=args.inputs)
-    if not files.main.exists():
-        print(f"rollout-telemetry: {files.main} does not exist", file=sys.stderr)
+    follower = _follower(args, args.path, telemetry)
+    main_file = follower.files.main
+    if main_file.is_dir():
+        print(f"rollout-telemetry: {main_file} is a directory: give the run's <stem>.jsonl", file=sys.stderr)
         return 2
-    follower = RunFollower(telemetry, files)
+    if not main_file.is_file():
+        print(f"rollout-telemetry: {main_file} does not exist", file=sys.stderr)
+        return 2
     follower.poll()
+    follower.finish()
+    if follower.rows == 0:
+        rejected = sum(telemetry.snapshot().rejected.values())
+        why = f"all {rejected} rows were rejected" if rejected else "it is empty"
+        print(f"rollout-telemetry: no usable rollout row in {main_file}: {why}", file=sys.stderr)
+        return 1
     report = build_report(telemetry.snapshot(), follower.coverage.snapshot())
     if args.format == "json":
         print(json.dumps(report, indent=2, sort_keys=False))

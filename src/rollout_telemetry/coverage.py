@@ -1,19 +1,32 @@
 """The run coverage account: of the rollouts a run was supposed to produce, what became of each.
 
-Live counters count *events* (every success line and every failure line). Coverage counts *identities*:
-each rollout is keyed by (agent, task index, rollout index) and its newest attempt decides its disposition
-(a higher attempt index wins; for equal or missing indices, the later line). With the expected identities
-known (from the materialized inputs), at every moment
+Live counters count *events* (every success line and every failure line). Coverage counts *rollouts*: each
+is keyed by its identity (agent, task index, rollout index), and its newest attempt decides its disposition.
+NeMo Gym writes no attempt index on a first attempt and stamps retries 1, 2, ...; so an unstamped row is
+attempt 0. A higher attempt wins; at the same attempt a success (a row of the main output) wins over a
+failure, and between two failures the later line wins. Because each file is read in its own order, the
+outcome does not depend on how appends to the two files interleave: a live follower, a restarted one and
+``report`` agree.
+
+A main-output row with the same identity and attempt as an earlier one is a duplicate: ``observe`` says so
+and changes nothing. A row without an identity is a rollout of its own that nothing can match (no retry, no
+expected input); it is counted, and counted apart as ``unidentified``.
+
+With the expected identities known (from the materialized inputs), at every moment
 
     expected = measured + masked + unscored + failed + omitted + unknown
 
-where unknown is expected but not seen yet. A row whose identity is not among the expected ones is still
-covered, and counted in expected too, so the identity always holds. Without expected identities, expected
-and unknown are not known and not published.
+where unknown is expected but not seen yet; a rollout seen outside the expected ones counts in expected too.
+
+A failed rollout is *retryable* when NeMo Gym would dispatch it again on resume: no success was written for
+it, none of its failure rows is terminal, and it has used fewer than ``max_attempts`` attempts (its failure
+rows). Every count is kept current as rows arrive, so a snapshot costs the same at ten rollouts and at ten
+million.
 """
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -22,20 +35,69 @@ from rollout_telemetry import _fork
 from rollout_telemetry.names import Names
 from rollout_telemetry.outcome import Disposition
 
-__all__ = ["AgentCoverage", "Coverage", "CoverageSnapshot", "coverage_metrics"]
+__all__ = ["DEFAULT_MAX_ATTEMPTS", "AgentCoverage", "Coverage", "CoverageSnapshot", "coverage_metrics"]
 
-Identity = tuple[str, int, int]
-"""(agent, task index, rollout index)."""
+DEFAULT_MAX_ATTEMPTS = 3
+"""NeMo Gym's default for ``NEMO_GYM_MAX_ROLLOUT_ATTEMPTS``."""
 
 _DISPOSITIONS = tuple(Disposition)
+_MEASURED, _MASKED = Disposition.MEASURED, Disposition.MASKED
+
+Key = tuple[str, int, int]
+"""(agent label, task index, rollout index)."""
 
 
-class _Latest:
-    __slots__ = ("attempt", "disposition")
+class _Rollout:
+    """What is known of one identity; only touched under the coverage lock."""
 
-    def __init__(self, disposition: Disposition, attempt: int | None) -> None:
-        self.disposition = disposition
-        self.attempt = attempt
+    __slots__ = ("attempt", "disposition", "failures", "main_lines", "records", "succeeded", "terminal")
+
+    def __init__(self) -> None:
+        self.disposition: Disposition | None = None  # None: expected, not seen yet
+        self.attempt = -1
+        self.succeeded = False  # the deciding row is a success
+        self.records = 0  # rows counted for it (duplicates excluded)
+        self.failures = 0  # failure rows: NeMo Gym's count of attempts used
+        self.terminal = False
+        self.main_lines: dict[int, int] | None = None  # attempt -> line of its success row
+
+
+class _Task:
+    __slots__ = ("masked", "measured", "members", "seen")
+
+    def __init__(self) -> None:
+        self.members = 0  # identities known: expected or seen
+        self.seen = 0
+        self.measured = 0
+        self.masked = 0
+
+    def flags(self) -> tuple[bool, bool]:
+        """(has a measured rollout, every member seen and masked)."""
+        return self.measured > 0, self.members > 0 and self.masked == self.members
+
+
+class _Agent:
+    __slots__ = (
+        "expected_known",
+        "fully_masked_tasks",
+        "measured_tasks",
+        "retried",
+        "retryable",
+        "rollouts",
+        "unexpected",
+        "unidentified",
+        "unknown",
+    )
+
+    def __init__(self) -> None:
+        self.rollouts = dict.fromkeys(_DISPOSITIONS, 0)
+        self.unknown = 0
+        self.unexpected = 0
+        self.unidentified = 0
+        self.retried = 0
+        self.retryable = 0
+        self.measured_tasks = 0
+        self.fully_masked_tasks = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,19 +106,23 @@ class AgentCoverage:
 
     agent: str
     rollouts: Mapping[Disposition, int]
-    """Identities by the disposition of their newest attempt."""
+    """Rollouts by the disposition of their newest attempt (those without an identity included)."""
     expected: int | None
     unknown: int | None
     retried: int
-    """Attempts beyond the first of an identity."""
+    """Attempts beyond the first of a rollout identity."""
     measured_tasks: int
     """Tasks with at least one measured rollout."""
     fully_masked_tasks: int
     """Tasks all of whose rollouts are seen and masked."""
+    retryable: int = 0
+    """Failed rollouts NeMo Gym would dispatch again on resume."""
+    unidentified: int = 0
+    """Rows without an identity: each a rollout of its own, matched to no retry and no expected input."""
 
     @property
     def seen(self) -> int:
-        """Distinct identities seen."""
+        """Distinct rollouts seen."""
         return sum(self.rollouts.values())
 
 
@@ -67,7 +133,7 @@ class CoverageSnapshot:
     agents: tuple[AgentCoverage, ...]
     expected_known: bool = False
     unexpected: int = field(default=0)
-    """Identities seen that were not among the expected ones (0 when none are expected)."""
+    """Rollouts seen that were not among the expected ones (0 when none are expected)."""
 
     def agent(self, name: str) -> AgentCoverage | None:
         """The coverage of one agent, or ``None``."""
@@ -81,11 +147,17 @@ class Coverage:
     """Identities of a run and the newest attempt of each; thread-safe.
 
     Args:
-        names: resolves agent names to labels (cut, capped) as the account does; a name is one row.
+        names: resolves agent names to labels (cut, capped) as the account does, so a name is one row.
+        max_attempts: attempts NeMo Gym makes before it stops retrying a rollout (its
+            ``NEMO_GYM_MAX_ROLLOUT_ATTEMPTS``).
     """
 
-    def __init__(self, names: Names | None = None) -> None:
+    def __init__(self, names: Names | None = None, *, max_attempts: int = DEFAULT_MAX_ATTEMPTS) -> None:
+        if max_attempts < 1:
+            msg = f"max_attempts must be at least 1, got {max_attempts}"
+            raise ValueError(msg)
         self._names = names if names is not None else Names()
+        self.max_attempts = max_attempts
         self._lock = threading.Lock()
         self.reset()
         _fork.track(self)
@@ -96,81 +168,153 @@ class Coverage:
     def reset(self) -> None:
         """Forget everything (the files being read started over)."""
         with self._lock:
-            self._latest: dict[Identity, _Latest] = {}
-            self._expected: set[Identity] = set()
+            self._rollouts: dict[Key, _Rollout] = {}
+            self._tasks: dict[tuple[str, int], _Task] = {}
+            self._agents: dict[str, _Agent] = {}
+            self._expected: set[Key] = set()
             self._expected_known = False
-            self._retried: dict[str, int] = {}
+            self._unidentified_keys = itertools.count()
+
+    def _agent(self, label: str) -> _Agent:
+        agent = self._agents.get(label)
+        if agent is None:
+            agent = self._agents[label] = _Agent()
+        return agent
+
+    def _task_changed(self, agent: _Agent, task: _Task, before: tuple[bool, bool]) -> None:
+        after = task.flags()
+        agent.measured_tasks += after[0] - before[0]
+        agent.fully_masked_tasks += after[1] - before[1]
 
     def expect(self, agent: str, task_index: int, rollout_index: int) -> None:
         """Declare one identity the run is expected to produce."""
-        agent = self._names.agent(agent)[0]
+        label = self._names.agent(agent)[0]
+        key = (label, task_index, rollout_index)
         with self._lock:
             self._expected_known = True
-            self._expected.add((agent, task_index, rollout_index))
+            if key in self._expected:
+                return
+            self._expected.add(key)
+            state = self._agent(label)
+            if key in self._rollouts:  # seen before it was declared: no longer unexpected
+                state.unexpected -= 1
+                return
+            state.unknown += 1
+            self._rollouts[key] = _Rollout()
+            task = self._tasks.setdefault((label, task_index), _Task())
+            before = task.flags()
+            task.members += 1
+            self._task_changed(state, task, before)
 
     def observe(
         self,
         agent: str,
-        task_index: int,
-        rollout_index: int,
-        attempt: int | None,
+        identity: tuple[int, int] | None,
+        attempt: int,
         disposition: Disposition,
-    ) -> None:
-        """Record one attempt; the newest attempt of an identity decides its disposition."""
-        agent = self._names.agent(agent)[0]
-        key = (agent, task_index, rollout_index)
+        *,
+        succeeded: bool,
+        terminal: bool = False,
+        line: int = 0,
+    ) -> int | None:
+        """Record one row of a rollout: a success (``succeeded``: a row of the main output) or a failure.
+
+        Returns the line of the earlier row when this success repeats one with the same identity and
+        attempt: a duplicate, which changes nothing. ``terminal`` marks a failure NeMo Gym will not retry.
+        """
+        label = self._names.agent(agent)[0]
         with self._lock:
-            latest = self._latest.get(key)
-            if latest is None:
-                self._latest[key] = _Latest(disposition, attempt)
-                return
-            self._retried[agent] = self._retried.get(agent, 0) + 1
-            if attempt is None or latest.attempt is None or attempt >= latest.attempt:
-                latest.disposition = disposition
-                latest.attempt = attempt
+            state = self._agent(label)
+            if identity is None:
+                key: Key = (label, -1, -1 - next(self._unidentified_keys))
+                state.unidentified += 1
+            else:
+                key = (label, *identity)
+            rollout, task = self._rollout(state, key, identity is not None)
+            if succeeded and rollout.main_lines is not None:
+                earlier = rollout.main_lines.get(attempt)
+                if earlier is not None:
+                    return earlier
+            retryable_before = self._retryable(rollout)
+            flags_before = task.flags()
+            if succeeded:
+                if rollout.main_lines is None:
+                    rollout.main_lines = {}
+                rollout.main_lines[attempt] = line
+            else:
+                rollout.failures += 1
+                # NeMo Gym cannot retry what it cannot key: a failure without identity is final.
+                rollout.terminal = rollout.terminal or terminal or identity is None
+            rollout.records += 1
+            state.retried += rollout.records > 1
+            if rollout.disposition is None:  # first seen
+                task.seen += 1
+                state.unknown -= key in self._expected
+            rank = (attempt, succeeded)
+            current = (rollout.attempt, rollout.succeeded)
+            # Newer attempt wins; at the same attempt a success wins; between two failures, the later line.
+            if rank > current or (rank == current and not succeeded):
+                self._decide(state, task, rollout, disposition, rank)
+            state.retryable += self._retryable(rollout) - retryable_before
+            if identity is not None:
+                self._task_changed(state, task, flags_before)
+            return None
+
+    def _rollout(self, state: _Agent, key: Key, in_a_task: bool) -> tuple[_Rollout, _Task]:
+        rollout = self._rollouts.get(key)
+        if rollout is not None:
+            return rollout, self._tasks[(key[0], key[1])]
+        rollout = self._rollouts[key] = _Rollout()
+        state.unexpected += 1  # not declared (yet): expect() takes it back if it comes later
+        if not in_a_task:  # a row without identity: in a task of its own, which no task count includes
+            return rollout, _Task()
+        task = self._tasks.setdefault((key[0], key[1]), _Task())
+        before = task.flags()
+        task.members += 1
+        self._task_changed(state, task, before)
+        return rollout, task
+
+    def _retryable(self, rollout: _Rollout) -> bool:
+        # NeMo Gym's resume rule: no success written (for any attempt), no terminal failure row, and fewer
+        # failure rows (attempts used) than max_attempts.
+        return 0 < rollout.failures < self.max_attempts and not rollout.main_lines and not rollout.terminal
+
+    @staticmethod
+    def _decide(
+        state: _Agent, task: _Task, rollout: _Rollout, disposition: Disposition, rank: tuple[int, bool]
+    ) -> None:
+        """Make ``disposition`` the rollout's, moving its count from the old one."""
+        old = rollout.disposition
+        if old is not None:
+            state.rollouts[old] -= 1
+            task.measured -= old is _MEASURED
+            task.masked -= old is _MASKED
+        state.rollouts[disposition] += 1
+        task.measured += disposition is _MEASURED
+        task.masked += disposition is _MASKED
+        rollout.disposition = disposition
+        rollout.attempt, rollout.succeeded = rank
 
     def snapshot(self) -> CoverageSnapshot:
-        """Copy the coverage of every agent atomically."""
+        """Copy the coverage of every agent: O(agents), whatever the number of rollouts."""
         with self._lock:
-            per_agent: dict[str, dict[Disposition, int]] = {}
-            tasks: dict[tuple[str, int], list[Disposition | None]] = {}
-            for (agent, task, _), latest in self._latest.items():
-                counts = per_agent.setdefault(agent, dict.fromkeys(_DISPOSITIONS, 0))
-                counts[latest.disposition] += 1
-                tasks.setdefault((agent, task), []).append(latest.disposition)
-            unknown: dict[str, int] = {}
-            expected: dict[str, int] = {}
-            unexpected = 0
-            if self._expected_known:
-                for agent, task, rollout in self._expected:
-                    per_agent.setdefault(agent, dict.fromkeys(_DISPOSITIONS, 0))
-                    if (agent, task, rollout) not in self._latest:
-                        unknown[agent] = unknown.get(agent, 0) + 1
-                        tasks.setdefault((agent, task), []).append(None)
-                unexpected = sum(1 for key in self._latest if key not in self._expected)
-                for agent, counts in per_agent.items():
-                    expected[agent] = sum(counts.values()) + unknown.get(agent, 0)
-            measured_tasks: dict[str, int] = {}
-            fully_masked: dict[str, int] = {}
-            for (agent, _), dispositions in tasks.items():
-                if Disposition.MEASURED in dispositions:
-                    measured_tasks[agent] = measured_tasks.get(agent, 0) + 1
-                if all(d is Disposition.MASKED for d in dispositions):
-                    fully_masked[agent] = fully_masked.get(agent, 0) + 1
             known = self._expected_known
             agents = tuple(
                 AgentCoverage(
-                    agent=agent,
-                    rollouts=counts,
-                    expected=expected.get(agent, 0) if known else None,
-                    unknown=unknown.get(agent, 0) if known else None,
-                    retried=self._retried.get(agent, 0),
-                    measured_tasks=measured_tasks.get(agent, 0),
-                    fully_masked_tasks=fully_masked.get(agent, 0),
+                    agent=label,
+                    rollouts=dict(state.rollouts),
+                    expected=sum(state.rollouts.values()) + state.unknown if known else None,
+                    unknown=state.unknown if known else None,
+                    retried=state.retried,
+                    measured_tasks=state.measured_tasks,
+                    fully_masked_tasks=state.fully_masked_tasks,
+                    retryable=state.retryable,
+                    unidentified=state.unidentified,
                 )
-                for agent, counts in sorted(per_agent.items())
+                for label, state in sorted(self._agents.items())
             )
-            return CoverageSnapshot(agents=agents, expected_known=known, unexpected=unexpected)
+            unexpected = sum(state.unexpected for state in self._agents.values()) if known else 0
+        return CoverageSnapshot(agents=agents, expected_known=known, unexpected=unexpected)
 
 
 def coverage_metrics(snapshot: CoverageSnapshot) -> dict[str, int]:

@@ -4,8 +4,9 @@ A failure kind is a low-cardinality *label* (``<domain>_<condition>``, e.g. ``se
 text about one occurrence: that is ``failure_reason``, which goes on a span or a log line.
 
 Servers may namespace their own kinds as ``<server>:<kind>`` (both parts ``[a-z][a-z0-9_]*``); those are
-accepted silently. Any other unregistered name is logged as a warning once per name and passed through
-unchanged: a kind is never rejected.
+accepted silently, as are NeMo Gym's failure classes (``GYM_FAILURE_CLASSES``), which a followed failures
+file carries. Any other unregistered name is logged as a warning once per name and passed through unchanged:
+a kind is never rejected.
 
 This module imports only the standard library, so data tooling can use the vocabulary without pulling in
 prometheus_client, OpenTelemetry or pydantic.
@@ -28,9 +29,11 @@ __all__ = [
     "CANCELLED",
     "COHORT_INCOMPLETE",
     "ENVIRONMENT_SERVER_FAILED",
+    "GYM_FAILURE_CLASSES",
     "JUDGE_FAILED",
     "JUDGE_UNPARSEABLE",
     "KILL_SHAPED",
+    "KNOWN",
     "OTHER",
     "PERSISTENCE_FAILED",
     "PROTOCOL_VIOLATION",
@@ -111,6 +114,38 @@ REGISTERED: Final[frozenset[str]] = frozenset(
 )
 """Every registered failure kind."""
 
+GYM_FAILURE_CLASSES: Final[frozenset[str]] = frozenset(
+    {
+        "transient",
+        "legitimate",
+        "timeout_exceeded",
+        "skipped",
+        "incomplete",
+        "judge_failed",
+        "judge_invalid",
+        "permanent",
+        "remote_agent_error",
+        "verify_failed",
+        "reference_missing",
+        "eval_missing",
+        "transport_ineligible",
+        "infrastructure_error",
+        "harbor_failed",
+        "tau2_malformed_tool_call",
+        "tau2_agent_error",
+        AGENT_REQUEST_FAILED,
+        AGENT_RUN_ERROR,
+        ENVIRONMENT_SERVER_FAILED,
+        CANCELLED,
+        KILL_SHAPED,
+    }
+)
+"""NeMo Gym's failure classes (``_ng_failure_class`` in its failures file, current and older ones): known
+names, passed through unchanged as the kind of a failure read from that file, never warned about."""
+
+KNOWN: Final[frozenset[str]] = REGISTERED | GYM_FAILURE_CLASSES
+"""Every name accepted without a warning (besides namespaced ``<server>:<kind>`` ones)."""
+
 UNSPECIFIED: Final = "unspecified"
 """The label of a masked, failed or omitted rollout that named no failure kind."""
 
@@ -155,7 +190,7 @@ class KindValidator:
 
         Never raises: an unregistered kind is information, not an error.
         """
-        if kind in REGISTERED or kind in self._warned or kind == UNSPECIFIED:
+        if kind in KNOWN or kind in self._warned or kind == UNSPECIFIED:
             return kind
         if _NAMESPACED.fullmatch(kind) is not None:
             return kind

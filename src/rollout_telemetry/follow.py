@@ -19,7 +19,6 @@ file and line number, and reading goes on.
 from __future__ import annotations
 
 import logging
-import mmap
 import os
 import threading
 from collections.abc import Iterator
@@ -29,12 +28,15 @@ from typing import Any
 
 import msgspec
 
+from rollout_telemetry import failure_kinds
 from rollout_telemetry.coverage import Coverage
-from rollout_telemetry.outcome import Disposition, absent, classify
+from rollout_telemetry.outcome import Classified, Disposition, absent, classify
 from rollout_telemetry.rejections import Rejection
 from rollout_telemetry.telemetry import RolloutTelemetry
 
-__all__ = ["RunFiles", "RunFollower"]
+__all__ = ["NO_RESULT_CLASSES", "RunFiles", "RunFollower"]
+
+_BUFFER = 1 << 20
 
 _log = logging.getLogger("rollout_telemetry.follow")
 
@@ -52,12 +54,28 @@ class _Row(msgspec.Struct, forbid_unknown_fields=False):
     environment_server: Any = msgspec.field(default=None, name="_ng_environment_server")
     agent_ref: Any = None
     failure_class: Any = msgspec.field(default=None, name="_ng_failure_class")
+    failure_terminal: Any = msgspec.field(default=None, name="_ng_failure_terminal")
     failure_message: Any = msgspec.field(default=None, name="_ng_failure_message")
     failure_record: Any = msgspec.field(default=None, name="_ng_failure_record")
+    judge_error: Any = msgspec.field(default=None, name="_ng_failure_judge_error")
+    error_message: Any = None
+    error_class: Any = None
     omitted: Any = msgspec.field(default=None, name="_ng_omitted")
 
 
 _DECODER = msgspec.json.Decoder(_Row)
+
+NO_RESULT_CLASSES = frozenset(
+    {
+        failure_kinds.AGENT_REQUEST_FAILED,
+        failure_kinds.AGENT_RUN_ERROR,
+        failure_kinds.ENVIRONMENT_SERVER_FAILED,
+    }
+)
+"""Failure classes whose rows carry no result: a reward on them does not count in the mean reward."""
+
+_TERMINAL_CLASSES = frozenset({"skipped"})
+"""Failure classes NeMo Gym never retries, whatever the row's ``_ng_failure_terminal`` says."""
 
 
 def _decode(line: bytes) -> _Row:
@@ -71,19 +89,79 @@ def _decode(line: bytes) -> _Row:
         raise Rejection("malformed_json", str(exc)) from exc
 
 
-def _agent(row: _Row) -> str:
+def _recover(line: bytes) -> tuple[int, _Row] | None:
+    """The whole row at the end of a line whose start is torn, if there is one: (its offset, the row).
+
+    A writer that dies mid-line leaves a line without its newline; the next writer's first row is then
+    appended to it. Only a malformed line is searched, from the left, for a row that decodes whole.
+    """
+    start = line.find(b'{"', 1)
+    while start > 0:
+        try:
+            return start, _DECODER.decode(line[start:])
+        except (msgspec.ValidationError, msgspec.DecodeError):
+            start = line.find(b'{"', start + 1)
+    return None
+
+
+def _row_agent(row: _Row) -> str | None:
+    """The agent a row names: ``_ng_environment_server``, else ``agent_ref.name``."""
     agent = row.environment_server
     if agent is None and isinstance(row.agent_ref, dict):
         agent = row.agent_ref.get("name")
-    if not isinstance(agent, str) or not agent:
-        raise Rejection("missing_agent", "no _ng_environment_server or agent_ref.name")
+    if agent is None or agent == "":
+        return None
+    if not isinstance(agent, str):
+        raise Rejection("invalid_agent", f"the agent must be a string, got {type(agent).__name__}")
     return agent
 
 
-def _index(value: Any, name: str) -> int:
-    if type(value) is not int:
-        raise Rejection("missing_identity", f"{name} must be an integer, got {value!r:.40}")
-    return value
+def _identity(row: _Row) -> tuple[int, int] | None:
+    """(task index, rollout index), or ``None`` when the row carries neither."""
+    task, rollout = row.task_index, row.rollout_index
+    if task is None and rollout is None:
+        return None
+    if type(task) is not int or type(rollout) is not int:
+        msg = f"_ng_task_index and _ng_rollout_index must be integers, got {task!r:.40} and {rollout!r:.40}"
+        raise Rejection("invalid_identity", msg)
+    return task, rollout
+
+
+def _attempt(row: _Row) -> int:
+    """The attempt index: NeMo Gym stamps retries 1, 2, ... and leaves the first attempt unstamped (0)."""
+    attempt = row.attempt_index
+    if attempt is None:
+        return 0
+    if type(attempt) is not int or attempt < 0:
+        raise Rejection("invalid_identity", f"_ng_attempt_index must be an integer >= 0, got {attempt!r:.40}")
+    return attempt
+
+
+def _failure_outcome(row: _Row) -> tuple[Classified, bool]:
+    """The outcome of a failures-file row and whether NeMo Gym treats it as terminal."""
+    record = row.failure_record
+    failure = record.get("failure") if isinstance(record, dict) else None
+    failure = failure if isinstance(failure, dict) else {}
+    kind = failure.get("failure_kind") or row.failure_kind or row.failure_class
+    reason = next(
+        (
+            text
+            for text in (
+                failure.get("failure_reason"),
+                row.failure_reason,
+                row.failure_message,
+                row.error_message,
+                row.judge_error,
+                row.error_class,
+            )
+            if isinstance(text, str) and text
+        ),
+        None,
+    )
+    disposition = Disposition.OMITTED if row.omitted is True else Disposition.FAILED
+    reward = None if row.failure_class in NO_RESULT_CLASSES else row.reward
+    terminal = row.failure_terminal is True or row.failure_class in _TERMINAL_CLASSES
+    return absent(disposition, kind, reason, reward), terminal
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,53 +219,74 @@ class _Tail:
         return started_over
 
     def lines(self) -> Iterator[tuple[int, bytes]]:
-        """Yield the new complete lines with their numbers; a last line without its newline waits."""
+        """Yield the new complete lines with their numbers; a last line without its newline waits.
+
+        The file is read through one fixed buffer, so memory stays the same whatever its size.
+        """
         try:
-            handle = open(self.path, "rb")  # noqa: SIM115 - closed below, also when the caller stops early
+            handle = open(self.path, "rb", buffering=_BUFFER)  # noqa: SIM115 - closed below, also on an early stop
         except OSError as exc:
             _log.warning("cannot read %s: %s", self.path, exc)
             return
         with handle:
-            size = os.fstat(handle.fileno()).st_size
-            if size <= self.offset:
-                return
-            # Mapping the file lets each line be found with one memchr and copied once, instead of being
-            # read through a buffer and then split: rows are tens of kilobytes.
-            with mmap.mmap(handle.fileno(), size, access=mmap.ACCESS_READ) as mapped:
-                position = self.offset
-                while True:
-                    end = mapped.find(b"\n", position)
-                    if end < 0:
-                        break  # a last line still being written: read it again, whole, next time
-                    self.offset = end + 1
-                    self.line_number += 1
-                    line = mapped[position:end]
-                    position = end + 1
-                    if line and not line.isspace():
-                        yield self.line_number, line
+            handle.seek(self.offset)
+            for line in handle:
+                if not line.endswith(b"\n"):
+                    break  # a last line still being written: read it again, whole, next time
+                self.offset += len(line)
+                self.line_number += 1
+                if not line.isspace():
+                    yield self.line_number, line
 
 
 class RunFollower:
     """Feeds a run's files into a telemetry account and a coverage account, once or continuously.
 
+    The agent of a row is its ``_ng_environment_server``, else its ``agent_ref.name``, else that of the
+    materialized inputs row with the same identity, else ``default_agent``. A row whose identity is not in
+    the inputs yet waits for them (it is counted when they catch up, never dropped); ``finish()`` settles
+    what still waits once the files are complete.
+
     Args:
         telemetry: the account the live counters go to.
         files: the run's files.
-        coverage: the coverage account; a new one by default.
+        coverage: the coverage account; a new one (sharing the telemetry's names) by default.
+        default_agent: the agent of rows that name none and match no input row.
     """
 
     def __init__(
-        self, telemetry: RolloutTelemetry, files: RunFiles, coverage: Coverage | None = None
+        self,
+        telemetry: RolloutTelemetry,
+        files: RunFiles,
+        coverage: Coverage | None = None,
+        *,
+        default_agent: str | None = None,
     ) -> None:
         self.telemetry = telemetry
         self.files = files
         self.coverage = coverage if coverage is not None else Coverage(telemetry.names)
+        self.default_agent = default_agent
         self._inputs = _Tail(files.inputs) if files.inputs else None
         self._main = _Tail(files.main)
         self._failures = _Tail(files.failures) if files.failures else None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()  # one poll at a time: the background thread and finish()
         self.restarts = 0
+        self._reset_state()
+
+    def _reset_state(self) -> None:
+        self._input_agents: dict[tuple[int, int], str] = {}
+        self._waiting: dict[tuple[int, int], list[tuple[_Tail, int, _Row]]] = {}
+        self.rows = 0
+        """Rows counted (successes and failures; duplicates and rejected rows excluded)."""
+        self.unidentified = 0
+        """Rows counted without an identity."""
+
+    @property
+    def waiting(self) -> int:
+        """Rows that name no agent and wait for their materialized inputs row."""
+        return sum(len(rows) for rows in self._waiting.values())
 
     def _tails(self) -> Iterator[_Tail]:
         for tail in (self._inputs, self._main, self._failures):
@@ -196,64 +295,109 @@ class RunFollower:
 
     def poll(self) -> int:
         """Read whatever complete lines are new in every file; return how many lines were read."""
-        if any(tail.check() for tail in self._tails()):
-            self._start_over()
-        read = 0
-        for tail in self._tails():
-            if tail.identity is None:
-                continue  # not there (yet)
-            for number, line in tail.lines():
-                self._handle(tail, number, line)
-                read += 1
-        return read
+        with self._lock:
+            if any(tail.check() for tail in self._tails()):
+                self._start_over()
+            read = 0
+            for tail in self._tails():
+                if tail.identity is None:
+                    continue  # not there (yet)
+                for number, line in tail.lines():
+                    self._handle(tail, number, line)
+                    read += 1
+            return read
+
+    def finish(self) -> None:
+        """The files are complete: count the rows still waiting for an input row under ``default_agent``,
+        or reject them as ``missing_agent``."""
+        with self._lock:
+            waiting, self._waiting = self._waiting, {}
+            for rows in waiting.values():
+                for tail, number, row in rows:
+                    self._guarded(tail, number, row, self.default_agent)
 
     def _start_over(self) -> None:
         # A file started over: rebuild every count from the files, so nothing is counted twice.
         self.restarts += 1
         self.telemetry.reset()
         self.coverage.reset()
+        self._reset_state()
         for tail in self._tails():
             tail.rewind()
 
     def _handle(self, tail: _Tail, number: int, line: bytes) -> None:
         try:
             row = _decode(line)
-            if tail is self._main:
-                self._completed(row)
-            elif tail is self._failures:
-                self._failed(row)
-            else:
-                agent = _agent(row)
-                task = _index(row.task_index, "_ng_task_index")
-                self.coverage.expect(agent, task, _index(row.rollout_index, "_ng_rollout_index"))
         except Rejection as exc:
-            self.telemetry.rejections.reject(
-                Rejection(exc.reason, f"line {number}: {exc}"), source=str(tail.path)
-            )
+            recovered = _recover(line) if exc.reason == "malformed_json" else None
+            self._reject(tail, number, exc if recovered is None else Rejection(exc.reason, "a torn line"))
+            if recovered is None:
+                return
+            row = recovered[1]
+        if tail is self._inputs:
+            self._guarded(tail, number, row, None)
+        else:
+            self._resolve(tail, number, row)
 
-    def _identity(self, row: _Row) -> tuple[str, int, int, int | None]:
-        agent = _agent(row)
-        task = _index(row.task_index, "_ng_task_index")
-        rollout = _index(row.rollout_index, "_ng_rollout_index")
-        attempt = None if row.attempt_index is None else _index(row.attempt_index, "_ng_attempt_index")
-        return agent, task, rollout, attempt
+    def _resolve(self, tail: _Tail, number: int, row: _Row) -> None:
+        # Which agent: the row's own, its input row's, or (once nothing else can tell) the default.
+        try:
+            agent = _row_agent(row)
+            identity = _identity(row)
+        except Rejection as exc:
+            self._reject(tail, number, exc)
+            return
+        if agent is None and identity is not None:
+            agent = self._input_agents.get(identity)
+            if agent is None and (self._inputs is not None and self._inputs.identity is not None):
+                self._waiting.setdefault(identity, []).append((tail, number, row))
+                return
+        self._guarded(tail, number, row, agent or self.default_agent)
 
-    def _completed(self, row: _Row) -> None:
-        agent, task, rollout, attempt = self._identity(row)
-        outcome = classify(row)
+    def _guarded(self, tail: _Tail, number: int, row: _Row, agent: str | None) -> None:
+        try:
+            if tail is self._inputs:
+                self._input(row)
+            elif agent is None:
+                raise Rejection("missing_agent", "no _ng_environment_server, agent_ref.name or input row")
+            else:
+                self._count(tail, number, row, agent)
+        except Rejection as exc:
+            self._reject(tail, number, exc)
+
+    def _input(self, row: _Row) -> None:
+        identity = _identity(row)
+        agent = _row_agent(row)
+        if identity is None:
+            raise Rejection("missing_identity", "a materialized inputs row needs its identity")
+        if agent is None:
+            agent = self.default_agent
+        if agent is None:
+            raise Rejection("missing_agent", "no _ng_environment_server or agent_ref.name")
+        self.coverage.expect(agent, *identity)
+        self._input_agents[identity] = agent
+        for tail, number, waiting in self._waiting.pop(identity, ()):
+            self._guarded(tail, number, waiting, agent)
+
+    def _count(self, tail: _Tail, number: int, row: _Row, agent: str) -> None:
+        identity = _identity(row)
+        attempt = _attempt(row)
+        if tail is self._main:
+            outcome = classify(row)
+            earlier = self.coverage.observe(agent, identity, attempt, outcome[0], succeeded=True, line=number)
+            if earlier is not None:
+                msg = f"line {number} repeats line {earlier} (same task, rollout and attempt): counted once"
+                raise Rejection("duplicate_rollout", msg)
+        else:
+            outcome, terminal = _failure_outcome(row)
+            self.coverage.observe(agent, identity, attempt, outcome[0], succeeded=False, terminal=terminal)
         self.telemetry.record_classified(agent, outcome)
-        self.coverage.observe(agent, task, rollout, attempt, outcome[0])
+        self.rows += 1
+        self.unidentified += identity is None
 
-    def _failed(self, row: _Row) -> None:
-        agent, task, rollout, attempt = self._identity(row)
-        kind: object = row.failure_class
-        record = row.failure_record
-        if isinstance(record, dict) and isinstance(record.get("failure"), dict):
-            kind = record["failure"].get("failure_kind") or kind
-        disposition = Disposition.OMITTED if row.omitted is True else Disposition.FAILED
-        outcome = absent(disposition, kind)
-        self.telemetry.record_classified(agent, outcome)
-        self.coverage.observe(agent, task, rollout, attempt, disposition)
+    def _reject(self, tail: _Tail, number: int, exc: Rejection) -> None:
+        located = Rejection(exc.reason, f"line {number}: {exc}")
+        self.telemetry.rejections.reject(located, source=str(tail.path))
 
     # -- running in the background ----------------------------------------------------------------
 

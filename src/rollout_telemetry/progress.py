@@ -23,7 +23,17 @@ def progress_metrics(
     elapsed_seconds: float,
     expected: Mapping[str, int] | None = None,
 ) -> dict[str, float]:
-    """Return the ``progress/<agent>/...`` keys and ``progress/total/rollouts_per_min``.
+    """Return the ``progress/<agent>/...`` keys and ``progress/total/rollouts_per_min``, as NeMo Gym 0.7.0.
+
+    - ``reward``: round(100 x mean, 2) over every rollout that carries a reward, masked ones and failure
+      records that carry one included (a follower leaves out the no-result failure classes' rewards);
+    - ``reward_lower_bound``: round(100 x sum of rewards / (rewarded + still expected), 2), with ``expected``;
+    - ``masked_pct``: round(100 x masked / (masked + measured), 2), only once something is masked: an
+      unscored rollout (no reward) and a failure record are in neither part;
+    - ``reward_unmasked``: round(100 x mean over measured rollouts, 2), only once something is masked,
+      failed or omitted (and something is measured);
+    - ``failed``, ``omitted``: integer counts, only when above 0;
+    - ``progress/total/rollouts_per_min``: rollouts finished (completed, failed or omitted) per minute.
 
     Args:
         snapshot: the account snapshot to read.
@@ -31,10 +41,10 @@ def progress_metrics(
         expected: rollouts expected per agent in total; gives ``reward_lower_bound``.
     """
     keys: dict[str, float] = {}
-    completed = 0
+    finished = 0
     for agent in snapshot.agents:
         prefix = f"progress/{agent.agent}/"
-        completed += agent.completed
+        finished += agent.completed + agent.failed + agent.omitted
         mean = agent.mean_reward
         if mean is not None:
             keys[prefix + "reward"] = _pct(mean)
@@ -51,9 +61,9 @@ def progress_metrics(
         if unmasked is not None:
             keys[prefix + "reward_unmasked"] = _pct(unmasked)
         if agent.failed:
-            keys[prefix + "failed"] = float(agent.failed)
+            keys[prefix + "failed"] = agent.failed
         if agent.omitted:
-            keys[prefix + "omitted"] = float(agent.omitted)
+            keys[prefix + "omitted"] = agent.omitted
     minutes = elapsed_seconds / 60.0
-    keys["progress/total/rollouts_per_min"] = round(completed / minutes, 2) if minutes > 0 else 0.0
+    keys["progress/total/rollouts_per_min"] = finished / minutes if minutes > 0 else 0.0
     return keys

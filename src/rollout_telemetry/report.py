@@ -1,4 +1,14 @@
-"""The end-of-run report: per-agent coverage, rewards, masked share and top failure kinds, plus Gym's keys."""
+"""The end-of-run report of a run's files: what became of each rollout, what the rows said, and Gym's keys.
+
+Two kinds of count sit side by side, and the report keeps them apart:
+
+- **rollouts** are identities (agent, task, rollout index): each counted once, by the disposition of its
+  newest attempt; with materialized inputs, ``expected = measured + masked + unscored + failed + omitted +
+  unknown``;
+- **events** are rows: every success and every failure row read (a failed attempt later retried is still one
+  failure event). The mean rewards, the masked share and the failure kinds are computed from events, as NeMo
+  Gym's progress keys are.
+"""
 
 from __future__ import annotations
 
@@ -7,13 +17,24 @@ from typing import Any
 
 from rollout_telemetry.coverage import CoverageSnapshot, coverage_metrics
 from rollout_telemetry.outcome import Disposition
+from rollout_telemetry.progress import progress_metrics
 from rollout_telemetry.snapshot import AccountSnapshot, AgentSnapshot
 
 __all__ = ["build_report", "render_table"]
 
+_ROLLOUT_COLUMNS = (
+    "expected", "measured", "masked", "unscored", "failed", "retryable", "omitted", "unknown", "retried",
+    "unidentified",
+)  # fmt: skip
+_EVENT_COLUMNS = ("measured", "masked", "unscored", "failed", "omitted")
+
 
 def build_report(account: AccountSnapshot, coverage: CoverageSnapshot, *, top: int = 3) -> dict[str, Any]:
-    """The report as plain data (what ``--format json`` prints)."""
+    """The report as plain data (what ``--format json`` prints).
+
+    Per agent, ``rollouts`` holds identity counts and ``events`` row counts; ``gym_coverage`` holds NeMo
+    Gym's end-of-run ``coverage/...`` keys and ``gym_progress`` its ``progress/<agent>/...`` keys for the run.
+    """
     agents: list[dict[str, Any]] = []
     names = sorted({a.agent for a in account.agents} | {c.agent for c in coverage.agents})
     for name in names:
@@ -24,23 +45,35 @@ def build_report(account: AccountSnapshot, coverage: CoverageSnapshot, *, top: i
             for disposition, counts in events.kinds.items():
                 for kind, count in counts.items():
                     kinds[f"{disposition.value}:{kind}"] += count
-        ratio = events.masked_ratio if events is not None else None
+        rollouts: dict[str, int | None] = {
+            "expected": covered.expected if covered else None,
+            **{d.value: covered.rollouts[d] if covered else 0 for d in Disposition},
+            "retryable": covered.retryable if covered else 0,
+            "unknown": covered.unknown if covered else None,
+            "retried": covered.retried if covered else 0,
+            "unidentified": covered.unidentified if covered else 0,
+        }
         agents.append(
             {
                 "agent": name,
-                "expected": covered.expected if covered else None,
-                **{d.value: covered.rollouts[d] if covered else 0 for d in Disposition},
-                "unknown": covered.unknown if covered else None,
-                "retried": covered.retried if covered else 0,
-                "mean_reward": events.mean_reward if events else None,
-                "mean_reward_unmasked": _unmasked(events),
-                "masked_share": ratio or 0.0,
-                "top_failure_kinds": dict(kinds.most_common(top)),
+                "rollouts": rollouts,
+                "events": {
+                    **{d: events.count(Disposition(d)) if events else 0 for d in _EVENT_COLUMNS},
+                    "mean_reward": events.mean_reward if events else None,
+                    "mean_reward_unmasked": _unmasked(events),
+                    "masked_share": (events.masked_ratio if events else None) or 0.0,
+                    "top_failure_kinds": dict(kinds.most_common(top)),
+                },
             }
         )
+    expected = {a.agent: a.expected for a in coverage.agents if a.expected is not None}
+    progress = progress_metrics(account, elapsed_seconds=0.0, expected=expected)
+    progress.pop("progress/total/rollouts_per_min")  # a rate of the live run, not of its files
     return {
         "agents": agents,
-        "gym": coverage_metrics(coverage),
+        "gym_coverage": coverage_metrics(coverage),
+        "gym_progress": progress,
+        "rows_without_identity": sum(a.unidentified for a in coverage.agents),
         "rejected": dict(account.rejected),
     }
 
@@ -59,36 +92,50 @@ def _number(value: object, pattern: str = "{:d}") -> str:
 
 
 def render_table(report: dict[str, Any]) -> Any:
-    """A rich renderable of the report: the per-agent table, then the Gym keys."""
+    """A rich renderable of the report: the rollouts table, the events table, then Gym's keys."""
     from rich.console import Group
     from rich.table import Table
 
-    table = Table(title="Rollout coverage by agent", title_justify="left")
-    columns = [
-        "agent", "expected", "measured", "masked", "unscored", "failed", "omitted", "unknown", "retried",
-    ]  # fmt: skip
-    for column in columns:
-        table.add_column(column, justify="left" if column == "agent" else "right", no_wrap=True)
-    for column in ("reward", "unmasked", "masked %", "top failure kinds"):
-        table.add_column(column, justify="left" if column == "top failure kinds" else "right")
+    rollouts = Table(
+        title="Rollouts by agent: distinct identities, each by the disposition of its newest attempt",
+        title_justify="left",
+    )
+    rollouts.add_column("agent", no_wrap=True)
+    for column in _ROLLOUT_COLUMNS:
+        rollouts.add_column(column, justify="right", no_wrap=True)
+    events = Table(
+        title="Events by agent: every row read (a retried failure is still one failed event)",
+        title_justify="left",
+    )
+    events.add_column("agent", no_wrap=True)
+    for column in (*_EVENT_COLUMNS, "reward", "unmasked", "masked %"):
+        events.add_column(column, justify="right", no_wrap=True)
+    events.add_column("top failure kinds")
     for row in report["agents"]:
-        kinds = ", ".join(f"{kind} ({count})" for kind, count in row["top_failure_kinds"].items())
-        table.add_row(
+        counts, seen = row["rollouts"], row["events"]
+        rollouts.add_row(row["agent"], *(_number(counts[c]) for c in _ROLLOUT_COLUMNS))
+        kinds = ", ".join(f"{kind} ({count})" for kind, count in seen["top_failure_kinds"].items())
+        events.add_row(
             row["agent"],
-            *(_number(row[c]) for c in columns[1:]),
-            _number(row["mean_reward"], "{:+.4f}"),
-            _number(row["mean_reward_unmasked"], "{:+.4f}"),
-            f"{100 * row['masked_share']:.1f}",
+            *(_number(seen[c]) for c in _EVENT_COLUMNS),
+            _number(seen["mean_reward"], "{:+.4f}"),
+            _number(seen["mean_reward_unmasked"], "{:+.4f}"),
+            f"{100 * seen['masked_share']:.1f}",
             kinds or "-",
         )
-    keys = Table(title="Gym coverage keys", title_justify="left")
-    keys.add_column("key")
-    keys.add_column("value", justify="right")
-    for key, value in report["gym"].items():
-        keys.add_row(key, str(value))
-    parts: list[Any] = [table]
-    if report["gym"]:
-        parts.append(keys)
+    parts: list[Any] = [rollouts, events]
+    for title, section in (("Gym coverage keys", "gym_coverage"), ("Gym progress keys", "gym_progress")):
+        if report[section]:
+            keys = Table(title=title, title_justify="left")
+            keys.add_column("key")
+            keys.add_column("value", justify="right")
+            for key, value in report[section].items():
+                keys.add_row(key, str(value))
+            parts.append(keys)
+    if report["rows_without_identity"]:
+        parts.append(
+            f"rows without an identity (counted, matched to nothing): {report['rows_without_identity']}"
+        )
     if report["rejected"]:
         rejected = ", ".join(f"{reason}: {count}" for reason, count in sorted(report["rejected"].items()))
         parts.append(f"rejected rows: {rejected}")

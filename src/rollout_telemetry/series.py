@@ -255,6 +255,12 @@ COVERAGE_FAMILIES: tuple[Family[CoverageSnapshot], ...] = (
         "Attempts beyond the first of a rollout identity.",
         _coverage_each(lambda a: a.retried),
     ),
+    Family(
+        "rollout_run_retryable", "gauge", _AGENT, "{rollout}", _FOLLOW,
+        "Failed rollouts NeMo Gym will dispatch again on resume: no success written, no terminal failure "
+        "row, fewer attempts used than NEMO_GYM_MAX_ROLLOUT_ATTEMPTS. The rest of the failed are final.",
+        _coverage_each(lambda a: a.retryable),
+    ),
 )  # fmt: skip
 """The run coverage account's families (``serve --follow``)."""
 

@@ -206,3 +206,105 @@ def test_dashboard_query_substitution_leaves_no_macro() -> None:
     queries = list(dashboard_queries())
     assert len(queries) >= 24
     assert all(not re.search(r"\$\w", expr) for _, expr, _ in queries)
+
+
+AGENTS = ("math_agent", "code_agent")
+TASKS, ROLLOUTS, UNSEEN = 10, 2, 3
+"""Each agent is asked for TASKS x ROLLOUTS rollouts; the last UNSEEN of them never arrive (unknown)."""
+
+
+def _plan(i: int) -> str:
+    """The disposition of an agent's i-th rollout; ``retried`` fails once, then is measured."""
+    return {3: "masked", 5: "unscored", 7: "retried", 8: "omitted", 9: "failed"}.get(i % 10, "measured")
+
+
+def _write_followed_run(main: Path, failures: Path) -> None:
+    """Append each agent's rollouts as Gym writes them, a line at a time, while Prometheus scrapes."""
+    with main.open("a", buffering=1) as out, failures.open("a", buffering=1) as side:
+        for i in range(TASKS * ROLLOUTS - UNSEEN):
+            for agent in AGENTS:
+                identity = {"_ng_task_index": i // ROLLOUTS, "_ng_rollout_index": i % ROLLOUTS}
+                row: dict[str, Any] = {**identity, "agent_ref": {"name": agent}, "_ng_attempt_index": 0}
+                plan = _plan(i)
+                if plan in ("failed", "omitted", "retried"):
+                    kind = {"failed": "session_lost", "omitted": "cancelled", "retried": "transport_timeout"}
+                    record = {"failure": {"failure_kind": kind[plan]}}
+                    side.write(
+                        json.dumps({**row, "_ng_omitted": plan == "omitted", "_ng_failure_record": record})
+                    )
+                    side.write("\n")
+                    if plan != "retried":
+                        continue
+                    row["_ng_attempt_index"] = 1
+                if plan == "masked":
+                    row |= {"reward": 0.0, "mask_sample": True, "failure_kind": "judge_failed"}
+                elif plan != "unscored":
+                    row |= {"reward": (i % 4) / 4, "mask_sample": False}
+                out.write(json.dumps(row) + "\n")
+            time.sleep(0.1)
+
+
+def test_followed_run_fills_the_coverage_row(tmp_path: Path) -> None:
+    """serve --follow under a real Prometheus: every panel has data but the lifecycle ones, and the coverage
+    row's progress bar and counts are exactly the rollouts written."""
+    main = tmp_path / "run.jsonl"
+    failures = tmp_path / "run_failures.jsonl"
+    inputs = tmp_path / "run_materialized_inputs.jsonl"
+    inputs.write_text(
+        "".join(
+            json.dumps({"_ng_task_index": t, "_ng_rollout_index": r, "agent_ref": {"name": agent}}) + "\n"
+            for agent in AGENTS
+            for t in range(TASKS)
+            for r in range(ROLLOUTS)
+        )
+    )
+    main.write_text("")
+    failures.write_text("")
+    expected = TASKS * ROLLOUTS
+    counts = {"unknown": UNSEEN} | dict.fromkeys(("measured", "masked", "unscored", "failed", "omitted"), 0)
+    for i in range(expected - UNSEEN):
+        plan = _plan(i)
+        counts["measured" if plan == "retried" else plan] += 1
+
+    args = ["serve", "--follow", str(main), "--poll-interval", "0.2", "--run", "e2e-follow"]
+    exporter = Exporter(args, tmp_path / "serve.log")
+    prometheus = Prometheus(tmp_path, [exporter.target], interval="200ms")
+    with prometheus, exporter:
+        prometheus.wait_for(
+            lambda: bool(prometheus.query("rollout_run_expected")), timeout=30, what="a scrape"
+        )
+        _write_followed_run(main, failures)
+
+        def scraped_all() -> bool:
+            got = prometheus.values('sum by (agent) (rollout_run_rollouts{disposition!="unknown"})')
+            return sorted(got.values()) == [expected - UNSEEN] * len(AGENTS)
+
+        prometheus.wait_for(scraped_all, timeout=30, what="every written rollout to be scraped")
+        stamp = max(float(r["value"][1]) for r in prometheus.query("timestamp(rollout_run_expected)"))
+        followed = prometheus.query('group by (agent) (rollout_run_rollouts{run=~"e2e-follow"})')
+        assert {r["metric"]["agent"] for r in followed} == set(AGENTS)
+
+        panels: dict[str, list[list[dict[str, Any]]]] = {}
+        for title, expr, names in dashboard_queries(run="e2e-follow"):
+            result = prometheus.query(expr, at=stamp)
+            panels.setdefault(title, []).append(result)
+            if names & LIFECYCLE:
+                assert not result, f"{title!r}: a followed run has no lifecycle series"
+            else:
+                assert result, f"panel {title!r} returned nothing for {expr}"
+
+    # The progress bar: the share of the expected rollouts in each disposition, exactly as written.
+    (bars,) = panels["Run progress by disposition"]
+    for agent in AGENTS:
+        shares = {
+            r["metric"]["disposition"]: float(r["value"][1]) for r in bars if r["metric"]["agent"] == agent
+        }
+        assert shares == pytest.approx({d: n / expected for d, n in counts.items()}, abs=1e-12)
+    expected_stat, done_stat = panels["Rollouts done of expected"]
+    assert {float(r["value"][1]) for r in expected_stat} == {expected}
+    assert {float(r["value"][1]) for r in done_stat} == {expected - UNSEEN}
+    (retries,) = panels["Retries per minute"]
+    assert {r["metric"]["agent"] for r in retries} == set(AGENTS)
+    assert all(float(r["value"][1]) > 0 for r in retries)
+    (masked,) = panels["Masked share"]
+    assert 0 < float(masked[0]["value"][1]) <= 1

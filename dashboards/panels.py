@@ -258,8 +258,10 @@ COVERAGE = Row(
 )
 
 
-def _per_minute(name: str) -> str:
-    return or_zero(f"{rate(name, KIND)} * 60")
+def _by_kind(name: str, title: str, description: str) -> Panel:
+    """A counter per minute, stacked by agent and failure kind; 0 while nothing of the kind happened."""
+    query = Query(or_zero(f"{rate(name, KIND)} * 60"), "{{agent}} {{failure_kind}}")
+    return Panel("timeseries", title, description, "short", (query,), stacked=True)
 
 
 def _top(name: str) -> str:
@@ -306,32 +308,23 @@ OVER_TIME = Row(
             "short",
             (Query(f"{rate('rollout_completed_total')} * 60", "{{agent}}"),),
         ),
-        Panel(
-            "timeseries",
+        _by_kind(
+            "rollout_failed_total",
             "Failed per minute by failure kind",
             "Rollouts that never reached the output, per minute, stacked by agent and failure_kind. Reads 0 "
             "while nothing fails.",
-            "short",
-            (Query(_per_minute("rollout_failed_total"), "{{agent}} {{failure_kind}}"),),
-            stacked=True,
         ),
-        Panel(
-            "timeseries",
+        _by_kind(
+            "rollout_omitted_total",
             "Omitted per minute by failure kind",
             "Rollouts left out of the output on purpose, per minute, stacked by agent and failure_kind. "
             "Reads 0 while nothing is omitted.",
-            "short",
-            (Query(_per_minute("rollout_omitted_total"), "{{agent}} {{failure_kind}}"),),
-            stacked=True,
         ),
-        Panel(
-            "timeseries",
+        _by_kind(
+            "rollout_masked_total",
             "Masked per minute by failure kind",
             "Masked rollouts per minute, stacked by agent and failure_kind (why the reward was not valid). "
             "Reads 0 while nothing is masked.",
-            "short",
-            (Query(_per_minute("rollout_masked_total"), "{{agent}} {{failure_kind}}"),),
-            stacked=True,
         ),
         Panel(
             "table",

@@ -178,6 +178,11 @@ DISPOSITION_COLORS = (
 
 
 def coverage_gauge(gauge: CoverageGauge) -> Panel:
+    """A stat of the gauge over the row's agent: green at 0, yellow from 1; 0 while the family has no series.
+
+    Raises:
+        ValueError: the catalogue has no family ``gauge.family``.
+    """
     sample = f"sum({series(gauge.family, agent=FOLLOWED)})"
     fallback = f"sum({series('rollout_run_rollouts', agent=FOLLOWED)}) * 0"
     return Panel(
@@ -229,7 +234,7 @@ COVERAGE = Row(
             "Rollouts done of expected",
             "Distinct rollouts (agent, task, rollout index) of this agent: expected (rollout_run_expected, "
             "from the materialized inputs; without them, those seen) and done (every disposition but "
-            "unknown). Rollouts; blue until done reaches expected.",
+            "unknown). Rollouts; a count, not a verdict (blue): the progress bar beside it has the shares.",
             "short",
             (
                 Query(_EXPECTED, "expected"),

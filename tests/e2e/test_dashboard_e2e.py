@@ -12,14 +12,22 @@ from typing import Any
 import pytest
 import yaml
 
+from rollout_telemetry.series import COVERAGE_FAMILIES
 from tests.e2e.processes import Exporter
 from tests.e2e.prometheus import REPO, RULES, Prometheus
 from tests.support import samples
 
 DASHBOARD = json.loads((REPO / "dashboards" / "rollout-progress.json").read_text())
+COVERAGE = {family.name for family in COVERAGE_FAMILIES}
+"""Published by ``serve --follow`` only: the coverage row."""
+LIFECYCLE = {"rollout_in_flight", "rollout_oldest_in_flight_age_seconds", "rollout_duration_seconds_bucket"}
+"""Published by the lifecycle API only (the demo uses it; a followed run does not)."""
 FAILURE_PANELS = {
     "Reward lost to infrastructure",
-    "Masked ratio",
+    "Reward lost to infrastructure per agent",
+    "Masked share",
+    "Masked share per agent",
+    "Failed share",
     "Failed per minute by failure kind",
     "Omitted per minute by failure kind",
     "Masked per minute by failure kind",
@@ -31,15 +39,15 @@ WARMUP, DURATION = 3.0, 8.0
 pytestmark = pytest.mark.e2e
 
 
-def dashboard_queries() -> Iterator[tuple[str, str]]:
-    """(panel title, expression) of every target, with Grafana's variables and macros substituted."""
+def dashboard_queries(run: str = "e2e") -> Iterator[tuple[str, str, set[str]]]:
+    """(panel title, expression, metric names) of every target, with variables and macros substituted."""
     for panel in DASHBOARD["panels"]:
-        for target in panel["targets"]:
+        for target in panel.get("targets", []):
             expr = target["expr"]
             expr = expr.replace("$__rate_interval", "1m").replace("$__range", "1h")
-            expr = expr.replace("$agent", ".*").replace("$run", "e2e")
+            expr = expr.replace("$agent", ".*").replace("$followed", ".*").replace("$run", run)
             assert "$" not in expr, expr
-            yield panel["title"], expr
+            yield panel["title"], expr, set(re.findall(r"\b(rollout_[a-z_]+)\b", expr))
 
 
 def _account(text: str) -> dict[str, dict[str, float]]:
@@ -103,9 +111,14 @@ TROUBLED = ["--masked", "0.25", "--failed", "0.15", "--omitted", "0.05"]
 def _check(
     prometheus: Prometheus, account: dict[str, dict[str, float]], stamp: float, *, healthy: bool
 ) -> None:
-    # Every dashboard query returns at least one series; in a healthy run the failure panels read 0.
-    for title, expr in dashboard_queries():
+    # Every dashboard query returns at least one series; in a healthy run the failure panels read 0. The
+    # coverage row has nothing in library mode (its panels say "Not followed"), nor has its variable.
+    assert not prometheus.query('group by (agent) (rollout_run_rollouts{run=~"e2e"})')
+    for title, expr, names in dashboard_queries():
         result = prometheus.query(expr, at=stamp)
+        if names & COVERAGE:
+            assert not result, f"coverage panel {title!r} has data in library mode: {result}"
+            continue
         assert result, f"panel {title!r} returned nothing for {expr}"
         if healthy and title in FAILURE_PANELS:
             assert all(float(r["value"][1]) == 0 for r in result), (title, result)
@@ -147,7 +160,8 @@ def _check(
         assert completed[agent] > 0
         masked = counts.get("masked", 0.0)
         lost = first_samples("rollout_masked_total", agent)
-        assert (masked - lost) / total - tiny <= masked_ratio[agent] <= masked / total + tiny
+        scored = total - counts.get("unscored", 0.0)  # NeMo Gym's denominator
+        assert (masked - lost) / scored - tiny <= masked_ratio[agent] <= masked / scored + tiny
         failures = counts.get("failed", 0.0)
         lost = first_samples("rollout_failed_total", agent)
         ratio = failed[agent] / completed[agent]
@@ -190,5 +204,107 @@ def test_troubled_run_every_panel_has_data_and_rules_match(tmp_path: Path) -> No
 def test_dashboard_query_substitution_leaves_no_macro() -> None:
     """The substitution used above covers every variable and macro the dashboard uses."""
     queries = list(dashboard_queries())
-    assert len(queries) >= 12
-    assert all(not re.search(r"\$\w", expr) for _, expr in queries)
+    assert len(queries) >= 24
+    assert all(not re.search(r"\$\w", expr) for _, expr, _ in queries)
+
+
+AGENTS = ("math_agent", "code_agent")
+TASKS, ROLLOUTS, UNSEEN = 10, 2, 3
+"""Each agent is asked for TASKS x ROLLOUTS rollouts; the last UNSEEN of them never arrive (unknown)."""
+
+
+def _plan(i: int) -> str:
+    """The disposition of an agent's i-th rollout; ``retried`` fails once, then is measured."""
+    return {3: "masked", 5: "unscored", 7: "retried", 8: "omitted", 9: "failed"}.get(i % 10, "measured")
+
+
+def _write_followed_run(main: Path, failures: Path) -> None:
+    """Append each agent's rollouts as Gym writes them, a line at a time, while Prometheus scrapes."""
+    with main.open("a", buffering=1) as out, failures.open("a", buffering=1) as side:
+        for i in range(TASKS * ROLLOUTS - UNSEEN):
+            for agent in AGENTS:
+                identity = {"_ng_task_index": i // ROLLOUTS, "_ng_rollout_index": i % ROLLOUTS}
+                row: dict[str, Any] = {**identity, "agent_ref": {"name": agent}, "_ng_attempt_index": 0}
+                plan = _plan(i)
+                if plan in ("failed", "omitted", "retried"):
+                    kind = {"failed": "session_lost", "omitted": "cancelled", "retried": "transport_timeout"}
+                    record = {"failure": {"failure_kind": kind[plan]}}
+                    side.write(
+                        json.dumps({**row, "_ng_omitted": plan == "omitted", "_ng_failure_record": record})
+                    )
+                    side.write("\n")
+                    if plan != "retried":
+                        continue
+                    row["_ng_attempt_index"] = 1
+                if plan == "masked":
+                    row |= {"reward": 0.0, "mask_sample": True, "failure_kind": "judge_failed"}
+                elif plan != "unscored":
+                    row |= {"reward": (i % 4) / 4, "mask_sample": False}
+                out.write(json.dumps(row) + "\n")
+            time.sleep(0.1)
+
+
+def test_followed_run_fills_the_coverage_row(tmp_path: Path) -> None:
+    """serve --follow under a real Prometheus: every panel has data but the lifecycle ones, and the coverage
+    row's progress bar and counts are exactly the rollouts written."""
+    main = tmp_path / "run.jsonl"
+    failures = tmp_path / "run_failures.jsonl"
+    inputs = tmp_path / "run_materialized_inputs.jsonl"
+    inputs.write_text(
+        "".join(
+            json.dumps({"_ng_task_index": t, "_ng_rollout_index": r, "agent_ref": {"name": agent}}) + "\n"
+            for agent in AGENTS
+            for t in range(TASKS)
+            for r in range(ROLLOUTS)
+        )
+    )
+    main.write_text("")
+    failures.write_text("")
+    expected = TASKS * ROLLOUTS
+    counts = {"unknown": UNSEEN} | dict.fromkeys(("measured", "masked", "unscored", "failed", "omitted"), 0)
+    for i in range(expected - UNSEEN):
+        plan = _plan(i)
+        counts["measured" if plan == "retried" else plan] += 1
+
+    args = ["serve", "--follow", str(main), "--poll-interval", "0.2", "--run", "e2e-follow"]
+    exporter = Exporter(args, tmp_path / "serve.log")
+    prometheus = Prometheus(tmp_path, [exporter.target], interval="200ms")
+    with prometheus, exporter:
+        prometheus.wait_for(
+            lambda: bool(prometheus.query("rollout_run_expected")), timeout=30, what="a scrape"
+        )
+        _write_followed_run(main, failures)
+
+        def scraped_all() -> bool:
+            got = prometheus.values('sum by (agent) (rollout_run_rollouts{disposition!="unknown"})')
+            return sorted(got.values()) == [expected - UNSEEN] * len(AGENTS)
+
+        prometheus.wait_for(scraped_all, timeout=30, what="every written rollout to be scraped")
+        stamp = max(float(r["value"][1]) for r in prometheus.query("timestamp(rollout_run_expected)"))
+        followed = prometheus.query('group by (agent) (rollout_run_rollouts{run=~"e2e-follow"})')
+        assert {r["metric"]["agent"] for r in followed} == set(AGENTS)
+
+        panels: dict[str, list[list[dict[str, Any]]]] = {}
+        for title, expr, names in dashboard_queries(run="e2e-follow"):
+            result = prometheus.query(expr, at=stamp)
+            panels.setdefault(title, []).append(result)
+            if names & LIFECYCLE:
+                assert not result, f"{title!r}: a followed run has no lifecycle series"
+            else:
+                assert result, f"panel {title!r} returned nothing for {expr}"
+
+    # The progress bar: the share of the expected rollouts in each disposition, exactly as written.
+    (bars,) = panels["Run progress by disposition"]
+    for agent in AGENTS:
+        shares = {
+            r["metric"]["disposition"]: float(r["value"][1]) for r in bars if r["metric"]["agent"] == agent
+        }
+        assert shares == pytest.approx({d: n / expected for d, n in counts.items()}, abs=1e-12)
+    expected_stat, done_stat = panels["Rollouts done of expected"]
+    assert {float(r["value"][1]) for r in expected_stat} == {expected}
+    assert {float(r["value"][1]) for r in done_stat} == {expected - UNSEEN}
+    (retries,) = panels["Retries per minute"]
+    assert {r["metric"]["agent"] for r in retries} == set(AGENTS)
+    assert all(float(r["value"][1]) > 0 for r in retries)
+    (masked,) = panels["Masked share"]
+    assert 0 < float(masked[0]["value"][1]) <= 1

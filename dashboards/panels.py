@@ -1,0 +1,398 @@
+"""What the dashboard shows: three rows of panels, each with its query, unit, thresholds and description.
+
+To change a panel, change it here and run ``.venv/bin/python -m dashboards.generate``; the test suite
+fails while the committed JSON differs from what this module builds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dashboards.model import Panel, Query, Row, Step
+from dashboards.promql import (
+    failed_share,
+    increase,
+    masked_share,
+    mean_reward,
+    or_zero,
+    rate,
+    series,
+    unmasked_reward,
+)
+
+__all__ = ["COVERAGE_GAUGES", "NOT_FOLLOWED", "ROWS", "CoverageGauge", "coverage_gauge"]
+
+ALL: tuple[str, ...] = ()
+"""Group by nothing: one number over every selected run and agent."""
+AGENT = ("agent",)
+KIND = ("agent", "failure_kind")
+FOLLOWED = "$followed"
+"""The coverage row's repeat variable: the agents that have coverage series."""
+
+GOOD, WARN, BAD, IDLE = "green", "yellow", "red", "blue"
+HEALTHY_SHARE: tuple[Step, ...] = ((None, GOOD), (0.05, WARN), (0.20, BAD))
+REWARD: tuple[Step, ...] = ((None, BAD), (0.0, GOOD))
+
+
+LIFECYCLE_ONLY = "Not recorded: only the lifecycle API times rollouts"
+
+
+def _stat(
+    title: str,
+    description: str,
+    unit: str,
+    expr: str,
+    steps: tuple[Step, ...],
+    *,
+    decimals: int | None = None,
+    no_value: str | None = None,
+) -> Panel:
+    return Panel(
+        "stat",
+        title,
+        description,
+        unit,
+        (Query(expr, title),),
+        width=3,
+        height=5,
+        thresholds=steps,
+        decimals=decimals,
+        no_value=no_value,
+    )
+
+
+OVERVIEW = Row(
+    "Overview",
+    (
+        _stat(
+            "Rollouts per minute",
+            "Rollouts that reached the output (measured, masked or unscored) per minute, over the selected "
+            "runs and agents: the rate of rollout_completed_total summed over every exporter process, times "
+            "60. Red at 0 (nothing completes: collection is stalled or over), green above.",
+            "short",
+            f"{rate('rollout_completed_total', ALL)} * 60",
+            ((None, BAD), (0.001, GOOD)),
+            decimals=1,
+        ),
+        _stat(
+            "Mean reward",
+            "Mean reward over the rate window, masked rollouts included (the number NeMo Gym reports): sum "
+            "of the rewards / rollouts that carried one, summed over every process and selected agent. "
+            "Reward units; red below 0, green from 0 (the scale is task specific: set the step in "
+            "dashboards/panels.py).",
+            "none",
+            mean_reward(ALL),
+            REWARD,
+            decimals=3,
+        ),
+        _stat(
+            "Unmasked reward",
+            "Mean reward over unmasked rollouts only: the masked rollouts' reward sums and count are taken "
+            "out of the mean reward's sums. This is the policy's score on the rollouts that were valid "
+            "measurements. Reward units; red below 0, green from 0.",
+            "none",
+            unmasked_reward(ALL),
+            REWARD,
+            decimals=3,
+        ),
+        _stat(
+            "Reward lost to infrastructure",
+            "Unmasked reward minus mean reward: how much of the score the masked rollouts (lost sandboxes, "
+            "failed judges) take off the reported mean. Reward units; 0 in a healthy run; yellow from 0.01, "
+            "red from 0.05.",
+            "none",
+            f"({unmasked_reward(ALL)}) - ({mean_reward(ALL)})",
+            ((None, GOOD), (0.01, WARN), (0.05, BAD)),
+            decimals=3,
+        ),
+        _stat(
+            "Masked share",
+            "Share (0-1) of masked rollouts with NeMo Gym's denominator (its masked_pct): masked / (masked + "
+            "unmasked rollouts that carry a reward) = rate of rollout_masked_total / (rate of "
+            "rollout_completed_total - rate of rollout_unscored_total), summed over processes; an unscored "
+            "rollout is in neither term. Yellow from 5%, red from 20% (the RolloutMaskedRatioHigh alert).",
+            "percentunit",
+            masked_share(ALL),
+            HEALTHY_SHARE,
+            decimals=1,
+        ),
+        _stat(
+            "Failed share",
+            "Share (0-1) of finished rollouts that never reached the output: failed / (completed + failed + "
+            "omitted), rates summed over processes. Yellow from 5%, red from 50% (failures outpace "
+            "completions: the RolloutFailuresExceedCompleted alert).",
+            "percentunit",
+            failed_share(ALL),
+            ((None, GOOD), (0.05, WARN), (0.5, BAD)),
+            decimals=1,
+        ),
+        _stat(
+            "Rollouts in flight",
+            "Rollouts started through the lifecycle API and not finished yet, summed over processes and "
+            "selected agents (rollout_in_flight). Blue at 0 (idle or finished), green from 1.",
+            "short",
+            f"sum({series('rollout_in_flight')})",
+            ((None, IDLE), (1.0, GOOD)),
+            no_value=LIFECYCLE_ONLY,
+        ),
+        _stat(
+            "Oldest in-flight age",
+            "Age in seconds of the oldest rollout still in flight, the maximum over processes and selected "
+            "agents (rollout_oldest_in_flight_age_seconds); 0 when idle. A growing age is a stalled rollout "
+            "(a hung sandbox or judge): yellow from 10 minutes, red from 30.",
+            "s",
+            f"max({series('rollout_oldest_in_flight_age_seconds')})",
+            ((None, GOOD), (600, WARN), (1800, BAD)),
+            no_value=LIFECYCLE_ONLY,
+        ),
+    ),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class CoverageGauge:
+    """A per-agent gauge family of the coverage account, shown as a stat in the coverage row."""
+
+    family: str
+    title: str
+    description: str
+
+
+COVERAGE_GAUGES: tuple[CoverageGauge, ...] = (
+    # Optional coverage panels: add one CoverageGauge(family, title, description) per gauge family once it
+    # is in the catalogue (the retryable failures gauge is the next one); the generator refuses a family the
+    # catalogue lacks, and the panel reads 0, never "No data", while the family has no series.
+)
+
+DONE = 'disposition!="unknown"'
+"""Every disposition but unknown: the rollouts seen."""
+NOT_FOLLOWED = "Not followed: coverage comes from serve --follow"
+DISPOSITION_COLORS = (
+    ("measured", "green"),
+    ("masked", "orange"),
+    ("unscored", "yellow"),
+    ("failed", "red"),
+    ("omitted", "purple"),
+    ("unknown", "text"),
+)
+
+
+def coverage_gauge(gauge: CoverageGauge) -> Panel:
+    """A stat of the gauge over the row's agent: green at 0, yellow from 1; 0 while the family has no series.
+
+    Raises:
+        ValueError: the catalogue has no family ``gauge.family``.
+    """
+    sample = f"sum({series(gauge.family, agent=FOLLOWED)})"
+    fallback = f"sum({series('rollout_run_rollouts', agent=FOLLOWED)}) * 0"
+    return Panel(
+        "stat",
+        gauge.title,
+        gauge.description,
+        "short",
+        (Query(f"{sample} or {fallback}", gauge.title),),
+        width=6,
+        height=6,
+        thresholds=((None, GOOD), (1.0, WARN)),
+        no_value=NOT_FOLLOWED,
+    )
+
+
+_EXPECTED = (
+    f"(sum by (agent) ({series('rollout_run_expected', agent=FOLLOWED)})"
+    f" or sum by (agent) ({series('rollout_run_rollouts', agent=FOLLOWED)}))"
+)
+
+COVERAGE = Row(
+    "Run coverage: $followed",
+    (
+        Panel(
+            "bargauge",
+            "Run progress by disposition",
+            "The run's progress bar for this agent: of the rollouts it is expected to produce (from the "
+            "materialized inputs; without them, of those seen), the share (0-1) whose newest attempt was "
+            "measured, masked, unscored, failed or omitted, and the share still unknown (expected, not seen "
+            "yet). rollout_run_rollouts by disposition / rollout_run_expected, summed over followers. "
+            "Published by serve --follow; measured + ... + unknown = 100%.",
+            "percentunit",
+            (
+                Query(
+                    f"sum by (agent, disposition) ({series('rollout_run_rollouts', agent=FOLLOWED)})"
+                    f" / on (agent) group_left () {_EXPECTED}",
+                    "{{disposition}}",
+                ),
+            ),
+            width=12,
+            height=6,
+            limits=(0.0, 1.0),
+            no_value=NOT_FOLLOWED,
+            colors=DISPOSITION_COLORS,
+            thresholds=((None, "green"),),
+        ),
+        Panel(
+            "stat",
+            "Rollouts done of expected",
+            "Distinct rollouts (agent, task, rollout index) of this agent: expected (rollout_run_expected, "
+            "from the materialized inputs; without them, those seen) and done (every disposition but "
+            "unknown). Rollouts; a count, not a verdict (blue): the progress bar beside it has the shares.",
+            "short",
+            (
+                Query(_EXPECTED, "expected"),
+                Query(f"sum by (agent) ({series('rollout_run_rollouts', DONE, agent=FOLLOWED)})", "done"),
+            ),
+            width=6,
+            height=6,
+            thresholds=((None, IDLE),),
+            no_value=NOT_FOLLOWED,
+        ),
+        Panel(
+            "timeseries",
+            "Retries per minute",
+            "Attempts beyond the first of a rollout identity, per minute (rate of rollout_retried_total "
+            "summed over followers, times 60). A failed attempt that is retried counts once here and once "
+            "in the failed counters; coverage counts only its newest attempt.",
+            "short",
+            (Query(f"{rate('rollout_retried_total', AGENT, agent=FOLLOWED)} * 60", "{{agent}}"),),
+            width=6,
+            height=6,
+            no_value=NOT_FOLLOWED,
+        ),
+        *(coverage_gauge(gauge) for gauge in COVERAGE_GAUGES),
+    ),
+    repeat="followed",
+)
+
+
+def _by_kind(name: str, title: str, description: str) -> Panel:
+    """A counter per minute, stacked by agent and failure kind; 0 while nothing of the kind happened."""
+    query = Query(or_zero(f"{rate(name, KIND)} * 60"), "{{agent}} {{failure_kind}}")
+    return Panel("timeseries", title, description, "short", (query,), stacked=True)
+
+
+def _top(name: str) -> str:
+    total = f"sum(increase({series('rollout_completed_total')}[$__range]))"
+    return f"sort_desc(topk(10, {increase(name, ('failure_kind',))})) or {total} * 0"
+
+
+OVER_TIME = Row(
+    "Over time, per agent",
+    (
+        Panel(
+            "timeseries",
+            "Mean reward vs unmasked reward",
+            "Mean reward per agent over the rate window, masked rollouts included (as NeMo Gym reports it), "
+            "beside the mean over unmasked rollouts only. Both are sums of reward counters divided by sums "
+            "of rollout counters across every exporter process. Reward units. The gap between the two lines "
+            "is the score the run lost to its own infrastructure.",
+            "none",
+            (Query(mean_reward(), "{{agent}} reward"), Query(unmasked_reward(), "{{agent}} unmasked")),
+        ),
+        Panel(
+            "timeseries",
+            "Reward lost to infrastructure per agent",
+            "Unmasked mean reward minus mean reward, per agent: how much of the reported score is an "
+            "artefact of masked rollouts being averaged in. Reward units; 0 in a healthy run.",
+            "none",
+            (Query(f"({unmasked_reward()}) - ({mean_reward()})", "{{agent}}"),),
+        ),
+        Panel(
+            "timeseries",
+            "Masked share per agent",
+            "Share (0-1) of masked rollouts per agent with NeMo Gym's denominator: masked / (masked + "
+            "unmasked rollouts that carry a reward) = masked rate / (completed rate - unscored rate), each "
+            "summed over processes; an unscored rollout is in neither term. 0 when nothing is masked.",
+            "percentunit",
+            (Query(masked_share(), "{{agent}}"),),
+            limits=(0.0, 1.0),
+        ),
+        Panel(
+            "timeseries",
+            "Rollouts completed per minute",
+            "Rollouts that reached the output (measured, masked or unscored) per minute, per agent, summed "
+            "over exporter processes.",
+            "short",
+            (Query(f"{rate('rollout_completed_total')} * 60", "{{agent}}"),),
+        ),
+        _by_kind(
+            "rollout_failed_total",
+            "Failed per minute by failure kind",
+            "Rollouts that never reached the output, per minute, stacked by agent and failure_kind. Reads 0 "
+            "while nothing fails.",
+        ),
+        _by_kind(
+            "rollout_omitted_total",
+            "Omitted per minute by failure kind",
+            "Rollouts left out of the output on purpose, per minute, stacked by agent and failure_kind. "
+            "Reads 0 while nothing is omitted.",
+        ),
+        _by_kind(
+            "rollout_masked_total",
+            "Masked per minute by failure kind",
+            "Masked rollouts per minute, stacked by agent and failure_kind (why the reward was not valid). "
+            "Reads 0 while nothing is masked.",
+        ),
+        Panel(
+            "table",
+            "Top failure kinds",
+            "The ten most frequent failure kinds over the dashboard's time range (rollouts), for failed, "
+            "masked and omitted rollouts, summed over agents and processes. A row reading 0 with no kind "
+            "means nothing of that disposition happened.",
+            "short",
+            (
+                Query(_top("rollout_failed_total"), "failed {{failure_kind}}", table=True),
+                Query(_top("rollout_masked_total"), "masked {{failure_kind}}", table=True),
+                Query(_top("rollout_omitted_total"), "omitted {{failure_kind}}", table=True),
+            ),
+        ),
+        Panel(
+            "timeseries",
+            "Rollout duration quantiles",
+            "p50, p90 and p99 of rollout wall time in seconds (lifecycle API), per agent, from the "
+            "rollout_duration_seconds histogram summed over processes.",
+            "s",
+            tuple(
+                Query(
+                    f"histogram_quantile({q}, {rate('rollout_duration_seconds_bucket', ('agent', 'le'))})",
+                    f"{{{{agent}}}} p{round(q * 100)}",
+                )
+                for q in (0.5, 0.9, 0.99)
+            ),
+            no_value=LIFECYCLE_ONLY,
+        ),
+        Panel(
+            "timeseries",
+            "Rollouts in flight per agent",
+            "Rollouts started through the lifecycle API and not finished yet, per agent, summed over "
+            "processes.",
+            "short",
+            (Query(f"sum by (agent) ({series('rollout_in_flight')})", "{{agent}}"),),
+            no_value=LIFECYCLE_ONLY,
+        ),
+        Panel(
+            "timeseries",
+            "Oldest in-flight rollout age",
+            "Age in seconds of the oldest rollout still in flight, per agent (the maximum over processes). 0 "
+            "when idle; an age that keeps growing is a stalled rollout (a hung sandbox or judge).",
+            "s",
+            (Query(f"max by (agent) ({series('rollout_oldest_in_flight_age_seconds')})", "{{agent}}"),),
+            no_value=LIFECYCLE_ONLY,
+        ),
+        Panel(
+            "timeseries",
+            "Rejected inputs per minute",
+            "Inputs the telemetry refused (NaN reward, malformed row, internal error) per minute, by reason. "
+            "Nothing else is lost when an input is rejected; reads 0 when nothing is.",
+            "short",
+            (
+                Query(
+                    f"{rate('rollout_telemetry_rejected_total', ('reason',), agent=None)} * 60"
+                    f" or {rate('rollout_completed_total', ALL)} * 0",
+                    "{{reason}}",
+                ),
+            ),
+        ),
+    ),
+)
+
+ROWS: tuple[Row, ...] = (OVERVIEW, COVERAGE, OVER_TIME)
+"""The dashboard, top to bottom."""

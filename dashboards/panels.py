@@ -159,9 +159,15 @@ class CoverageGauge:
 
 
 COVERAGE_GAUGES: tuple[CoverageGauge, ...] = (
-    # Optional coverage panels: add one CoverageGauge(family, title, description) per gauge family once it
-    # is in the catalogue (the retryable failures gauge is the next one); the generator refuses a family the
-    # catalogue lacks, and the panel reads 0, never "No data", while the family has no series.
+    # One CoverageGauge(family, title, description) per gauge family of the coverage account; the generator
+    # refuses a family the catalogue lacks, and the panel reads 0, never "No data", while it has no series.
+    CoverageGauge(
+        "rollout_run_retryable",
+        "Retryable failures",
+        "Failed rollouts NeMo Gym will dispatch again when the run resumes: no success written, no terminal "
+        "failure row, fewer attempts used than NEMO_GYM_MAX_ROLLOUT_ATTEMPTS (default 3). The other failed "
+        "rollouts are final. Unit: rollouts; from rollout_run_retryable (serve --follow).",
+    ),
 )
 
 DONE = 'disposition!="unknown"'

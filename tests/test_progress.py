@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from rollout_telemetry import RolloutTelemetry
 from tests.support import FakeClock
 
@@ -98,3 +103,88 @@ def test_rounding_is_two_decimals(telemetry: RolloutTelemetry, clock: FakeClock)
     assert keys["progress/a/reward"] == 50.0
     assert keys["progress/a/masked_pct"] == 25.0
     assert keys["progress/a/reward_unmasked"] == 33.33
+
+
+operations = st.lists(
+    st.tuples(
+        st.sampled_from(["a", "b", "c"]),
+        st.sampled_from(["measured", "masked", "masked_unrewarded", "unscored", "failed", "omitted"]),
+        st.sampled_from([-1.0, -0.25, 0.0, 0.25, 0.5, 1.0]),  # exact in binary: sums carry no rounding error
+    ),
+    max_size=80,
+)
+
+
+Tally = dict[str, float]
+RECORDS: dict[str, Callable[[float], dict[str, object]]] = {
+    "measured": lambda reward: {"reward": reward},
+    "masked": lambda reward: {"reward": reward, "mask_sample": True, "failure_kind": "judge_failed"},
+    "masked_unrewarded": lambda reward: {"mask_sample": True},
+    "unscored": lambda reward: {"reward": None, "failure_kind": "verifier_error"},
+}
+
+
+def _tally(operations: list[tuple[str, str, float]]) -> dict[str, Tally]:
+    """Per agent: rewarded count and sum, masked, measured and their sum, failed, omitted, finished."""
+    tally: dict[str, Tally] = {}
+    for agent, what, reward in operations:
+        t = tally.setdefault(agent, dict.fromkeys(("n", "sum", "masked", "measured", "msum", "failed"), 0.0))
+        t["done"] = t.get("done", 0) + 1
+        t["omitted"] = t.get("omitted", 0) + (what == "omitted")
+        t["failed"] += what == "failed"
+        t["masked"] += what in ("masked", "masked_unrewarded")
+        if what in ("measured", "masked"):
+            t["n"] += 1
+            t["sum"] += reward
+        if what == "measured":
+            t["measured"] += 1
+            t["msum"] += reward
+    return tally
+
+
+def _gym_keys(tally: dict[str, Tally], expected: dict[str, int]) -> dict[str, float]:
+    """NeMo Gym 0.7.0's per-agent keys, from the test's own tally."""
+    want: dict[str, float] = {}
+    for agent, t in tally.items():
+        p = f"progress/{agent}/"
+        if t["n"]:
+            want[p + "reward"] = round(100 * t["sum"] / t["n"], 2)
+        left = max(expected[agent] - t["done"], 0) if agent in expected else None
+        if left is not None and t["n"] + left:
+            want[p + "reward_lower_bound"] = round(100 * t["sum"] / (t["n"] + left), 2)
+        if not (t["masked"] or t["failed"] or t["omitted"]):
+            continue  # Gym's masking block: absent until something is lost
+        if t["masked"]:
+            want[p + "masked_pct"] = round(100 * t["masked"] / (t["masked"] + t["measured"]), 2)
+        if t["measured"]:
+            want[p + "reward_unmasked"] = round(100 * t["msum"] / t["measured"], 2)
+        for key in ("failed", "omitted"):
+            if t[key]:
+                want[p + key] = int(t[key])
+    for agent, count in expected.items():  # declared agents with nothing recorded yet
+        if agent not in tally and count:
+            want[f"progress/{agent}/reward_lower_bound"] = 0.0
+    return want
+
+
+@settings(max_examples=300, deadline=None)
+@given(operations=operations, expected=st.dictionaries(st.sampled_from(["a", "b"]), st.integers(0, 60)))
+def test_progress_keys_follow_gyms_rules_over_random_runs(
+    operations: list[tuple[str, str, float]], expected: dict[str, int]
+) -> None:
+    """progress_metrics() equals NeMo Gym 0.7.0's rules, applied by the test to the operations it made."""
+    clock = FakeClock()
+    telemetry = RolloutTelemetry(clock=clock)
+    for agent, count in expected.items():
+        telemetry.expect(agent, count)
+    for agent, what, reward in operations:
+        if what == "failed":
+            telemetry.record_failure(agent, "session_lost")
+        elif what == "omitted":
+            telemetry.record_omission(agent, "cancelled")
+        else:
+            telemetry.record(agent, RECORDS[what](reward))
+    clock.advance(90)
+    want = _gym_keys(_tally(operations), expected)
+    want["progress/total/rollouts_per_min"] = len(operations) / 1.5
+    assert telemetry.progress_metrics() == want

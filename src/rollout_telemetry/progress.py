@@ -13,8 +13,8 @@ from rollout_telemetry.snapshot import AccountSnapshot
 __all__ = ["progress_metrics"]
 
 
-def _pct(value: float) -> float:
-    return round(100.0 * value, 2)
+def _pct(numerator: float, denominator: int) -> float:
+    return round(100 * numerator / denominator, 2)
 
 
 def progress_metrics(
@@ -44,22 +44,19 @@ def progress_metrics(
     finished = 0
     for agent in snapshot.agents:
         prefix = f"progress/{agent.agent}/"
-        finished += agent.completed + agent.failed + agent.omitted
-        mean = agent.mean_reward
-        if mean is not None:
-            keys[prefix + "reward"] = _pct(mean)
+        done = agent.completed + agent.failed + agent.omitted
+        finished += done
+        # Percentages as NeMo Gym writes them: round(100 * sum / count, 2), from the sums themselves.
+        if agent.rewarded:
+            keys[prefix + "reward"] = _pct(agent.reward_sum, agent.rewarded)
         if expected is not None and agent.agent in expected:
-            done = agent.completed + agent.failed + agent.omitted
-            remaining = max(expected[agent.agent] - done, 0)
-            denominator = agent.rewarded + remaining
+            denominator = agent.rewarded + max(expected[agent.agent] - done, 0)
             if denominator > 0:
-                keys[prefix + "reward_lower_bound"] = _pct(agent.reward_sum / denominator)
-        ratio = agent.masked_ratio
-        if ratio is not None:
-            keys[prefix + "masked_pct"] = _pct(ratio)
-        unmasked = agent.mean_reward_unmasked
-        if unmasked is not None:
-            keys[prefix + "reward_unmasked"] = _pct(unmasked)
+                keys[prefix + "reward_lower_bound"] = _pct(agent.reward_sum, denominator)
+        if agent.masked_ratio is not None:
+            keys[prefix + "masked_pct"] = _pct(agent.masked, agent.masked_denominator)
+        if agent.mean_reward_unmasked is not None:
+            keys[prefix + "reward_unmasked"] = _pct(agent.measured_sum, agent.measured)
         if agent.failed:
             keys[prefix + "failed"] = agent.failed
         if agent.omitted:

@@ -62,7 +62,8 @@ def build_report(account: AccountSnapshot, coverage: CoverageSnapshot, *, top: i
                     "mean_reward": events.mean_reward if events else None,
                     "mean_reward_unmasked": _unmasked(events),
                     "masked_share": (events.masked_ratio if events else None) or 0.0,
-                    "top_failure_kinds": dict(kinds.most_common(top)),
+                    # Most frequent first, ties by name: the same report whatever order the rows came in.
+                    "top_failure_kinds": dict(sorted(kinds.items(), key=lambda kv: (-kv[1], kv[0]))[:top]),
                 },
             }
         )

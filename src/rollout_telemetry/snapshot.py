@@ -88,7 +88,17 @@ class AgentSnapshot:
         """Mean reward over measured rollouts, only once something was masked, failed or omitted."""
         if self.measured == 0 or not self.troubled:
             return None
-        return _rounded((self.measured_positive - self.measured_negative) / self.measured)
+        return _rounded(self.measured_sum / self.measured)
+
+    @property
+    def measured_sum(self) -> float:
+        """Sum of the rewards of measured (unmasked, rewarded) rollouts."""
+        return self.measured_positive - self.measured_negative
+
+    @property
+    def masked_denominator(self) -> int:
+        """What the masked share divides by: masked + measured (= completed - unscored), as NeMo Gym."""
+        return self.masked + self.measured
 
     @property
     def masked_ratio(self) -> float | None:
@@ -99,7 +109,7 @@ class AgentSnapshot:
         """
         if self.masked == 0:
             return None
-        return self.masked / (self.masked + self.measured)
+        return self.masked / self.masked_denominator
 
     def count(self, disposition: Disposition) -> int:
         """The number of rollouts that ended in ``disposition``."""

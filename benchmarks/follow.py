@@ -1,9 +1,14 @@
-"""Reading a finished run: the follower's reader against a plain ``json.loads`` per line, same file, one run.
+"""Following a run at any size: read speed against ``json.loads``, ``report``'s memory, and scrape cost.
 
-Generates a rollout file in NeMo Gym's shape (default 100,000 rows of about 20 KB, mostly the large
-``response`` and ``responses_create_params`` fields), then times reading it completely into the account
-and coverage (``RunFollower.poll``) and a baseline that reads the lines and ``json.loads`` each one. Prints
-rows/s and MB/s of both and the ratio (goal: the reader at least 2x the baseline).
+1. Generates a rollout file in NeMo Gym's shape (default 100,000 rows of about 20 KB, mostly the large
+   ``response`` and ``responses_create_params`` fields: about 2 GB), then times reading it completely into
+   the account and coverage (``RunFollower.poll``) against a baseline that reads the lines and ``json.loads``
+   each one. Goal: the reader at least 2x the baseline.
+2. Runs ``rollout-telemetry report`` on that file as a process and prints its peak resident memory (the
+   file is read through one fixed buffer). Goal: under 256 MB at any file size.
+3. Times one scrape of a follower's ``/metrics`` (the account and the coverage account) with 10 thousand,
+   100 thousand and 1 million rollouts recorded. Goal: the same cost at every size (the coverage counts
+   are kept current as rows arrive; a scrape reads per-agent totals only).
 
     .venv/bin/python benchmarks/follow.py [--rows 100000] [--row-kb 20]
 """
@@ -12,12 +17,22 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
-from rollout_telemetry import RolloutTelemetry
+from prometheus_client import generate_latest
+
+from rollout_telemetry import Disposition, RolloutTelemetry
+from rollout_telemetry.coverage import Coverage
+from rollout_telemetry.exporters.prometheus import CoverageCollector
 from rollout_telemetry.follow import RunFiles, RunFollower
+from rollout_telemetry.outcome import classify
+
+AGENTS = ("math_agent", "code_agent", "browser_agent")
 
 
 def generate(path: Path, rows: int, row_kb: int) -> int:
@@ -61,6 +76,37 @@ def reader(path: Path) -> int:
     return sum(a.completed for a in telemetry.snapshot().agents)
 
 
+def report_peak_rss(path: Path) -> int:
+    """Run ``rollout-telemetry report`` on ``path`` as a process; return its peak resident memory in bytes."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    subprocess.run(
+        [sys.executable, "-m", "rollout_telemetry", "report", str(path), "--format", "json"],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+    after = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    assert after >= before, "an earlier child used more memory: the figure would be that child's"
+    return after * 1024  # kilobytes on Linux
+
+
+def scrape_seconds(rollouts: int) -> float:
+    """The time of one /metrics render of a follower that has recorded ``rollouts`` rollouts (best of 5)."""
+    telemetry = RolloutTelemetry()
+    coverage = Coverage(telemetry.names)
+    telemetry.registry.register(CoverageCollector(coverage))
+    measured = classify({"reward": 0.5})
+    for i in range(rollouts):
+        agent = AGENTS[i % 3]
+        coverage.observe(agent, (i // 8, i % 8), 0, Disposition.MEASURED, succeeded=True)
+        telemetry.record_classified(agent, measured)
+    best = float("inf")
+    for _ in range(5):
+        started = time.perf_counter()
+        generate_latest(telemetry.registry)
+        best = min(best, time.perf_counter() - started)
+    return best
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=100_000)
@@ -77,12 +123,18 @@ def main() -> None:
                 started = time.perf_counter()
                 assert read(path) == args.rows
                 times[name].append(time.perf_counter() - started)
+        peak = report_peak_rss(path)
     print(f"{args.rows:,} rows, {size / 2**20:,.0f} MiB ({size / args.rows / 1024:.1f} KiB per row)")
     best = {name: min(ts) for name, ts in times.items()}
     for name, seconds in best.items():
         print(f"{name:<22} {args.rows / seconds:>10,.0f} rows/s {size / 2**20 / seconds:>8,.0f} MiB/s")
     ratio = best["json.loads per line"] / best["follower reader"]
-    print(f"\nreader / baseline throughput: {ratio:.2f}x (goal >= 2)")
+    print(f"reader / baseline throughput: {ratio:.2f}x (goal >= 2)")
+    print(f"report on the {size / 2**30:.1f} GiB file: peak RSS {peak / 2**20:.0f} MiB (goal < 256 MiB)")
+    scrapes = {n: scrape_seconds(n) for n in (10_000, 100_000, 1_000_000)}
+    for n, seconds in scrapes.items():
+        print(f"one scrape of a follower with {n:>9,} rollouts: {seconds * 1e3:6.2f} ms")
+    print(f"scrape at 1M / scrape at 10k: {scrapes[1_000_000] / scrapes[10_000]:.2f}x (goal: about 1x)")
 
 
 if __name__ == "__main__":

@@ -59,7 +59,7 @@ class _Rollout:
         self.records = 0  # rows counted for it (duplicates excluded)
         self.failures = 0  # failure rows: NeMo Gym's count of attempts used
         self.terminal = False
-        self.main_lines: dict[int, int] | None = None  # attempt -> line of its success row
+        self.main_lines: tuple[tuple[int, int], ...] = ()  # (attempt, line) of each success row
 
 
 class _Task:
@@ -231,16 +231,13 @@ class Coverage:
             else:
                 key = (label, *identity)
             rollout, task = self._rollout(state, key, identity is not None)
-            if succeeded and rollout.main_lines is not None:
-                earlier = rollout.main_lines.get(attempt)
-                if earlier is not None:
-                    return earlier
-            retryable_before = self._retryable(rollout)
-            flags_before = task.flags()
             if succeeded:
-                if rollout.main_lines is None:
-                    rollout.main_lines = {}
-                rollout.main_lines[attempt] = line
+                for earlier_attempt, earlier_line in rollout.main_lines:
+                    if earlier_attempt == attempt:
+                        return earlier_line
+            retryable_before = rollout.failures > 0 and self._retryable(rollout)
+            if succeeded:
+                rollout.main_lines += ((attempt, line),)
             else:
                 rollout.failures += 1
                 # NeMo Gym cannot retry what it cannot key: a failure without identity is final.
@@ -254,10 +251,12 @@ class Coverage:
             current = (rollout.attempt, rollout.succeeded)
             # Newer attempt wins; at the same attempt a success wins; between two failures, the later line.
             if rank > current or (rank == current and not succeeded):
+                flags_before = task.flags()
                 self._decide(state, task, rollout, disposition, rank)
-            state.retryable += self._retryable(rollout) - retryable_before
-            if identity is not None:
-                self._task_changed(state, task, flags_before)
+                if identity is not None:
+                    self._task_changed(state, task, flags_before)
+            if rollout.failures:
+                state.retryable += self._retryable(rollout) - retryable_before
             return None
 
     def _rollout(self, state: _Agent, key: Key, in_a_task: bool) -> tuple[_Rollout, _Task]:
@@ -268,10 +267,12 @@ class Coverage:
         state.unexpected += 1  # not declared (yet): expect() takes it back if it comes later
         if not in_a_task:  # a row without identity: in a task of its own, which no task count includes
             return rollout, _Task()
-        task = self._tasks.setdefault((key[0], key[1]), _Task())
-        before = task.flags()
+        task = self._tasks.get((key[0], key[1]))
+        if task is None:
+            task = self._tasks[(key[0], key[1])] = _Task()
+        elif task.flags()[1]:  # fully masked until now; a new, unseen member ends that
+            state.fully_masked_tasks -= 1
         task.members += 1
-        self._task_changed(state, task, before)
         return rollout, task
 
     def _retryable(self, rollout: _Rollout) -> bool:

@@ -312,9 +312,9 @@ class RunFollower:
         or reject them as ``missing_agent``."""
         with self._lock:
             waiting, self._waiting = self._waiting, {}
-            for rows in waiting.values():
+            for identity, rows in waiting.items():
                 for tail, number, row in rows:
-                    self._guarded(tail, number, row, self.default_agent)
+                    self._counted(tail, number, row, self.default_agent, identity)
 
     def _start_over(self) -> None:
         # A file started over: rebuild every count from the files, so nothing is counted twice.
@@ -334,53 +334,50 @@ class RunFollower:
             if recovered is None:
                 return
             row = recovered[1]
-        if tail is self._inputs:
-            self._guarded(tail, number, row, None)
-        else:
-            self._resolve(tail, number, row)
+        try:
+            if tail is self._inputs:
+                self._input(row)
+            else:
+                self._resolve(tail, number, row)
+        except Rejection as exc:
+            self._reject(tail, number, exc)
 
     def _resolve(self, tail: _Tail, number: int, row: _Row) -> None:
         # Which agent: the row's own, its input row's, or (once nothing else can tell) the default.
-        try:
-            agent = _row_agent(row)
-            identity = _identity(row)
-        except Rejection as exc:
-            self._reject(tail, number, exc)
-            return
+        agent = _row_agent(row)
+        identity = _identity(row)
         if agent is None and identity is not None:
             agent = self._input_agents.get(identity)
             if agent is None and (self._inputs is not None and self._inputs.identity is not None):
                 self._waiting.setdefault(identity, []).append((tail, number, row))
                 return
-        self._guarded(tail, number, row, agent or self.default_agent)
+        self._count(tail, number, row, agent or self.default_agent, identity)
 
-    def _guarded(self, tail: _Tail, number: int, row: _Row, agent: str | None) -> None:
+    def _counted(
+        self, tail: _Tail, number: int, row: _Row, agent: str | None, identity: tuple[int, int]
+    ) -> None:
         try:
-            if tail is self._inputs:
-                self._input(row)
-            elif agent is None:
-                raise Rejection("missing_agent", "no _ng_environment_server, agent_ref.name or input row")
-            else:
-                self._count(tail, number, row, agent)
+            self._count(tail, number, row, agent, identity)
         except Rejection as exc:
             self._reject(tail, number, exc)
 
     def _input(self, row: _Row) -> None:
         identity = _identity(row)
-        agent = _row_agent(row)
+        agent = _row_agent(row) or self.default_agent
         if identity is None:
             raise Rejection("missing_identity", "a materialized inputs row needs its identity")
-        if agent is None:
-            agent = self.default_agent
         if agent is None:
             raise Rejection("missing_agent", "no _ng_environment_server or agent_ref.name")
         self.coverage.expect(agent, *identity)
         self._input_agents[identity] = agent
         for tail, number, waiting in self._waiting.pop(identity, ()):
-            self._guarded(tail, number, waiting, agent)
+            self._counted(tail, number, waiting, agent, identity)
 
-    def _count(self, tail: _Tail, number: int, row: _Row, agent: str) -> None:
-        identity = _identity(row)
+    def _count(
+        self, tail: _Tail, number: int, row: _Row, agent: str | None, identity: tuple[int, int] | None
+    ) -> None:
+        if agent is None:
+            raise Rejection("missing_agent", "no _ng_environment_server, agent_ref.name or input row")
         attempt = _attempt(row)
         if tail is self._main:
             outcome = classify(row)

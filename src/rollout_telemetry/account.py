@@ -15,14 +15,16 @@ import bisect
 import logging
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
 
 from rollout_telemetry import _fork
-from rollout_telemetry.failure_kinds import OTHER
+from rollout_telemetry.failure_kinds import AGENT, OTHER
 from rollout_telemetry.names import Names
 from rollout_telemetry.outcome import Classified, Disposition
 from rollout_telemetry.snapshot import AccountSnapshot, AgentSnapshot
 
-__all__ = ["DURATION_BUCKETS", "Account", "InFlight"]
+__all__ = ["DURATION_BUCKETS", "Account", "Flight", "FlightRecord", "InFlight"]
 
 _log = logging.getLogger("rollout_telemetry.account")
 
@@ -53,14 +55,21 @@ class _AgentState:
     """Mutable per-agent counts; only touched under the account lock."""
 
     __slots__ = (
+        "bucket_exemplars",
         "cells",
         "duration_buckets",
         "duration_count",
         "duration_sum",
+        "exemplars",
+        "flights",
         "free_slots",
         "label",
         "labels",
         "lifecycle",
+        "stage_labels",
+        "stages",
+        "stalled",
+        "stalls",
         "starts",
     )
 
@@ -70,10 +79,18 @@ class _AgentState:
         self.cells[_MEASURED].kinds[None] = 0  # measured rollouts are counted under None, never resolved
         self.labels: dict[str | None, str] = {}  # kind key -> its label, resolved once
         self.lifecycle = False
-        # In-flight rollouts: one slot each, holding its start time (None when free). Slots are reused,
-        # so starting and finishing allocate nothing; a snapshot copies the list.
+        # In-flight rollouts: one slot each, across parallel lists: its start time (None when free), its
+        # stage, what began it (for /rollouts and stall notices) and whether it was found stalled. Slots are
+        # reused, so starting and finishing allocate nothing; a snapshot copies the lists.
         self.starts: list[float | None] = []
+        self.stages: list[str | None] = []
+        self.flights: list[Flight | None] = []
+        self.stalled: list[bool] = []
         self.free_slots: list[int] = []
+        self.stage_labels: set[str] = set()  # every stage seen: their gauges read 0 when nothing is there
+        self.stalls: dict[str, int] = {}  # rollouts that crossed the stall bound, by the stage they were in
+        self.exemplars: dict[tuple[Disposition, str | None], tuple[str, str]] = {}  # latest trace per kind
+        self.bucket_exemplars: dict[int, tuple[str, str, float]] = {}  # latest trace per duration bucket
         self.duration_buckets = [0] * (len(DURATION_BUCKETS) + 1)
         self.duration_sum = 0.0
         self.duration_count = 0
@@ -83,17 +100,56 @@ InFlight = tuple[_AgentState, int, float]
 """What ``Account.begin`` returns and ``Account.count`` takes to end that flight: opaque to callers."""
 
 
+class Flight(Protocol):
+    """What began a rollout in flight (the lifecycle's rollout context): read for ``/rollouts``."""
+
+    task_index: int | None
+    rollout_index: int | None
+    attempt: int | None
+
+    @property
+    def span_ids(self) -> tuple[str, str] | None:
+        """(trace id, span id) in hex, when the rollout has a span."""
+
+    def stalled(self, age: float, stage: str) -> None:
+        """The rollout was found stalled: note it (on its span); never raises."""
+
+
+@dataclass(frozen=True, slots=True)
+class FlightRecord:
+    """One rollout in flight, as ``/rollouts`` shows it."""
+
+    agent: str
+    task_index: int | None
+    rollout_index: int | None
+    attempt: int | None
+    stage: str
+    age_seconds: float
+    stalled: bool
+    trace_id: str | None
+    span_id: str | None
+
+
 class Account:
     """Per-agent rollout counts, reward sums and in-flight work, recorded in O(1) under one lock.
 
     Args:
         names: resolves agent names and failure kinds to labels (cut, capped); shared with every store.
         clock: monotonic seconds, injectable for tests.
+        stall_after: seconds in flight after which a rollout of an agent (by label) is stalled; none by
+            default.
     """
 
-    def __init__(self, *, names: Names, clock: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        *,
+        names: Names,
+        clock: Callable[[], float],
+        stall_after: Callable[[str], float] | None = None,
+    ) -> None:
         self._lock = threading.Lock()
         self._clock = clock
+        self._stall_after = stall_after
         self.names = names
         self._by_label: dict[str, _AgentState] = {}
         # Raw agent name -> state, so the hot path does one dict lookup. Folded names are never entered,
@@ -154,12 +210,19 @@ class Account:
 
     # -- recording ----------------------------------------------------------------------------------
 
-    def count(self, agent: str, outcome: Classified, in_flight: InFlight | None = None) -> None:
+    def count(
+        self,
+        agent: str,
+        outcome: Classified,
+        in_flight: InFlight | None = None,
+        exemplar: tuple[str, str] | None = None,
+    ) -> None:
         """Count one classified outcome of ``agent`` (from ``outcome.classify`` or ``outcome.absent``).
 
         This is the one place a count changes. With ``in_flight`` (the handle ``begin`` returned) the same
         step takes that rollout out of flight and records its duration, under the same lock, so no
-        snapshot sees a rollout both in flight and counted.
+        snapshot sees a rollout both in flight and counted. ``exemplar`` (trace id, span id) is kept as the
+        latest occurrence of the outcome's kind and duration bucket.
 
         Raises:
             OutcomeError: the agent name is not a non-empty string.
@@ -181,10 +244,16 @@ class Account:
         try:
             if in_flight is not None:
                 state.starts[slot] = None
+                state.flights[slot] = None
+                state.stalled[slot] = False
                 state.free_slots.append(slot)
-                state.duration_buckets[bisect.bisect_left(DURATION_BUCKETS, duration)] += 1
+                bucket = bisect.bisect_left(DURATION_BUCKETS, duration)
+                state.duration_buckets[bucket] += 1
                 state.duration_sum += duration
                 state.duration_count += 1
+                if exemplar is not None:
+                    state.bucket_exemplars[bucket] = (*exemplar, duration)
+                    state.exemplars[(disposition, kind)] = exemplar
             cell = state.cells[disposition]
             counts = cell.kinds
             try:
@@ -212,8 +281,9 @@ class Account:
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
-    def begin(self, agent: str, now: float) -> InFlight:
-        """Mark one rollout of ``agent`` in flight since ``now``; return the handle ``count`` takes."""
+    def begin(self, agent: str, now: float, flight: Flight | None = None) -> InFlight:
+        """Mark one rollout of ``agent`` in flight since ``now``, at stage ``agent``; return the handle that
+        ``set_stage`` and ``count`` take. ``flight`` is what ``/rollouts`` and stall notices read."""
         try:
             state = self._by_name[agent]
         except (KeyError, TypeError):
@@ -224,13 +294,93 @@ class Account:
             if state.free_slots:
                 slot = state.free_slots.pop()
                 state.starts[slot] = now
+                state.stages[slot] = AGENT
+                state.flights[slot] = flight
             else:  # more rollouts in flight than ever before
                 slot = len(state.starts)
                 state.starts.append(now)
-            state.lifecycle = True
+                state.stages.append(AGENT)
+                state.flights.append(flight)
+                state.stalled.append(False)
+            if not state.lifecycle:
+                state.lifecycle = True
+                state.stage_labels.add(AGENT)
         finally:
             lock.release()
         return state, slot, now
+
+    def set_stage(self, handle: InFlight, stage: str) -> None:
+        """Say which stage a rollout in flight (by the handle ``begin`` returned) is at.
+
+        Raises:
+            OutcomeError: the stage is not a non-empty string.
+        """
+        state, slot, _ = handle
+        label, folded = self.names.stage(state.label, stage)
+        with self._lock:
+            if folded:
+                self._overflowed("stage")
+            state.stages[slot] = label
+            state.stage_labels.add(label)
+
+    @property
+    def stalls_off(self) -> bool:
+        """Whether stall detection is off (no ``stall_after``)."""
+        return self._stall_after is None
+
+    def check_stalls(self) -> list[tuple[str, str, Flight | None, float]]:
+        """Find the rollouts in flight longer than their agent's ``stall_after`` that were not found yet.
+
+        Each is flagged, counted once in its stage's stalls, and returned as (agent, stage, flight, age), so
+        the caller can say so outside the lock. The one place the stall rule is applied.
+        """
+        bound = self._stall_after
+        if bound is None:
+            return []
+        stalled: list[tuple[str, str, Flight | None, float]] = []
+        with self._lock:
+            now = self._clock()
+            for state in self._by_label.values():
+                if not state.lifecycle:
+                    continue
+                limit = bound(state.label)
+                for slot, start in enumerate(state.starts):
+                    if start is None or state.stalled[slot] or now - start <= limit:
+                        continue
+                    state.stalled[slot] = True
+                    stage = state.stages[slot] or AGENT
+                    state.stalls[stage] = state.stalls.get(stage, 0) + 1
+                    stalled.append((state.label, stage, state.flights[slot], now - start))
+        return stalled
+
+    def in_flight(self, limit: int) -> tuple[int, list[FlightRecord]]:
+        """The number of rollouts in flight and the ``limit`` oldest of them, oldest first."""
+        with self._lock:
+            now = self._clock()
+            live = [
+                (start, state.label, state.stages[slot], state.flights[slot], state.stalled[slot])
+                for state in self._by_label.values()
+                for slot, start in enumerate(state.starts)
+                if start is not None
+            ]
+        live.sort(key=lambda item: item[0])
+        records = []
+        for start, label, stage, flight, stalled in live[:limit]:
+            ids = flight.span_ids if flight is not None else None
+            records.append(
+                FlightRecord(
+                    agent=label,
+                    task_index=flight.task_index if flight is not None else None,
+                    rollout_index=flight.rollout_index if flight is not None else None,
+                    attempt=flight.attempt if flight is not None else None,
+                    stage=stage or AGENT,
+                    age_seconds=max(now - start, 0.0),
+                    stalled=stalled,
+                    trace_id=ids[0] if ids else None,
+                    span_id=ids[1] if ids else None,
+                )
+            )
+        return len(live), records
 
     # -- reading ------------------------------------------------------------------------------------
 
@@ -245,6 +395,12 @@ class Account:
                     s.labels.copy(),
                     s.lifecycle,
                     s.starts.copy(),
+                    s.stages.copy(),
+                    s.stalled.copy(),
+                    tuple(s.stage_labels),
+                    s.stalls.copy(),
+                    s.exemplars.copy(),
+                    s.bucket_exemplars.copy(),
                     tuple(s.duration_buckets),
                     s.duration_sum,
                     s.duration_count,
@@ -265,13 +421,29 @@ _CellCopy = tuple[Disposition, dict[str | None, int], float, float, int]
 
 
 _StateCopy = tuple[
-    str, list[_CellCopy], dict[str | None, str], bool, list[float | None], tuple[int, ...], float, int
+    str,
+    list[_CellCopy],
+    dict[str | None, str],
+    bool,
+    list[float | None],
+    list[str | None],
+    list[bool],
+    tuple[str, ...],
+    dict[str, int],
+    dict[tuple[Disposition, str | None], tuple[str, str]],
+    dict[int, tuple[str, str, float]],
+    tuple[int, ...],
+    float,
+    int,
 ]
 
 
 def _agent_snapshot(copy: _StateCopy) -> AgentSnapshot:
     """Derive one agent's snapshot from what was copied under the lock."""
-    label, cells, labels, lifecycle, starts, duration_buckets, duration_sum, duration_count = copy
+    (
+        label, cells, labels, lifecycle, starts, stages, stalled, stage_labels, stalls, exemplars,
+        bucket_exemplars, duration_buckets, duration_sum, duration_count,
+    ) = copy  # fmt: skip
     kinds: dict[Disposition, dict[str, int]] = {}
     totals: dict[Disposition, int] = {}
     unrewarded: dict[Disposition, int] = {}
@@ -288,7 +460,16 @@ def _agent_snapshot(copy: _StateCopy) -> AgentSnapshot:
             for key, count in counts.items():
                 kind = labels[key]
                 by_label[kind] = by_label.get(kind, 0) + count
-    live = [start for start in starts if start is not None]
+    in_flight = dict.fromkeys(stage_labels, 0)
+    stalled_now = dict.fromkeys(stage_labels, 0)
+    oldest: dict[str, float] = {}
+    for slot, start in enumerate(starts):
+        if start is not None:
+            stage = stages[slot] or AGENT
+            in_flight[stage] = in_flight.get(stage, 0) + 1
+            stalled_now[stage] = stalled_now.get(stage, 0) + stalled[slot]
+            if start < oldest.get(stage, start + 1.0):
+                oldest[stage] = start
     absent = (Disposition.FAILED, Disposition.OMITTED)
     return AgentSnapshot(
         agent=label,
@@ -307,8 +488,12 @@ def _agent_snapshot(copy: _StateCopy) -> AgentSnapshot:
         absent_negative=sum(negative[d] for d in absent),
         kinds=kinds,
         lifecycle=lifecycle,
-        in_flight=len(live),
-        oldest_in_flight_start=min(live) if live else None,
+        in_flight_by_stage=in_flight,
+        oldest_start_by_stage=oldest,
+        stalled_by_stage=stalled_now,
+        stalls=stalls,
+        exemplars={(d, labels[key]): ids for (d, key), ids in exemplars.items() if key in labels},
+        bucket_exemplars=bucket_exemplars,
         duration_buckets=duration_buckets,
         duration_sum=duration_sum,
         duration_count=duration_count,

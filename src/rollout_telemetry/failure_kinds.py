@@ -22,11 +22,14 @@ from typing import Final
 from rollout_telemetry import _fork
 
 __all__ = [
+    "ADMISSION",
+    "AGENT",
     "AGENT_COMMAND_NOT_ALLOWED",
     "AGENT_REQUEST_FAILED",
     "AGENT_RUN_ERROR",
     "AGENT_TIMEOUT",
     "CANCELLED",
+    "CLEANUP",
     "COHORT_INCOMPLETE",
     "ENVIRONMENT_SERVER_FAILED",
     "GYM_FAILURE_CLASSES",
@@ -41,15 +44,18 @@ __all__ = [
     "PROVIDER_QUOTA_EXHAUSTED",
     "PROVIDER_UNAVAILABLE",
     "REGISTERED",
+    "SEED",
     "SESSION_EXPIRED",
     "SESSION_LOST",
     "SESSION_RELEASE_FAILED",
     "SHUTDOWN",
+    "STAGES",
     "TRANSPORT_LOCAL_RESOURCE",
     "TRANSPORT_PEER_DROP",
     "TRANSPORT_TIMEOUT",
     "TRANSPORT_UNREACHABLE",
     "UNSPECIFIED",
+    "VERIFICATION",
     "VERIFIER_ERROR",
     "KindValidator",
     "fits_convention",
@@ -146,6 +152,16 @@ names, passed through unchanged as the kind of a failure read from that file, ne
 KNOWN: Final[frozenset[str]] = REGISTERED | GYM_FAILURE_CLASSES
 """Every name accepted without a warning (besides namespaced ``<server>:<kind>`` ones)."""
 
+ADMISSION: Final = "admission"
+SEED: Final = "seed"
+AGENT: Final = "agent"
+VERIFICATION: Final = "verification"
+CLEANUP: Final = "cleanup"
+
+STAGES: Final[frozenset[str]] = frozenset({ADMISSION, SEED, AGENT, VERIFICATION, CLEANUP})
+"""Where a rollout in flight is: NeMo Gym's failure stages. A server may namespace its own as
+``<server>:<stage>``; any other name is warned about once and passed through, like a failure kind."""
+
 UNSPECIFIED: Final = "unspecified"
 """The label of a masked, failed or omitted rollout that named no failure kind."""
 
@@ -169,13 +185,18 @@ def is_namespaced(kind: str) -> bool:
 class KindValidator:
     """Checks failure kinds against the vocabulary, warning once per unregistered name.
 
-    Each instance remembers which names it has warned about, up to ``max_warned`` names; past that it
-    says once that it stops warning, so a stream of free-text kinds cannot grow memory or flood the log.
+    ``known`` names (the failure kinds by default; the stages for a stage validator) pass silently. Each
+    instance remembers which names it has warned about, up to ``max_warned`` names; past that it says once
+    that it stops warning, so a stream of free-text kinds cannot grow memory or flood the log.
     """
 
-    __slots__ = ("__weakref__", "_lock", "_max_warned", "_silenced", "_warned")
+    __slots__ = ("__weakref__", "_known", "_lock", "_max_warned", "_noun", "_silenced", "_warned")
 
-    def __init__(self, max_warned: int = 1024) -> None:
+    def __init__(
+        self, max_warned: int = 1024, *, known: frozenset[str] | None = None, noun: str = "failure kind"
+    ) -> None:
+        self._known = KNOWN if known is None else known
+        self._noun = noun
         self._warned: set[str] = set()
         self._max_warned = max_warned
         self._silenced = False
@@ -190,7 +211,7 @@ class KindValidator:
 
         Never raises: an unregistered kind is information, not an error.
         """
-        if kind in KNOWN or kind in self._warned or kind == UNSPECIFIED:
+        if kind in self._known or kind in self._warned or kind == UNSPECIFIED:
             return kind
         if _NAMESPACED.fullmatch(kind) is not None:
             return kind
@@ -200,13 +221,15 @@ class KindValidator:
             if len(self._warned) >= self._max_warned:
                 self._silenced = True
                 _log.warning(
-                    "more than %d unregistered failure kinds seen; no further ones will be warned about",
+                    "more than %d unregistered %ss seen; no further ones will be warned about",
                     self._max_warned,
+                    self._noun,
                 )
                 return kind
             self._warned.add(kind)
         _log.warning(
-            "unregistered failure kind %r: use a registered name or namespace it as '<server>:<kind>'",
+            "unregistered %s %r: use a registered name or namespace it as '<server>:<name>'",
+            self._noun,
             kind[:200],
         )
         return kind

@@ -107,7 +107,7 @@ class RolloutContext:
             return self
         now = self._clock()
         try:
-            self._handle = self._account.begin(self.agent, now)
+            self._handle = self._account.begin(self.agent, now, self)
         except Exception as exc:
             self._state = _NOT_TRACKED  # nothing went in flight: its outcome has nothing to finish
             self._rejections.reject(exc)
@@ -142,6 +142,40 @@ class RolloutContext:
         tb: TracebackType | None,
     ) -> None:
         self.__exit__(exc_type, exc, tb)
+
+    # -- where it is ---------------------------------------------------------------------------------
+
+    def stage(self, stage: str) -> None:
+        """Say where the rollout is: NeMo Gym's stages (``admission``, ``seed``, ``agent``,
+        ``verification``, ``cleanup``) or ``<server>:<stage>``; a new rollout is at ``agent``. Outside the
+        block it is ignored."""
+        if self._state != _IN_FLIGHT:
+            return
+        handle = self._handle
+        assert handle is not None
+        try:
+            self._account.set_stage(handle, stage)
+        except Exception as exc:
+            self._rejections.reject(exc)
+
+    @property
+    def span_ids(self) -> tuple[str, str] | None:
+        """(trace id, span id) in hex of the rollout's span, when it has one."""
+        span = self._span
+        if span is None:
+            return None
+        context = span.span.get_span_context()
+        return format(context.trace_id, "032x"), format(context.span_id, "016x")
+
+    def stalled(self, age: float, stage: str) -> None:
+        """The rollout was found stalled: a ``rollout.stalled`` event on its open span. Never raises."""
+        span = self._span
+        if span is None or self._state != _IN_FLIGHT:
+            return
+        try:
+            self._spans.event(span, "rollout.stalled", {"rollout.stage": stage, "rollout.age_seconds": age})
+        except Exception as exc:
+            self._rejections.reject(exc)
 
     # -- outcomes -----------------------------------------------------------------------------------
 
@@ -201,7 +235,7 @@ class RolloutContext:
         self._state = _DONE
         try:
             try:
-                self._account.count(self.agent, outcome, handle)
+                self._account.count(self.agent, outcome, handle, None if span is None else self.span_ids)
             finally:
                 if span is not None:
                     self._spans.finish(span, outcome)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 
 from rollout_telemetry import _fork
-from rollout_telemetry.failure_kinds import OTHER, UNSPECIFIED, KindValidator
+from rollout_telemetry.failure_kinds import OTHER, STAGES, UNSPECIFIED, KindValidator
 from rollout_telemetry.outcome import OutcomeError, label_value
 
 __all__ = ["DEFAULT_MAX_AGENTS", "DEFAULT_MAX_KINDS_PER_AGENT", "Names"]
@@ -31,7 +31,8 @@ class Names:
 
     Args:
         max_agents: distinct agent labels admitted; further agents are folded into ``_other``.
-        max_kinds_per_agent: distinct failure-kind labels admitted per agent; further ones become ``_other``.
+        max_kinds_per_agent: distinct failure-kind labels (and, apart, stage labels) admitted per agent;
+            further ones become ``_other``.
         validator: warns once per unregistered kind; a new one by default.
     """
 
@@ -54,6 +55,9 @@ class Names:
         self._agent_labels: set[str] = set()
         self._kind_labels: dict[str, str] = {}  # raw kind -> checked, cut label (a cache)
         self._admitted_kinds: dict[str, set[str]] = {}  # agent label -> its admitted kind labels
+        self._stage_validator = KindValidator(known=STAGES, noun="stage")
+        self._stage_labels: dict[str, str] = {}
+        self._admitted_stages: dict[str, set[str]] = {}
         _fork.track(self)
 
     def _after_fork_in_child(self) -> None:
@@ -91,16 +95,37 @@ class Names:
         The first time an unregistered kind is seen it is warned about, once; it is never rejected.
         """
         if kind is None:
-            label = UNSPECIFIED
-        else:
-            cached = self._kind_labels.get(kind)
-            if cached is None:
-                cached = label_value(self._validator.validate(kind))
-                if len(self._kind_labels) < _MAX_CACHED_KINDS:
-                    self._kind_labels[kind] = cached
-            label = cached
+            return self._admit(self._admitted_kinds, agent_label, UNSPECIFIED)
+        return self._admit(
+            self._admitted_kinds, agent_label, self._label(self._kind_labels, self._validator, kind)
+        )
+
+    def stage(self, agent_label: str, stage: str) -> tuple[str, bool]:
+        """Return ``(label, folded)`` for the stage of a rollout in flight: NeMo Gym's stages or
+        ``<server>:<stage>``, others warned about once; capped per agent like the kinds.
+
+        Raises:
+            OutcomeError: the stage is not a non-empty string.
+        """
+        if not isinstance(stage, str) or not stage:
+            raise OutcomeError("stage", f"must be a non-empty string, got {type(stage).__name__}")
+        label = self._label(self._stage_labels, self._stage_validator, str(stage))
+        return self._admit(self._admitted_stages, agent_label, label)
+
+    @staticmethod
+    def _label(cache: dict[str, str], validator: KindValidator, name: str) -> str:
+        label = cache.get(name)
+        if label is None:
+            label = label_value(validator.validate(name))
+            if len(cache) < _MAX_CACHED_KINDS:
+                cache[name] = label
+        return label
+
+    def _admit(
+        self, admitted_by_agent: dict[str, set[str]], agent_label: str, label: str
+    ) -> tuple[str, bool]:
         with self._lock:
-            admitted = self._admitted_kinds.setdefault(agent_label, set())
+            admitted = admitted_by_agent.setdefault(agent_label, set())
             if label in admitted:
                 return label, False
             if len(admitted) >= self.max_kinds_per_agent and label != OTHER:
@@ -114,3 +139,4 @@ class Names:
             self._agents = {}
             self._agent_labels = set()
             self._admitted_kinds = {}
+            self._admitted_stages = {}

@@ -82,11 +82,24 @@ def _by_kind(disposition: Disposition) -> Callable[[AccountSnapshot], Iterator[S
     return sample
 
 
+def _by_stage(
+    value: Callable[[AgentSnapshot], Mapping[str, float]],
+) -> Callable[[AccountSnapshot], Iterator[Sample]]:
+    def sample(snap: AccountSnapshot) -> Iterator[Sample]:
+        for agent in snap.agents:
+            if agent.lifecycle:
+                for stage, number in value(agent).items():
+                    yield (agent.agent, stage), number
+
+    return sample
+
+
 def _in_flight_age(snap: AccountSnapshot) -> Iterator[Sample]:
     for agent in snap.agents:
         if agent.lifecycle:
-            start = agent.oldest_in_flight_start
-            yield (agent.agent,), 0.0 if start is None else max(snap.taken_at - start, 0.0)
+            for stage in agent.in_flight_by_stage:
+                start = agent.oldest_start_by_stage.get(stage)
+                yield (agent.agent, stage), 0.0 if start is None else max(snap.taken_at - start, 0.0)
 
 
 def _mapping(attribute: str) -> Callable[[AccountSnapshot], Iterator[Sample]]:
@@ -99,6 +112,7 @@ def _mapping(attribute: str) -> Callable[[AccountSnapshot], Iterator[Sample]]:
 
 _AGENT = ("agent",)
 _KIND = ("agent", "failure_kind")
+_STAGE = ("agent", "stage")
 _ALWAYS = "always, per agent"
 _TROUBLE = "once something is masked, failed or omitted for the agent"
 
@@ -178,15 +192,28 @@ FAMILIES: tuple[Family[AccountSnapshot], ...] = (
         _by_kind(Disposition.OMITTED),
     ),
     Family(
-        "rollout_in_flight", "gauge", _AGENT, "{rollout}", "per agent that used the lifecycle API",
-        "Rollouts started through the lifecycle API and not finished yet.",
-        _each(lambda a: a.in_flight if a.lifecycle else None),
+        "rollout_in_flight", "gauge", _STAGE, "{rollout}", "per agent and stage that used the lifecycle API",
+        "Rollouts started through the lifecycle API and not finished yet, by the stage they are at "
+        "(rollout.stage(); 'agent' unless told).",
+        _by_stage(lambda a: a.in_flight_by_stage),
     ),
     Family(
-        "rollout_oldest_in_flight_age_seconds", "gauge", _AGENT, "s", "per agent that used the lifecycle API",
-        "Age of the oldest rollout still in flight; 0 when none is. An age that keeps growing is a stalled "
-        "rollout.",
+        "rollout_oldest_in_flight_age_seconds", "gauge", _STAGE, "s",
+        "per agent and stage that used the lifecycle API",
+        "Age of the oldest rollout still in flight at that stage; 0 when none is. An age that keeps growing "
+        "is a stalled rollout.",
         _in_flight_age,
+    ),
+    Family(
+        "rollout_stalled", "gauge", _STAGE, "{rollout}", "per agent and stage that used the lifecycle API",
+        "Rollouts in flight now for longer than stall_after, by the stage they are at.",
+        _by_stage(lambda a: a.stalled_by_stage),
+    ),
+    Family(
+        "rollout_stalls_total", "counter", _STAGE, "{rollout}", "once a rollout of the agent stalls",
+        "Rollouts that stayed in flight longer than stall_after, each counted once when it crossed, by the "
+        "stage it was at then.",
+        _by_stage(lambda a: a.stalls),
     ),
     Family(
         "rollout_telemetry_rejected_total", "counter", ("reason",), "{input}", "once an input is rejected",

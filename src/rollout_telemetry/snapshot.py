@@ -40,11 +40,31 @@ class AgentSnapshot:
     absent_positive: float = 0.0
     absent_negative: float = 0.0
     lifecycle: bool = False
-    in_flight: int = 0
-    oldest_in_flight_start: float | None = None
+    in_flight_by_stage: Mapping[str, int] = field(default_factory=dict)
+    """Rollouts in flight now by stage, every stage seen for the agent included (0 when none is there)."""
+    oldest_start_by_stage: Mapping[str, float] = field(default_factory=dict)
+    """Start of the oldest rollout in flight, by stage (stages with a rollout in flight only)."""
+    stalled_by_stage: Mapping[str, int] = field(default_factory=dict)
+    """Rollouts in flight now that crossed the stall bound, by stage (every stage seen included)."""
+    stalls: Mapping[str, int] = field(default_factory=dict)
+    """Rollouts that crossed the stall bound since the start, by the stage they were in then."""
+    exemplars: Mapping[tuple[Disposition, str], tuple[str, str]] = field(default_factory=dict)
+    """The (trace id, span id) of the latest rollout with a span, by disposition and failure kind."""
+    bucket_exemplars: Mapping[int, tuple[str, str, float]] = field(default_factory=dict)
+    """The (trace id, span id, duration) of the latest rollout with a span, by duration bucket index."""
     duration_buckets: tuple[int, ...] = ()
     duration_sum: float = 0.0
     duration_count: int = 0
+
+    @property
+    def in_flight(self) -> int:
+        """Rollouts in flight now."""
+        return sum(self.in_flight_by_stage.values())
+
+    @property
+    def oldest_in_flight_start(self) -> float | None:
+        """Start of the oldest rollout in flight, or ``None`` when none is."""
+        return min(self.oldest_start_by_stage.values(), default=None)
 
     @property
     def completed(self) -> int:

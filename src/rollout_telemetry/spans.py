@@ -184,6 +184,10 @@ class SpanRecorder:
         token = otel_context.attach(trace.set_span_in_context(span))
         return OpenSpan(span, token, owned=True, agent=agent)
 
+    def event(self, open_span: OpenSpan, name: str, attributes: Mapping[str, str | float]) -> None:
+        """Add an event to a rollout's open span."""
+        open_span.span.add_event(name, dict(attributes))
+
     def finish(self, open_span: OpenSpan, outcome: Classified) -> None:
         """Set the outcome on the span, mark a failure as an error, and end a span this recorder opened.
 

@@ -7,6 +7,7 @@ into the collector (unless ``strict=True``): bad input is logged once per cause 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING
 from prometheus_client import push_to_gateway, pushadd_to_gateway
 from prometheus_client.registry import CollectorRegistry
 
+from rollout_telemetry import _watch
 from rollout_telemetry.account import Account
 from rollout_telemetry.exporters.prometheus import AccountCollector
 from rollout_telemetry.failure_kinds import KindValidator
@@ -37,6 +39,10 @@ _log = logging.getLogger("rollout_telemetry")
 
 _FAILED, _OMITTED = Disposition.FAILED, Disposition.OMITTED
 
+DEFAULT_STALL_AFTER = 600.0
+"""Seconds in flight after which a rollout counts as stalled, unless told otherwise."""
+MAX_ROLLOUTS_LISTED = 1000
+
 
 class RolloutTelemetry:
     """Live telemetry for one rollout collection: record outcomes, serve them, view them.
@@ -55,6 +61,9 @@ class RolloutTelemetry:
             ``"off"``.
         reason_limit: ``failure_reason`` on spans is truncated to this many characters.
         redact_reason: optional hook applied to ``failure_reason`` before it goes on a span.
+        stall_after: seconds a rollout may be in flight (lifecycle API) before it counts as stalled; ``None``
+            turns stall detection off.
+        stall_after_by_agent: per-agent overrides of ``stall_after``.
     """
 
     def __init__(
@@ -72,6 +81,8 @@ class RolloutTelemetry:
         span_mode: SpanMode = "span",
         reason_limit: int = DEFAULT_REASON_LIMIT,
         redact_reason: Callable[[str], str] | None = None,
+        stall_after: float | None = DEFAULT_STALL_AFTER,
+        stall_after_by_agent: Mapping[str, float] | None = None,
     ) -> None:
         self._clock = clock
         self._started = clock()
@@ -79,7 +90,16 @@ class RolloutTelemetry:
             max_agents=max_agents, max_kinds_per_agent=max_kinds_per_agent, validator=KindValidator()
         )
         """The one resolution of agent and failure-kind labels (cut, capped) that every store uses."""
-        self._account = Account(names=self.names, clock=clock)
+        if stall_after is not None and stall_after <= 0:
+            msg = f"stall_after must be a positive number of seconds or None, got {stall_after}"
+            raise ValueError(msg)
+        self._stall_after = stall_after
+        self._stall_after_by_label = {
+            self.names.agent(agent)[0]: seconds for agent, seconds in (stall_after_by_agent or {}).items()
+        }
+        bound = self._stall_bound if stall_after is not None or stall_after_by_agent else None
+        self._account = Account(names=self.names, clock=clock, stall_after=bound)
+        self._watching = False
         self.rejections = Rejections(self._account.reject, strict=strict)
         """The rejection policy (count by reason, warn once per cause, raise under ``strict``)."""
         self._count = self._account.count
@@ -90,7 +110,7 @@ class RolloutTelemetry:
         labels.update(const_labels or {})
         self.const_labels: Mapping[str, str] = labels
         self.registry = registry if registry is not None else CollectorRegistry()
-        self._collector = AccountCollector(self._account.snapshot, labels)
+        self._collector = AccountCollector(self.snapshot, labels)
         self.registry.register(self._collector)
         self.spans = SpanRecorder(
             tracer_provider=tracer_provider,
@@ -177,6 +197,8 @@ class RolloutTelemetry:
         a failure of kind ``rollout_telemetry:no_outcome``. An outcome given outside the block is a counted
         rejection (``outcome_outside_block``), raised with ``strict=True``.
         """
+        if not self._watching:
+            self._watch_stalls()
         return RolloutContext(
             account=self._account,
             spans=self.spans,
@@ -196,8 +218,57 @@ class RolloutTelemetry:
         return self._account
 
     def snapshot(self) -> AccountSnapshot:
-        """A consistent copy of every count."""
+        """A consistent copy of every count, after a check for rollouts that stalled since the last one."""
+        self.check_stalls()
         return self._account.snapshot()
+
+    def _stall_bound(self, agent_label: str) -> float:
+        return self._stall_after_by_label.get(agent_label, self._stall_after or float("inf"))
+
+    def check_stalls(self) -> int:
+        """Flag the rollouts in flight longer than ``stall_after`` that were not flagged yet; return how many.
+
+        Each is counted once in ``rollout_stalls_total``, gets a ``rollout.stalled`` event on its span and one
+        warning line naming it. Runs at every scrape and on a timer while rollouts are tracked; never raises.
+        """
+        try:
+            stalled = self._account.check_stalls()
+        except Exception as exc:
+            self.rejections.reject(exc)
+            return 0
+        for agent, stage, flight, age in stalled:
+            identity = (
+                ""
+                if flight is None
+                else f" (task {flight.task_index}, rollout {flight.rollout_index}, attempt {flight.attempt})"
+            )
+            _log.warning(
+                "rollout of %s%s stalled: in flight for %.0f s, at stage %s", agent, identity, age, stage
+            )
+            if flight is not None:
+                flight.stalled(age, stage)
+        return len(stalled)
+
+    def rollouts_in_flight(self, limit: int = 100) -> dict[str, object]:
+        """The rollouts in flight, oldest first, as ``GET /rollouts`` serves them (``limit`` at most 1000).
+
+        Identity, stage, age, whether stalled, and the trace and span ids when the rollout has a span; never
+        free text.
+        """
+        self.check_stalls()
+        total, records = self._account.in_flight(max(0, min(limit, MAX_ROLLOUTS_LISTED)))
+        return {
+            "in_flight": total,
+            "stall_after_seconds": self._stall_after,
+            "rollouts": [dataclasses.asdict(record) for record in records],
+        }
+
+    def _watch_stalls(self) -> None:
+        # Between scrapes the process's one watcher thread checks for stalls, at a quarter of the bound
+        # (at most every 30 s); started by the first rollout() call, when there is something to watch.
+        self._watching = True
+        if not self._account.stalls_off:
+            _watch.watch(self, min(30.0, (self._stall_after or 600.0) / 4))
 
     def reset(self) -> None:
         """Start every count over from zero (the source being read started over); scrapers see a reset."""

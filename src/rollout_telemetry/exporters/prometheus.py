@@ -14,8 +14,10 @@ from typing import Any, Generic, TypeVar
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
+from prometheus_client.samples import Exemplar
 
 from rollout_telemetry.coverage import Coverage, CoverageSnapshot
+from rollout_telemetry.outcome import Disposition
 from rollout_telemetry.series import (
     COVERAGE_FAMILIES,
     DURATION_HISTOGRAM,
@@ -68,11 +70,19 @@ class _CatalogueCollector(Collector, Generic[S]):
         values = self._values
         for family in self._families:
             metric: Any = self._empty(family)  # a counter or a gauge: add_metric(labels, value)
+            exemplar = self._exemplars(family, snap)
             for labels, value in family.sample(snap):
                 metric.add_metric([*values, *labels], value)
+                if exemplar is not None:
+                    ids = exemplar.get(labels)
+                    if ids is not None:  # the OpenMetrics exposition shows it; the classic one leaves it out
+                        metric.samples[-1] = metric.samples[-1]._replace(exemplar=_exemplar(ids, 1.0))
             if metric.samples:
                 yield metric
         yield from self._more(snap)
+
+    def _exemplars(self, family: Family[S], snap: S) -> Mapping[tuple[str, ...], tuple[str, str]] | None:
+        return None
 
     def _more(self, snap: S) -> Iterator[Metric]:
         return iter(())
@@ -95,16 +105,39 @@ class AccountCollector(_CatalogueCollector[AccountSnapshot]):
         yield from FAMILIES
         yield DURATION_HISTOGRAM
 
+    def _exemplars(
+        self, family: Family[AccountSnapshot], snap: AccountSnapshot
+    ) -> Mapping[tuple[str, ...], tuple[str, str]] | None:
+        # The trace of the latest failed or masked rollout of each (agent, kind) that had a span.
+        disposition = _EXEMPLARY.get(family.name)
+        if disposition is None:
+            return None
+        return {
+            (agent.agent, kind): ids
+            for agent in snap.agents
+            for (d, kind), ids in agent.exemplars.items()
+            if d is disposition
+        }
+
     def _more(self, snap: AccountSnapshot) -> Iterator[Metric]:
         histogram = self._empty(DURATION_HISTOGRAM)
         assert isinstance(histogram, HistogramMetricFamily)
         for agent in snap.agents:
             if agent.lifecycle:
-                histogram.add_metric(
-                    [*self._values, agent.agent], duration_buckets(agent), agent.duration_sum
-                )
+                buckets: list[Any] = duration_buckets(agent)
+                for index, (trace_id, span_id, duration) in agent.bucket_exemplars.items():
+                    buckets[index] = (*buckets[index], _exemplar((trace_id, span_id), duration))
+                histogram.add_metric([*self._values, agent.agent], buckets, agent.duration_sum)
         if histogram.samples:
             yield histogram
+
+
+_EXEMPLARY = {"rollout_failed_total": Disposition.FAILED, "rollout_masked_total": Disposition.MASKED}
+"""The counters whose samples carry the trace of their latest occurrence as an exemplar."""
+
+
+def _exemplar(ids: tuple[str, str], value: float) -> Exemplar:
+    return Exemplar({"trace_id": ids[0], "span_id": ids[1]}, value)
 
 
 class CoverageCollector(_CatalogueCollector[CoverageSnapshot]):

@@ -1,0 +1,170 @@
+"""Stages, stall detection, the rollouts in flight and exemplars, on the injected clock."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from prometheus_client.openmetrics.exposition import generate_latest as openmetrics
+from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
+
+from rollout_telemetry import RolloutTelemetry
+from tests.support import FakeClock, exposition, promtool_check_metrics, value
+
+
+def test_a_rollout_starts_at_agent_and_moves_through_stages(telemetry: RolloutTelemetry) -> None:
+    """rollout.stage() moves the rollout's in-flight series; every stage seen stays published, at 0."""
+    with telemetry.rollout("a", task_index=1) as rollout:
+        assert value(exposition(telemetry.registry), "rollout_in_flight", agent="a", stage="agent") == 1
+        rollout.stage("verification")
+        text = exposition(telemetry.registry)
+        assert value(text, "rollout_in_flight", agent="a", stage="agent") == 0
+        assert value(text, "rollout_in_flight", agent="a", stage="verification") == 1
+        rollout.complete({"reward": 1.0})
+    text = exposition(telemetry.registry)
+    assert value(text, "rollout_in_flight", agent="a", stage="verification") == 0
+    assert value(text, "rollout_oldest_in_flight_age_seconds", agent="a", stage="verification") == 0
+
+
+def test_stage_names_follow_the_kind_rules(
+    telemetry: RolloutTelemetry, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Gym's stages and <server>:<stage> pass silently; another name is warned about once and kept."""
+    with caplog.at_level(logging.WARNING):
+        for stage in ("admission", "seed", "cleanup", "sandbox:boot", "Warm Up", "Warm Up"):
+            with telemetry.rollout("a") as rollout:
+                rollout.stage(stage)
+                rollout.complete({"reward": 1.0})
+    assert [r.getMessage() for r in caplog.records if "stage" in r.getMessage()] == [
+        "unregistered stage 'Warm Up': use a registered name or namespace it as '<server>:<name>'"
+    ]
+    assert value(exposition(telemetry.registry), "rollout_in_flight", agent="a", stage="Warm Up") == 0
+
+
+def test_a_bad_stage_is_rejected_and_the_rollout_goes_on(telemetry: RolloutTelemetry) -> None:
+    """A stage that is not a string is a counted rejection; the rollout is still counted once."""
+    with telemetry.rollout("a") as rollout:
+        rollout.stage(7)  # type: ignore[arg-type]
+        rollout.complete({"reward": 1.0})
+    snap = telemetry.snapshot()
+    assert snap.rejected == {"invalid_stage": 1}
+    agent = snap.agent("a")
+    assert agent is not None
+    assert (agent.measured, agent.in_flight) == (1, 0)
+
+
+def _traced(clock: FakeClock, **options: object) -> tuple[RolloutTelemetry, InMemorySpanExporter]:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return RolloutTelemetry(clock=clock, tracer_provider=provider, **options), exporter  # type: ignore[arg-type]
+
+
+def test_a_stall_is_counted_once_noted_on_the_span_and_cleared_when_it_ends(
+    clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Past stall_after: stalled now and one stall counted, one warning, one span event; then cleared."""
+    telemetry, exporter = _traced(clock, stall_after=10.0)
+    with (
+        caplog.at_level(logging.WARNING),
+        telemetry.rollout("a", task_index=3, rollout_index=1, attempt=0) as rollout,
+    ):
+        rollout.stage("verification")
+        clock.advance(10.0)
+        text = exposition(telemetry.registry)
+        assert value(text, "rollout_stalled", agent="a", stage="verification") == 0  # not past it yet
+        clock.advance(0.5)
+        for _ in range(3):  # scraped again and again: counted once
+            text = exposition(telemetry.registry)
+            assert value(text, "rollout_stalled", agent="a", stage="verification") == 1
+            assert value(text, "rollout_stalls_total", agent="a", stage="verification") == 1
+        rollout.complete({"reward": 1.0})
+    text = exposition(telemetry.registry)
+    assert value(text, "rollout_stalled", agent="a", stage="verification") == 0
+    assert value(text, "rollout_stalls_total", agent="a", stage="verification") == 1
+    warnings = [r.getMessage() for r in caplog.records if "stalled" in r.getMessage()]
+    assert warnings == [
+        "rollout of a (task 3, rollout 1, attempt 0) stalled: in flight for 10 s, at stage verification"
+    ]
+    (span,) = exporter.get_finished_spans()
+    assert [event.name for event in span.events] == ["rollout.stalled"]
+
+
+def test_stall_after_per_agent_and_off(clock: FakeClock) -> None:
+    """A per-agent bound overrides the default; stall_after=None publishes no stall counts at all."""
+    telemetry = RolloutTelemetry(clock=clock, stall_after=100.0, stall_after_by_agent={"quick": 5.0})
+    with telemetry.rollout("quick"), telemetry.rollout("slow"):
+        clock.advance(6.0)
+        assert telemetry.check_stalls() == 1
+        clock.advance(100.0)
+        assert telemetry.check_stalls() == 1  # now the slow one; the quick one is not counted again
+    off = RolloutTelemetry(clock=clock, stall_after=None)
+    with off.rollout("a"):
+        clock.advance(10_000.0)
+        assert off.check_stalls() == 0
+        assert value(exposition(off.registry), "rollout_stalled", agent="a", stage="agent") == 0
+
+
+def test_the_rollouts_in_flight_oldest_first(clock: FakeClock) -> None:
+    """Identity, stage, age, stalled and trace ids, oldest first, limited; never free text."""
+    telemetry, _ = _traced(clock, stall_after=50.0)
+    contexts = []
+    for i in range(1000):
+        context = telemetry.rollout("a", task_index=i, rollout_index=0, attempt=0)
+        context.__enter__()
+        contexts.append(context)
+        clock.advance(0.1)
+    contexts[3].stage("cleanup")
+    listing = telemetry.rollouts_in_flight(limit=5)
+    assert listing["in_flight"] == 1000
+    rollouts = listing["rollouts"]
+    assert isinstance(rollouts, list)
+    assert [r["task_index"] for r in rollouts] == [0, 1, 2, 3, 4]
+    assert set(rollouts[0]) == {
+        "agent", "task_index", "rollout_index", "attempt", "stage", "age_seconds", "stalled", "trace_id",
+        "span_id",
+    }  # fmt: skip
+    assert rollouts[3]["stage"] == "cleanup"
+    assert rollouts[0]["age_seconds"] == pytest.approx(100.0)
+    assert rollouts[0]["stalled"] is True and rollouts[-1]["stalled"] is True  # noqa: PT018
+    assert len(rollouts[0]["trace_id"]) == 32 and len(rollouts[0]["span_id"]) == 16  # noqa: PT018
+    assert len(telemetry.rollouts_in_flight(limit=5000)["rollouts"]) == 1000  # type: ignore[arg-type]
+    for context in contexts:
+        context.complete({"reward": 1.0})
+        context.__exit__(None, None, None)
+    assert telemetry.rollouts_in_flight()["rollouts"] == []
+
+
+def test_exemplars_carry_the_trace_of_the_latest_failure_in_openmetrics_only(clock: FakeClock) -> None:
+    """OpenMetrics shows the trace id of the latest failed and masked rollout and of duration buckets; the
+    classic exposition has none. promtool (whose check reads the classic format only) accepts the classic one;
+    the OpenMetrics one passes prometheus_client's strict OpenMetrics parser (and a real Prometheus, e2e)."""
+    telemetry, exporter = _traced(clock)
+    for reason in ("first", "second"):
+        with telemetry.rollout("a") as rollout:
+            clock.advance(3.0)
+            rollout.fail("session_lost", reason=reason)
+    with telemetry.rollout("a") as rollout:
+        rollout.complete({"reward": 0.0, "mask_sample": True, "failure_kind": "judge_failed"})
+    last_failed, masked = exporter.get_finished_spans()[1:]
+    om = openmetrics(telemetry.registry).decode()
+    exemplars = {
+        (sample.name, sample.labels.get("failure_kind") or sample.labels.get("le")): sample.exemplar
+        for family in parse_openmetrics(om)  # type: ignore[no-untyped-call]
+        for sample in family.samples
+        if sample.exemplar is not None
+    }
+    failed = exemplars[("rollout_failed_total", "session_lost")]
+    assert failed.labels["trace_id"] == format(last_failed.context.trace_id, "032x")
+    assert failed.labels["span_id"] == format(last_failed.context.span_id, "016x")
+    assert exemplars[("rollout_masked_total", "judge_failed")].labels["trace_id"] == format(
+        masked.context.trace_id, "032x"
+    )
+    assert exemplars[("rollout_duration_seconds_bucket", "5.0")].value == 3.0
+    classic = exposition(telemetry.registry)
+    assert "trace_id" not in classic
+    result = promtool_check_metrics(classic)
+    assert (result.returncode, result.stdout, result.stderr) == (0, "", "")

@@ -150,7 +150,7 @@ def test_exemplars_carry_the_trace_of_the_latest_failure_in_openmetrics_only(clo
     with telemetry.rollout("a") as rollout:
         rollout.complete({"reward": 0.0, "mask_sample": True, "failure_kind": "judge_failed"})
     last_failed, masked = exporter.get_finished_spans()[1:]
-    om = openmetrics(telemetry.registry).decode()
+    om = openmetrics(telemetry.registry).decode()  # type: ignore[no-untyped-call]
     exemplars = {
         (sample.name, sample.labels.get("failure_kind") or sample.labels.get("le")): sample.exemplar
         for family in parse_openmetrics(om)  # type: ignore[no-untyped-call]

@@ -29,6 +29,8 @@ class Query:
     legend: str
     table: bool = False
     """An instant query formatted as a table (the top-kinds table)."""
+    exemplars: bool = False
+    """Show the series' exemplars: each links to the trace of the rollout it came from."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +75,8 @@ def _target(ref: str, query: Query) -> dict[str, Any]:
     }
     if query.table:
         target |= {"instant": True, "format": "table"}
+    if query.exemplars:
+        target["exemplar"] = True
     return target
 
 

@@ -269,9 +269,9 @@ COVERAGE = Row(
 )
 
 
-def _by_kind(name: str, title: str, description: str) -> Panel:
+def _by_kind(name: str, title: str, description: str, *, exemplars: bool = False) -> Panel:
     """A counter per minute, stacked by agent and failure kind; 0 while nothing of the kind happened."""
-    query = Query(or_zero(f"{rate(name, KIND)} * 60"), "{{agent}} {{failure_kind}}")
+    query = Query(or_zero(f"{rate(name, KIND)} * 60"), "{{agent}} {{failure_kind}}", exemplars=exemplars)
     return Panel("timeseries", title, description, "short", (query,), stacked=True)
 
 
@@ -323,7 +323,9 @@ OVER_TIME = Row(
             "rollout_failed_total",
             "Failed per minute by failure kind",
             "Rollouts that never reached the output, per minute, stacked by agent and failure_kind. Reads 0 "
-            "while nothing fails.",
+            "while nothing fails. With spans and Prometheus' exemplar storage, the dots are exemplars: each "
+            "links to the trace of the latest failed rollout of its kind.",
+            exemplars=True,
         ),
         _by_kind(
             "rollout_omitted_total",
@@ -335,7 +337,9 @@ OVER_TIME = Row(
             "rollout_masked_total",
             "Masked per minute by failure kind",
             "Masked rollouts per minute, stacked by agent and failure_kind (why the reward was not valid). "
-            "Reads 0 while nothing is masked.",
+            "Reads 0 while nothing is masked. Exemplars (with spans) link to the latest masked rollout's "
+            "trace.",
+            exemplars=True,
         ),
         Panel(
             "table",
@@ -354,12 +358,14 @@ OVER_TIME = Row(
             "timeseries",
             "Rollout duration quantiles",
             "p50, p90 and p99 of rollout wall time in seconds (lifecycle API), per agent, from the "
-            "rollout_duration_seconds histogram summed over processes.",
+            "rollout_duration_seconds histogram summed over processes. Exemplars (with spans) link to the "
+            "trace of the latest rollout in each duration bucket.",
             "s",
             tuple(
                 Query(
                     f"histogram_quantile({q}, {rate('rollout_duration_seconds_bucket', ('agent', 'le'))})",
                     f"{{{{agent}}}} p{round(q * 100)}",
+                    exemplars=True,
                 )
                 for q in (0.5, 0.9, 0.99)
             ),
@@ -381,6 +387,17 @@ OVER_TIME = Row(
             "when idle; an age that keeps growing is a stalled rollout (a hung sandbox or judge).",
             "s",
             (Query(f"max by (agent) ({series('rollout_oldest_in_flight_age_seconds')})", "{{agent}}"),),
+            no_value=LIFECYCLE_ONLY,
+        ),
+        Panel(
+            "timeseries",
+            "Stalled rollouts by stage",
+            "Rollouts in flight longer than stall_after (default 600 s), per agent and the stage they are "
+            "stuck at, summed over processes: a rollout counts from the moment it crosses until it ends. "
+            "GET /rollouts on an exporter lists them, oldest first, with their trace ids. The RolloutStalled "
+            "alert fires after 5 minutes above 0.",
+            "short",
+            (Query(f"sum by (agent, stage) ({series('rollout_stalled')})", "{{agent}} {{stage}}"),),
             no_value=LIFECYCLE_ONLY,
         ),
         Panel(

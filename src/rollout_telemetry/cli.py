@@ -101,6 +101,18 @@ def _parser() -> argparse.ArgumentParser:
     )
     demo.add_argument("--summary-interval", type=float, default=5.0, help="seconds between summaries")
     demo.add_argument(
+        "--stalled",
+        type=_share,
+        default=0.01,
+        help="share of rollouts that hang at verification (default: 0.01)",
+    )
+    demo.add_argument(
+        "--stall-after",
+        type=float,
+        default=5.0,
+        help="seconds in flight after which a rollout counts as stalled (default: 5, short for a demo)",
+    )
+    demo.add_argument(
         "--otlp-endpoint",
         default=None,
         help="also send spans and metrics over OTLP/HTTP to this base URL (e.g. http://127.0.0.1:4318); "
@@ -268,18 +280,22 @@ def _demo(args: argparse.Namespace) -> int:
         seed=args.seed,
         negative_rewards=not args.no_negative_rewards,
         max_rollout_seconds=args.max_rollout_seconds,
+        stalled=args.stalled,
+        stall_after=args.stall_after,
     )
     shutdown_otel: Callable[[], None] | None = None
     if args.otlp_endpoint:
         from rollout_telemetry.exporters.otel import instrument_meter, otlp_providers
 
         otlp = otlp_providers(args.otlp_endpoint, export_interval_millis=2000)
-        telemetry = RolloutTelemetry(run=args.run, tracer_provider=otlp.tracer_provider)
+        telemetry = RolloutTelemetry(
+            run=args.run, tracer_provider=otlp.tracer_provider, stall_after=config.stall_after
+        )
         instrument_meter(telemetry, otlp.meter_provider)
         telemetry.registry.register(otlp.span_stats.collector(telemetry.const_labels))
         shutdown_otel = otlp.shutdown
     else:
-        telemetry = RolloutTelemetry(run=args.run)
+        telemetry = RolloutTelemetry(run=args.run, stall_after=config.stall_after)
     server = _serve_endpoint(telemetry, args)
     print(f"serving {server.url}", flush=True)
 

@@ -42,15 +42,21 @@ class DemoConfig:
     negative_rewards: bool = True
     max_rollout_seconds: float = 2.0
     concurrency: int = 256
+    stalled: float = 0.01
+    """Share of rollouts that hang at verification for longer than ``stall_after``."""
+    stall_after: float = 5.0
 
     def __post_init__(self) -> None:
-        for name in ("masked", "failed", "omitted"):
+        for name in ("masked", "failed", "omitted", "stalled"):
             share = getattr(self, name)
             if not 0.0 <= share <= 1.0:
                 msg = f"--{name} must be a share between 0 and 1, got {share}"
                 raise ValueError(msg)
         if self.masked + self.failed + self.omitted > 1.0:
             msg = "--masked + --failed + --omitted must not exceed 1"
+            raise ValueError(msg)
+        if self.stall_after <= 0:
+            msg = f"--stall-after must be a positive number of seconds, got {self.stall_after}"
             raise ValueError(msg)
         if self.rate <= 0 or not self.agents:
             msg = "--rate must be positive and at least one agent given"
@@ -64,8 +70,12 @@ async def _one_rollout(
     seconds = rng.uniform(0.01, config.max_rollout_seconds)
     low = -1.0 if config.negative_rewards else 0.0
     reward = round(rng.uniform(low, 1.0), 3)
+    stalls = rng.random() < config.stalled
     async with telemetry.rollout(agent, task_index=task, rollout_index=0, attempt=0) as rollout:
-        await asyncio.sleep(seconds)
+        await asyncio.sleep(0.7 * seconds)  # the agent's turn (a new rollout is at stage "agent")
+        rollout.stage("verification")
+        # A hung judge: in flight past stall_after, so the stall series, /rollouts and the alert show it.
+        await asyncio.sleep(config.stall_after + 2.0 if stalls else 0.3 * seconds)
         if draw < config.failed:
             rollout.fail(rng.choice(_FAIL_KINDS), reason=f"simulated failure after {seconds:.2f}s")
         elif draw < config.failed + config.omitted:

@@ -20,7 +20,12 @@ from tests.support import samples
 DASHBOARD = json.loads((REPO / "dashboards" / "rollout-progress.json").read_text())
 COVERAGE = {family.name for family in COVERAGE_FAMILIES}
 """Published by ``serve --follow`` only: the coverage row."""
-LIFECYCLE = {"rollout_in_flight", "rollout_oldest_in_flight_age_seconds", "rollout_duration_seconds_bucket"}
+LIFECYCLE = {
+    "rollout_in_flight",
+    "rollout_oldest_in_flight_age_seconds",
+    "rollout_stalled",
+    "rollout_duration_seconds_bucket",
+}
 """Published by the lifecycle API only (the demo uses it; a followed run does not)."""
 FAILURE_PANELS = {
     "Reward lost to infrastructure",
@@ -104,7 +109,7 @@ def _run(tmp_path: Path, shares: list[str]) -> None:
             _check(prometheus, _account(final), stamp, healthy=shares == HEALTHY)
 
 
-HEALTHY = ["--masked", "0", "--failed", "0", "--omitted", "0"]
+HEALTHY = ["--masked", "0", "--failed", "0", "--omitted", "0", "--stalled", "0"]
 TROUBLED = ["--masked", "0.25", "--failed", "0.15", "--omitted", "0.05"]
 
 

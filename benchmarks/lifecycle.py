@@ -6,7 +6,8 @@ what the OpenTelemetry part costs when nothing is configured; a bare block, an o
 shape that records nothing, which is the floor any ``with``-block API pays in CPython before it does any
 work; and the bare block forwarding its outcome to ``record()``, the least a block that counts can cost
 (no clock reads, no in-flight tracking, no duration histogram). Ratios are medians of per-round ratios.
-Goal: the lifecycle block at most 2x ``record()``.
+Goal: the lifecycle block at most 2x ``record()``. Also prints what a ``stage()`` call adds to a block, and
+what one stall check costs (every scrape and the watcher thread run one) at 100 to 10,000 rollouts in flight.
 
     .venv/bin/python benchmarks/lifecycle.py [--calls 100000] [--rounds 9]
 """
@@ -66,6 +67,11 @@ def candidates() -> dict[str, Callable[[], None]]:
         with telemetry.rollout("math_agent", task_index=1, rollout_index=0) as handle:
             handle.complete(response)
 
+    def with_stage() -> None:
+        with telemetry.rollout("math_agent", task_index=1, rollout_index=0) as handle:
+            handle.stage("verification")
+            handle.complete(response)
+
     def with_lifecycle_spans_off() -> None:
         with quiet.rollout("math_agent", task_index=1, rollout_index=0) as handle:
             handle.complete(response)
@@ -84,7 +90,20 @@ def candidates() -> dict[str, Callable[[], None]]:
         "bare block + record()": with_forwarding_block,
         "rollout() block": with_lifecycle,
         "rollout() block, spans off": with_lifecycle_spans_off,
+        "rollout() block + stage()": with_stage,
     }
+
+
+def stall_check_seconds(in_flight: int) -> float:
+    """One stall check (what every scrape and the watcher run) with ``in_flight`` rollouts in flight."""
+    telemetry = RolloutTelemetry(run="bench", stall_after=3600.0)
+    blocks = [telemetry.rollout(f"agent_{i % 8}", task_index=i) for i in range(in_flight)]
+    for block in blocks:
+        block.__enter__()
+    seconds = min(timeit.repeat(telemetry.check_stalls, number=100, repeat=5)) / 100
+    for block in blocks:
+        block.__exit__(None, None, None)
+    return seconds
 
 
 def main() -> None:
@@ -119,6 +138,10 @@ def main() -> None:
         )
     )
     print(f"(lifecycle - bare block) / record: {beyond:.2f}x (what the lifecycle does, in record() units)")
+    print(f"block with a stage() call / block: {ratio('rollout() block + stage()', 'rollout() block'):.2f}x")
+    for in_flight in (100, 1000, 10_000):
+        seconds = stall_check_seconds(in_flight)
+        print(f"one stall check with {in_flight:>6,} rollouts in flight: {seconds * 1e6:8.1f} us")
 
 
 if __name__ == "__main__":

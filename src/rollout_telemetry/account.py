@@ -316,7 +316,10 @@ class Account:
             OutcomeError: the stage is not a non-empty string.
         """
         state, slot, _ = handle
-        label, folded = self.names.stage(state.label, stage)
+        if stage in state.stage_labels:  # a stage seen before is its own label: nothing to resolve
+            label, folded = stage, False
+        else:
+            label, folded = self.names.stage(state.label, stage)
         with self._lock:
             if folded:
                 self._overflowed("stage")

@@ -140,8 +140,8 @@ def main() -> None:
     print(f"(lifecycle - bare block) / record: {beyond:.2f}x (what the lifecycle does, in record() units)")
     print(f"block with a stage() call / block: {ratio('rollout() block + stage()', 'rollout() block'):.2f}x")
     for in_flight in (100, 1000, 10_000):
-        seconds = stall_check_seconds(in_flight)
-        print(f"one stall check with {in_flight:>6,} rollouts in flight: {seconds * 1e6:8.1f} us")
+        check = stall_check_seconds(in_flight)
+        print(f"one stall check with {in_flight:>6,} rollouts in flight: {check * 1e6:8.1f} us")
 
 
 if __name__ == "__main__":

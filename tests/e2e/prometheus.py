@@ -37,8 +37,10 @@ class Prometheus:
         interval: str = "1s",
         scrape_extra: dict[str, Any] | None = None,
         extra_jobs: Sequence[dict[str, Any]] = (),
+        flags: Sequence[str] = (),
     ) -> None:
         self.binary = require_tool("prometheus")
+        self.flags = tuple(flags)
         self.workdir = workdir
         self.port = free_port()
         config = yaml.safe_load(SCRAPE_CONFIG.read_text())
@@ -62,6 +64,7 @@ class Prometheus:
                 f"--storage.tsdb.path={self.workdir / 'data'}",
                 f"--web.listen-address=127.0.0.1:{self.port}",
                 "--log.level=warn",
+                *self.flags,
             ],
             stdout=self.log,
             stderr=subprocess.STDOUT,

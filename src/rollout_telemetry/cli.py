@@ -11,8 +11,20 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from types import FrameType
 
+from rollout_telemetry._args import (
+    OneLineParser,
+    at_least,
+    at_least_one,
+    non_negative,
+    port,
+    positive,
+    readable_file,
+    share,
+    url,
+)
 from rollout_telemetry.coverage import DEFAULT_MAX_ATTEMPTS, Coverage
 from rollout_telemetry.demo import DemoConfig, run_demo, summary_lines
 from rollout_telemetry.exporters.prometheus import CoverageCollector
@@ -26,51 +38,65 @@ __all__ = ["main"]
 _log = logging.getLogger("rollout_telemetry.cli")
 
 
-def _share(text: str) -> float:
-    value = float(text)
-    if not 0.0 <= value <= 1.0:
-        msg = f"must be a share between 0 and 1, got {text}"
-        raise argparse.ArgumentTypeError(msg)
-    return value
-
-
 def _add_serve_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("endpoint")
     group.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
     group.add_argument(
-        "--port", type=int, default=9464, help="port for /metrics (default: 9464; 0 picks one)"
+        "--port", type=port, default=9464, help="port for /metrics (default: 9464; 0 picks one)"
     )
     group.add_argument(
         "--port-range",
-        type=int,
+        type=at_least_one,
         default=1,
         metavar="N",
         help="take the first free port of PORT..PORT+N-1 (one per process on a node; default: 1)",
     )
     group.add_argument("--run", default=None, help="run name, added as a 'run' label on every series")
     security = parser.add_argument_group("security (see the README's Security section)")
-    security.add_argument("--tls-cert", metavar="FILE", help="serve HTTPS with this certificate (PEM)")
-    security.add_argument("--tls-key", metavar="FILE", help="the certificate's private key (PEM)")
-    security.add_argument("--tls-client-ca", metavar="FILE", help="require client certificates from this CA")
+    security.add_argument(
+        "--tls-cert", metavar="FILE", type=readable_file, help="serve HTTPS with this certificate (PEM)"
+    )
+    security.add_argument(
+        "--tls-key", metavar="FILE", type=readable_file, help="the certificate's private key (PEM)"
+    )
+    security.add_argument(
+        "--tls-client-ca", metavar="FILE", type=readable_file, help="require client certificates from this CA"
+    )
     security.add_argument("--basic-auth-user", metavar="NAME", help="require HTTP basic auth as this user")
     security.add_argument(
-        "--basic-auth-hash-file", metavar="FILE", help="file holding the password hash (from hash-password)"
+        "--basic-auth-hash-file",
+        metavar="FILE",
+        type=readable_file,
+        help="file holding the password hash (from hash-password)",
     )
     security.add_argument(
         "--basic-auth-hash-env", metavar="VAR", help="environment variable holding the password hash"
     )
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+def _logging_options(parser: argparse.ArgumentParser, default: object) -> None:
+    # On the command and on every subcommand, so `rollout-telemetry serve -v ...` works as well.
+    parser.add_argument("-v", "--verbose", action="store_true", default=default, help="log debug messages")
+    parser.add_argument(
+        "--log-level",
+        choices=("debug", "info", "warning", "error"),
+        default=default,
+        help="the least severe log messages shown (default: info; -v is debug)",
+    )
+
+
+def _parser() -> tuple[OneLineParser, dict[str, argparse.ArgumentParser]]:
+    parser = OneLineParser(
         prog="rollout-telemetry",
         description=(
             "Live progress telemetry for RL rollout collection: masked, failed and omitted rollouts "
             "as Prometheus metrics and OpenTelemetry spans."
         ),
     )
-    parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    _logging_options(parser, None)
+    commands = parser.add_subparsers(
+        dest="command", metavar="COMMAND", required=True, parser_class=OneLineParser
+    )
 
     demo = commands.add_parser(
         "demo",
@@ -82,44 +108,46 @@ def _parser() -> argparse.ArgumentParser:
         ),
     )
     _add_serve_options(demo)
+    _logging_options(demo, argparse.SUPPRESS)
     demo.add_argument(
         "--agents", default="math_agent,code_agent,browser_agent", help="comma-separated agents"
     )
-    demo.add_argument("--rate", type=float, default=20.0, help="rollouts started per second (default: 20)")
-    demo.add_argument("--duration", type=float, default=0.0, help="seconds to run; 0 = until stopped")
-    demo.add_argument("--masked", type=_share, default=0.1, help="share of masked rollouts (default: 0.1)")
-    demo.add_argument("--failed", type=_share, default=0.05, help="share of failed rollouts (default: 0.05)")
-    demo.add_argument(
-        "--omitted", type=_share, default=0.02, help="share of omitted rollouts (default: 0.02)"
-    )
+    demo.add_argument("--rate", type=positive, default=20.0, help="rollouts started per second (default: 20)")
+    demo.add_argument("--duration", type=non_negative, default=0.0, help="seconds to run; 0 = until stopped")
+    demo.add_argument("--masked", type=share, default=0.1, help="share of masked rollouts (default: 0.1)")
+    demo.add_argument("--failed", type=share, default=0.05, help="share of failed rollouts (default: 0.05)")
+    demo.add_argument("--omitted", type=share, default=0.02, help="share of omitted rollouts (default: 0.02)")
     demo.add_argument("--seed", type=int, default=None, help="random seed, for a repeatable run")
     demo.add_argument(
         "--no-negative-rewards", action="store_true", help="draw rewards from [0, 1] instead of [-1, 1]"
     )
     demo.add_argument(
-        "--max-rollout-seconds", type=float, default=2.0, help="longest simulated rollout (default: 2)"
+        "--max-rollout-seconds", type=positive, default=2.0, help="longest simulated rollout (default: 2)"
     )
-    demo.add_argument("--summary-interval", type=float, default=5.0, help="seconds between summaries")
+    demo.add_argument(
+        "--summary-interval", type=at_least(0.5), default=5.0, help="seconds between summaries (default: 5)"
+    )
     demo.add_argument(
         "--stalled",
-        type=_share,
+        type=share,
         default=0.01,
         help="share of rollouts that hang at verification (default: 0.01)",
     )
     demo.add_argument(
         "--stall-after",
-        type=float,
+        type=positive,
         default=5.0,
         help="seconds in flight after which a rollout counts as stalled (default: 5, short for a demo)",
     )
     demo.add_argument(
         "--otlp-endpoint",
+        type=url,
         default=None,
         help="also send spans and metrics over OTLP/HTTP to this base URL (e.g. http://127.0.0.1:4318); "
         "needs rollout-telemetry[otel]",
     )
     demo.add_argument(
-        "--linger", type=float, default=0.0, help="keep serving this many seconds after the run"
+        "--linger", type=non_negative, default=0.0, help="keep serving this many seconds after the run"
     )
     serve = commands.add_parser(
         "serve",
@@ -136,9 +164,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     _add_run_files(serve)
     serve.add_argument(
-        "--poll-interval", type=float, default=0.5, help="seconds between reads of the files (default: 0.5)"
+        "--poll-interval",
+        type=at_least(0.05),
+        default=0.5,
+        help="seconds between reads of the files (default: 0.5)",
     )
     _add_serve_options(serve)
+    _logging_options(serve, argparse.SUPPRESS)
 
     report = commands.add_parser(
         "report",
@@ -152,36 +184,27 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("path", metavar="PATH", help="the run's main output file, <stem>.jsonl")
     _add_run_files(report)
     report.add_argument("--format", choices=("table", "json"), default="table", help="output format")
-    commands.add_parser(
+    _logging_options(report, argparse.SUPPRESS)
+    hash_command = commands.add_parser(
         "hash-password",
         help="hash a password for --basic-auth-hash-file / --basic-auth-hash-env",
         description="Read a password from standard input (or a prompt) and print its scrypt hash.",
     )
+    _logging_options(hash_command, argparse.SUPPRESS)
     demo.add_argument(
         "--warmup",
-        type=float,
+        type=non_negative,
         default=0.0,
         help="serve the agents at zero for this many seconds before the first rollout",
     )
-    return parser
-
-
-def _attempts(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        msg = f"must be a whole number of at least 1, got {text!r}"
-        raise argparse.ArgumentTypeError(msg)
-    return value
+    return parser, dict(commands.choices)
 
 
 def _default_max_attempts() -> int:
     # NeMo Gym's own setting and fallback: NEMO_GYM_MAX_ROLLOUT_ATTEMPTS, else (or if invalid) 3.
     text = os.environ.get("NEMO_GYM_MAX_ROLLOUT_ATTEMPTS", "")
     try:
-        return _attempts(text)
+        return at_least_one(text)
     except argparse.ArgumentTypeError:
         return DEFAULT_MAX_ATTEMPTS
 
@@ -202,7 +225,7 @@ def _add_run_files(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--max-attempts",
-        type=_attempts,
+        type=at_least_one,
         default=None,
         metavar="N",
         help="attempts NeMo Gym makes per rollout, which tells retryable failures from final ones "
@@ -219,11 +242,18 @@ def _follower(args: argparse.Namespace, path: str, telemetry: RolloutTelemetry) 
 
 def _security(args: argparse.Namespace) -> tuple[TLSConfig | None, BasicAuth | None]:
     tls = None
-    if args.tls_cert or args.tls_key or args.tls_client_ca:
-        if not (args.tls_cert and args.tls_key):
-            msg = "--tls-cert and --tls-key go together"
-            raise ServeError(msg)
+    if args.tls_client_ca and not (args.tls_cert and args.tls_key):
+        msg = "--tls-client-ca needs --tls-cert and --tls-key (the server's own certificate and key)"
+        raise ServeError(msg)
+    if bool(args.tls_cert) != bool(args.tls_key):
+        msg = "--tls-cert and --tls-key go together: give both"
+        raise ServeError(msg)
+    if args.tls_cert:
         tls = TLSConfig(args.tls_cert, args.tls_key, args.tls_client_ca)
+        tls.context()  # load the files now: a wrong one is named before anything starts
+    if args.basic_auth_hash_file and args.basic_auth_hash_env:
+        msg = "give the password hash once: --basic-auth-hash-file or --basic-auth-hash-env, not both"
+        raise ServeError(msg)
     auth = None
     if args.basic_auth_user:
         if args.basic_auth_hash_file:
@@ -239,9 +269,21 @@ def _security(args: argparse.Namespace) -> tuple[TLSConfig | None, BasicAuth | N
     return tls, auth
 
 
-def _serve_endpoint(telemetry: RolloutTelemetry, args: argparse.Namespace) -> MetricsServer:
-    tls, auth = _security(args)
+def _serve_endpoint(
+    telemetry: RolloutTelemetry,
+    args: argparse.Namespace,
+    security: tuple[TLSConfig | None, BasicAuth | None],
+) -> MetricsServer:
+    tls, auth = security
     return telemetry.serve(port=args.port, host=args.host, port_range=args.port_range, tls=tls, auth=auth)
+
+
+def _interrupt_on_sigterm() -> None:
+    # From the first line printed on, SIGTERM stops the command as Ctrl-C does: cleanly, status 0.
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_signal)
 
 
 def _hash_password() -> int:
@@ -252,7 +294,7 @@ def _hash_password() -> int:
     else:
         password = sys.stdin.readline().rstrip("\n")
     if not password:
-        print("rollout-telemetry: empty password", file=sys.stderr)
+        print("rollout-telemetry hash-password: empty password", file=sys.stderr)
         return 2
     print(hash_password(password))
     return 0
@@ -283,6 +325,7 @@ def _demo(args: argparse.Namespace) -> int:
         stalled=args.stalled,
         stall_after=args.stall_after,
     )
+    security = _security(args)  # every input checked before anything starts
     shutdown_otel: Callable[[], None] | None = None
     if args.otlp_endpoint:
         from rollout_telemetry.exporters.otel import instrument_meter, otlp_providers
@@ -296,7 +339,8 @@ def _demo(args: argparse.Namespace) -> int:
         shutdown_otel = otlp.shutdown
     else:
         telemetry = RolloutTelemetry(run=args.run, stall_after=config.stall_after)
-    server = _serve_endpoint(telemetry, args)
+    server = _serve_endpoint(telemetry, args, security)
+    _interrupt_on_sigterm()
     print(f"serving {server.url}", flush=True)
 
     def tick() -> None:
@@ -328,15 +372,23 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    followed = Path(args.follow)
+    if followed.is_dir():
+        msg = f"--follow {followed} is a directory: give the run's <stem>.jsonl"
+        raise ServeError(msg)
+    if followed.exists() and not os.access(followed, os.R_OK):
+        msg = f"--follow {followed} cannot be read (permissions)"
+        raise ServeError(msg)
+    security = _security(args)  # every input checked before anything starts
     telemetry = RolloutTelemetry(run=args.run)
     follower = _follower(args, args.follow, telemetry)
     files = follower.files
     telemetry.registry.register(CoverageCollector(follower.coverage, telemetry.const_labels))
     follower.poll()  # what is already there, before the first scrape can see partial counts
-    server = _serve_endpoint(telemetry, args)
-    print(f"serving {server.url} following {files.main}", flush=True)
+    server = _serve_endpoint(telemetry, args, security)
     stopped = threading.Event()
     _install_sigterm(stopped.set)
+    print(f"serving {server.url} following {files.main}", flush=True)
     follower.start(args.poll_interval)
     try:
         while not stopped.wait(1.0):
@@ -357,17 +409,18 @@ def _report(args: argparse.Namespace) -> int:
     follower = _follower(args, args.path, telemetry)
     main_file = follower.files.main
     if main_file.is_dir():
-        print(f"rollout-telemetry: {main_file} is a directory: give the run's <stem>.jsonl", file=sys.stderr)
+        msg = f"rollout-telemetry report: {main_file} is a directory: give the run's <stem>.jsonl"
+        print(msg, file=sys.stderr)
         return 2
     if not main_file.is_file():
-        print(f"rollout-telemetry: {main_file} does not exist", file=sys.stderr)
+        print(f"rollout-telemetry report: {main_file} does not exist", file=sys.stderr)
         return 2
     follower.poll()
     follower.finish()
     if follower.rows == 0:
         rejected = sum(telemetry.snapshot().rejected.values())
         why = f"all {rejected} rows were rejected" if rejected else "it is empty"
-        print(f"rollout-telemetry: no usable rollout row in {main_file}: {why}", file=sys.stderr)
+        print(f"rollout-telemetry report: no usable rollout row in {main_file}: {why}", file=sys.stderr)
         return 1
     report = build_report(telemetry.snapshot(), follower.coverage.snapshot())
     if args.format == "json":
@@ -384,11 +437,12 @@ def _report(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit status."""
-    args = _parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    parser, subcommands = _parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # the chosen command says what it does not know, with its own --help
+        subcommands[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
+    level = logging.DEBUG if args.verbose else getattr(logging, (args.log_level or "info").upper())
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     commands: dict[str, Callable[[argparse.Namespace], int]] = {
         "demo": _demo,
         "serve": _serve,
@@ -397,6 +451,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     }
     try:
         return commands[args.command](args)
-    except (ServeError, ValueError, OSError) as exc:  # ServeError is a RuntimeError: named on its own
-        print(f"rollout-telemetry: {exc}", file=sys.stderr)
+    except (ServeError, ValueError, OSError, ImportError) as exc:  # ServeError is a RuntimeError
+        print(f"rollout-telemetry {args.command}: {exc}", file=sys.stderr)
         return 2

@@ -189,8 +189,9 @@ class RunFiles:
 class _Tail:
     """One file read incrementally: complete lines only, truncation and replacement detected."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, announce: bool = False) -> None:
         self.path = path
+        self.announce = announce  # say that the file is awaited (the main file; the sidecars are optional)
         self.offset = 0
         self.line_number = 0
         self.identity: tuple[int, int] | None = None
@@ -205,8 +206,11 @@ class _Tail:
         try:
             stat = os.stat(self.path)
         except OSError:
-            if self.identity is not None and not self.missing_said:
-                _log.warning("%s disappeared; waiting for it to come back", self.path)
+            if not self.missing_said:  # said once per absence, not at every poll
+                if self.identity is not None:
+                    _log.warning("%s disappeared; waiting for it to come back", self.path)
+                elif self.announce:
+                    _log.warning("waiting for %s: it does not exist yet", self.path)
                 self.missing_said = True
             return None
         self.missing_said = False
@@ -267,7 +271,7 @@ class RunFollower:
         self.coverage = coverage if coverage is not None else Coverage(telemetry.names)
         self.default_agent = default_agent
         self._inputs = _Tail(files.inputs) if files.inputs else None
-        self._main = _Tail(files.main)
+        self._main = _Tail(files.main, announce=True)
         self._failures = _Tail(files.failures) if files.failures else None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -296,12 +300,13 @@ class RunFollower:
     def poll(self) -> int:
         """Read whatever complete lines are new in every file; return how many lines were read."""
         with self._lock:
-            if any(tail.check() for tail in self._tails()):
+            present = {tail: tail.check() for tail in self._tails()}
+            if any(present.values()):
                 self._start_over()
             read = 0
             for tail in self._tails():
-                if tail.identity is None:
-                    continue  # not there (yet)
+                if present[tail] is None:
+                    continue  # not there (yet, or any more)
                 for number, line in tail.lines():
                     self._handle(tail, number, line)
                     read += 1

@@ -1,0 +1,144 @@
+"""Argument types and the parser class of the command line: every input checked before any work starts.
+
+A wrong input ends in one line on stderr that names the flag or file and what would be right, and exit
+status 2; argparse's own mistakes (an unknown flag, a missing value) say which command's ``--help`` to read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import NoReturn
+from urllib.parse import urlsplit
+
+__all__ = [
+    "OneLineParser",
+    "at_least",
+    "at_least_one",
+    "non_negative",
+    "port",
+    "positive",
+    "readable_file",
+    "share",
+    "url",
+]
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose errors are one line naming the command, exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        """Print ``<prog>: error: <message> (see '<prog> --help')`` and exit 2."""
+        print(f"{self.prog}: error: {message} (see '{self.prog} --help')", file=sys.stderr)
+        sys.exit(2)
+
+
+def _number(text: str, what: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        msg = f"must be {what}, got {text!r}"
+        raise argparse.ArgumentTypeError(msg) from None
+    if not math.isfinite(value):
+        msg = f"must be {what}, got {text!r}"
+        raise argparse.ArgumentTypeError(msg)
+    return value
+
+
+def positive(text: str) -> float:
+    """A number of seconds (or a rate) above 0."""
+    value = _number(text, "a number above 0")
+    if value <= 0:
+        msg = f"must be a number above 0, got {text}"
+        raise argparse.ArgumentTypeError(msg)
+    return value
+
+
+def non_negative(text: str) -> float:
+    """A number of seconds of at least 0."""
+    value = _number(text, "a number of at least 0")
+    if value < 0:
+        msg = f"must be a number of at least 0, got {text}"
+        raise argparse.ArgumentTypeError(msg)
+    return value
+
+
+def at_least(minimum: float) -> Callable[[str], float]:
+    """A number of seconds of at least ``minimum`` (a poll or summary interval: 0 would spin a core)."""
+
+    def check(text: str) -> float:
+        value = _number(text, f"a number of at least {minimum:g}")
+        if value < minimum:
+            msg = f"must be a number of at least {minimum:g}, got {text}"
+            raise argparse.ArgumentTypeError(msg)
+        return value
+
+    return check
+
+
+def share(text: str) -> float:
+    """A share between 0 and 1."""
+    value = _number(text, "a share between 0 and 1")
+    if not 0.0 <= value <= 1.0:
+        msg = f"must be a share between 0 and 1, got {text}"
+        raise argparse.ArgumentTypeError(msg)
+    return value
+
+
+def _whole(text: str, what: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        msg = f"must be {what}, got {text!r}"
+        raise argparse.ArgumentTypeError(msg) from None
+
+
+def port(text: str) -> int:
+    """A TCP port, 0 (pick a free one) to 65535."""
+    value = _whole(text, "a port number from 0 to 65535")
+    if not 0 <= value <= 65535:
+        msg = f"must be a port number from 0 to 65535, got {text}"
+        raise argparse.ArgumentTypeError(msg)
+    return value
+
+
+def at_least_one(text: str) -> int:
+    """A whole number of at least 1."""
+    value = _whole(text, "a whole number of at least 1")
+    if value < 1:
+        msg = f"must be a whole number of at least 1, got {text}"
+        raise argparse.ArgumentTypeError(msg)
+    return value
+
+
+def url(text: str) -> str:
+    """An http:// or https:// URL with a host."""
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        msg = f"must be an http:// or https:// URL with a host (e.g. http://127.0.0.1:4318), got {text!r}"
+        raise argparse.ArgumentTypeError(msg)
+    try:
+        parts.port  # noqa: B018 - reading it checks it
+    except ValueError:
+        msg = f"has an invalid port: {text!r}"
+        raise argparse.ArgumentTypeError(msg) from None
+    return text
+
+
+def readable_file(text: str) -> str:
+    """A file that exists and can be read."""
+    path = Path(text)
+    if path.is_dir():
+        msg = f"{text} is a directory, not a file"
+        raise argparse.ArgumentTypeError(msg)
+    if not path.exists():
+        msg = f"{text} does not exist"
+        raise argparse.ArgumentTypeError(msg)
+    if not os.access(path, os.R_OK):
+        msg = f"{text} cannot be read (permissions)"
+        raise argparse.ArgumentTypeError(msg)
+    return text

@@ -12,11 +12,12 @@ import threading
 from collections.abc import Callable, Sequence
 from types import FrameType
 
+from rollout_telemetry.auth import BasicAuth, ServeError, hash_password
 from rollout_telemetry.coverage import Coverage, CoverageCollector
 from rollout_telemetry.demo import DemoConfig, run_demo, summary_lines
 from rollout_telemetry.follow import RunFiles, RunFollower
 from rollout_telemetry.report import build_report, render_table
-from rollout_telemetry.server import BasicAuth, MetricsServer, ServeError, TLSConfig, hash_password
+from rollout_telemetry.server import MetricsServer, TLSConfig
 from rollout_telemetry.telemetry import RolloutTelemetry
 
 __all__ = ["main"]

@@ -23,6 +23,7 @@ from rollout_telemetry.account import (
     Account,
     AccountSnapshot,
 )
+from rollout_telemetry.auth import BasicAuth
 from rollout_telemetry.exporters.prometheus import AccountCollector
 from rollout_telemetry.failure_kinds import KindValidator
 from rollout_telemetry.lifecycle import RolloutContext
@@ -34,7 +35,7 @@ from rollout_telemetry.outcome import (
     read_completed,
 )
 from rollout_telemetry.progress import progress_metrics
-from rollout_telemetry.server import BasicAuth, MetricsServer, TLSConfig
+from rollout_telemetry.server import MetricsServer, TLSConfig
 from rollout_telemetry.spans import DEFAULT_REASON_LIMIT, SpanMode, SpanRecorder
 
 if TYPE_CHECKING:

@@ -20,7 +20,7 @@ import trustme
 from rollout_telemetry import BasicAuth, RolloutTelemetry, ServeError, TLSConfig, hash_password
 from rollout_telemetry.auth import FAILURE_BURST
 from rollout_telemetry.cli import main
-from rollout_telemetry.server import IDLE_TIMEOUT, MetricsServer
+from rollout_telemetry.server import HEAD_TIMEOUT, IDLE_TIMEOUT, MetricsServer
 from tests.support import raw_request, samples
 
 PASSWORD = "correct horse battery staple"
@@ -268,3 +268,25 @@ def test_wrong_passwords_are_rate_limited_per_address(recorded: RolloutTelemetry
         assert time.monotonic() - started < 0.5  # no scrypt behind a 429 (one takes ~40 ms; margin for CI)
         assert raw_request(server.port, right.encode())[0] == 200  # remembered: no attempt needed
         assert raw_request(server.port, wrong.encode(), source="127.0.0.2")[0] == 401
+
+
+def test_the_request_head_has_one_deadline(server: MetricsServer) -> None:
+    """A client sending a byte every 0.5 s is closed HEAD_TIMEOUT after its first byte: each byte does not
+    buy it more time."""
+    closed = False
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as trickler:
+        trickler.settimeout(0.5)  # waiting for the close paces the trickle
+        started = time.monotonic()
+        for byte in b"GET /metrics HTTP/1.1\r\nX-Slow: " + b"a" * 100:
+            try:
+                trickler.send(bytes([byte]))
+                closed = trickler.recv(1) == b""
+            except TimeoutError:
+                continue
+            except OSError:
+                closed = True
+            if closed:
+                break
+        elapsed = time.monotonic() - started
+    assert closed
+    assert HEAD_TIMEOUT - 0.1 < elapsed < HEAD_TIMEOUT + 2, elapsed

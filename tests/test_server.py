@@ -168,3 +168,20 @@ def test_a_full_queue_is_refused_with_503() -> None:
     finally:
         release.set()
         workers.close()
+
+
+def test_stop_ends_every_thread_and_connection(telemetry: RolloutTelemetry) -> None:
+    """After stop() the server's threads are gone and its sockets closed, idle connections included."""
+    threads = threading.active_count()
+    server = telemetry.serve(port=0)
+    idle = [socket.create_connection(("127.0.0.1", server.port), timeout=10) for _ in range(20)]
+    try:
+        assert _get(server.url)[0] == 200
+        assert threading.active_count() > threads
+        server.stop()
+        assert threading.active_count() == threads
+        for connection in idle:
+            assert connection.recv(1) == b""  # closed by the server, not left to time out
+    finally:
+        for connection in idle:
+            connection.close()

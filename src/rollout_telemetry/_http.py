@@ -52,6 +52,7 @@ WRITE_TIMEOUT = 10.0
 LINGER = 1.0
 """Seconds to drain what a client still sends after its response, so the close does not reset it."""
 _LINGER_BYTES = 1 << 20
+_CHUNK = 256 * 1024
 _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 _QUIET = (OSError, TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ssl.SSLError)
 
@@ -80,13 +81,12 @@ class Response:
         """A plain-text response."""
         return cls(status, (("Content-Type", "text/plain; charset=utf-8"), *headers), text.encode())
 
-    def encode(self, *, head_only: bool) -> bytes:
-        """The bytes on the wire; for HEAD the same headers without the body."""
+    def head(self) -> bytes:
+        """The status line and headers on the wire (the same for HEAD, which sends no body)."""
         lines = [f"HTTP/1.1 {self.status} {HTTPStatus(self.status).phrase}"]
         lines += [f"{name}: {value}" for name, value in self.headers]
         lines += [f"Content-Length: {len(self.body)}", "Cache-Control: no-store", "Connection: close"]
-        head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
-        return head if head_only else head + self.body
+        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
 
 Handler = Callable[[Request], Awaitable[Response]]
@@ -275,6 +275,8 @@ class HttpServer:
         connection.close()  # its transport is closed or was never made
 
     async def _serve_connection(self, connection: socket.socket, source: str) -> None:
+        task = asyncio.current_task()
+        assert task is not None  # each connection is served by a task of its own
         writer: asyncio.StreamWriter | None = None
         finished = False
         try:
@@ -287,18 +289,16 @@ class HttpServer:
                 ssl_handshake_timeout=HANDSHAKE_TIMEOUT if self._tls is not None else None,
             )
             writer = asyncio.StreamWriter(transport, protocol, reader, self._loop)
-            response, request = await self._read_request(reader, source)
-            current = asyncio.current_task()
-            if current is not None:
-                self._waiting.pop(current, None)
-            if response is None and request is None:
+            received = await self._read_request(reader, source)
+            self._waiting.pop(task, None)  # from here on it is not idle: it cannot be evicted
+            if received is None:
                 return
-            if request is not None:
-                response = await self._answer(request)
-            assert response is not None
-            await self._write(
-                reader, writer, response, head_only=request is not None and request.method == "HEAD"
-            )
+            if isinstance(received, Request):
+                response = await self._answer(received)
+                head_only = received.method == "HEAD"
+            else:
+                response, head_only = received, False
+            await self._write(reader, writer, response, head_only=head_only)
             finished = True
         except _QUIET as exc:
             _log.debug("connection from %s closed: %r", source, exc)
@@ -308,23 +308,20 @@ class HttpServer:
             if writer is not None and not finished:
                 writer.transport.abort()
 
-    async def _read_request(
-        self, reader: asyncio.StreamReader, source: str
-    ) -> tuple[Response | None, Request | None]:
-        """The request, a response refusing it, or (None, None) for a connection that sent none in time."""
+    async def _read_request(self, reader: asyncio.StreamReader, source: str) -> Request | Response | None:
+        """The request, a response refusing it, or None for a connection that sent none in time."""
         try:
             async with asyncio.timeout(IDLE_TIMEOUT):
                 first = await reader.read(1)
             if not first:
-                return None, None
+                return None
             async with asyncio.timeout(HEAD_TIMEOUT):
                 head = first + await reader.readuntil(b"\r\n\r\n")
         except asyncio.LimitOverrunError:
-            return Response.text(431, "request head too large\n"), None
+            return Response.text(431, "request head too large\n")
         except (TimeoutError, asyncio.IncompleteReadError):
-            return None, None
-        parsed = parse_head(head, source)
-        return (parsed, None) if isinstance(parsed, Response) else (None, parsed)
+            return None
+        return parse_head(head, source)
 
     async def _answer(self, request: Request) -> Response:
         try:
@@ -343,10 +340,18 @@ class HttpServer:
         *,
         head_only: bool,
     ) -> None:
-        """Write the response and close, all within ``WRITE_TIMEOUT``; drain what the client still sends."""
+        """Write the response and close, all within ``WRITE_TIMEOUT``; drain what the client still sends.
+
+        The body goes out in chunks, each sent before the next is queued: a slow reader holds a view of
+        the (shared) rendering, not a copy of it.
+        """
         writer.transport.set_write_buffer_limits(high=0)  # drain() then waits until everything is sent
+        body = memoryview(b"" if head_only else response.body)
         async with asyncio.timeout(WRITE_TIMEOUT):
-            writer.write(response.encode(head_only=head_only))
+            writer.write(response.head())
+            for start in range(0, len(body), _CHUNK):
+                writer.write(body[start : start + _CHUNK])
+                await writer.drain()
             await writer.drain()
             if writer.can_write_eof():  # plain TCP: half-close, then read until the client closes too
                 writer.write_eof()

@@ -267,7 +267,7 @@ def measure(name: str, kind: str, connections: int, scrapes: int, folder: Path) 
     telemetry = RolloutTelemetry(run="attack")
     telemetry.record("math", {"reward": 1.0})
     if kind == "slow-reader":
-        telemetry.registry.register(_Padding(4))  # type: ignore[arg-type]
+        telemetry.registry.register(_Padding(2.5))  # type: ignore[arg-type]
     tls, context = None, None
     if kind == "tls-handshake":
         import trustme

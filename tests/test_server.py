@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import logging
 import socket
 import threading
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 
 import pytest
-from prometheus_client import Counter
+from prometheus_client import Counter, Metric
 
 from rollout_telemetry import RolloutTelemetry, ServeError
 from rollout_telemetry._http import Busy, Workers
@@ -185,3 +187,25 @@ def test_stop_ends_every_thread_and_connection(telemetry: RolloutTelemetry) -> N
     finally:
         for connection in idle:
             connection.close()
+
+
+class _Broken:
+    """A collector that fails at every scrape."""
+
+    def collect(self) -> Iterator[Metric]:
+        raise RuntimeError("broken collector")
+
+
+def test_errors_are_logged_throttled_without_a_traceback(
+    telemetry: RolloutTelemetry, caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A failing scrape is a short 500; ten of them log one line, with no traceback, nothing on stderr."""
+    telemetry.registry.register(_Broken())
+    with caplog.at_level(logging.DEBUG, logger="rollout_telemetry"), telemetry.serve(port=0) as server:
+        for _ in range(10):
+            assert _get(server.url) == (500, "internal error\n")
+    errors = [record for record in caplog.records if record.levelno >= logging.ERROR]
+    assert len(errors) == 1
+    assert "broken collector" in errors[0].getMessage()
+    assert all(record.exc_info is None for record in caplog.records)
+    assert capfd.readouterr().err == ""

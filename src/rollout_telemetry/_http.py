@@ -116,9 +116,6 @@ class ThrottledLog:
         _log.log(level, msg + suffix, *args)
 
 
-throttled = ThrottledLog()
-
-
 class Workers:
     """A fixed set of threads behind a bounded queue, to which the event loop hands slow work.
 
@@ -212,8 +209,9 @@ class HttpServer:
         self._listener = listener
         self._handler = handler
         self._tls = tls
+        self._log = ThrottledLog()
         self._loop = asyncio.new_event_loop()
-        self._loop.set_exception_handler(_loop_error)
+        self._loop.set_exception_handler(self._loop_error)
         self._connections: set[asyncio.Task[None]] = set()
         self._waiting: dict[asyncio.Task[None], None] = {}  # no complete request yet, oldest first
         self._stopping = asyncio.Event()
@@ -233,6 +231,10 @@ class HttpServer:
             self._thread.join(timeout=10)
         self._listener.close()
 
+    def _loop_error(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        """Route what asyncio would print with a traceback to our logger, throttled."""
+        self._log(logging.WARNING, "event loop: %s %r", context.get("message"), context.get("exception"))
+
     async def _serve(self) -> None:
         accepting = asyncio.create_task(self._accept())
         await self._stopping.wait()
@@ -247,7 +249,7 @@ class HttpServer:
             try:
                 connection, address = await self._loop.sock_accept(self._listener)
             except OSError as exc:  # out of file descriptors, say: wait for some to come back
-                throttled(logging.WARNING, "cannot accept a connection: %s", exc)
+                self._log(logging.WARNING, "cannot accept a connection: %s", exc)
                 await asyncio.sleep(0.1)
                 continue
             if len(self._connections) >= MAX_CONNECTIONS and not self._evict():
@@ -303,7 +305,7 @@ class HttpServer:
         except _QUIET as exc:
             _log.debug("connection from %s closed: %r", source, exc)
         except Exception as exc:
-            throttled(logging.ERROR, "error serving a connection: %r", exc)
+            self._log(logging.ERROR, "error serving a connection: %r", exc)
         finally:
             if writer is not None and not finished:
                 writer.transport.abort()
@@ -329,7 +331,7 @@ class HttpServer:
         except Busy:
             return Response.text(503, "busy: try again\n", ("Retry-After", "1"))
         except Exception as exc:
-            throttled(logging.ERROR, "error answering %s %s: %r", request.method, request.path, exc)
+            self._log(logging.ERROR, "error answering %s %s: %r", request.method, request.path, exc)
             return Response.text(500, "internal error\n")
 
     async def _write(
@@ -369,8 +371,3 @@ async def _discard(reader: asyncio.StreamReader) -> None:
                 read += len(chunk)
     except TimeoutError:
         pass
-
-
-def _loop_error(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
-    """Route what asyncio would print with a traceback to our logger, throttled."""
-    throttled(logging.WARNING, "event loop: %s %r", context.get("message"), context.get("exception"))

@@ -128,3 +128,19 @@ def free_port_range(count: int) -> int:
             for sock in sockets:
                 sock.close()
     raise AssertionError("no free port range")
+
+
+def raw_request(port: int, request: bytes, *, source: str = "127.0.0.1") -> tuple[int, dict[str, str], bytes]:
+    """Send ``request`` as bytes from ``source`` (a loopback address) and read the reply to the close.
+
+    Returns the status, the headers (lower-case names) and the body.
+    """
+    with socket.create_connection(("127.0.0.1", port), timeout=10, source_address=(source, 0)) as sock:
+        sock.sendall(request)
+        reply = b""
+        while chunk := sock.recv(65536):
+            reply += chunk
+    head, _, body = reply.partition(b"\r\n\r\n")
+    status_line, *lines = head.decode("latin-1").split("\r\n")
+    headers = {name.lower(): value.strip() for name, _, value in (line.partition(":") for line in lines)}
+    return int(status_line.split(" ")[1]), headers, body

@@ -1,9 +1,11 @@
-"""The README documents every published series and span attribute, and starts with the two commands."""
+"""The README documents every published series and span attribute and the endpoint's bounds, and starts with
+the two commands."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from rollout_telemetry import auth, server
 from rollout_telemetry.series import CATALOGUE
 from rollout_telemetry.spans import ATTRIBUTES
 
@@ -29,3 +31,26 @@ def test_readme_starts_with_the_two_commands() -> None:
     assert len(commands) == 2
     assert "rollout-telemetry demo" in commands[0]
     assert "pytest" in commands[1]
+
+
+def test_the_security_section_states_each_bound_as_built() -> None:
+    """Each bound of the HTTP endpoint appears in the README's table with the value the code uses."""
+
+    def seconds(value: float) -> str:
+        return f"{value:g} s"
+
+    rows = {
+        "MAX_CONNECTIONS": str(server.MAX_CONNECTIONS),
+        "HANDSHAKE_TIMEOUT": seconds(server.HANDSHAKE_TIMEOUT),
+        "IDLE_TIMEOUT": seconds(server.IDLE_TIMEOUT),
+        "HEAD_TIMEOUT": seconds(server.HEAD_TIMEOUT),
+        "MAX_HEAD": f"{server.MAX_HEAD // 1024} KiB",
+        "MAX_QUEUED": str(server.MAX_QUEUED),
+        "WRITE_TIMEOUT": seconds(server.WRITE_TIMEOUT),
+    }
+    for name, value in rows.items():
+        row = next(line for line in README.splitlines() if f"(`{name}`)" in line)
+        assert f"| {value} " in row, (name, value, row)
+    assert f"has {auth.FAILURE_BURST} attempts" in README
+    assert f"at {auth.FAILURE_REFILL:g} per second" in README
+    assert f"at most {auth.MAX_SOURCES:,} addresses" in README

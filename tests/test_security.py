@@ -18,9 +18,10 @@ import pytest
 import trustme
 
 from rollout_telemetry import BasicAuth, RolloutTelemetry, ServeError, TLSConfig, hash_password
+from rollout_telemetry.auth import FAILURE_BURST
 from rollout_telemetry.cli import main
-from rollout_telemetry.server import IDLE_TIMEOUT, MetricsServer
-from tests.support import samples
+from rollout_telemetry.server import HEAD_TIMEOUT, IDLE_TIMEOUT, MetricsServer
+from tests.support import raw_request, samples
 
 PASSWORD = "correct horse battery staple"
 
@@ -207,3 +208,85 @@ def test_a_huge_request_body_is_not_read(server: MetricsServer) -> None:
     finally:
         connection.close()
     assert _get(server.url)[0] == 200
+
+
+@pytest.mark.parametrize(
+    "authorization",
+    [
+        b"Basic \xc3\xa9\xff\xfe",
+        b"Basic " + base64.b64encode(b"prometheus:\xff\xfe"),
+        b"Basic " + base64.b64encode(b"no colon"),
+        b"Basic",
+        b"Basic ====",
+        b"\xff\xfe\xfd",
+        b"Digest username=prometheus",
+    ],
+)
+def test_a_malformed_authorization_header_is_401_and_quiet(
+    recorded: RolloutTelemetry, authorization: bytes, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Any bytes in Authorization get 401 (never 500), and nothing is written to stderr."""
+    auth = BasicAuth("prometheus", hash_password(PASSWORD))
+    with recorded.serve(port=0, auth=auth) as server:
+        for _ in range(FAILURE_BURST):  # one well-formed case spends an attempt each time
+            request = b"GET /metrics HTTP/1.1\r\nHost: x\r\nAuthorization: " + authorization + b"\r\n\r\n"
+            status, headers, body = raw_request(server.port, request)
+            assert status == 401
+            assert headers["www-authenticate"].startswith("Basic ")
+            assert body == b"unauthorized\n"
+    assert capfd.readouterr().err == ""
+
+
+def test_the_scheme_name_is_case_insensitive(recorded: RolloutTelemetry) -> None:
+    """ "basic" in lower case (or any case) is the Basic scheme."""
+    auth = BasicAuth("prometheus", hash_password(PASSWORD))
+    token = _basic("prometheus", PASSWORD)["Authorization"].split(" ")[1]
+    with recorded.serve(port=0, auth=auth) as server:
+        for scheme in ("basic", "BASIC", "Basic"):
+            assert _get(server.url, headers={"Authorization": f"{scheme} {token}"})[0] == 200
+
+
+def test_wrong_passwords_are_rate_limited_per_address(recorded: RolloutTelemetry) -> None:
+    """After FAILURE_BURST wrong passwords an address gets 429 without a check; others and the verified
+    scraper are unaffected."""
+    auth = BasicAuth("prometheus", hash_password(PASSWORD))
+    wrong = "GET /metrics HTTP/1.1\r\nAuthorization: {}\r\n\r\n".format(
+        _basic("prometheus", "guess")["Authorization"]
+    )
+    right = "GET /metrics HTTP/1.1\r\nAuthorization: {}\r\n\r\n".format(
+        _basic("prometheus", PASSWORD)["Authorization"]
+    )
+    with recorded.serve(port=0, auth=auth) as server:
+        assert raw_request(server.port, right.encode())[0] == 200
+        statuses = [raw_request(server.port, wrong.encode())[0] for _ in range(FAILURE_BURST)]
+        assert statuses == [401] * FAILURE_BURST
+        status, headers, _ = raw_request(server.port, wrong.encode())
+        assert status == 429
+        assert headers["retry-after"] == "1"
+        started = time.monotonic()
+        assert raw_request(server.port, wrong.encode())[0] == 429
+        assert time.monotonic() - started < 0.5  # no scrypt behind a 429 (one takes ~40 ms; margin for CI)
+        assert raw_request(server.port, right.encode())[0] == 200  # remembered: no attempt needed
+        assert raw_request(server.port, wrong.encode(), source="127.0.0.2")[0] == 401
+
+
+def test_the_request_head_has_one_deadline(server: MetricsServer) -> None:
+    """A client sending a byte every 0.5 s is closed HEAD_TIMEOUT after its first byte: each byte does not
+    buy it more time."""
+    closed = False
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as trickler:
+        trickler.settimeout(0.5)  # waiting for the close paces the trickle
+        started = time.monotonic()
+        for byte in b"GET /metrics HTTP/1.1\r\nX-Slow: " + b"a" * 100:
+            try:
+                trickler.send(bytes([byte]))
+                closed = trickler.recv(1) == b""
+            except TimeoutError:
+                continue
+            except OSError:
+                closed = True
+            if closed:
+                break
+        elapsed = time.monotonic() - started
+    assert closed
+    assert HEAD_TIMEOUT - 0.1 < elapsed < HEAD_TIMEOUT + 2, elapsed

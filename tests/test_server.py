@@ -1,15 +1,22 @@
-"""The HTTP endpoint: /metrics, /healthz, 404 elsewhere, a clear error for a taken port."""
+"""The HTTP endpoint: /metrics, /healthz, 404 elsewhere, HEAD, quiet headers; a taken port."""
 
 from __future__ import annotations
 
+import asyncio
+import gzip
+import logging
 import socket
+import threading
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 
 import pytest
+from prometheus_client import Counter, Metric
 
 from rollout_telemetry import RolloutTelemetry, ServeError
-from tests.support import samples
+from rollout_telemetry._http import Busy, Workers
+from tests.support import raw_request, sample_names, samples
 
 
 def _get(url: str) -> tuple[int, str]:
@@ -72,3 +79,133 @@ def test_stop_releases_the_port(telemetry: RolloutTelemetry) -> None:
     server.stop()
     again = telemetry.serve(port=port)
     again.stop()
+
+
+def test_head_answers_like_get_without_a_body(telemetry: RolloutTelemetry) -> None:
+    """HEAD on /metrics and /healthz: 200, the headers GET would send (its Content-Length), no body."""
+    telemetry.record("math", {"reward": 1.0})
+    with telemetry.serve(port=0) as server:
+        for path in ("/metrics", "/healthz"):
+            get = raw_request(server.port, f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+            head = raw_request(server.port, f"HEAD {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+            assert head[0] == get[0] == 200
+            assert head[2] == b""
+            assert int(head[1]["content-length"]) == len(get[2]) > 0
+            assert head[1]["content-type"] == get[1]["content-type"]
+
+
+def test_no_version_banner_and_no_caching(telemetry: RolloutTelemetry) -> None:
+    """No Server header on any response; /metrics says Cache-Control: no-store."""
+    with telemetry.serve(port=0) as server:
+        for path in ("/metrics", "/healthz", "/nope"):
+            _, headers, _ = raw_request(server.port, f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+            assert "server" not in headers
+            assert "python" not in str(headers).lower()
+        assert raw_request(server.port, b"GET /metrics HTTP/1.1\r\n\r\n")[1]["cache-control"] == "no-store"
+
+
+@pytest.mark.parametrize(
+    ("request_bytes", "status"),
+    [
+        (b"GET /<script>alert(1)</script> HTTP/1.1\r\n\r\n", 404),
+        (b"GET /<script>alert(1)</script> HTTP/9.9\r\n\r\n", 400),
+        (b"<script>alert(1)</script>\r\n\r\n", 400),
+        (b"GET /metrics HTTP/1.1\r\n <script>: folded\r\n\r\n", 400),
+        (b"GET /metrics HTTP/1.1\r\nX-<script>: 1\r\n\r\n", 400),
+        (b"GET /metrics HTTP/1.1\r\nX-A: " + b"<script>" * 3000 + b"\r\n\r\n", 431),
+    ],
+)
+def test_error_pages_do_not_echo_the_request(
+    telemetry: RolloutTelemetry, request_bytes: bytes, status: int
+) -> None:
+    """Malformed or unknown requests get a fixed short answer that repeats nothing the client sent."""
+    with telemetry.serve(port=0) as server:
+        got, _, body = raw_request(server.port, request_bytes)
+        assert got == status
+        assert b"script" not in body
+        assert len(body) < 100
+
+
+def test_exposition_honours_accept_and_name_filter(telemetry: RolloutTelemetry) -> None:
+    """prometheus_client's exposition: OpenMetrics when asked, ?name[]= filtering, gzip when accepted."""
+    telemetry.record("math", {"reward": 1.0})
+    Counter("plain_events", "A plain counter, for the name filter.", registry=telemetry.registry).inc()
+    with telemetry.serve(port=0) as server:
+        request = "GET /metrics?name[]=plain_events_total HTTP/1.1\r\nAccept: {}\r\n{}\r\n"
+        _, _, everything = raw_request(server.port, b"GET /metrics HTTP/1.1\r\n\r\n")
+        assert {"rollout_completed_total", "plain_events_total"} <= sample_names(everything.decode())
+        _, headers, body = raw_request(server.port, request.format("text/plain", "").encode())
+        assert sample_names(body.decode()) == {"plain_events_total"}
+        openmetrics = "application/openmetrics-text; version=1.0.0"
+        _, headers, body = raw_request(server.port, request.format(openmetrics, "").encode())
+        assert headers["content-type"].startswith("application/openmetrics-text")
+        assert body.endswith(b"# EOF\n")
+        _, headers, body = raw_request(
+            server.port, request.format("*/*", "Accept-Encoding: gzip\r\n").encode()
+        )
+        assert headers["content-encoding"] == "gzip"
+        assert sample_names(gzip.decompress(body).decode()) == {"plain_events_total"}
+
+
+def test_a_full_queue_is_refused_with_503() -> None:
+    """Work beyond the workers and their bounded queue is refused at once (the server answers 503)."""
+    started, release = threading.Event(), threading.Event()
+    workers = Workers(1, max_queued=1)
+
+    def hold() -> bool:
+        started.set()
+        return release.wait(10)
+
+    async def fill() -> list[str]:
+        running = workers.run(hold)
+        assert await asyncio.to_thread(started.wait, 10)
+        queued = workers.run(lambda: True)
+        with pytest.raises(Busy):
+            workers.run(lambda: True)
+        release.set()
+        return [str(await running), str(await queued)]
+
+    try:
+        assert asyncio.run(fill()) == ["True", "True"]
+    finally:
+        release.set()
+        workers.close()
+
+
+def test_stop_ends_every_thread_and_connection(telemetry: RolloutTelemetry) -> None:
+    """After stop() the server's threads are gone and its sockets closed, idle connections included."""
+    threads = threading.active_count()
+    server = telemetry.serve(port=0)
+    idle = [socket.create_connection(("127.0.0.1", server.port), timeout=10) for _ in range(20)]
+    try:
+        assert _get(server.url)[0] == 200
+        assert threading.active_count() > threads
+        server.stop()
+        assert threading.active_count() == threads
+        for connection in idle:
+            assert connection.recv(1) == b""  # closed by the server, not left to time out
+    finally:
+        for connection in idle:
+            connection.close()
+
+
+class _Broken:
+    """A collector that fails at every scrape."""
+
+    def collect(self) -> Iterator[Metric]:
+        raise RuntimeError("broken collector")
+
+
+def test_errors_are_logged_throttled_without_a_traceback(
+    telemetry: RolloutTelemetry, caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A failing scrape is a short 500; ten of them log one line, with no traceback, nothing on stderr."""
+    telemetry.registry.register(_Broken())
+    with caplog.at_level(logging.DEBUG, logger="rollout_telemetry"), telemetry.serve(port=0) as server:
+        for _ in range(10):
+            assert _get(server.url) == (500, "internal error\n")
+    errors = [record for record in caplog.records if record.levelno >= logging.ERROR]
+    assert len(errors) == 1
+    assert "broken collector" in errors[0].getMessage()
+    assert all(record.exc_info is None for record in caplog.records)
+    assert capfd.readouterr().err == ""

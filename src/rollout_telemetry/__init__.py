@@ -10,9 +10,10 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from rollout_telemetry.auth import BasicAuth, ServeError, hash_password
     from rollout_telemetry.lifecycle import RolloutContext
     from rollout_telemetry.outcome import Disposition, Outcome, OutcomeError, VerifyResponse, outcome_of
-    from rollout_telemetry.server import BasicAuth, MetricsServer, ServeError, TLSConfig, hash_password
+    from rollout_telemetry.server import MetricsServer, TLSConfig
     from rollout_telemetry.snapshot import AccountSnapshot, AgentSnapshot
     from rollout_telemetry.telemetry import RolloutTelemetry
 
@@ -36,17 +37,17 @@ __all__ = [
 _HOMES = {
     "AccountSnapshot": "snapshot",
     "AgentSnapshot": "snapshot",
-    "BasicAuth": "server",
+    "BasicAuth": "auth",
     "Disposition": "outcome",
     "MetricsServer": "server",
     "Outcome": "outcome",
     "OutcomeError": "outcome",
     "RolloutContext": "lifecycle",
     "RolloutTelemetry": "telemetry",
-    "ServeError": "server",
+    "ServeError": "auth",
     "TLSConfig": "server",
     "VerifyResponse": "outcome",
-    "hash_password": "server",
+    "hash_password": "auth",
     "outcome_of": "outcome",
 }
 

@@ -25,12 +25,13 @@ from rollout_telemetry._args import (
     share,
     url,
 )
+from rollout_telemetry.auth import BasicAuth, ServeError, hash_password
 from rollout_telemetry.coverage import DEFAULT_MAX_ATTEMPTS, Coverage
 from rollout_telemetry.demo import DemoConfig, run_demo, summary_lines
 from rollout_telemetry.exporters.prometheus import CoverageCollector
 from rollout_telemetry.follow import RunFiles, RunFollower
 from rollout_telemetry.report import build_report, render_table
-from rollout_telemetry.server import BasicAuth, MetricsServer, ServeError, TLSConfig, hash_password
+from rollout_telemetry.server import MetricsServer, TLSConfig
 from rollout_telemetry.telemetry import RolloutTelemetry
 
 __all__ = ["main"]

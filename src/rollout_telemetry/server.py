@@ -1,36 +1,49 @@
-"""The HTTP endpoint: ``/metrics`` (prometheus_client's WSGI app) and ``/healthz``, nothing else.
+"""The HTTP endpoint: ``/metrics`` (prometheus_client's exposition) and ``/healthz``, nothing else.
 
 Binds 127.0.0.1 unless told otherwise. Optional TLS (certificate, key, optional client-certificate
-verification) and optional HTTP basic auth. Requests are served by a bounded pool of threads, each
-connection with a socket timeout, so slow clients cannot pile up threads.
+verification) and optional HTTP basic auth (``rollout_telemetry.auth``). Connections, deadlines and worker
+threads are ``rollout_telemetry._http``'s; this module says what is answered. Rendering the exposition runs
+on a worker thread, never on the event loop, and scrapes asking for the same thing at the same time share
+one rendering.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
+import asyncio
 import errno
-import hashlib
-import hmac
-import logging
-import os
-import secrets
-import selectors
+import functools
+import gzip
 import socket
 import ssl
-import threading
-import time
-from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, cast
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
+from urllib.parse import parse_qs
 
-from prometheus_client import make_wsgi_app
+from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import CollectorRegistry
 
+from rollout_telemetry._http import (
+    HANDSHAKE_TIMEOUT,
+    HEAD_TIMEOUT,
+    IDLE_TIMEOUT,
+    MAX_CONNECTIONS,
+    MAX_HEAD,
+    MAX_QUEUED,
+    WRITE_TIMEOUT,
+    HttpServer,
+    Request,
+    Response,
+    Workers,
+)
+from rollout_telemetry.auth import Authenticator, BasicAuth, ServeError, Verdict, hash_password
+
 __all__ = [
+    "HANDSHAKE_TIMEOUT",
+    "HEAD_TIMEOUT",
+    "IDLE_TIMEOUT",
+    "MAX_CONNECTIONS",
+    "MAX_HEAD",
+    "MAX_QUEUED",
+    "WRITE_TIMEOUT",
     "BasicAuth",
     "MetricsServer",
     "ServeError",
@@ -38,78 +51,9 @@ __all__ = [
     "hash_password",
 ]
 
-_log = logging.getLogger("rollout_telemetry.server")
-
-_StartResponse = Callable[..., Any]
-_WSGIApp = Callable[[dict[str, Any], _StartResponse], Iterable[bytes]]
-
-IDLE_TIMEOUT = 3.0
-"""Seconds a connection may stay silent before it is closed; it holds no thread meanwhile."""
-REQUEST_TIMEOUT = 5.0
-"""Seconds a worker waits on a client while reading its request or writing the response."""
-MAX_WAITING = 256
-"""Connections that may wait for their first bytes at once; further ones are closed at once."""
-
-_SCRYPT_N, _SCRYPT_R, _SCRYPT_P = 2**14, 8, 1
 _ADDRESS_IN_USE = {errno.EADDRINUSE, 48, 10048}  # Linux, macOS, Windows
-
-
-class ServeError(RuntimeError):
-    """The metrics endpoint could not be started."""
-
-
-def hash_password(password: str, *, salt: bytes | None = None) -> str:
-    """Return a scrypt hash of ``password`` in the form ``BasicAuth`` reads (``scrypt$n$r$p$salt$hash``)."""
-    salt = salt if salt is not None else secrets.token_bytes(16)
-    digest = hashlib.scrypt(password.encode(), salt=salt, n=_SCRYPT_N, r=_SCRYPT_R, p=_SCRYPT_P)
-    encode = base64.b64encode
-    return f"scrypt${_SCRYPT_N}${_SCRYPT_R}${_SCRYPT_P}${encode(salt).decode()}${encode(digest).decode()}"
-
-
-@dataclass(frozen=True, slots=True)
-class BasicAuth:
-    """HTTP basic auth: one user name and a scrypt password hash from ``hash_password``."""
-
-    username: str
-    password_hash: str
-
-    @classmethod
-    def from_file(cls, username: str, path: str | Path) -> BasicAuth:
-        """Read the password hash from a file (its first line)."""
-        return cls(username, Path(path).read_text(encoding="utf-8").strip().splitlines()[0])
-
-    @classmethod
-    def from_env(cls, username: str, variable: str) -> BasicAuth:
-        """Read the password hash from an environment variable.
-
-        Raises:
-            ServeError: the variable is not set.
-        """
-        value = os.environ.get(variable)
-        if not value:
-            msg = f"environment variable {variable} with the password hash is not set"
-            raise ServeError(msg)
-        return cls(username, value.strip())
-
-    def __post_init__(self) -> None:
-        parts = self.password_hash.split("$")
-        if len(parts) != 6 or parts[0] != "scrypt":
-            msg = "password hash must come from 'rollout-telemetry hash-password' (scrypt$n$r$p$salt$hash)"
-            raise ServeError(msg)
-
-    def check(self, header: str | None) -> bool:
-        """Return whether an ``Authorization`` header carries this user and password (constant time)."""
-        if not header or not header.startswith("Basic "):
-            return False
-        try:
-            username, _, password = base64.b64decode(header[6:], validate=True).decode().partition(":")
-        except (binascii.Error, UnicodeDecodeError):
-            return False
-        _, n, r, p, salt, expected = self.password_hash.split("$")
-        digest = hashlib.scrypt(password.encode(), salt=base64.b64decode(salt), n=int(n), r=int(r), p=int(p))
-        user_ok = hmac.compare_digest(username.encode(), self.username.encode())
-        password_ok = hmac.compare_digest(digest, base64.b64decode(expected))
-        return user_ok and password_ok
+_CHALLENGE = ("WWW-Authenticate", 'Basic realm="rollout-telemetry", charset="UTF-8"')
+_Rendering = tuple[str, tuple[str, ...], bool]  # Accept's choice, name[] filter, gzip
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,140 +75,97 @@ class TLSConfig:
         return context
 
 
-def _plain(start_response: _StartResponse, status: str, body: bytes, *extra: tuple[str, str]) -> list[bytes]:
-    start_response(status, [("Content-Type", "text/plain; charset=utf-8"), *extra])
-    return [body]
+class _Endpoint:
+    """What is answered: ``/metrics`` (behind auth, if any), ``/healthz``, 404 and 405 otherwise."""
 
+    def __init__(self, registry: CollectorRegistry, auth: Authenticator | None, workers: Workers) -> None:
+        self._registry = registry
+        self._auth = auth
+        self._workers = workers
+        self._renderings: dict[_Rendering, asyncio.Future[tuple[bytes, str]]] = {}
 
-def make_app(registry: CollectorRegistry, auth: BasicAuth | None = None) -> _WSGIApp:
-    """Return the WSGI app: ``/metrics`` and ``/healthz``; 404 for anything else."""
-    metrics_app = make_wsgi_app(registry)
+    async def __call__(self, request: Request) -> Response:
+        if request.path not in ("/metrics", "/healthz"):
+            return Response.text(404, "not found: try /metrics\n")
+        if request.method not in ("GET", "HEAD"):
+            return Response.text(405, "GET or HEAD only\n", ("Allow", "GET, HEAD"))
+        if request.path == "/healthz":  # says nothing but "ok": left open for liveness probes
+            return Response.text(200, "ok\n")
+        if self._auth is not None:
+            refusal = await self._authenticate(self._auth, request)
+            if refusal is not None:
+                return refusal
+        return await self._metrics(request)
 
-    def app(environ: dict[str, Any], start_response: _StartResponse) -> Iterable[bytes]:
-        path = environ.get("PATH_INFO", "")
-        if path not in ("/metrics", "/healthz"):
-            return _plain(start_response, "404 Not Found", b"not found: try /metrics\n")
-        if environ.get("REQUEST_METHOD") not in ("GET", "HEAD"):
-            return _plain(start_response, "405 Method Not Allowed", b"GET only\n", ("Allow", "GET, HEAD"))
-        if path == "/healthz":  # says nothing but "ok": left open for liveness probes
-            return _plain(start_response, "200 OK", b"ok\n")
-        if auth is not None and not auth.check(environ.get("HTTP_AUTHORIZATION")):
-            return _plain(
-                start_response,
-                "401 Unauthorized",
-                b"unauthorized\n",
-                ("WWW-Authenticate", 'Basic realm="rollout-telemetry", charset="UTF-8"'),
+    async def _authenticate(self, auth: Authenticator, request: Request) -> Response | None:
+        header = request.headers.get("authorization")
+        verdict = auth.screen(header, request.source)
+        if verdict is None:
+            verdict = await self._workers.run(functools.partial(auth.verify, header, request.source))
+        if verdict is Verdict.LIMITED:
+            return Response.text(429, "too many failed attempts\n", ("Retry-After", "1"), _CHALLENGE)
+        if verdict is Verdict.DENIED:
+            return Response.text(401, "unauthorized\n", _CHALLENGE)
+        return None
+
+    async def _metrics(self, request: Request) -> Response:
+        _, content_type = choose_encoder(request.headers.get("accept", ""))
+        names = tuple(sorted(parse_qs(request.query).get("name[]", [])))
+        gzipped = "gzip" in request.headers.get("accept-encoding", "").lower()
+        key = (content_type, names, gzipped)
+        rendering = self._renderings.get(key)
+        if rendering is None:  # the first asking renders; those asking meanwhile share its result
+            rendering = self._workers.run(
+                functools.partial(self._render, request.headers.get("accept", ""), names, gzipped)
             )
-        body: Iterable[bytes] = metrics_app(environ, start_response)
-        return body
+            self._renderings[key] = rendering
+            rendering.add_done_callback(lambda _: self._renderings.pop(key, None))
+        body, content_type = await asyncio.shield(rendering)
+        headers = [("Content-Type", content_type)]
+        if gzipped:
+            headers.append(("Content-Encoding", "gzip"))
+        return Response(200, tuple(headers), body)
 
-    return app
+    def _render(self, accept: str, names: tuple[str, ...], gzipped: bool) -> tuple[bytes, str]:
+        """prometheus_client's exposition of the registry (on a worker thread)."""
+        encoder, content_type = choose_encoder(accept)
+        registry = self._registry.restricted_registry(names) if names else self._registry
+        body = encoder(registry)
+        return (gzip.compress(body) if gzipped else body), content_type
 
 
-class _QuietHandler(WSGIRequestHandler):
-    timeout = REQUEST_TIMEOUT  # reading the request and writing the response, once a worker has it
-
-    def log_message(self, format: str, *args: Any) -> None:
-        _log.debug("%s " + format, self.address_string(), *args)
-
-
-class _PooledServer(WSGIServer):
-    """A WSGI server that cannot be exhausted by slow or idle clients.
-
-    Accepted connections first wait in a selector, with no thread of their own, until they have sent
-    something; one that stays silent for ``IDLE_TIMEOUT`` seconds is closed, and at most
-    ``MAX_WAITING`` wait at once. Only a connection with data is handed to the bounded pool of workers,
-    which reads the request and writes the response under ``REQUEST_TIMEOUT``. TLS handshakes happen on
-    the pool, after the client has spoken.
-    """
-
-    daemon_threads = True
-    allow_reuse_address = True
-    request_queue_size = 128
-
-    def __init__(
-        self,
-        address: tuple[str, int],
-        *,
-        threads: int,
-        tls: ssl.SSLContext | None,
-        family: socket.AddressFamily,
-    ) -> None:
-        self.address_family = family
-        self._tls = tls
-        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="rollout-telemetry-http")
-        self._waiting = selectors.DefaultSelector()
-        self._waiting_lock = threading.Lock()
-        self._closed = threading.Event()
-        self._dispatcher = threading.Thread(
-            target=self._dispatch, name="rollout-telemetry-http-wait", daemon=True
-        )
-        super().__init__(address, _QuietHandler)  # binds; on failure it calls server_close itself
-        self._dispatcher.start()
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        with self._waiting_lock:
-            if len(self._waiting.get_map()) >= MAX_WAITING:
-                _log.debug("too many idle connections; closing %s", client_address)
-                self.shutdown_request(request)
-                return
-            request.setblocking(False)
-            self._waiting.register(request, selectors.EVENT_READ, (client_address, time.monotonic()))
-
-    def _dispatch(self) -> None:
-        while not self._closed.is_set():
-            ready = self._waiting.select(timeout=0.2)
-            now = time.monotonic()
-            with self._waiting_lock:
-                for key, _ in ready:
-                    connection = cast(socket.socket, key.fileobj)
-                    self._waiting.unregister(connection)
-                    client_address, _ = key.data
-                    self._pool.submit(self._serve_one, connection, client_address)
-                expired = [
-                    key for key in list(self._waiting.get_map().values()) if now - key.data[1] > IDLE_TIMEOUT
-                ]
-                for key in expired:
-                    connection = cast(socket.socket, key.fileobj)
-                    self._waiting.unregister(connection)
-                    self.shutdown_request(connection)
-
-    def _serve_one(self, request: socket.socket, client_address: Any) -> None:
+def _bind(host: str, port: int, port_range: int) -> socket.socket:
+    """A listening socket on the first free port of ``port .. port+port_range-1``."""
+    if port_range < 1:
+        msg = f"port_range must be at least 1, got {port_range}"
+        raise ServeError(msg)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    candidates = [port] if port == 0 else list(range(port, port + port_range))
+    for candidate in candidates:
+        listener = socket.socket(family, socket.SOCK_STREAM)
         try:
-            request.setblocking(True)
-            request.settimeout(REQUEST_TIMEOUT)
-            if self._tls is not None:
-                request = self._tls.wrap_socket(request, server_side=True)
-            self.finish_request(request, client_address)
-        except (OSError, ssl.SSLError) as exc:
-            _log.debug("connection from %s dropped: %s", client_address, exc)
-        except Exception:
-            self.handle_error(request, client_address)
-        finally:
-            self.shutdown_request(request)
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        _log.exception("error serving %s", client_address)
-
-    def server_close(self) -> None:
-        super().server_close()
-        self._closed.set()
-        if self._dispatcher.is_alive():
-            self._dispatcher.join(timeout=5)
-        with self._waiting_lock:
-            for key in list(self._waiting.get_map().values()):
-                connection = cast(socket.socket, key.fileobj)
-                self._waiting.unregister(connection)
-                self.shutdown_request(connection)
-        self._waiting.close()
-        self._pool.shutdown(wait=False, cancel_futures=True)
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            listener.bind((host, candidate))
+            listener.listen(128)
+        except OSError as exc:
+            listener.close()
+            if exc.errno in _ADDRESS_IN_USE and candidate != candidates[-1]:
+                continue
+            msg = f"cannot serve metrics on {host}:{candidate}: {exc.strerror or exc}"
+            if exc.errno in _ADDRESS_IN_USE:
+                taken = f"port {port} is" if len(candidates) == 1 else f"ports {port}-{candidates[-1]} are"
+                msg = f"cannot serve metrics on {host}:{candidate}: {taken} already in use"
+            raise ServeError(msg) from exc
+        return listener
+    raise AssertionError("unreachable: the last candidate returns or raises")
 
 
 class MetricsServer:
     """A running ``/metrics`` endpoint; ``stop()`` (or leaving the ``with`` block) shuts it down.
 
     With ``port_range=N`` the first free port of ``port .. port+N-1`` is taken: the documented way for
-    several collector processes on one node to get a port each without coordinating.
+    several collector processes on one node to get a port each without coordinating. ``threads`` worker
+    threads render the exposition and check passwords; the connections themselves hold no thread.
 
     Raises:
         ServeError: the address cannot be bound (every port in the range is taken, the host is unknown).
@@ -282,39 +183,13 @@ class MetricsServer:
         port_range: int = 1,
     ) -> None:
         self._tls = tls
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
         context = tls.context() if tls is not None else None
-        if port_range < 1:
-            msg = f"port_range must be at least 1, got {port_range}"
-            raise ServeError(msg)
-        candidates = [port] if port == 0 else list(range(port, port + port_range))
-        server: _PooledServer | None = None
-        for candidate in candidates:
-            try:
-                server = _PooledServer((host, candidate), threads=threads, tls=context, family=family)
-                break
-            except OSError as exc:
-                if exc.errno in _ADDRESS_IN_USE and candidate != candidates[-1]:
-                    continue
-                msg = f"cannot serve metrics on {host}:{candidate}: {exc.strerror or exc}"
-                if exc.errno in _ADDRESS_IN_USE:
-                    taken = (
-                        f"port {port} is" if len(candidates) == 1 else f"ports {port}-{candidates[-1]} are"
-                    )
-                    msg = f"cannot serve metrics on {host}:{candidate}: {taken} already in use"
-                raise ServeError(msg) from exc
-        assert server is not None
-        self._server = server
-        self._server.set_app(make_app(registry, auth))
+        listener = _bind(host, port, port_range)
         self.host = host
-        self.port: int = self._server.server_address[1]
-        self._thread = threading.Thread(
-            target=self._server.serve_forever,
-            kwargs={"poll_interval": 0.2},
-            name="rollout-telemetry-http",
-            daemon=True,
-        )
-        self._thread.start()
+        self.port: int = listener.getsockname()[1]
+        self._workers = Workers(threads)
+        endpoint = _Endpoint(registry, Authenticator(auth) if auth is not None else None, self._workers)
+        self._http = HttpServer(listener, endpoint, tls=context)
 
     @property
     def url(self) -> str:
@@ -325,9 +200,8 @@ class MetricsServer:
 
     def stop(self) -> None:
         """Stop serving and release the port."""
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
+        self._http.stop()
+        self._workers.close()
 
     def __enter__(self) -> MetricsServer:
         return self

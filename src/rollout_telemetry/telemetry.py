@@ -18,6 +18,7 @@ from prometheus_client.registry import CollectorRegistry
 
 from rollout_telemetry import _watch
 from rollout_telemetry.account import Account
+from rollout_telemetry.auth import BasicAuth
 from rollout_telemetry.exporters.prometheus import AccountCollector
 from rollout_telemetry.failure_kinds import KindValidator
 from rollout_telemetry.lifecycle import RolloutContext
@@ -25,7 +26,7 @@ from rollout_telemetry.names import DEFAULT_MAX_AGENTS, DEFAULT_MAX_KINDS_PER_AG
 from rollout_telemetry.outcome import Classified, Disposition, absent, classify
 from rollout_telemetry.progress import progress_metrics
 from rollout_telemetry.rejections import Rejections
-from rollout_telemetry.server import BasicAuth, MetricsServer, TLSConfig
+from rollout_telemetry.server import MetricsServer, TLSConfig
 from rollout_telemetry.snapshot import AccountSnapshot
 from rollout_telemetry.spans import DEFAULT_REASON_LIMIT, SpanMode, SpanRecorder
 

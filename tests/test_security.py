@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import http.client
+import json
 import socket
 import ssl
 import threading
@@ -290,3 +291,43 @@ def test_the_request_head_has_one_deadline(server: MetricsServer) -> None:
         elapsed = time.monotonic() - started
     assert closed
     assert HEAD_TIMEOUT - 0.1 < elapsed < HEAD_TIMEOUT + 2, elapsed
+
+
+def test_rollouts_in_flight_over_https_with_basic_auth(tls_files: dict[str, Path]) -> None:
+    """GET /rollouts: oldest first, limited, behind the same TLS and auth as /metrics, no free text."""
+    telemetry = RolloutTelemetry(run="secure")
+    blocks = [telemetry.rollout("browser", task_index=i, rollout_index=0, attempt=1) for i in range(1000)]
+    for block in blocks:
+        block.__enter__()
+    blocks[0].fail("session_lost", reason="secret text that must never be served")  # no longer in flight
+    blocks[1].stage("verification")
+    tls = TLSConfig(str(tls_files["cert"]), str(tls_files["key"]))
+    auth = BasicAuth("prometheus", hash_password("s3cret"))
+    trusting = ssl.create_default_context(cafile=str(tls_files["ca"]))
+    try:
+        with telemetry.serve(port=0, tls=tls, auth=auth) as server:
+            base = server.url.removesuffix("/metrics")
+            assert _get(base + "/rollouts", trusting)[0] == 401
+            status, body = _get(base + "/rollouts?limit=3", trusting, _basic("prometheus", "s3cret"))
+            assert status == 200
+            listing = json.loads(body)
+            assert listing["in_flight"] == 999
+            assert [r["task_index"] for r in listing["rollouts"]] == [1, 2, 3]
+            assert listing["rollouts"][0]["stage"] == "verification"
+            assert listing["rollouts"][1] == {
+                "agent": "browser", "task_index": 2, "rollout_index": 0, "attempt": 1, "stage": "agent",
+                "age_seconds": listing["rollouts"][1]["age_seconds"], "stalled": False, "trace_id": None,
+                "span_id": None,
+            }  # fmt: skip
+            status, body = _get(base + "/rollouts", trusting, _basic("prometheus", "s3cret"))
+            assert len(json.loads(body)["rollouts"]) == 100  # the default limit
+            status, body = _get(base + "/rollouts?limit=1000", trusting, _basic("prometheus", "s3cret"))
+            assert len(json.loads(body)["rollouts"]) == 999
+            assert "secret" not in body
+            for bad in ("0", "1001", "x"):
+                assert (
+                    _get(f"{base}/rollouts?limit={bad}", trusting, _basic("prometheus", "s3cret"))[0] == 400
+                )
+    finally:
+        for block in blocks:
+            block.__exit__(None, None, None)

@@ -1,4 +1,5 @@
-"""The HTTP endpoint: ``/metrics`` (prometheus_client's exposition) and ``/healthz``, nothing else.
+"""The HTTP endpoint: ``/metrics`` (prometheus_client's exposition), ``/rollouts`` (the rollouts in flight,
+as JSON) and ``/healthz``, nothing else.
 
 Binds 127.0.0.1 unless told otherwise. Optional TLS (certificate, key, optional client-certificate
 verification) and optional HTTP basic auth (``rollout_telemetry.auth``). Connections, deadlines and worker
@@ -13,8 +14,10 @@ import asyncio
 import errno
 import functools
 import gzip
+import json
 import socket
 import ssl
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from urllib.parse import parse_qs
 
@@ -37,12 +40,14 @@ from rollout_telemetry._http import (
 from rollout_telemetry.auth import Authenticator, BasicAuth, ServeError, Verdict, hash_password
 
 __all__ = [
+    "DEFAULT_ROLLOUTS_LIMIT",
     "HANDSHAKE_TIMEOUT",
     "HEAD_TIMEOUT",
     "IDLE_TIMEOUT",
     "MAX_CONNECTIONS",
     "MAX_HEAD",
     "MAX_QUEUED",
+    "MAX_ROLLOUTS_LIMIT",
     "WRITE_TIMEOUT",
     "BasicAuth",
     "MetricsServer",
@@ -55,6 +60,10 @@ _ADDRESS_IN_USE = {errno.EADDRINUSE, 48, 10048}  # Linux, macOS, Windows
 _CHALLENGE = ("WWW-Authenticate", 'Basic realm="rollout-telemetry", charset="UTF-8"')
 _Rendering = tuple[str, tuple[str, ...], bool]  # Accept's choice, name[] filter, gzip
 
+DEFAULT_ROLLOUTS_LIMIT = 100
+"""Rollouts ``GET /rollouts`` lists unless ``?limit=`` says otherwise."""
+MAX_ROLLOUTS_LIMIT = 1000
+
 
 @dataclass(frozen=True, slots=True)
 class TLSConfig:
@@ -65,27 +74,59 @@ class TLSConfig:
     client_cafile: str | None = None
 
     def context(self) -> ssl.SSLContext:
-        """Build the server-side SSL context."""
+        """Build the server-side SSL context.
+
+        Raises:
+            ServeError: a file is missing, unreadable, not PEM, or the key does not match the certificate;
+                the message names the file.
+        """
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         context.minimum_version = ssl.TLSVersion.TLSv1_2
-        context.load_cert_chain(self.certfile, self.keyfile)
+        try:
+            context.load_cert_chain(self.certfile, self.keyfile)
+        except OSError as exc:  # ssl.SSLError is an OSError too
+            msg = f"TLS certificate {self.certfile} with key {self.keyfile}: {_tls_problem(exc)}"
+            raise ServeError(msg) from exc
         if self.client_cafile:
-            context.load_verify_locations(self.client_cafile)
+            try:
+                context.load_verify_locations(self.client_cafile)
+            except OSError as exc:
+                msg = f"TLS client CA {self.client_cafile}: {_tls_problem(exc, ca=True)}"
+                raise ServeError(msg) from exc
             context.verify_mode = ssl.CERT_REQUIRED
         return context
+
+
+def _tls_problem(exc: OSError, *, ca: bool = False) -> str:
+    """What is wrong with a TLS file, in words (OpenSSL's own say 'PEM lib')."""
+    if isinstance(exc, ssl.SSLError):
+        if "KEY_VALUES_MISMATCH" in str(exc):
+            return "the key does not belong to the certificate"
+        what = "a PEM CA certificate" if ca else "a PEM certificate and its PEM private key"
+        return f"not {what} (were the certificate and the key swapped?)" if not ca else f"not {what}"
+    return exc.strerror or str(exc)
 
 
 class _Endpoint:
     """What is answered: ``/metrics`` (behind auth, if any), ``/healthz``, 404 and 405 otherwise."""
 
-    def __init__(self, registry: CollectorRegistry, auth: Authenticator | None, workers: Workers) -> None:
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        auth: Authenticator | None,
+        workers: Workers,
+        rollouts: Callable[[int], Mapping[str, object]] | None = None,
+    ) -> None:
         self._registry = registry
+        self._rollouts = rollouts
         self._auth = auth
         self._workers = workers
         self._renderings: dict[_Rendering, asyncio.Future[tuple[bytes, str]]] = {}
 
     async def __call__(self, request: Request) -> Response:
-        if request.path not in ("/metrics", "/healthz"):
+        if request.path not in ("/metrics", "/healthz", "/rollouts") or (
+            request.path == "/rollouts" and self._rollouts is None
+        ):
             return Response.text(404, "not found: try /metrics\n")
         if request.method not in ("GET", "HEAD"):
             return Response.text(405, "GET or HEAD only\n", ("Allow", "GET, HEAD"))
@@ -95,7 +136,22 @@ class _Endpoint:
             refusal = await self._authenticate(self._auth, request)
             if refusal is not None:
                 return refusal
+        if request.path == "/rollouts" and self._rollouts is not None:
+            return await self._in_flight(self._rollouts, request)
         return await self._metrics(request)
+
+    async def _in_flight(self, rollouts: Callable[[int], Mapping[str, object]], request: Request) -> Response:
+        """The rollouts in flight, oldest first, as JSON: ``?limit=`` (default 100, at most 1000)."""
+        values = parse_qs(request.query).get("limit", [str(DEFAULT_ROLLOUTS_LIMIT)])
+        try:
+            limit = int(values[-1])
+        except ValueError:
+            limit = -1
+        if not 1 <= limit <= MAX_ROLLOUTS_LIMIT:
+            return Response.text(400, f"limit must be a whole number from 1 to {MAX_ROLLOUTS_LIMIT}\n")
+        listing = await self._workers.run(functools.partial(rollouts, limit))
+        body = json.dumps(listing, separators=(",", ":")).encode()
+        return Response(200, (("Content-Type", "application/json"),), body)
 
     async def _authenticate(self, auth: Authenticator, request: Request) -> Response | None:
         header = request.headers.get("authorization")
@@ -181,6 +237,7 @@ class MetricsServer:
         auth: BasicAuth | None = None,
         threads: int = 8,
         port_range: int = 1,
+        rollouts: Callable[[int], Mapping[str, object]] | None = None,
     ) -> None:
         self._tls = tls
         context = tls.context() if tls is not None else None
@@ -188,7 +245,8 @@ class MetricsServer:
         self.host = host
         self.port: int = listener.getsockname()[1]
         self._workers = Workers(threads)
-        endpoint = _Endpoint(registry, Authenticator(auth) if auth is not None else None, self._workers)
+        authenticator = Authenticator(auth) if auth is not None else None
+        endpoint = _Endpoint(registry, authenticator, self._workers, rollouts)
         self._http = HttpServer(listener, endpoint, tls=context)
 
     @property

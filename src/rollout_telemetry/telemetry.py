@@ -26,7 +26,7 @@ from rollout_telemetry.names import DEFAULT_MAX_AGENTS, DEFAULT_MAX_KINDS_PER_AG
 from rollout_telemetry.outcome import Classified, Disposition, absent, classify
 from rollout_telemetry.progress import progress_metrics
 from rollout_telemetry.rejections import Rejections
-from rollout_telemetry.server import MetricsServer, TLSConfig
+from rollout_telemetry.server import MAX_ROLLOUTS_LIMIT, MetricsServer, TLSConfig
 from rollout_telemetry.snapshot import AccountSnapshot
 from rollout_telemetry.spans import DEFAULT_REASON_LIMIT, SpanMode, SpanRecorder
 
@@ -42,7 +42,6 @@ _FAILED, _OMITTED = Disposition.FAILED, Disposition.OMITTED
 
 DEFAULT_STALL_AFTER = 600.0
 """Seconds in flight after which a rollout counts as stalled, unless told otherwise."""
-MAX_ROLLOUTS_LISTED = 1000
 
 
 class RolloutTelemetry:
@@ -257,7 +256,7 @@ class RolloutTelemetry:
         free text.
         """
         self.check_stalls()
-        total, records = self._account.in_flight(max(0, min(limit, MAX_ROLLOUTS_LISTED)))
+        total, records = self._account.in_flight(max(0, min(limit, MAX_ROLLOUTS_LIMIT)))
         return {
             "in_flight": total,
             "stall_after_seconds": self._stall_after,
@@ -308,14 +307,22 @@ class RolloutTelemetry:
         auth: BasicAuth | None = None,
         port_range: int = 1,
     ) -> MetricsServer:
-        """Serve ``/metrics`` and ``/healthz`` in a background thread; returns the running server.
+        """Serve ``/metrics``, ``/rollouts`` and ``/healthz`` in the background; returns the running server.
 
         With ``port_range=N`` the first free port of ``port .. port+N-1`` is used (one per process).
 
         Raises:
             ServeError: the port is taken or the host cannot be bound.
         """
-        return MetricsServer(self.registry, port=port, host=host, tls=tls, auth=auth, port_range=port_range)
+        return MetricsServer(
+            self.registry,
+            port=port,
+            host=host,
+            tls=tls,
+            auth=auth,
+            port_range=port_range,
+            rollouts=self.rollouts_in_flight,
+        )
 
     def push(
         self,

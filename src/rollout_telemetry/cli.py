@@ -140,6 +140,7 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("path", metavar="PATH", help="the run's main output file, <stem>.jsonl")
     _add_run_files(report)
     report.add_argument("--format", choices=("table", "json"), default="table", help="output format")
+    _add_top(commands)
     commands.add_parser(
         "hash-password",
         help="hash a password for --basic-auth-hash-file / --basic-auth-hash-env",
@@ -152,6 +153,70 @@ def _parser() -> argparse.ArgumentParser:
         help="serve the agents at zero for this many seconds before the first rollout",
     )
     return parser
+
+
+def _add_top(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    top = commands.add_parser(
+        "top",
+        help="a live terminal view of exporters, or of a run's files",
+        description=(
+            "Show, per agent, rollouts per minute, mean and unmasked reward, masked share, failed and "
+            "omitted rollouts with their top kind, rollouts in flight, the oldest one's age (! = stalled) "
+            "and a reward sparkline; below, the oldest rollouts in flight. Reads each exporter's /metrics "
+            "and /rollouts (URL: http://host:port or https://...), or a run's files with --follow. q quits."
+        ),
+    )
+    top.add_argument("urls", nargs="*", metavar="URL", help="exporters to show (default: 127.0.0.1:9464)")
+    top.add_argument("--follow", metavar="PATH", help="show a run's files instead: its <stem>.jsonl")
+    _add_run_files(top)
+    top.add_argument("--interval", type=float, default=2.0, help="seconds between refreshes (default: 2)")
+    security = top.add_argument_group("security (the client side of serve's flags)")
+    security.add_argument("--tls-ca", metavar="FILE", help="verify HTTPS exporters against this CA (PEM)")
+    security.add_argument("--tls-cert", metavar="FILE", help="client certificate (PEM)")
+    security.add_argument("--tls-key", metavar="FILE", help="the client certificate's private key (PEM)")
+    security.add_argument("--basic-auth-user", metavar="NAME", help="HTTP basic auth as this user")
+    security.add_argument("--basic-auth-password-file", metavar="FILE", help="file holding the password")
+    security.add_argument(
+        "--basic-auth-password-env", metavar="VAR", help="environment variable holding the password"
+    )
+
+
+def _top(args: argparse.Namespace) -> int:
+    from rollout_telemetry.top import run_top
+    from rollout_telemetry.top_sources import ClientSecurity, ExporterSource, FollowSource, Poller, Source
+
+    if args.interval <= 0:
+        msg = "--interval must be positive"
+        raise ValueError(msg)
+    sources: list[Source] = []
+    if args.follow:
+        if args.urls:
+            msg = "give exporter URLs or --follow PATH, not both"
+            raise ValueError(msg)
+        telemetry = RolloutTelemetry()
+        follower = _follower(args, args.follow, telemetry)
+        sources.append(FollowSource(follower, telemetry.registry))
+    else:
+        password = None
+        if args.basic_auth_password_file:
+            with open(args.basic_auth_password_file, encoding="utf-8") as file:
+                password = file.readline().rstrip("\r\n")
+        elif args.basic_auth_password_env:
+            password = os.environ.get(args.basic_auth_password_env)
+            if password is None:
+                msg = f"environment variable {args.basic_auth_password_env} is not set"
+                raise ValueError(msg)
+        if (password is None) != (args.basic_auth_user is None):
+            msg = "--basic-auth-user goes with --basic-auth-password-file or --basic-auth-password-env"
+            raise ValueError(msg)
+        if bool(args.tls_cert) != bool(args.tls_key):
+            msg = "--tls-cert and --tls-key go together"
+            raise ValueError(msg)
+        security = ClientSecurity(args.tls_ca, args.tls_cert, args.tls_key, args.basic_auth_user, password)
+        timeout = min(max(args.interval * 2, 2.0), 10.0)
+        urls = args.urls or ["127.0.0.1:9464"]
+        sources.extend(ExporterSource(url, security, timeout=timeout) for url in urls)
+    return run_top([Poller(source, args.interval) for source in sources], args.interval)
 
 
 def _attempts(text: str) -> int:
@@ -377,6 +442,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "demo": _demo,
         "serve": _serve,
         "report": _report,
+        "top": _top,
         "hash-password": lambda _: _hash_password(),
     }
     try:

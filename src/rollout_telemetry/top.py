@@ -45,6 +45,16 @@ _ROUNDS = (
 )
 _ORDER = ("agent", "r/min", "mean", "unmsk", "mask%", "failed", "omitted", "infl", "oldest", "trend")
 _RIGHT = {"r/min", "mean", "unmsk", "mask%", "infl", "oldest"}
+# The in-flight list: heading, width, right-aligned; then the trace id (or the source) in what is left.
+_IN_FLIGHT = (
+    ("agent", 16, False),
+    ("task", 6, True),
+    ("roll", 4, True),
+    ("att", 3, True),
+    ("stage", 14, False),
+    ("age", 7, True),
+    ("", 7, False),
+)
 
 
 def _widths(width: int) -> dict[str, int]:
@@ -163,8 +173,7 @@ def _agent_line(row: AgentRow, widths: dict[str, int], now: float, unicode: bool
 
 
 def _header(widths: dict[str, int]) -> Text:
-    names = {"trend": f"trend {HISTORY_SECONDS / 60:.0f}m"}
-    cells = [_fit(names.get(c, c), widths[c], right=c in _RIGHT) for c in _ORDER]
+    cells = [_fit(c, widths[c], right=c in _RIGHT) for c in _ORDER]
     return Text(" ".join(cells), style="bold", no_wrap=True, overflow="crop")
 
 
@@ -199,14 +208,18 @@ def _in_flight_line(rollout: InFlightRollout, width: int, with_source: bool, uni
         return "-" if value is None else str(value)
 
     ellipsis = "…" if unicode else "~"
+    values = (
+        rollout.agent,
+        number(rollout.task_index),
+        number(rollout.rollout_index),
+        number(rollout.attempt),
+        rollout.stage,
+        age(rollout.age_seconds) + ("!" if rollout.stalled else " "),
+        "stalled" if rollout.stalled else "",
+    )
     cells = [
-        _fit(rollout.agent, 16, ellipsis=ellipsis),
-        number(rollout.task_index).rjust(6),
-        number(rollout.rollout_index).rjust(4),
-        number(rollout.attempt).rjust(3),
-        _fit(rollout.stage, 14, ellipsis=ellipsis),
-        (age(rollout.age_seconds) + ("!" if rollout.stalled else " ")).rjust(7),
-        "stalled" if rollout.stalled else "       ",
+        _fit(value, size, right=right, ellipsis=ellipsis)
+        for value, (_, size, right) in zip(values, _IN_FLIGHT, strict=True)
     ]
     tail = rollout.source if with_source else (rollout.trace_id or "")
     line = Text(" ".join(cells), no_wrap=True, overflow="crop", style="bold red" if rollout.stalled else "")
@@ -224,7 +237,11 @@ def render(view: TopView, *, width: int = 80, height: int = 24, unicode: bool = 
     plural = "s" if len(view.sources) != 1 else ""
     title = Text(no_wrap=True, overflow="crop")
     title.append("rollout-telemetry top", style="bold")
-    title.append(f"  {len(view.sources)} source{plural}, every {view.interval:g}s  (q quits)", style="dim")
+    title.append(
+        f"  {len(view.sources)} source{plural}, every {view.interval:g}s, "
+        f"trend over {HISTORY_SECONDS / 60:.0f}m, q quits",
+        style="dim",
+    )
     lines: list[Text] = [title, _header(widths)]
     for source in view.sources:
         lines.append(_source_line(source))
@@ -238,9 +255,9 @@ def render(view: TopView, *, width: int = 80, height: int = 24, unicode: bool = 
         stall_bounds = {s.stall_after_seconds for s in view.sources if s.up and s.stall_after_seconds}
         note = f", ! = stalled past {age(min(stall_bounds))}" if stall_bounds else ", ! = stalled"
         lines.append(Text(f"oldest in flight{note}", style="bold", no_wrap=True, overflow="crop"))
-        heading = "agent              task roll att stage              age         "
-        heading += "source" if with_source else "trace"
-        lines.append(Text(heading, style="dim", no_wrap=True, overflow="crop"))
+        heading = [_fit(name, size, right=right) for name, size, right in _IN_FLIGHT]
+        heading.append("source" if with_source else "trace")
+        lines.append(Text(" ".join(heading), style="dim", no_wrap=True, overflow="crop"))
         rollouts = view.oldest_in_flight(room)
         for rollout in rollouts:
             lines.append(_in_flight_line(rollout, width, with_source, unicode))

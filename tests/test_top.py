@@ -136,8 +136,9 @@ def test_a_source_still_connecting() -> None:
 
 
 def test_ages_and_sparkline_scale() -> None:
-    """Ages read at a glance; the sparkline spans [0, 1] or the values' own range, blank where none."""
+    """Ages read at a glance; the sparkline spans the values' range (0.1 at least), blank where none."""
     assert [age(s) for s in (3.25, 42.0, 185.0, 7800.0, 200_000.0)] == ["3.2s", "42s", "3m05", "2h10", "2d"]
     assert sparkline([0.0, 1.0, None, 0.5]) == "▁█ ▅"
     assert sparkline([-1.0, 1.0], unicode=False) == "_#"
     assert sparkline([None, None]) == "  "
+    assert sparkline([0.50, 0.52]) == "▄▅"  # a steady reward stays mid-height, not bottom to top

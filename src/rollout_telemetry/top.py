@@ -36,6 +36,7 @@ __all__ = ["render", "run_top"]
 
 _SPARK_UNICODE = "▁▂▃▄▅▆▇█"
 _SPARK_ASCII = "_.-~=+*#"
+_SPARK_MIN_SPAN = 0.1
 # Columns of the agent table: name, minimum width, how far each round of spare width may grow it.
 _FIXED = {"r/min": 5, "mean": 5, "unmsk": 5, "mask%": 5, "infl": 4, "oldest": 6}
 _GROWING = {"agent": 11, "failed": 9, "omitted": 9, "trend": 7}
@@ -122,12 +123,18 @@ def _failures(by_kind: dict[str, float], width: int, ellipsis: str) -> str:
 
 
 def sparkline(values: Sequence[float | None], *, unicode: bool = True) -> str:
-    """One character per value, scaled over the values and the usual reward range [0, 1]; blank for none."""
+    """One character per value, scaled from the lowest value to the highest; blank for none.
+
+    The scale spans at least :data:`_SPARK_MIN_SPAN`, so a steady reward draws a level line, not noise.
+    """
     ramp = _SPARK_UNICODE if unicode else _SPARK_ASCII
     known = [v for v in values if v is not None]
     if not known:
         return " " * len(values)
-    low, high = min([*known, 0.0]), max([*known, 1.0])
+    low, high = min(known), max(known)
+    if high - low < _SPARK_MIN_SPAN:
+        middle = (high + low) / 2
+        low, high = middle - _SPARK_MIN_SPAN / 2, middle + _SPARK_MIN_SPAN / 2
     step = (high - low) / len(ramp)
     chars = []
     for value in values:

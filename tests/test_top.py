@@ -7,6 +7,7 @@ import io
 import pytest
 from rich.console import Console
 
+from rollout_telemetry.cli import main
 from rollout_telemetry.top import age, render, sparkline
 from rollout_telemetry.top_model import (
     AgentRow,
@@ -142,3 +143,21 @@ def test_ages_and_sparkline_scale() -> None:
     assert sparkline([-1.0, 1.0], unicode=False) == "_#"
     assert sparkline([None, None]) == "  "
     assert sparkline([0.50, 0.52]) == "▄▅"  # a steady reward stays mid-height, not bottom to top
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--follow", "run.jsonl", "http://127.0.0.1:9464"], "not both"),
+        (["--basic-auth-user", "scraper"], "--basic-auth-password-file"),
+        (["--basic-auth-password-env", "TOP_TEST_UNSET_VARIABLE"], "is not set"),
+        (["--tls-cert", "client.pem"], "go together"),
+        (["--interval", "0"], "must be positive"),
+    ],
+)
+def test_top_refuses_flags_that_do_not_fit(
+    args: list[str], says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Flags that cannot work together exit 2 with one line saying why, before the screen starts."""
+    assert main(["top", *args]) == 2
+    assert says in capsys.readouterr().err

@@ -288,7 +288,7 @@ class Poller:
         """Read the source now and update :attr:`view`."""
         try:
             reading = self.source.read()
-        except SourceDown as exc:
+        except Exception as exc:  # SourceDown, or a fault in reading: either way the others keep going
             now = self._clock()
             down_for = None if self._last_ok is None else now - self._last_ok
             self.view = SourceView(self.source.label, up=False, error=str(exc), down_for=down_for)

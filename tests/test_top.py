@@ -161,3 +161,13 @@ def test_top_refuses_flags_that_do_not_fit(
     """Flags that cannot work together exit 2 with one line saying why, before the screen starts."""
     assert main(["top", *args]) == 2
     assert says in capsys.readouterr().err
+
+
+def test_top_without_a_terminal_says_so(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Piped, top does not draw into the pipe: it exits 2 and points to report and /metrics."""
+    for variable in ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE"):
+        monkeypatch.delenv(variable, raising=False)  # rich would take the pipe for a terminal
+    assert main(["top", "http://127.0.0.1:9"]) == 2
+    assert "needs a terminal" in capsys.readouterr().err

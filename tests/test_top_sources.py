@@ -16,6 +16,7 @@ from rollout_telemetry.coverage import Coverage
 from rollout_telemetry.follow import RunFiles, RunFollower
 from rollout_telemetry.server import BasicAuth, TLSConfig, hash_password
 from rollout_telemetry.telemetry import RolloutTelemetry
+from rollout_telemetry.top_model import AgentTotals, Reading
 from rollout_telemetry.top_sources import (
     ClientSecurity,
     ExporterSource,
@@ -216,3 +217,48 @@ def test_follow_source_reads_a_runs_files() -> None:
         assert sum(totals.failed.values()) == agent.failed
         assert sum(totals.omitted.values()) == agent.omitted
         assert totals.mean_reward == agent.mean_reward
+
+
+class _Flaky:
+    """A source that answers until told to fail."""
+
+    label = "flaky:9464"
+
+    def __init__(self) -> None:
+        self.down = False
+        self.completed = 0.0
+
+    def read(self) -> Reading:
+        if self.down:
+            raise SourceDown("timed out")
+        self.completed += 30
+        return Reading((AgentTotals("math", completed=self.completed),))
+
+
+def test_a_poller_says_how_long_a_source_has_been_down() -> None:
+    """Up with a rate after two reads; then down with the reason and the time since the last good read."""
+    clock = FakeClock()
+    source = _Flaky()
+    poller = Poller(source, 1.0, clock=clock)
+    poller.poll_once()
+    clock.advance(6)
+    view = poller.poll_once()
+    assert view.up
+    assert view.agents[0].per_minute == pytest.approx(300.0)  # 30 in 6 s
+    source.down = True
+    clock.advance(4)
+    view = poller.poll_once()
+    assert (view.up, view.error, view.down_for) == (False, "timed out", 4.0)
+
+
+def test_a_missing_run_file_is_down_until_it_appears(tmp_path: Path) -> None:
+    """--follow on a file not written yet says so, then reads it once it is there."""
+    telemetry = RolloutTelemetry()
+    main = tmp_path / "run.jsonl"
+    source = FollowSource(
+        RunFollower(telemetry, RunFiles.from_main(main), Coverage(telemetry.names)), telemetry.registry
+    )
+    with pytest.raises(SourceDown, match="no such file"):
+        source.read()
+    main.write_bytes((FIXTURES / "run.jsonl").read_bytes())
+    assert {a.agent for a in source.read().agents} >= {"math_agent", "code_agent"}

@@ -319,8 +319,14 @@ def run_top(
     console: Console | None = None,
     clock: Callable[[], float] = time.monotonic,
 ) -> int:
-    """Show the pollers' views until ``q`` (or Ctrl-C); return the exit status, 0."""
+    """Show the pollers' views until ``q`` (or Ctrl-C); return the exit status: 0, or 2 without a terminal."""
     console = console or Console()
+    if not console.is_terminal:
+        print(
+            "rollout-telemetry: top needs a terminal (for figures to keep: report, or /metrics)",
+            file=sys.stderr,
+        )
+        return 2
     unicode = console.encoding.lower().startswith("utf")
 
     def screen() -> Group:

@@ -262,6 +262,9 @@ class FollowSource:
 
     def read(self) -> Reading:
         """Read what was appended since the last poll; the figures as its ``/metrics`` would show them."""
+        if not self._follower.files.main.is_file():
+            msg = "no such file (yet)"
+            raise SourceDown(msg)
         try:
             self._follower.poll()
         except OSError as exc:

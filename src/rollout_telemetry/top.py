@@ -201,7 +201,7 @@ def _source_line(source: SourceView) -> Text:
     line.append("  up", style="green")
     in_flight = [a.totals.in_flight for a in source.agents if a.totals.in_flight is not None]
     stalled = sum(a.totals.stalled or 0 for a in source.agents)
-    line.append(f"  {len(source.agents)} agents")
+    line.append(f"  {len(source.agents)} agent{'' if len(source.agents) == 1 else 's'}")
     if in_flight:
         line.append(f"  {_count(sum(in_flight))} in flight")
     if stalled:

@@ -19,7 +19,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+import trustme
 
+from rollout_telemetry import BasicAuth, RolloutTelemetry, TLSConfig, hash_password
 from tests.e2e.processes import Exporter
 from tests.support import free_port, require_tool, samples, wait_until
 
@@ -163,4 +165,28 @@ def test_top_follows_a_runs_files_and_ctrl_c_exits_0(tmp_path: Path) -> None:
             out.write(json.dumps(row) + "\n")
         term.wait_for(re.compile(r"^math_agent +\S+ +\+0\.67", re.M))  # (1 + 0 + 1) / 3
         term.keys("C-c")
+        assert "EXIT=0" in term.wait_for("EXIT=", timeout=15)
+
+
+def test_top_reaches_a_secured_exporter_with_serves_client_flags(tmp_path: Path) -> None:
+    """HTTPS verified against a CA, a client certificate and a basic-auth password from the environment."""
+    ca = trustme.CA()
+    server_cert, client_cert = ca.issue_cert("127.0.0.1"), ca.issue_cert("top@example.test")
+    server_cert.cert_chain_pems[0].write_to_path(str(tmp_path / "server.pem"))
+    server_cert.private_key_pem.write_to_path(str(tmp_path / "server.key"))
+    client_cert.cert_chain_pems[0].write_to_path(str(tmp_path / "client.pem"))
+    client_cert.private_key_pem.write_to_path(str(tmp_path / "client.key"))
+    ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+    telemetry = RolloutTelemetry(run="secure")
+    telemetry.record("secure_agent", {"reward": 0.75})
+    tls = TLSConfig(str(tmp_path / "server.pem"), str(tmp_path / "server.key"), str(tmp_path / "ca.pem"))
+    auth = BasicAuth("top", hash_password("s3cret"))
+    with telemetry.serve(port=0, tls=tls, auth=auth) as server, terminal() as term:
+        flags = ["--tls-ca", str(tmp_path / "ca.pem"), "--tls-cert", str(tmp_path / "client.pem")]
+        flags += ["--tls-key", str(tmp_path / "client.key"), "--basic-auth-user", "top"]
+        flags += ["--basic-auth-password-env", "TOP_TEST_PASSWORD", "--interval", "0.5"]
+        term.start(_top(server.url, *flags, env="TOP_TEST_PASSWORD=s3cret"))
+        screen = term.wait_for(re.compile(r"^secure_agent +\S+ +\+0\.75", re.M))
+        assert "up  1 agent" in screen
+        term.keys("q")
         assert "EXIT=0" in term.wait_for("EXIT=", timeout=15)

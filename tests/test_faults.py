@@ -138,8 +138,12 @@ def _start(args: list[str]) -> subprocess.Popen[str]:
 
 
 def _wait_serving(process: subprocess.Popen[str]) -> str:
+    # The first line printed, past any log line before it (serve says it waits for a missing file).
     assert process.stdout is not None
-    line = process.stdout.readline()
+    for _ in range(20):
+        line = process.stdout.readline()
+        if not line or not line.startswith("20"):  # log lines start with the date
+            break
     assert line.startswith("serving "), line
     return line
 

@@ -186,6 +186,7 @@ def _parser() -> tuple[OneLineParser, dict[str, argparse.ArgumentParser]]:
     _add_run_files(report)
     report.add_argument("--format", choices=("table", "json"), default="table", help="output format")
     _logging_options(report, argparse.SUPPRESS)
+    _add_top(commands)
     hash_command = commands.add_parser(
         "hash-password",
         help="hash a password for --basic-auth-hash-file / --basic-auth-hash-env",
@@ -199,6 +200,90 @@ def _parser() -> tuple[OneLineParser, dict[str, argparse.ArgumentParser]]:
         help="serve the agents at zero for this many seconds before the first rollout",
     )
     return parser, dict(commands.choices)
+
+
+def _add_top(commands: argparse._SubParsersAction[OneLineParser]) -> None:
+    top = commands.add_parser(
+        "top",
+        help="a live terminal view of exporters, or of a run's files",
+        description=(
+            "Show, per agent, rollouts per minute, mean and unmasked reward, masked share, failed and "
+            "omitted rollouts with their top kind, rollouts in flight, the oldest one's age (! = stalled) "
+            "and a reward sparkline; below, the oldest rollouts in flight. Reads each exporter's /metrics "
+            "and /rollouts (URL: http://host:port or https://...), or a run's files with --follow. q quits."
+        ),
+    )
+    top.add_argument("urls", nargs="*", metavar="URL", help="exporters to show (default: 127.0.0.1:9464)")
+    top.add_argument("--follow", metavar="PATH", help="show a run's files instead: its <stem>.jsonl")
+    _add_run_files(top)
+    top.add_argument(
+        "--interval", type=at_least(0.1), default=2.0, help="seconds between refreshes (default: 2)"
+    )
+    security = top.add_argument_group("security (the client side of serve's flags)")
+    security.add_argument(
+        "--tls-ca", metavar="FILE", type=readable_file, help="verify HTTPS exporters against this CA (PEM)"
+    )
+    security.add_argument("--tls-cert", metavar="FILE", type=readable_file, help="client certificate (PEM)")
+    security.add_argument(
+        "--tls-key", metavar="FILE", type=readable_file, help="the client certificate's private key (PEM)"
+    )
+    security.add_argument("--basic-auth-user", metavar="NAME", help="HTTP basic auth as this user")
+    security.add_argument(
+        "--basic-auth-password-file", metavar="FILE", type=readable_file, help="file holding the password"
+    )
+    security.add_argument(
+        "--basic-auth-password-env", metavar="VAR", help="environment variable holding the password"
+    )
+    _logging_options(top, argparse.SUPPRESS)
+
+
+def _top(args: argparse.Namespace) -> int:
+    from rollout_telemetry.top import run_top
+    from rollout_telemetry.top_sources import ClientSecurity, ExporterSource, FollowSource, Poller, Source
+
+    if args.interval <= 0:
+        msg = "--interval must be positive"
+        raise ValueError(msg)
+    sources: list[Source] = []
+    if args.follow:
+        if args.urls:
+            msg = "give exporter URLs or --follow PATH, not both"
+            raise ValueError(msg)
+        telemetry = RolloutTelemetry()
+        follower = _follower(args, args.follow, telemetry)
+        sources.append(FollowSource(follower, telemetry.registry))
+    else:
+        password = None
+        if args.basic_auth_password_file:
+            with open(args.basic_auth_password_file, encoding="utf-8") as file:
+                password = file.readline().rstrip("\r\n")
+        elif args.basic_auth_password_env:
+            password = os.environ.get(args.basic_auth_password_env)
+            if password is None:
+                msg = f"environment variable {args.basic_auth_password_env} is not set"
+                raise ValueError(msg)
+        if (password is None) != (args.basic_auth_user is None):
+            msg = "--basic-auth-user goes with --basic-auth-password-file or --basic-auth-password-env"
+            raise ValueError(msg)
+        if bool(args.tls_cert) != bool(args.tls_key):
+            msg = "--tls-cert and --tls-key go together"
+            raise ValueError(msg)
+        security = ClientSecurity(args.tls_ca, args.tls_cert, args.tls_key, args.basic_auth_user, password)
+        timeout = min(max(args.interval * 2, 2.0), 10.0)
+        urls = args.urls or ["127.0.0.1:9464"]
+        sources.extend(ExporterSource(url, security, timeout=timeout) for url in urls)
+    return run_top([Poller(source, args.interval) for source in sources], args.interval)
+
+
+def _attempts(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        msg = f"must be a whole number of at least 1, got {text!r}"
+        raise argparse.ArgumentTypeError(msg)
+    return value
 
 
 def _default_max_attempts() -> int:
@@ -439,15 +524,19 @@ def _report(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit status."""
     parser, subcommands = _parser()
-    args, unknown = parser.parse_known_args(argv)
-    if unknown:  # the chosen command says what it does not know, with its own --help
-        subcommands[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
+    try:
+        args, unknown = parser.parse_known_args(argv)
+        if unknown:  # the chosen command says what it does not know, with its own --help
+            subcommands[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
+    except SystemExit as exit_:  # argparse has said what is wrong (or printed --help): its status
+        return exit_.code if isinstance(exit_.code, int) else 2
     level = logging.DEBUG if args.verbose else getattr(logging, (args.log_level or "info").upper())
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     commands: dict[str, Callable[[argparse.Namespace], int]] = {
         "demo": _demo,
         "serve": _serve,
         "report": _report,
+        "top": _top,
         "hash-password": lambda _: _hash_password(),
     }
     try:

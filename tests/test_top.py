@@ -1,0 +1,174 @@
+"""The ``top`` screen: a pure function of the view, as a person reads it at 80x24, with or without colour."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from rich.console import Console
+
+from rollout_telemetry.cli import main
+from rollout_telemetry.top import age, render, sparkline
+from rollout_telemetry.top_model import (
+    AgentRow,
+    AgentTotals,
+    InFlightRollout,
+    SourceView,
+    TopView,
+    TrendPoint,
+)
+
+NOW = 10_000.0
+
+
+def _row(agent: str, **figures: object) -> AgentRow:
+    trend = (TrendPoint(NOW - 200, 1.0, 4.0), TrendPoint(NOW - 1, 3.0, 4.0))
+    return AgentRow(AgentTotals(agent, **figures), per_minute=123.4, trend=trend)  # type: ignore[arg-type]
+
+
+def _view() -> TopView:
+    math = _row(
+        "math_agent",
+        mean_reward=0.4567,
+        unmasked_reward=-0.25,
+        masked_ratio=0.125,
+        failed={"session_lost": 3, "transport_timeout": 5},
+        omitted={"cancelled": 2},
+        in_flight=7,
+        oldest_age=95.0,
+        stalled=2,
+    )
+    code = _row("code_agent", mean_reward=None, in_flight=0)
+    up = SourceView(
+        "gpu-node-1:9464",
+        up=True,
+        agents=(math, code),
+        in_flight=(
+            InFlightRollout("math_agent", "verify", 95.0, stalled=True, task_index=41, rollout_index=3,
+                            attempt=1, trace_id="0af7651916cd43dd8448eb211c80319c"),
+            InFlightRollout("math_agent", "generate", 12.0, task_index=50, rollout_index=0, attempt=0),
+        ),
+        stall_after_seconds=60.0,
+    )  # fmt: skip
+    down = SourceView("gpu-node-2:9464", up=False, error="connection refused", down_for=42.0)
+    return TopView((up, down), interval=2.0, now=NOW)
+
+
+def _screen(view: TopView, *, width: int = 80, height: int = 24, unicode: bool = True) -> list[str]:
+    console = Console(width=width, height=height, record=True, file=io.StringIO(), color_system=None)
+    console.print(render(view, width=width, height=height, unicode=unicode))
+    return console.export_text().splitlines()
+
+
+def test_the_screen_at_80_by_24() -> None:
+    """Agents with their figures, the stalled mark, a down exporter and the in-flight list, within 80x24."""
+    lines = _screen(_view())
+    assert len(lines) <= 24
+    assert all(len(line) <= 80 for line in lines)
+    text = "\n".join(lines)
+    math = next(line for line in lines if line.startswith("math_agent "))  # the table comes first
+    for figure in ("123", "+0.46", "-0.25", "12.5%", "8 transpo", "2 cancel", "1m35!"):
+        assert figure in math, figure
+    (code,) = [line for line in lines if line.startswith("code_agent ")]
+    assert code.split()[:3] == ["code_agent", "123", "-"]  # no reward yet: a dash, not 0
+    assert "gpu-node-1:9464  up  2 agents  7 in flight  2 stalled (over 1m00)" in text
+    assert "gpu-node-2:9464  DOWN  connection refused  (last read 42s ago)" in text
+    assert "oldest in flight, ! = stalled past 1m00" in text
+    (stalled,) = [line for line in lines if "stalled" in line and line.startswith("math_agent")]
+    assert stalled.split()[:7] == ["math_agent", "41", "3", "1", "verify", "1m35!", "stalled"]
+    assert "0af7651916cd43" in stalled  # as much of the trace id as fits
+
+
+def test_the_sparkline_has_the_last_minutes() -> None:
+    """The trend column ends with the newest slice (mean 0.75) higher than an older one (mean 0.25)."""
+    math = next(line for line in _screen(_view()) if line.startswith("math_agent "))
+    trend = math.rstrip()[-8:]
+    marks = [c for c in trend if c != " "]
+    assert len(marks) == 2
+    assert marks[0] < marks[1]  # the block characters ascend in code point with height
+
+
+def test_without_unicode_the_screen_is_ascii() -> None:
+    """A terminal that cannot show Unicode gets an ASCII sparkline and ellipsis."""
+    text = "\n".join(_screen(_view(), unicode=False))
+    assert text.isascii()
+
+
+def test_no_color_leaves_no_colour_codes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under NO_COLOR, rich draws the screen without colour; what matters is in words and marks."""
+    monkeypatch.setenv("NO_COLOR", "1")
+    out = io.StringIO()
+    console = Console(width=80, height=24, file=out, force_terminal=True)
+    console.print(render(_view()))
+    codes = out.getvalue()
+    assert "\x1b[3" not in codes  # no foreground colour (30-39)
+    assert "DOWN" in codes
+    assert "stalled" in codes
+
+
+def test_many_agents_are_cut_to_the_screen_with_a_note() -> None:
+    """More agents than lines: the screen keeps its height and says how much it left out."""
+    rows = tuple(_row(f"agent_{i:02d}") for i in range(40))
+    view = TopView((SourceView("node:9464", up=True, agents=rows),), interval=1.0, now=NOW)
+    lines = _screen(view)
+    assert len(lines) == 24
+    assert lines[-1].startswith("… 20 more lines")  # 23 lines: title, header, source, 20 of 40 agents
+
+
+def test_wider_terminals_give_names_and_kinds_room() -> None:
+    """At 160 columns the long agent and failure-kind names are shown whole."""
+    view = TopView(
+        (SourceView("n", up=True, agents=(_row("browser_agent_long", failed={"provider_oom_killed": 1}),)),),
+        interval=1.0,
+        now=NOW,
+    )
+    (line,) = [line for line in _screen(view, width=160) if line.startswith("browser")]
+    assert "browser_agent_long" in line
+    assert "1 provider_oom_killed" in line
+    assert len(line) <= 160
+
+
+def test_a_source_still_connecting() -> None:
+    """Before the first reading a source says it is connecting, and there is no in-flight section."""
+    view = TopView((SourceView("n:1", up=False, waiting=True),), interval=1.0, now=NOW)
+    text = "\n".join(_screen(view))
+    assert "n:1  connecting" in text
+    assert "oldest in flight" not in text
+
+
+def test_ages_and_sparkline_scale() -> None:
+    """Ages read at a glance; the sparkline spans the values' range (0.1 at least), blank where none."""
+    assert [age(s) for s in (3.25, 42.0, 185.0, 7800.0, 200_000.0)] == ["3.2s", "42s", "3m05", "2h10", "2d"]
+    assert sparkline([0.0, 1.0, None, 0.5]) == "▁█ ▅"
+    assert sparkline([-1.0, 1.0], unicode=False) == "_#"
+    assert sparkline([None, None]) == "  "
+    assert sparkline([0.50, 0.52]) == "▄▅"  # a steady reward stays mid-height, not bottom to top
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--follow", "run.jsonl", "http://127.0.0.1:9464"], "not both"),
+        (["--basic-auth-user", "scraper"], "--basic-auth-password-file"),
+        (["--basic-auth-password-env", "TOP_TEST_UNSET_VARIABLE"], "is not set"),
+        (["--tls-cert", __file__], "go together"),
+        (["--tls-cert", "no-such-client.pem"], "no-such-client.pem does not exist"),
+        (["--interval", "0"], "must be a number of at least 0.1"),
+    ],
+)
+def test_top_refuses_flags_that_do_not_fit(
+    args: list[str], says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Flags that cannot work together exit 2 with one line saying why, before the screen starts."""
+    assert main(["top", *args]) == 2
+    assert says in capsys.readouterr().err
+
+
+def test_top_without_a_terminal_says_so(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Piped, top does not draw into the pipe: it exits 2 and points to report and /metrics."""
+    for variable in ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE"):
+        monkeypatch.delenv(variable, raising=False)  # rich would take the pipe for a terminal
+    assert main(["top", "http://127.0.0.1:9"]) == 2
+    assert "needs a terminal" in capsys.readouterr().err

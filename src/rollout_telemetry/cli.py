@@ -38,6 +38,9 @@ __all__ = ["main"]
 
 _log = logging.getLogger("rollout_telemetry.cli")
 
+OTLP_FLUSH_SECONDS = 3.0
+"""The longest the demo waits at exit for an OTLP endpoint to take what is pending."""
+
 
 def _add_serve_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("endpoint")
@@ -416,13 +419,24 @@ def _demo(args: argparse.Namespace) -> int:
     if args.otlp_endpoint:
         from rollout_telemetry.exporters.otel import instrument_meter, otlp_providers
 
-        otlp = otlp_providers(args.otlp_endpoint, export_interval_millis=2000)
+        if not args.verbose:  # the SDK logs every failed batch; the demo says it once, at exit
+            logging.getLogger("opentelemetry").setLevel(logging.CRITICAL)
+        otlp = otlp_providers(args.otlp_endpoint, export_interval_millis=2000, timeout_seconds=2.0)
         telemetry = RolloutTelemetry(
             run=args.run, tracer_provider=otlp.tracer_provider, stall_after=config.stall_after
         )
         instrument_meter(telemetry, otlp.meter_provider)
         telemetry.registry.register(otlp.span_stats.collector(telemetry.const_labels))
-        shutdown_otel = otlp.shutdown
+
+        def shutdown_otel() -> None:
+            finished = otlp.shutdown(timeout=OTLP_FLUSH_SECONDS)
+            lost = otlp.span_stats.failed + otlp.span_stats.dropped
+            if lost or not finished:
+                print(
+                    f"rollout-telemetry demo: {lost} spans could not be sent to {args.otlp_endpoint}"
+                    + ("" if finished else f" (stopped waiting after {OTLP_FLUSH_SECONDS:g} s)"),
+                    file=sys.stderr,
+                )
     else:
         telemetry = RolloutTelemetry(run=args.run, stall_after=config.stall_after)
     server = _serve_endpoint(telemetry, args, security)

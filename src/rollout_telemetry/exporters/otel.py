@@ -184,10 +184,20 @@ class OTLPExport:
     meter_provider: SDKMeterProvider
     span_stats: SpanExportStats
 
-    def shutdown(self) -> None:
-        """Flush what is pending and stop both providers."""
-        self.tracer_provider.shutdown()
-        self.meter_provider.shutdown()
+    def shutdown(self, timeout: float | None = None) -> bool:
+        """Flush what is pending and stop both providers; return whether that finished.
+
+        With ``timeout`` (seconds) it waits at most that long: an endpoint that is down or slow cannot hold
+        the process at exit (the flush goes on in a daemon thread, which ends with the process).
+        """
+        if timeout is None:
+            self.tracer_provider.shutdown()
+            self.meter_provider.shutdown()
+            return True
+        flushing = threading.Thread(target=self.shutdown, name="rollout-telemetry-otlp-flush", daemon=True)
+        flushing.start()
+        flushing.join(timeout)
+        return not flushing.is_alive()
 
 
 def otlp_providers(

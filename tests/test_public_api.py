@@ -14,6 +14,7 @@ PUBLIC = {
     "MetricsServer",
     "Outcome",
     "OutcomeError",
+    "PushError",
     "RolloutContext",
     "RolloutTelemetry",
     "ServeError",

@@ -140,3 +140,13 @@ def test_expect_rejects_negative_counts(telemetry: RolloutTelemetry) -> None:
     """A negative expected count is a clear error."""
     with pytest.raises(ValueError, match=">= 0"):
         telemetry.expect("a", -1)
+
+
+def test_a_failed_push_raises_push_error_naming_the_gateway(telemetry: RolloutTelemetry) -> None:
+    """Nobody listening at the gateway: one documented exception type, naming it."""
+    from rollout_telemetry import PushError
+    from tests.support import free_port
+
+    gateway = f"127.0.0.1:{free_port()}"
+    with pytest.raises(PushError, match=f"cannot push to the Pushgateway at {gateway}: .*refused"):
+        telemetry.push(gateway, job="rollout-batch", timeout=2)

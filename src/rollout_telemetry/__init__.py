@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from rollout_telemetry.outcome import Disposition, Outcome, OutcomeError, VerifyResponse, outcome_of
     from rollout_telemetry.server import MetricsServer, TLSConfig
     from rollout_telemetry.snapshot import AccountSnapshot, AgentSnapshot
-    from rollout_telemetry.telemetry import RolloutTelemetry
+    from rollout_telemetry.telemetry import PushError, RolloutTelemetry
 
 __all__ = [
     "AccountSnapshot",
@@ -25,6 +25,7 @@ __all__ = [
     "MetricsServer",
     "Outcome",
     "OutcomeError",
+    "PushError",
     "RolloutContext",
     "RolloutTelemetry",
     "ServeError",
@@ -42,6 +43,7 @@ _HOMES = {
     "MetricsServer": "server",
     "Outcome": "outcome",
     "OutcomeError": "outcome",
+    "PushError": "telemetry",
     "RolloutContext": "lifecycle",
     "RolloutTelemetry": "telemetry",
     "ServeError": "auth",

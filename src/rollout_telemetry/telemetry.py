@@ -34,7 +34,12 @@ if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
 
 
-__all__ = ["RolloutTelemetry"]
+__all__ = ["PushError", "RolloutTelemetry"]
+
+
+class PushError(OSError):
+    """A push to a Prometheus Pushgateway failed; the message names the gateway and why."""
+
 
 _log = logging.getLogger("rollout_telemetry")
 
@@ -340,7 +345,18 @@ class RolloutTelemetry:
         ``{"instance": hostname_pid}``) so pushes from several processes do not overwrite each other.
 
         Raises:
-            OSError: the gateway cannot be reached or refused the push.
+            PushError: the gateway cannot be reached, timed out or refused the push; the message names it.
         """
         push = push_to_gateway if replace else pushadd_to_gateway
-        push(gateway, job=job, registry=self.registry, grouping_key=dict(grouping_key or {}), timeout=timeout)
+        try:
+            push(
+                gateway,
+                job=job,
+                registry=self.registry,
+                grouping_key=dict(grouping_key or {}),
+                timeout=timeout,
+            )
+        except OSError as exc:  # urllib's URLError and HTTPError, timeouts, refused connections
+            reason = getattr(exc, "reason", None) or exc
+            msg = f"cannot push to the Pushgateway at {gateway}: {reason}"
+            raise PushError(msg) from exc

@@ -125,3 +125,19 @@ def test_a_long_agent_name_is_one_row_and_one_label(
     (span,) = exporter.get_finished_spans()
     assert span.attributes is not None
     assert span.attributes["rollout.agent"] == agent[:128]
+
+
+def test_piped_report_honours_columns(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Piped, the report is as wide as COLUMNS says; narrower than the tables, it gives the figures as lines."""
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["report", str(FIXTURES / "run.jsonl")]) == 0
+    out = capsys.readouterr().out
+    assert max(len(line) for line in out.splitlines()) <= 80
+    assert "rollouts (identities, newest attempt): expected 3, measured 0" in out.replace("\n", " ")
+    monkeypatch.setenv("COLUMNS", "200")
+    assert main(["report", str(FIXTURES / "run.jsonl")]) == 0
+    out = capsys.readouterr().out
+    assert "Rollouts by agent: distinct identities" in out
+    assert max(len(line) for line in out.splitlines()) <= 200

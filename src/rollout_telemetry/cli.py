@@ -515,7 +515,7 @@ def _report(args: argparse.Namespace) -> int:
     if not main_file.is_file():
         print(f"rollout-telemetry report: {main_file} does not exist", file=sys.stderr)
         return 2
-    follower.poll()
+    _read_with_progress(follower)
     follower.finish()
     if follower.rows == 0:
         rejected = sum(telemetry.snapshot().rejected.values())
@@ -529,10 +529,31 @@ def _report(args: argparse.Namespace) -> int:
         from rich.console import Console
 
         console = Console()
-        if not console.is_terminal:
-            console = Console(width=200)  # piped: a wide table rather than squeezed columns
-        console.print(render_table(report))
+        if not console.is_terminal:  # piped: as wide as COLUMNS says, else wide rather than squeezed
+            console = Console(width=int(os.environ.get("COLUMNS", "") or 0) or 200)
+        console.print(render_table(report, console.width))
     return 0
+
+
+def _read_with_progress(follower: RunFollower) -> None:
+    """Read the run's files; on a terminal, with a progress bar on stderr (silent when piped)."""
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    if not console.is_terminal:
+        follower.poll()
+        return
+    from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
+
+    reader = threading.Thread(target=follower.poll, name="rollout-telemetry-report")
+    with Progress(
+        "reading", BarColumn(), DownloadColumn(), TimeRemainingColumn(), console=console, transient=True
+    ) as progress:
+        task = progress.add_task("read", total=follower.size)
+        reader.start()
+        while reader.is_alive():
+            reader.join(0.1)
+            progress.update(task, completed=follower.position)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

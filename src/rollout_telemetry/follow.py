@@ -18,6 +18,7 @@ file and line number, and reading goes on.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -286,6 +287,20 @@ class RunFollower:
         """Rows counted (successes and failures; duplicates and rejected rows excluded)."""
         self.unidentified = 0
         """Rows counted without an identity."""
+
+    @property
+    def position(self) -> int:
+        """Bytes read so far, over every file (for a progress bar)."""
+        return sum(tail.offset for tail in self._tails())
+
+    @property
+    def size(self) -> int:
+        """The size of the files now, in bytes (what ``position`` reaches once all is read)."""
+        total = 0
+        for tail in self._tails():
+            with contextlib.suppress(OSError):
+                total += tail.path.stat().st_size
+        return total
 
     @property
     def waiting(self) -> int:

@@ -92,8 +92,35 @@ def _number(value: object, pattern: str = "{:d}") -> str:
     return pattern.format(value)
 
 
-def render_table(report: dict[str, Any]) -> Any:
-    """A rich renderable of the report: the rollouts table, the events table, then Gym's keys."""
+_WIDE = 110
+"""Columns the two tables need; a narrower terminal gets the same figures agent by agent, as lines."""
+
+
+def _by_agent_lines(report: dict[str, Any]) -> list[str]:
+    """The two tables as labelled lines per agent, for terminals narrower than the tables."""
+    lines = []
+    for row in report["agents"]:
+        counts, seen = row["rollouts"], row["events"]
+        kinds = ", ".join(f"{kind} ({count})" for kind, count in seen["top_failure_kinds"].items())
+        lines += [
+            row["agent"],
+            "  rollouts (identities, newest attempt): "
+            + ", ".join(f"{column} {_number(counts[column])}" for column in _ROLLOUT_COLUMNS),
+            "  events (every row): "
+            + ", ".join(f"{column} {_number(seen[column])}" for column in _EVENT_COLUMNS)
+            + f"; reward {_number(seen['mean_reward'], '{:+.4f}')}, unmasked "
+            + f"{_number(seen['mean_reward_unmasked'], '{:+.4f}')}, "
+            + f"masked {100 * seen['masked_share']:.1f} %",
+            f"  top failure kinds: {kinds or '-'}",
+        ]
+    return lines
+
+
+def render_table(report: dict[str, Any], width: int = _WIDE) -> Any:
+    """A rich renderable of the report: the rollouts table, the events table, then Gym's keys.
+
+    Narrower than the tables need (``width``), the figures are the same, as lines per agent.
+    """
     from rich.console import Group
     from rich.table import Table
 
@@ -101,16 +128,18 @@ def render_table(report: dict[str, Any]) -> Any:
         title="Rollouts by agent: distinct identities, each by the disposition of its newest attempt",
         title_justify="left",
     )
-    rollouts.add_column("agent", no_wrap=True)
+    # The agent's name is never cut; in a narrow terminal the number columns' headings wrap instead.
+    agent_width = min(max((len(row["agent"]) for row in report["agents"]), default=5), 40)
+    rollouts.add_column("agent", no_wrap=True, min_width=agent_width)
     for column in _ROLLOUT_COLUMNS:
-        rollouts.add_column(column, justify="right", no_wrap=True)
+        rollouts.add_column(column, justify="right")
     events = Table(
         title="Events by agent: every row read (a retried failure is still one failed event)",
         title_justify="left",
     )
-    events.add_column("agent", no_wrap=True)
+    events.add_column("agent", no_wrap=True, min_width=agent_width)
     for column in (*_EVENT_COLUMNS, "reward", "unmasked", "masked %"):
-        events.add_column(column, justify="right", no_wrap=True)
+        events.add_column(column, justify="right")
     events.add_column("top failure kinds")
     for row in report["agents"]:
         counts, seen = row["rollouts"], row["events"]
@@ -124,7 +153,7 @@ def render_table(report: dict[str, Any]) -> Any:
             f"{100 * seen['masked_share']:.1f}",
             kinds or "-",
         )
-    parts: list[Any] = [rollouts, events]
+    parts: list[Any] = [rollouts, events] if width >= _WIDE else _by_agent_lines(report)
     for title, section in (("Gym coverage keys", "gym_coverage"), ("Gym progress keys", "gym_progress")):
         if report[section]:
             keys = Table(title=title, title_justify="left")

@@ -130,7 +130,7 @@ def test_a_long_agent_name_is_one_row_and_one_label(
 def test_piped_report_honours_columns(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Piped, the report is as wide as COLUMNS says; narrower than the tables, it gives the figures as lines."""
+    """Piped, the report is as wide as COLUMNS says; narrower than its tables, it gives lines."""
     monkeypatch.setenv("COLUMNS", "80")
     assert main(["report", str(FIXTURES / "run.jsonl")]) == 0
     out = capsys.readouterr().out

@@ -1,0 +1,103 @@
+"""A new user's wrong inputs, each as a real process: exit status 2, one line on stderr naming the problem,
+no traceback, and nothing started."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import trustme
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder with a run's file, a directory, a certificate and key (and the two swapped), a CA, a hash."""
+    folder = tmp_path_factory.mktemp("inputs")
+    (folder / "results").mkdir()
+    (folder / "run.jsonl").write_text('{"reward": 1.0, "_ng_environment_server": "a"}\n')
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1")
+    cert.cert_chain_pems[0].write_to_path(str(folder / "server.pem"))
+    cert.private_key_pem.write_to_path(str(folder / "server.key"))
+    ca.cert_pem.write_to_path(str(folder / "ca.pem"))
+    (folder / "not-pem.txt").write_text("hello\n")
+    (folder / "metrics.hash").write_text("scrypt$16384$8$1$c2FsdA==$aGFzaA==\n")
+    return folder
+
+
+SERVE = ["serve", "--follow", "run.jsonl", "--port", "0"]
+CASES: list[tuple[list[str], str]] = [
+    (["report", "results"], "results is a directory"),
+    (["report", "nope/missing.jsonl"], "nope/missing.jsonl does not exist"),
+    (["serve", "--follow", "results", "--port", "0"], "--follow results is a directory"),
+    (["serve", "--follow", "run.jsonl", "--port", "99999"], "--port: must be a port number from 0 to 65535"),
+    (["serve", "--follow", "run.jsonl", "--port", "http"], "--port: must be a port number"),
+    ([*SERVE, "--poll-interval", "0"], "--poll-interval: must be a number of at least 0.05"),
+    ([*SERVE, "--poll-interval", "-1"], "--poll-interval: must be a number of at least 0.05"),
+    (["demo", "--duration", "-1"], "--duration: must be a number of at least 0"),
+    (["demo", "--summary-interval", "0"], "--summary-interval: must be a number of at least 0.5"),
+    (["demo", "--rate", "0"], "--rate: must be a number above 0"),
+    (["demo", "--rate", "nan"], "--rate: must be a number above 0"),
+    (["demo", "--masked", "2"], "--masked: must be a share between 0 and 1"),
+    (["demo", "--masked", "0.6", "--failed", "0.6"], "must not exceed 1"),
+    (["demo", "--port-range", "0"], "--port-range: must be a whole number of at least 1"),
+    (["demo", "--otlp-endpoint", "not-a-url"], "--otlp-endpoint: must be an http:// or https:// URL"),
+    (["demo", "--otlp-endpoint", "http://127.0.0.1:99999"], "--otlp-endpoint: has an invalid port"),
+    ([*SERVE, "--tls-cert", "nope.pem", "--tls-key", "server.key"], "--tls-cert: nope.pem does not exist"),
+    ([*SERVE, "--tls-client-ca", "ca.pem"], "--tls-client-ca needs --tls-cert and --tls-key"),
+    ([*SERVE, "--tls-cert", "server.pem"], "--tls-cert and --tls-key go together"),
+    ([*SERVE, "--tls-cert", "server.key", "--tls-key", "server.pem"],
+     "server.key with key server.pem: not a PEM"),
+    ([*SERVE, "--tls-cert", "server.pem", "--tls-key", "server.key", "--tls-client-ca", "not-pem.txt"],
+     "TLS client CA not-pem.txt: not a PEM CA certificate"),
+    ([*SERVE, "--basic-auth-user", "u", "--basic-auth-hash-file", "metrics.hash",
+      "--basic-auth-hash-env", "H"], "--basic-auth-hash-file or --basic-auth-hash-env, not both"),
+    ([*SERVE, "--basic-auth-user", "u"], "--basic-auth-user needs --basic-auth-hash-file or"),
+    ([*SERVE, "--basic-auth-hash-file", "metrics.hash"], "a password hash needs --basic-auth-user"),
+    ([*SERVE, "--basic-auth-user", "u", "--basic-auth-hash-env", "ROLLOUT_TEST_UNSET"], "ROLLOUT_TEST_UNSET"),
+    (["report", "run.jsonl", "--frmat", "json"], "rollout-telemetry report: error: unrecognized arguments"),
+    (["report", "run.jsonl", "--format", "yaml"], "--format: invalid choice: 'yaml'"),
+    (["report", "run.jsonl", "--max-attempts", "0"], "--max-attempts: must be a whole number of at least 1"),
+    (["top", "--interval", "0"], "--interval: must be a number of at least 0.1"),
+    (["nonsense"], "invalid choice: 'nonsense'"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("args", "says"), CASES, ids=[" ".join(args) for args, _ in CASES])
+def test_a_wrong_input_exits_2_with_one_line(files: Path, args: list[str], says: str) -> None:
+    """Exit 2, one line on stderr that names the problem, no traceback, nothing on stdout."""
+    result = subprocess.run(
+        [sys.executable, "-m", "rollout_telemetry", *args],
+        cwd=files,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert says in result.stderr, result.stderr
+    assert result.stdout == ""
+
+
+def test_verbose_after_the_subcommand(files: Path) -> None:
+    """-v is accepted after the subcommand as well as before it."""
+    for args in (
+        ["-v", "report", "run.jsonl", "--format", "json"],
+        ["report", "-v", "run.jsonl", "--format", "json"],
+    ):
+        result = subprocess.run(
+            [sys.executable, "-m", "rollout_telemetry", *args],
+            cwd=files,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        assert result.returncode == 0, result.stderr
+        assert '"agent": "a"' in result.stdout

@@ -55,3 +55,31 @@ def test_mounts_point_at_the_shipped_files() -> None:
     assert provider["providers"][0]["options"]["path"] == "/var/lib/grafana/dashboards"
     prometheus = yaml.safe_load((ROOT / "dashboards/prometheus/prometheus.yml").read_text())
     assert prometheus["scrape_configs"][0]["static_configs"][0]["targets"] == ["exporter:9464"]
+
+
+def _pins() -> dict[str, str]:
+    lines = (ROOT / "constraints.txt").read_text().splitlines()
+    pins = {}
+    for line in lines:
+        if line and not line.startswith("#"):
+            name, _, version = line.partition("==")
+            assert version, f"not an exact pin: {line}"
+            pins[name.lower().replace("_", "-")] = version
+    return pins
+
+
+def test_the_image_installs_pinned_versions_within_pyproject_ranges() -> None:
+    """The Dockerfile installs with constraints.txt, which pins every runtime dependency (and the otel extra)
+    to one version inside pyproject.toml's range."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    assert "-c constraints.txt" in (ROOT / "Dockerfile").read_text()
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    pins = _pins()
+    for text in (*project["dependencies"], *project["optional-dependencies"]["otel"]):
+        requirement = Requirement(text)
+        name = requirement.name.lower().replace("_", "-")
+        assert name in pins, f"{name} is not pinned in constraints.txt"
+        assert requirement.specifier.contains(pins[name], prereleases=True), (name, pins[name], text)

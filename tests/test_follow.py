@@ -250,3 +250,31 @@ def test_directory_disappearing_is_survived(
     agent = telemetry.snapshot().agent("a")
     assert agent is not None
     assert agent.measured == 2  # the file came back as a new one: read from the start, not added twice
+
+
+def test_a_missing_file_is_announced_once_and_a_vanished_one_once_per_absence(
+    tmp_path: Path, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """'waiting for' once before the file exists; 'disappeared' once each time it goes, however many polls."""
+    main = tmp_path / "run.jsonl"
+    telemetry, follower = _follower(clock, main)
+    with caplog.at_level(logging.WARNING):
+        for _ in range(5):
+            follower.poll()
+        main.write_text(ROW.format(reward=1.0, task=0))
+        follower.poll()
+        for _ in range(2):  # gone and back, twice
+            main.rename(tmp_path / "aside.jsonl")
+            for _ in range(5):
+                follower.poll()
+            (tmp_path / "aside.jsonl").rename(main)
+            follower.poll()
+    messages = [r.getMessage() for r in caplog.records]
+    assert [m for m in messages if "does not exist yet" in m] == [
+        f"waiting for {main}: it does not exist yet"
+    ]
+    assert len([m for m in messages if "disappeared" in m]) == 2
+    assert not [m for m in messages if "cannot read" in m]
+    agent = telemetry.snapshot().agent("a")
+    assert agent is not None
+    assert agent.measured == 1  # the same file back: nothing counted twice

@@ -12,8 +12,10 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import NoReturn
+from typing import NoReturn, TypeVar
 from urllib.parse import urlsplit
+
+_N = TypeVar("_N", int, float)
 
 __all__ = [
     "OneLineParser",
@@ -37,13 +39,13 @@ class OneLineParser(argparse.ArgumentParser):
         sys.exit(2)
 
 
-def _number(text: str, what: str) -> float:
+def _checked(text: str, convert: Callable[[str], _N], accept: Callable[[_N], bool], what: str) -> _N:
+    """``convert(text)`` if that works and ``accept`` takes it; else an error saying it must be ``what``."""
     try:
-        value = float(text)
+        value = convert(text)
     except ValueError:
-        msg = f"must be {what}, got {text!r}"
-        raise argparse.ArgumentTypeError(msg) from None
-    if not math.isfinite(value):
+        value = None
+    if value is None or not accept(value):
         msg = f"must be {what}, got {text!r}"
         raise argparse.ArgumentTypeError(msg)
     return value
@@ -51,68 +53,34 @@ def _number(text: str, what: str) -> float:
 
 def positive(text: str) -> float:
     """A number of seconds (or a rate) above 0."""
-    value = _number(text, "a number above 0")
-    if value <= 0:
-        msg = f"must be a number above 0, got {text}"
-        raise argparse.ArgumentTypeError(msg)
-    return value
+    return _checked(text, float, lambda v: math.isfinite(v) and v > 0, "a number above 0")
 
 
 def non_negative(text: str) -> float:
     """A number of seconds of at least 0."""
-    value = _number(text, "a number of at least 0")
-    if value < 0:
-        msg = f"must be a number of at least 0, got {text}"
-        raise argparse.ArgumentTypeError(msg)
-    return value
+    return _checked(text, float, lambda v: math.isfinite(v) and v >= 0, "a number of at least 0")
 
 
 def at_least(minimum: float) -> Callable[[str], float]:
     """A number of seconds of at least ``minimum`` (a poll or summary interval: 0 would spin a core)."""
-
-    def check(text: str) -> float:
-        value = _number(text, f"a number of at least {minimum:g}")
-        if value < minimum:
-            msg = f"must be a number of at least {minimum:g}, got {text}"
-            raise argparse.ArgumentTypeError(msg)
-        return value
-
-    return check
+    return lambda text: _checked(
+        text, float, lambda v: math.isfinite(v) and v >= minimum, f"a number of at least {minimum:g}"
+    )
 
 
 def share(text: str) -> float:
     """A share between 0 and 1."""
-    value = _number(text, "a share between 0 and 1")
-    if not 0.0 <= value <= 1.0:
-        msg = f"must be a share between 0 and 1, got {text}"
-        raise argparse.ArgumentTypeError(msg)
-    return value
-
-
-def _whole(text: str, what: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        msg = f"must be {what}, got {text!r}"
-        raise argparse.ArgumentTypeError(msg) from None
+    return _checked(text, float, lambda v: 0.0 <= v <= 1.0, "a share between 0 and 1")
 
 
 def port(text: str) -> int:
     """A TCP port, 0 (pick a free one) to 65535."""
-    value = _whole(text, "a port number from 0 to 65535")
-    if not 0 <= value <= 65535:
-        msg = f"must be a port number from 0 to 65535, got {text}"
-        raise argparse.ArgumentTypeError(msg)
-    return value
+    return _checked(text, int, lambda v: 0 <= v <= 65535, "a port number from 0 to 65535")
 
 
 def at_least_one(text: str) -> int:
     """A whole number of at least 1."""
-    value = _whole(text, "a whole number of at least 1")
-    if value < 1:
-        msg = f"must be a whole number of at least 1, got {text}"
-        raise argparse.ArgumentTypeError(msg)
-    return value
+    return _checked(text, int, lambda v: v >= 1, "a whole number of at least 1")
 
 
 def url(text: str) -> str:

@@ -67,17 +67,21 @@ CASES: list[tuple[list[str], str]] = [
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize(("args", "says"), CASES, ids=[" ".join(args) for args, _ in CASES])
-def test_a_wrong_input_exits_2_with_one_line(files: Path, args: list[str], says: str) -> None:
-    """Exit 2, one line on stderr that names the problem, no traceback, nothing on stdout."""
-    result = subprocess.run(
+def _run(folder: Path, args: list[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
         [sys.executable, "-m", "rollout_telemetry", *args],
-        cwd=files,
+        cwd=folder,
         capture_output=True,
         text=True,
         timeout=30,
         check=False,
     )
+
+
+@pytest.mark.parametrize(("args", "says"), CASES, ids=[" ".join(args) for args, _ in CASES])
+def test_a_wrong_input_exits_2_with_one_line(files: Path, args: list[str], says: str) -> None:
+    """Exit 2, one line on stderr that names the problem, no traceback, nothing on stdout."""
+    result = _run(files, args)
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr
     assert result.stderr.count("\n") == 1, result.stderr
@@ -91,13 +95,6 @@ def test_verbose_after_the_subcommand(files: Path) -> None:
         ["-v", "report", "run.jsonl", "--format", "json"],
         ["report", "-v", "run.jsonl", "--format", "json"],
     ):
-        result = subprocess.run(
-            [sys.executable, "-m", "rollout_telemetry", *args],
-            cwd=files,
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
-        )
+        result = _run(files, args)
         assert result.returncode == 0, result.stderr
         assert '"agent": "a"' in result.stdout

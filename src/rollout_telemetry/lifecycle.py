@@ -55,6 +55,9 @@ def kind_of_exception(exc: BaseException) -> str:
 # The states of a rollout context.
 _NEW, _IN_FLIGHT, _DONE, _NOT_TRACKED = 0, 1, 2, 3
 
+Settle = Callable[["str", Classified, "InFlight | None", object, object], None]
+"""The facade's one path for an outcome: count it (ending its flight), then give it to its group."""
+
 
 class RolloutContext:
     """One rollout in flight. Use as ``with`` or ``async with``; record its outcome inside the block."""
@@ -64,6 +67,7 @@ class RolloutContext:
         "_clock",
         "_handle",
         "_rejections",
+        "_settle",
         "_span",
         "_spans",
         "_state",
@@ -77,6 +81,7 @@ class RolloutContext:
         self,
         *,
         account: Account,
+        settle: Settle,
         spans: SpanRecorder,
         rejections: Rejections,
         clock: Callable[[], float],
@@ -86,6 +91,7 @@ class RolloutContext:
         attempt: int | None,
     ) -> None:
         self._account = account
+        self._settle = settle
         self._spans = spans
         self._rejections = rejections
         self._clock = clock
@@ -201,7 +207,7 @@ class RolloutContext:
         self._state = _DONE
         try:
             try:
-                self._account.count(self.agent, outcome, handle)
+                self._settle(self.agent, outcome, handle, self.task_index, self.rollout_index)
             finally:
                 if span is not None:
                     self._spans.finish(span, outcome)

@@ -15,9 +15,10 @@ from typing import TYPE_CHECKING
 from prometheus_client import push_to_gateway, pushadd_to_gateway
 from prometheus_client.registry import CollectorRegistry
 
-from rollout_telemetry.account import Account
-from rollout_telemetry.exporters.prometheus import AccountCollector
+from rollout_telemetry.account import Account, InFlight
+from rollout_telemetry.exporters.prometheus import AccountCollector, GroupsCollector
 from rollout_telemetry.failure_kinds import KindValidator
+from rollout_telemetry.groups import DEFAULT_MIN_VALID, Groups
 from rollout_telemetry.lifecycle import RolloutContext
 from rollout_telemetry.names import DEFAULT_MAX_AGENTS, DEFAULT_MAX_KINDS_PER_AGENT, Names
 from rollout_telemetry.outcome import Classified, Disposition, absent, classify
@@ -55,6 +56,7 @@ class RolloutTelemetry:
             ``"off"``.
         reason_limit: ``failure_reason`` on spans is truncated to this many characters.
         redact_reason: optional hook applied to ``failure_reason`` before it goes on a span.
+        min_valid_per_group: valid members a group needs to be more than ``insufficient`` (see ``groups``).
     """
 
     def __init__(
@@ -72,6 +74,7 @@ class RolloutTelemetry:
         span_mode: SpanMode = "span",
         reason_limit: int = DEFAULT_REASON_LIMIT,
         redact_reason: Callable[[str], str] | None = None,
+        min_valid_per_group: int = DEFAULT_MIN_VALID,
     ) -> None:
         self._clock = clock
         self._started = clock()
@@ -83,6 +86,8 @@ class RolloutTelemetry:
         self.rejections = Rejections(self._account.reject, strict=strict)
         """The rejection policy (count by reason, warn once per cause, raise under ``strict``)."""
         self._count = self._account.count
+        self.groups = Groups(self.names, min_valid=min_valid_per_group)
+        """The groups of the run (GRPO-style): fed by ``_settle``, with every outcome that has an identity."""
         self._expected: dict[str, int] = {}
         labels: dict[str, str] = {}
         if run is not None:
@@ -92,6 +97,7 @@ class RolloutTelemetry:
         self.registry = registry if registry is not None else CollectorRegistry()
         self._collector = AccountCollector(self._account.snapshot, labels)
         self.registry.register(self._collector)
+        self.registry.register(GroupsCollector(self.groups.snapshot, labels))
         self.spans = SpanRecorder(
             tracer_provider=tracer_provider,
             mode=span_mode,
@@ -110,34 +116,80 @@ class RolloutTelemetry:
 
     # -- recording ----------------------------------------------------------------------------------
 
-    def record(self, agent: str, response: object) -> None:
+    def record(
+        self,
+        agent: str,
+        response: object,
+        *,
+        task_index: int | None = None,
+        rollout_index: int | None = None,
+    ) -> None:
         """Record one completed rollout from its verify response (dict, pydantic model or object).
 
         ``mask_sample=True`` makes it masked, a missing or ``None`` reward makes it unscored, otherwise it
-        is measured. Bad input is counted and logged (raised with ``strict=True``).
+        is measured; ``response.usage`` and truncation are counted when present. With ``task_index`` and
+        ``rollout_index`` the rollout is a member of its task's group (see ``declare_groups``). Bad input is
+        counted and logged (raised with ``strict=True``).
         """
         try:
-            self._count(agent, classify(response))
+            if task_index is None:  # the common call: straight to the account
+                self._count(agent, classify(response))
+            else:
+                self._settle(agent, classify(response), None, task_index, rollout_index)
         except Exception as exc:  # the collector must never be taken down by its telemetry
             self.rejections.reject(exc)
 
+    def _settle(
+        self,
+        agent: str,
+        outcome: Classified,
+        in_flight: InFlight | None = None,
+        task_index: object = None,
+        rollout_index: object = None,
+    ) -> None:
+        """Count one outcome, then give it to its group: the one path of an outcome that has an identity.
+
+        The outcome is counted first, so a bad identity (rejected as ``invalid_task_index`` or
+        ``invalid_rollout_index``) costs the rollout its group, never its count.
+        """
+        self._count(agent, outcome, in_flight)
+        if task_index is not None:
+            self.groups.observe(agent, task_index, rollout_index, outcome)
+
     def record_failure(
-        self, agent: str, failure_kind: str | None = None, *, reason: str | None = None
+        self,
+        agent: str,
+        failure_kind: str | None = None,
+        *,
+        reason: str | None = None,
+        task_index: int | None = None,
+        rollout_index: int | None = None,
     ) -> None:
         """Record one rollout that never reached the output; ``reason`` goes to the log, never a label."""
-        self._record_absent(_FAILED, agent, failure_kind, reason)
+        self._record_absent(_FAILED, agent, failure_kind, reason, (task_index, rollout_index))
 
     def record_omission(
-        self, agent: str, failure_kind: str | None = None, *, reason: str | None = None
+        self,
+        agent: str,
+        failure_kind: str | None = None,
+        *,
+        reason: str | None = None,
+        task_index: int | None = None,
+        rollout_index: int | None = None,
     ) -> None:
         """Record one rollout left out of the output on purpose; ``reason`` goes to the log."""
-        self._record_absent(_OMITTED, agent, failure_kind, reason)
+        self._record_absent(_OMITTED, agent, failure_kind, reason, (task_index, rollout_index))
 
     def _record_absent(
-        self, disposition: Disposition, agent: str, failure_kind: str | None, reason: str | None
+        self,
+        disposition: Disposition,
+        agent: str,
+        failure_kind: str | None,
+        reason: str | None,
+        identity: tuple[int | None, int | None],
     ) -> None:
         try:
-            self._count(agent, absent(disposition, failure_kind, reason))
+            self._settle(agent, absent(disposition, failure_kind, reason), None, *identity)
             if reason is not None:
                 self._log_reason(agent, disposition, failure_kind, reason)
         except Exception as exc:
@@ -149,16 +201,22 @@ class RolloutTelemetry:
             cleaned = self.spans.clean_reason(reason)
             _log.debug("rollout of %s %s (%s): %s", agent, disposition.value, kind, cleaned)
 
-    def record_classified(self, agent: str, outcome: Classified) -> None:
+    def record_classified(
+        self, agent: str, outcome: Classified, identity: tuple[int, int] | None = None
+    ) -> None:
         """Record an outcome already checked by ``outcome.classify`` or ``outcome.absent``.
 
         For readers that need the classification themselves (the file follower gives the same one to the
-        coverage account). Its ``failure_reason`` goes to a debug log line, never a label.
+        coverage account). ``identity`` is (task index, rollout index): the rollout joins its group. Its
+        ``failure_reason`` goes to a debug log line, never a label.
 
         Raises:
             OutcomeError: the agent name is not a non-empty string.
         """
-        self._count(agent, outcome)
+        if identity is None:
+            self._count(agent, outcome)
+        else:
+            self._settle(agent, outcome, None, *identity)
         if outcome[3] is not None:
             self._log_reason(agent, outcome[0], outcome[2], outcome[3])
 
@@ -179,6 +237,7 @@ class RolloutTelemetry:
         """
         return RolloutContext(
             account=self._account,
+            settle=self._settle,
             spans=self.spans,
             rejections=self.rejections,
             clock=self._clock,
@@ -202,6 +261,7 @@ class RolloutTelemetry:
     def reset(self) -> None:
         """Start every count over from zero (the source being read started over); scrapers see a reset."""
         self._account.reset()
+        self.groups.reset()
 
     def declare(self, *agents: str) -> None:
         """Publish ``agents`` with zero counts before their first rollout.
@@ -211,13 +271,29 @@ class RolloutTelemetry:
         for agent in agents:
             self._account.declare(agent)  # raises OutcomeError for an invalid agent
 
-    def expect(self, agent: str, count: int) -> None:
-        """Declare ``agent`` and how many rollouts it is expected to produce in total."""
+    def expect(self, agent: str, count: int, *, group_size: int | None = None) -> None:
+        """Declare ``agent`` and how many rollouts it is expected to produce in total.
+
+        With ``group_size`` each of its tasks has that many rollouts: see ``declare_groups``.
+        """
         if count < 0:
             msg = f"expected count for {agent!r} must be >= 0, got {count}"
             raise ValueError(msg)
         self.declare(agent)
         self._expected[agent] = count
+        if group_size is not None:
+            self.declare_groups(agent, group_size=group_size)
+
+    def declare_groups(self, *agents: str, group_size: int) -> None:
+        """Each task of ``agents`` has ``group_size`` rollouts: outcomes recorded with a ``task_index`` and
+        ``rollout_index`` (``record``, ``rollout()``) form groups, classified once all members have one.
+
+        Raises:
+            ValueError: ``group_size`` is not an integer >= 1.
+        """
+        for agent in agents:
+            self.declare(agent)
+            self.groups.declare(agent, group_size)
 
     def progress_metrics(self) -> dict[str, float]:
         """NeMo Gym's ``progress/...`` keys, ready for ``wandb.log``."""

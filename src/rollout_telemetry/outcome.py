@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from enum import StrEnum
+from typing import NamedTuple
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
@@ -119,38 +120,29 @@ def check_fields(
 TOKEN_TYPES = ("input", "output", "cached", "reasoning")
 """The ``type`` label values of ``rollout_tokens_total``, in the order of ``Generation.tokens``."""
 
-_USAGE_FIELDS = (
-    ("input_tokens", None),
-    ("output_tokens", None),
-    ("cached_tokens", "input_tokens_details"),
-    ("reasoning_tokens", "output_tokens_details"),
-)
 
+class Generation(NamedTuple):
+    """What the model's response says about its generation: token counts and truncation.
 
-@dataclass(frozen=True, slots=True)
-class Generation:
-    """What the model's response says about its generation: token counts and truncation."""
+    A named tuple rather than a dataclass: a rollout with usage makes one, and a tuple is the cheapest
+    frozen value to build.
+    """
 
     tokens: tuple[int, int, int, int] | None
     """``(input, output, cached, reasoning)`` token counts from ``response.usage``; ``None`` without usage."""
     truncated: str | None
-    """Why the answer was cut short (``incomplete_details.reason``); ``None`` when it was not."""
-
-    @property
-    def is_truncated(self) -> bool:
-        """Whether the response was incomplete."""
-        return self.truncated is not None
+    """Why the answer was cut short (``incomplete_details.reason``, ``""`` if none was given); ``None`` when
+    it was not."""
 
 
 def _part(value: object, name: str) -> object:
     # A field of a Responses API object that arrives as a dict (a JSONL row), a model or any object.
-    if isinstance(value, Mapping):
+    if type(value) is dict or isinstance(value, Mapping):
         return value.get(name)
     return getattr(value, name, None)
 
 
-def _token_count(usage: object, name: str, details: str | None) -> int:
-    value = _part(usage, name) if details is None else _part(_part(usage, details), name)
+def _token_count(value: object, name: str) -> int:
     if value is None:
         return 0
     if type(value) is not int:
@@ -162,40 +154,77 @@ def _token_count(usage: object, name: str, details: str | None) -> int:
     return value
 
 
+def _tokens(usage: object) -> tuple[int, int, int, int]:
+    if type(usage) is dict:  # a JSONL row's usage: read without a helper per field
+        get = usage.get
+        input_tokens, output_tokens = get("input_tokens"), get("output_tokens")
+        input_details, output_details = get("input_tokens_details"), get("output_tokens_details")
+    elif isinstance(usage, str | bytes | int | float):
+        raise OutcomeError("usage", f"must be a mapping or an object, got {type(usage).__name__}")
+    else:
+        input_tokens, output_tokens = _part(usage, "input_tokens"), _part(usage, "output_tokens")
+        input_details, output_details = (
+            _part(usage, "input_tokens_details"),
+            _part(usage, "output_tokens_details"),
+        )
+    cached = None if input_details is None else _part(input_details, "cached_tokens")
+    reasoning = None if output_details is None else _part(output_details, "reasoning_tokens")
+    if (
+        type(input_tokens) is int
+        and type(output_tokens) is int
+        and type(cached) is int
+        and type(reasoning) is int
+        and input_tokens >= 0
+        and output_tokens >= 0
+        and cached >= 0
+        and reasoning >= 0
+    ):
+        return input_tokens, output_tokens, cached, reasoning  # the common case: four counts, all fine
+    return (
+        _token_count(input_tokens, "input_tokens"),
+        _token_count(output_tokens, "output_tokens"),
+        _token_count(cached, "cached_tokens"),
+        _token_count(reasoning, "reasoning_tokens"),
+    )
+
+
 def check_generation(model_response: object) -> Generation | None:
     """Check the usage and truncation of a model response; every rule of those fields is here and only here.
 
     - ``usage``: absent or ``None`` means none; otherwise a mapping or object whose ``input_tokens``,
       ``output_tokens``, ``input_tokens_details.cached_tokens`` and ``output_tokens_details.reasoning_tokens``
       are integers >= 0 (absent means 0). A bool, a float, a string or a negative count is refused, naming
-      the field (``invalid_output_tokens``, ...).
+      the field (``invalid_output_tokens``, ...); ``usage`` that is no mapping or object is
+      ``invalid_usage``.
     - truncation: a non-null ``incomplete_details.reason`` (a string) is the reason, whatever ``status``
       says; ``status == "incomplete"`` without a reason is truncation of an unspecified reason (``""``).
 
     A ``response`` that is not a mapping or an object (a plain string, say) is not a Responses API object:
-    it carries neither, and ``None`` is returned.
+    it carries neither, and ``None`` is returned. ``total_tokens`` is not read (it is input + output).
 
     Raises:
         OutcomeError: a field has a value that is not allowed; the error names the field.
     """
-    if model_response is None or isinstance(model_response, str | bytes | int | float):
+    if type(model_response) is dict:
+        get = model_response.get
+        usage, details, status = get("usage"), get("incomplete_details"), get("status")
+    elif model_response is None or isinstance(model_response, str | bytes | int | float):
         return None
-    usage = _part(model_response, "usage")
-    details = _part(model_response, "incomplete_details")
+    else:
+        usage = _part(model_response, "usage")
+        details = _part(model_response, "incomplete_details")
+        status = _part(model_response, "status")
     reason = None if details is None else _part(details, "reason")
     if reason is None:
-        if _part(model_response, "status") == "incomplete":
+        if status == "incomplete":
             reason = ""
-    elif not isinstance(reason, str):
-        raise OutcomeError("incomplete_reason", f"must be a string, got {type(reason).__name__}")
+    elif type(reason) is not str:
+        if not isinstance(reason, str):
+            raise OutcomeError("incomplete_reason", f"must be a string, got {type(reason).__name__}")
+        reason = str(reason)
     if usage is None:
         return None if reason is None else Generation(None, reason)
-    if isinstance(usage, str | bytes | int | float):
-        raise OutcomeError("usage", f"must be a mapping or an object, got {type(usage).__name__}")
-    input_tokens, output_tokens, cached, reasoning = (
-        _token_count(usage, name, parent) for name, parent in _USAGE_FIELDS
-    )
-    return Generation((input_tokens, output_tokens, cached, reasoning), reason)
+    return Generation(_tokens(usage), reason)
 
 
 def label_value(value: str) -> str:

@@ -194,7 +194,7 @@ FAMILIES: tuple[Family[AccountSnapshot], ...] = (
     ),
     Family(
         "rollout_tokens_total", "counter", ("agent", "type"), "{token}",
-        "once a rollout of the agent carries usage (response.usage)",
+        "per agent, from its first rollout that carries usage (response.usage)",
         "Tokens of the model responses, by type: input, output, cached (input_tokens_details) and reasoning "
         "(output_tokens_details), from response.usage of rollouts that carry it. Output tokens per rollout "
         "drifting up or down is an early sign of many training pathologies.",

@@ -120,7 +120,6 @@ class RolloutTelemetry:
         self,
         agent: str,
         response: object,
-        *,
         task_index: int | None = None,
         rollout_index: int | None = None,
     ) -> None:
@@ -131,6 +130,8 @@ class RolloutTelemetry:
         ``rollout_index`` the rollout is a member of its task's group (see ``declare_groups``). Bad input is
         counted and logged (raised with ``strict=True``).
         """
+        # task_index and rollout_index are not keyword-only: CPython 3.11 calls a function with keyword-only
+        # defaults measurably slower, and this is the hot path.
         try:
             if task_index is None:  # the common call: straight to the account
                 self._count(agent, classify(response))
@@ -166,7 +167,8 @@ class RolloutTelemetry:
         rollout_index: int | None = None,
     ) -> None:
         """Record one rollout that never reached the output; ``reason`` goes to the log, never a label."""
-        self._record_absent(_FAILED, agent, failure_kind, reason, (task_index, rollout_index))
+        identity = None if task_index is None else (task_index, rollout_index)
+        self._record_absent(_FAILED, agent, failure_kind, reason, identity)
 
     def record_omission(
         self,
@@ -178,7 +180,8 @@ class RolloutTelemetry:
         rollout_index: int | None = None,
     ) -> None:
         """Record one rollout left out of the output on purpose; ``reason`` goes to the log."""
-        self._record_absent(_OMITTED, agent, failure_kind, reason, (task_index, rollout_index))
+        identity = None if task_index is None else (task_index, rollout_index)
+        self._record_absent(_OMITTED, agent, failure_kind, reason, identity)
 
     def _record_absent(
         self,
@@ -186,10 +189,14 @@ class RolloutTelemetry:
         agent: str,
         failure_kind: str | None,
         reason: str | None,
-        identity: tuple[int | None, int | None],
+        identity: tuple[int, int | None] | None,
     ) -> None:
         try:
-            self._settle(agent, absent(disposition, failure_kind, reason), None, *identity)
+            outcome = absent(disposition, failure_kind, reason)
+            if identity is None:  # the common call: straight to the account
+                self._count(agent, outcome)
+            else:
+                self._settle(agent, outcome, None, *identity)
             if reason is not None:
                 self._log_reason(agent, disposition, failure_kind, reason)
         except Exception as exc:

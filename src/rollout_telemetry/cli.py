@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from types import FrameType
 
 from rollout_telemetry.coverage import DEFAULT_MAX_ATTEMPTS, Coverage
-from rollout_telemetry.demo import DemoConfig, run_demo, summary_lines
+from rollout_telemetry.demo import SCENARIOS, DemoConfig, run_demo, summary_lines
 from rollout_telemetry.exporters.prometheus import CoverageCollector
 from rollout_telemetry.follow import RunFiles, RunFollower
 from rollout_telemetry.report import build_report, render_table
@@ -77,8 +77,10 @@ def _parser() -> argparse.ArgumentParser:
         help="run a simulated rollout collection and serve its /metrics",
         description=(
             "Simulate a rollout collection (several agents, a share of masked, failed and omitted "
-            "rollouts, rewards in [-1, 1]) through the lifecycle API, serve /metrics, and print one "
-            "summary line per agent every few seconds. Stops after --duration seconds, or on Ctrl-C/SIGTERM."
+            "rollouts, rewards in [-0.2, 1], token usage, truncated answers, groups of --group-size "
+            "rollouts per task) through the lifecycle API, serve /metrics, and print one summary line per "
+            "agent every few seconds. --scenario makes the reward fall after --drop-after seconds for one "
+            "cause. Stops after --duration seconds, or on Ctrl-C/SIGTERM."
         ),
     )
     _add_serve_options(demo)
@@ -94,7 +96,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     demo.add_argument("--seed", type=int, default=None, help="random seed, for a repeatable run")
     demo.add_argument(
-        "--no-negative-rewards", action="store_true", help="draw rewards from [0, 1] instead of [-1, 1]"
+        "--no-negative-rewards", action="store_true", help="draw rewards from [0, 1] instead of [-0.2, 1]"
     )
     demo.add_argument(
         "--max-rollout-seconds", type=float, default=2.0, help="longest simulated rollout (default: 2)"
@@ -144,6 +146,31 @@ def _parser() -> argparse.ArgumentParser:
         "hash-password",
         help="hash a password for --basic-auth-hash-file / --basic-auth-hash-env",
         description="Read a password from standard input (or a prompt) and print its scrypt hash.",
+    )
+    demo.add_argument(
+        "--group-size", type=int, default=4, help="rollouts per task, one GRPO group (default: 4)"
+    )
+    demo.add_argument(
+        "--uniform",
+        type=_share,
+        default=0.1,
+        help="share of easy tasks, all members scoring 1 (default: 0.1)",
+    )
+    demo.add_argument(
+        "--truncated", type=_share, default=0.03, help="share of truncated answers (default: 0.03)"
+    )
+    demo.add_argument(
+        "--scenario",
+        choices=SCENARIOS,
+        default=None,
+        help="make the reward fall after --drop-after seconds: healthy (it does not), infrastructure "
+        "(failures rise and leak into scores), truncation (answers hit max_output_tokens) or policy",
+    )
+    demo.add_argument(
+        "--drop-after",
+        type=float,
+        default=30.0,
+        help="seconds before the scenario's cause starts (default: 30)",
     )
     demo.add_argument(
         "--warmup",
@@ -268,6 +295,11 @@ def _demo(args: argparse.Namespace) -> int:
         seed=args.seed,
         negative_rewards=not args.no_negative_rewards,
         max_rollout_seconds=args.max_rollout_seconds,
+        group_size=args.group_size,
+        uniform=args.uniform,
+        truncated=args.truncated,
+        scenario=args.scenario,
+        drop_after=args.drop_after,
     )
     shutdown_otel: Callable[[], None] | None = None
     if args.otlp_endpoint:

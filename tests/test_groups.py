@@ -7,10 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from rollout_telemetry import RolloutTelemetry
+from rollout_telemetry import Disposition, RolloutTelemetry
+from rollout_telemetry.cli import main
 from rollout_telemetry.follow import RunFiles, RunFollower
 from rollout_telemetry.groups import GROUP_STATES, group_state
+from rollout_telemetry.outcome import absent, classify
 from tests.support import exposition, sample_names, samples, value
+
+FIXTURES = Path(__file__).parent / "fixtures"
 
 
 def _states(telemetry: RolloutTelemetry, agent: str = "math") -> dict[str, float]:
@@ -158,3 +162,27 @@ def test_follow_mode_sizes_groups_from_the_materialized_inputs(tmp_path: Path) -
         out.write(row(0, 2, 1.0) + row(1, 1, 1.0, attempt=1))
     follower.poll()
     assert _states(telemetry) == dict.fromkeys(GROUP_STATES, 0) | {"insufficient": 1, "uniform": 1}
+
+
+def test_an_earlier_attempt_arriving_late_does_not_replace_a_newer_one(telemetry: RolloutTelemetry) -> None:
+    """Attempt 1 succeeded; the failure row of attempt 0 read after it leaves the member measured."""
+    telemetry.declare_groups("math", group_size=2)
+    telemetry.record_classified("math", classify({"reward": 1.0}), (0, 0), attempt=1)
+    telemetry.record_classified("math", absent(Disposition.FAILED, "session_lost"), (0, 0), attempt=0)
+    telemetry.record("math", {"reward": 0.0}, task_index=0, rollout_index=1)
+    assert _states(telemetry)["valid"] == 1
+
+
+def test_report_shows_the_groups_of_the_fixture_run(capsys: pytest.CaptureFixture[str]) -> None:
+    """report --format json: groups by state per agent, sized by the materialized inputs; worked by hand."""
+    assert main(["report", str(FIXTURES / "run.jsonl"), "--format", "json"]) == 0
+    groups = json.loads(capsys.readouterr().out)["groups"]
+    zero = dict.fromkeys(GROUP_STATES, 0)
+    # math task 0: one measured, one masked member: one valid member is insufficient.
+    assert groups["math_agent"] == zero | {"insufficient": 1, "open": 0}
+    # code task 1: failed at attempt 0, measured at attempt 1 (insufficient); task 2: unscored (fully masked).
+    assert groups["code_agent"] == zero | {"insufficient": 1, "fully_masked": 1, "open": 0}
+    # browser task 3: a failure and an omission (fully masked); task 4 never arrived (open).
+    assert groups["browser_agent"] == zero | {"fully_masked": 1, "open": 1}
+    assert main(["report", str(FIXTURES / "run.jsonl")]) == 0
+    assert "Groups by agent" in capsys.readouterr().out

@@ -385,7 +385,7 @@ def _report(args: argparse.Namespace) -> int:
         why = f"all {rejected} rows were rejected" if rejected else "it is empty"
         print(f"rollout-telemetry: no usable rollout row in {main_file}: {why}", file=sys.stderr)
         return 1
-    report = build_report(telemetry.snapshot(), follower.coverage.snapshot())
+    report = build_report(telemetry.snapshot(), follower.coverage.snapshot(), telemetry.groups.snapshot())
     if args.format == "json":
         print(json.dumps(report, indent=2, sort_keys=False))
     else:

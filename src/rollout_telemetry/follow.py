@@ -400,7 +400,7 @@ class RunFollower:
         else:
             outcome, terminal = _failure_outcome(row)
             self.coverage.observe(agent, identity, attempt, outcome[0], succeeded=False, terminal=terminal)
-        self.telemetry.record_classified(agent, outcome, identity)
+        self.telemetry.record_classified(agent, outcome, identity, attempt)
         self.rows += 1
         self.unidentified += identity is None
 

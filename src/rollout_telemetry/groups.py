@@ -36,6 +36,7 @@ __all__ = [
     "GroupState",
     "Groups",
     "GroupsSnapshot",
+    "Member",
     "group_state",
 ]
 
@@ -49,6 +50,10 @@ _MAX_COMPLETED = 1 << 20
 """Completed groups remembered (so a late retry cannot complete one again); the oldest are forgotten."""
 
 _MEASURED = Disposition.MEASURED
+_ABSENT = (Disposition.FAILED, Disposition.OMITTED)
+
+Member = tuple[object, object, "int | None"]
+"""(task index, rollout index, attempt or ``None``): which member of which group an outcome is."""
 
 
 def group_state(rewards: Sequence[float | None], min_valid: int = DEFAULT_MIN_VALID) -> GroupState:
@@ -78,7 +83,8 @@ class _Group:
 
     def __init__(self) -> None:
         self.expected: set[int] = set()  # rollout indices from the materialized inputs
-        self.members: dict[int, float | None] = {}  # rollout index -> reward if valid, else None
+        # rollout index -> (rank, reward if valid else None); the rank decides which attempt stands.
+        self.members: dict[int, tuple[tuple[int, bool], float | None]] = {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,8 +174,18 @@ class Groups:
             group.expected.add(rollout_index)
             self._complete_if_done(key, group)
 
-    def observe(self, agent: str, task_index: object, rollout_index: object, outcome: Classified) -> None:
+    def observe(
+        self,
+        agent: str,
+        task_index: object,
+        rollout_index: object,
+        outcome: Classified,
+        attempt: int | None = None,
+    ) -> None:
         """Give one member's outcome to its group; a retried member replaces its earlier attempt.
+
+        As in the coverage account, a higher ``attempt`` wins, and at the same attempt (or with none given)
+        an outcome that reached the output wins over a failure or omission, then the later one wins.
 
         Raises:
             OutcomeError: the task or rollout index is not an integer >= 0, or the agent name is invalid.
@@ -179,6 +195,7 @@ class Groups:
         label = self._names.agent(agent)[0]
         key = (label, task)
         reward = outcome[1] if outcome[0] is _MEASURED else None
+        rank = (-1 if attempt is None else attempt, outcome[0] not in _ABSENT)
         with self._lock:
             if key in self._completed:
                 return  # a late retry: the group was classified once already
@@ -187,7 +204,9 @@ class Groups:
                 if label not in self._sizes and not self._from_inputs:
                     return  # no size known for this agent: its tasks form no groups
                 group = self._opened(key)
-            group.members[member] = reward
+            earlier = group.members.get(member)
+            if earlier is None or rank >= earlier[0]:
+                group.members[member] = (rank, reward)
             self._complete_if_done(key, group)
 
     def _opened(self, key: tuple[str, int]) -> _Group:
@@ -205,7 +224,7 @@ class Groups:
             done = size is not None and len(group.members) >= size
         if not done:
             return
-        state = group_state(list(group.members.values()), self.min_valid)
+        state = group_state([reward for _, reward in group.members.values()], self.min_valid)
         counts = self._states.get(key[0])
         if counts is None:
             counts = self._states[key[0]] = dict.fromkeys(GROUP_STATES, 0)

@@ -25,6 +25,7 @@ from rollout_telemetry.rejections import RolloutUsageError
 
 if TYPE_CHECKING:
     from rollout_telemetry.account import Account, InFlight
+    from rollout_telemetry.groups import Member
     from rollout_telemetry.rejections import Rejections
     from rollout_telemetry.spans import OpenSpan, SpanRecorder
 
@@ -55,7 +56,7 @@ def kind_of_exception(exc: BaseException) -> str:
 # The states of a rollout context.
 _NEW, _IN_FLIGHT, _DONE, _NOT_TRACKED = 0, 1, 2, 3
 
-Settle = Callable[["str", Classified, "InFlight | None", object, object], None]
+Settle = Callable[[str, Classified, "InFlight | None", "Member | None"], None]
 """The facade's one path for an outcome: count it (ending its flight), then give it to its group."""
 
 
@@ -207,7 +208,7 @@ class RolloutContext:
         self._state = _DONE
         try:
             try:
-                self._settle(self.agent, outcome, handle, self.task_index, self.rollout_index)
+                self._settle(self.agent, outcome, handle, (self.task_index, self.rollout_index, self.attempt))
             finally:
                 if span is not None:
                     self._spans.finish(span, outcome)

@@ -18,7 +18,7 @@ from prometheus_client.registry import CollectorRegistry
 from rollout_telemetry.account import Account, InFlight
 from rollout_telemetry.exporters.prometheus import AccountCollector, GroupsCollector
 from rollout_telemetry.failure_kinds import KindValidator
-from rollout_telemetry.groups import DEFAULT_MIN_VALID, Groups
+from rollout_telemetry.groups import DEFAULT_MIN_VALID, Groups, Member
 from rollout_telemetry.lifecycle import RolloutContext
 from rollout_telemetry.names import DEFAULT_MAX_AGENTS, DEFAULT_MAX_KINDS_PER_AGENT, Names
 from rollout_telemetry.outcome import Classified, Disposition, absent, classify
@@ -136,26 +136,22 @@ class RolloutTelemetry:
             if task_index is None:  # the common call: straight to the account
                 self._count(agent, classify(response))
             else:
-                self._settle(agent, classify(response), None, task_index, rollout_index)
+                self._settle(agent, classify(response), None, (task_index, rollout_index, None))
         except Exception as exc:  # the collector must never be taken down by its telemetry
             self.rejections.reject(exc)
 
     def _settle(
-        self,
-        agent: str,
-        outcome: Classified,
-        in_flight: InFlight | None = None,
-        task_index: object = None,
-        rollout_index: object = None,
+        self, agent: str, outcome: Classified, in_flight: InFlight | None = None, member: Member | None = None
     ) -> None:
         """Count one outcome, then give it to its group: the one path of an outcome that has an identity.
 
-        The outcome is counted first, so a bad identity (rejected as ``invalid_task_index`` or
-        ``invalid_rollout_index``) costs the rollout its group, never its count.
+        ``member`` is (task index, rollout index, attempt or ``None``). The outcome is counted first, so a
+        bad identity (rejected as ``invalid_task_index`` or ``invalid_rollout_index``) costs the rollout its
+        group, never its count.
         """
         self._count(agent, outcome, in_flight)
-        if task_index is not None:
-            self.groups.observe(agent, task_index, rollout_index, outcome)
+        if member is not None and member[0] is not None:
+            self.groups.observe(agent, member[0], member[1], outcome, member[2])
 
     def record_failure(
         self,
@@ -167,8 +163,8 @@ class RolloutTelemetry:
         rollout_index: int | None = None,
     ) -> None:
         """Record one rollout that never reached the output; ``reason`` goes to the log, never a label."""
-        identity = None if task_index is None else (task_index, rollout_index)
-        self._record_absent(_FAILED, agent, failure_kind, reason, identity)
+        member = None if task_index is None else (task_index, rollout_index, None)
+        self._record_absent(_FAILED, agent, failure_kind, reason, member)
 
     def record_omission(
         self,
@@ -180,8 +176,8 @@ class RolloutTelemetry:
         rollout_index: int | None = None,
     ) -> None:
         """Record one rollout left out of the output on purpose; ``reason`` goes to the log."""
-        identity = None if task_index is None else (task_index, rollout_index)
-        self._record_absent(_OMITTED, agent, failure_kind, reason, identity)
+        member = None if task_index is None else (task_index, rollout_index, None)
+        self._record_absent(_OMITTED, agent, failure_kind, reason, member)
 
     def _record_absent(
         self,
@@ -189,14 +185,14 @@ class RolloutTelemetry:
         agent: str,
         failure_kind: str | None,
         reason: str | None,
-        identity: tuple[int, int | None] | None,
+        member: Member | None,
     ) -> None:
         try:
             outcome = absent(disposition, failure_kind, reason)
-            if identity is None:  # the common call: straight to the account
+            if member is None:  # the common call: straight to the account
                 self._count(agent, outcome)
             else:
-                self._settle(agent, outcome, None, *identity)
+                self._settle(agent, outcome, None, member)
             if reason is not None:
                 self._log_reason(agent, disposition, failure_kind, reason)
         except Exception as exc:
@@ -209,12 +205,17 @@ class RolloutTelemetry:
             _log.debug("rollout of %s %s (%s): %s", agent, disposition.value, kind, cleaned)
 
     def record_classified(
-        self, agent: str, outcome: Classified, identity: tuple[int, int] | None = None
+        self,
+        agent: str,
+        outcome: Classified,
+        identity: tuple[int, int] | None = None,
+        attempt: int | None = None,
     ) -> None:
         """Record an outcome already checked by ``outcome.classify`` or ``outcome.absent``.
 
         For readers that need the classification themselves (the file follower gives the same one to the
-        coverage account). ``identity`` is (task index, rollout index): the rollout joins its group. Its
+        coverage account). ``identity`` is (task index, rollout index): the rollout joins its group, where a
+        higher ``attempt`` replaces a lower one. Its
         ``failure_reason`` goes to a debug log line, never a label.
 
         Raises:
@@ -223,7 +224,7 @@ class RolloutTelemetry:
         if identity is None:
             self._count(agent, outcome)
         else:
-            self._settle(agent, outcome, None, *identity)
+            self._settle(agent, outcome, None, (*identity, attempt))
         if outcome[3] is not None:
             self._log_reason(agent, outcome[0], outcome[2], outcome[3])
 

@@ -12,7 +12,7 @@ from pydantic import BaseModel
 
 from rollout_telemetry import OutcomeError, RolloutTelemetry
 from rollout_telemetry.follow import RunFiles, RunFollower
-from rollout_telemetry.outcome import Generation, check_generation, classify
+from rollout_telemetry.outcome import check_generation, classify
 from tests.support import exposition, sample_names, value
 
 GYM_ROWS = Path(__file__).parent / "fixtures" / "gym" / "run.jsonl"
@@ -41,18 +41,16 @@ def test_no_response_or_no_usage_is_no_generation() -> None:
 
 def test_usage_is_read_with_its_details() -> None:
     """The four token types come from usage and its two details objects; an absent one is 0."""
-    assert classify(_row(usage=_usage()))[4] == Generation((120, 40, 8, 16), None)
-    assert classify(_row(usage={"output_tokens": 7}))[4] == Generation((0, 7, 0, 0), None)
+    assert classify(_row(usage=_usage()))[4] == ((120, 40, 8, 16), None)
+    assert classify(_row(usage={"output_tokens": 7}))[4] == ((0, 7, 0, 0), None)
 
 
 def test_incomplete_reason_is_truncation_whatever_the_status() -> None:
     """A non-null incomplete_details.reason is truncation, with or without status; status alone is too."""
     details = {"reason": "max_output_tokens"}
-    assert classify(_row(status="incomplete", incomplete_details=details))[4] == Generation(
-        None, "max_output_tokens"
-    )
-    assert classify(_row(status=None, incomplete_details=details))[4] == Generation(None, "max_output_tokens")
-    assert classify(_row(status="incomplete"))[4] == Generation(None, "")
+    assert classify(_row(status="incomplete", incomplete_details=details))[4] == (None, "max_output_tokens")
+    assert classify(_row(status=None, incomplete_details=details))[4] == (None, "max_output_tokens")
+    assert classify(_row(status="incomplete"))[4] == (None, "")
     assert classify(_row(status="completed", incomplete_details=None))[4] is None
 
 
@@ -74,7 +72,7 @@ def test_objects_and_models_are_read_like_dicts() -> None:
     verify = Verify(
         reward=0.5, response=ModelResponse(usage=Usage(input_tokens=3, output_tokens=4), status="ok")
     )
-    assert classify(verify)[4] == Generation((3, 4, 0, 0), None)
+    assert classify(verify)[4] == ((3, 4, 0, 0), None)
 
 
 @pytest.mark.parametrize(

@@ -153,7 +153,7 @@ class Account:
 
     def _generated(self, state: _AgentState, generation: Generation) -> None:
         # Called under the lock: the usage and truncation of one model response.
-        tokens = generation.tokens
+        tokens, truncated = generation
         if tokens is not None:
             counts = state.tokens
             if counts is None:
@@ -162,18 +162,20 @@ class Account:
             counts[1] += tokens[1]
             counts[2] += tokens[2]
             counts[3] += tokens[3]
-        reason = generation.truncated
-        if reason is not None:
-            truncated = state.truncated
+        if truncated is not None:
             try:
-                truncated[reason] += 1
+                state.truncated[truncated] += 1
             except KeyError:
-                label, folded = self.names.truncation(state.label, reason)
-                if folded:
-                    self._overflowed("truncation_reason")
-                key = reason if label == (reason or label) else label
-                truncated[key] = truncated.get(key, 0) + 1
-                state.reasons[key] = label
+                self._truncated(state, truncated)
+
+    def _truncated(self, state: _AgentState, reason: str) -> None:
+        # Called under the lock when ``reason`` is not a key of ``state.truncated``: resolve its label once.
+        label, folded = self.names.truncation(state.label, reason)
+        if folded:
+            self._overflowed("truncation_reason")  # never made a key: every record of it is counted here
+        key = reason if label == (reason or label) else label
+        state.truncated[key] = state.truncated.get(key, 0) + 1
+        state.reasons[key] = label
 
     def _overflowed(self, label: str) -> None:
         # Called under the lock.

@@ -145,6 +145,8 @@ class Groups:
             self._states: dict[str, dict[GroupState, int]] = {}
             self._open_count: dict[str, int] = {}  # kept current, so a snapshot is O(agents)
             self._from_inputs = False
+            self.active = bool(self._sizes)
+            """Whether any group size is known (declared, or from inputs): until then nothing is grouped."""
 
     def declare(self, agent: str, group_size: int) -> None:
         """Every task of ``agent`` has ``group_size`` rollouts (rollout indices 0 .. group_size - 1).
@@ -159,6 +161,7 @@ class Groups:
         label = self._names.agent(agent)[0]
         with self._lock:
             self._sizes[label] = group_size
+            self.active = True
 
     def expect(self, agent: str, task_index: int, rollout_index: int) -> None:
         """One rollout the run is expected to produce (a materialized inputs row): a member of its task."""
@@ -166,6 +169,7 @@ class Groups:
         key = (label, task_index)
         with self._lock:
             self._from_inputs = True
+            self.active = True
             if key in self._completed:
                 return
             group = self._open.get(key)
@@ -190,6 +194,10 @@ class Groups:
         Raises:
             OutcomeError: the task or rollout index is not an integer >= 0, or the agent name is invalid.
         """
+        if not self.active:
+            # No group size known for any agent: nothing to group (read without the lock: sizes are
+            # declared before the rollouts they size, and inputs are read before the rows they expect).
+            return
         task = _index(task_index, "task_index")
         member = _index(rollout_index, "rollout_index")
         label = self._names.agent(agent)[0]

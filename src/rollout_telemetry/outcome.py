@@ -25,7 +25,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from enum import StrEnum
-from typing import NamedTuple
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
@@ -117,29 +116,30 @@ def check_fields(
     return reward, mask_sample, failure_kind, failure_reason
 
 
+_ABSENT = object()
+
 TOKEN_TYPES = ("input", "output", "cached", "reasoning")
 """The ``type`` label values of ``rollout_tokens_total``, in the order of ``Generation.tokens``."""
 
 
-class Generation(NamedTuple):
-    """What the model's response says about its generation: token counts and truncation.
+Generation = tuple[tuple[int, int, int, int] | None, str | None]
+"""What the model's response says about its generation: ``(tokens, truncated)``.
 
-    A named tuple rather than a dataclass: a rollout with usage makes one, and a tuple is the cheapest
-    frozen value to build.
-    """
-
-    tokens: tuple[int, int, int, int] | None
-    """``(input, output, cached, reasoning)`` token counts from ``response.usage``; ``None`` without usage."""
-    truncated: str | None
-    """Why the answer was cut short (``incomplete_details.reason``, ``""`` if none was given); ``None`` when
-    it was not."""
+``tokens`` is ``(input, output, cached, reasoning)`` from ``response.usage`` (``None`` without usage);
+``truncated`` is why the answer was cut short (``incomplete_details.reason``, ``""`` if none was given), or
+``None`` when it was not. A plain tuple, like ``Classified``: a rollout with usage makes one, and a named
+tuple or dataclass costs several times more to build."""
 
 
 def _part(value: object, name: str) -> object:
-    # A field of a Responses API object that arrives as a dict (a JSONL row), a model or any object.
-    if type(value) is dict or isinstance(value, Mapping):
+    # A field of a Responses API object that arrives as a dict (a JSONL row), a model or any object. The
+    # attribute is tried before the Mapping test: an isinstance() against an ABC is the slowest step here.
+    if type(value) is dict:
         return value.get(name)
-    return getattr(value, name, None)
+    found = getattr(value, name, _ABSENT)
+    if found is not _ABSENT:
+        return found
+    return value.get(name) if isinstance(value, Mapping) else None
 
 
 def _token_count(value: object, name: str) -> int:
@@ -159,6 +159,20 @@ def _tokens(usage: object) -> tuple[int, int, int, int]:
         get = usage.get
         input_tokens, output_tokens = get("input_tokens"), get("output_tokens")
         input_details, output_details = get("input_tokens_details"), get("output_tokens_details")
+        if type(input_details) is dict and type(output_details) is dict:
+            cached = input_details.get("cached_tokens")
+            reasoning = output_details.get("reasoning_tokens")
+            if (
+                type(input_tokens) is int
+                and type(output_tokens) is int
+                and type(cached) is int
+                and type(reasoning) is int
+                and input_tokens >= 0
+                and output_tokens >= 0
+                and cached >= 0
+                and reasoning >= 0
+            ):
+                return input_tokens, output_tokens, cached, reasoning  # the common case: all four, all fine
     elif isinstance(usage, str | bytes | int | float):
         raise OutcomeError("usage", f"must be a mapping or an object, got {type(usage).__name__}")
     else:
@@ -208,12 +222,16 @@ def check_generation(model_response: object) -> Generation | None:
     if type(model_response) is dict:
         get = model_response.get
         usage, details, status = get("usage"), get("incomplete_details"), get("status")
-    elif model_response is None or isinstance(model_response, str | bytes | int | float):
-        return None
-    else:
-        usage = _part(model_response, "usage")
-        details = _part(model_response, "incomplete_details")
-        status = _part(model_response, "status")
+    else:  # a model or object (a followed row's response), another mapping, or no Responses API object
+        usage = getattr(model_response, "usage", None)
+        details = getattr(model_response, "incomplete_details", None)
+        status = getattr(model_response, "status", None)
+        if usage is None and details is None and status is None:
+            if not isinstance(model_response, Mapping):
+                return None
+            usage = model_response.get("usage")
+            details = model_response.get("incomplete_details")
+            status = model_response.get("status")
     reason = None if details is None else _part(details, "reason")
     if reason is None:
         if status == "incomplete":
@@ -223,8 +241,8 @@ def check_generation(model_response: object) -> Generation | None:
             raise OutcomeError("incomplete_reason", f"must be a string, got {type(reason).__name__}")
         reason = str(reason)
     if usage is None:
-        return None if reason is None else Generation(None, reason)
-    return Generation(_tokens(usage), reason)
+        return None if reason is None else (None, reason)
+    return _tokens(usage), reason
 
 
 def label_value(value: str) -> str:
@@ -280,9 +298,6 @@ class Outcome:
     def mask_sample(self) -> bool:
         """Whether the rollout was masked."""
         return self.disposition is Disposition.MASKED
-
-
-_ABSENT = object()
 
 
 def _fields(response: object) -> tuple[object, object, object, object, object]:

@@ -150,7 +150,7 @@ class RolloutTelemetry:
         group, never its count.
         """
         self._count(agent, outcome, in_flight)
-        if member is not None and member[0] is not None:
+        if member is not None and member[0] is not None and self.groups.active:
             self.groups.observe(agent, member[0], member[1], outcome, member[2])
 
     def record_failure(
@@ -224,7 +224,7 @@ class RolloutTelemetry:
         if identity is None:
             self._count(agent, outcome)
         else:
-            self._settle(agent, outcome, None, (*identity, attempt))
+            self._settle(agent, outcome, None, (identity[0], identity[1], attempt))
         if outcome[3] is not None:
             self._log_reason(agent, outcome[0], outcome[2], outcome[3])
 

@@ -1,9 +1,10 @@
 """Following a run at any size: read speed against ``json.loads``, ``report``'s memory, and scrape cost.
 
 1. Generates a rollout file in NeMo Gym's shape (default 100,000 rows of about 20 KB, mostly the large
-   ``response`` and ``responses_create_params`` fields: about 2 GB), then times reading it completely into
-   the account and coverage (``RunFollower.poll``) against a baseline that reads the lines and ``json.loads``
-   each one. Goal: the reader at least 2x the baseline.
+   ``response`` and ``responses_create_params`` fields: about 2 GB; every response carries ``usage`` and
+   one in 17 is truncated, so the reader parses what it counts and skips the ``output``), then times
+   reading it completely into the account and coverage (``RunFollower.poll``) against a baseline that reads
+   the lines and ``json.loads`` each one. Goal: the reader at least 2x the baseline.
 2. Runs ``rollout-telemetry report`` on that file as a process and prints its peak resident memory (the
    file is read through one fixed buffer). Goal: under 256 MB at any file size.
 3. Times one scrape of a follower's ``/metrics`` (the account and the coverage account) with 10 thousand,
@@ -45,8 +46,22 @@ def generate(path: Path, rows: int, row_kb: int) -> int:
         "_ng_rollout_index": 0,
         "_ng_environment_server": "math_agent",
         "responses_create_params": {"input": [{"role": "user", "content": filler[: len(filler) // 4]}]},
-        "response": {"output": [{"type": "message", "content": [{"type": "output_text", "text": filler}]}]},
+        "response": {
+            "id": "resp_0",
+            "output": [{"type": "message", "content": [{"type": "output_text", "text": filler}]}],
+            "status": "completed",
+            "incomplete_details": None,
+            "usage": {
+                "input_tokens": 1200,
+                "input_tokens_details": {"cached_tokens": 300},
+                "output_tokens": 900,
+                "output_tokens_details": {"reasoning_tokens": 400},
+                "total_tokens": 2100,
+            },
+        },
     }
+    truncated = {"status": "incomplete", "incomplete_details": {"reason": "max_output_tokens"}}
+    complete = {"status": "completed", "incomplete_details": None}
     with path.open("w") as out:
         for i in range(rows):
             template["reward"] = (i % 11) / 10 - 0.5
@@ -54,6 +69,7 @@ def generate(path: Path, rows: int, row_kb: int) -> int:
             template["_ng_task_index"] = i // 8
             template["_ng_rollout_index"] = i % 8
             template["_ng_environment_server"] = ("math_agent", "code_agent", "browser_agent")[i % 3]
+            template["response"].update(truncated if i % 17 == 0 else complete)  # type: ignore[attr-defined]
             out.write(json.dumps(template) + "\n")
     return path.stat().st_size
 

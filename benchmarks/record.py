@@ -8,6 +8,9 @@ For each outcome (measured, masked, failed) it times ``record()`` and, in the sa
   masked rewarded; failed: failed by kind), and a single ``.labels().inc()`` for reference;
 - the OpenTelemetry SDK ``counter.add`` on the same equivalent counters, and a single ``add`` for reference.
 
+It also times ``record()`` of a measured row whose model response carries ``usage`` (and of one truncated),
+against the same row without: the cost of reading and counting tokens and truncation.
+
 Ratios are medians of per-round ratios (each pair timed moments apart, so drift cancels); absolute times
 drift between runs and machines. Goals: record() <= 2.5x the bare locked-dict call, >= 2x faster than
 prometheus_client and >= 10x faster than the OpenTelemetry SDK on equivalent counters.
@@ -68,6 +71,28 @@ def candidates() -> tuple[dict[str, str], dict[str, object]]:
         "record": telemetry.record,
         "record_failure": telemetry.record_failure,
         "measured": {"reward": 0.5},
+        "with_usage": {
+            "reward": 0.5,
+            "response": {
+                "status": "completed",
+                "incomplete_details": None,
+                "usage": {
+                    "input_tokens": 120,
+                    "output_tokens": 40,
+                    "total_tokens": 160,
+                    "input_tokens_details": {"cached_tokens": 0},
+                    "output_tokens_details": {"reasoning_tokens": 12},
+                },
+            },
+        },
+        "truncated": {
+            "reward": 0.0,
+            "response": {
+                "status": "incomplete",
+                "incomplete_details": {"reason": "max_output_tokens"},
+                "usage": {"input_tokens": 120, "output_tokens": 4096, "total_tokens": 4216},
+            },
+        },
         "masked": {"reward": 0.0, "mask_sample": True, "failure_kind": "judge_failed"},
     }
     statements = {
@@ -95,6 +120,8 @@ def candidates() -> tuple[dict[str, str], dict[str, object]]:
         "record() measured": "record('math_agent', measured)",
         "record() masked": "record('math_agent', masked)",
         "record() failed": "record_failure('math_agent', 'session_lost')",
+        "record() measured with usage": "record('math_agent', with_usage)",
+        "record() truncated with usage": "record('math_agent', truncated)",
     }
     return statements, names
 
@@ -135,6 +162,9 @@ def main() -> None:
             f"OTel SDK {ratio(times[f'OpenTelemetry SDK {outcome}'], own):5.2f}x slower (goal >= 10; "
             f"one add: {ratio(times['OpenTelemetry SDK single add'], own):5.2f}x)"
         )
+    plain = times["record() measured"]
+    for name in ("record() measured with usage", "record() truncated with usage"):
+        print(f"{name:<32} {ratio(times[name], plain):5.2f}x record() of the same row without usage")
 
 
 if __name__ == "__main__":

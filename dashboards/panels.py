@@ -417,5 +417,95 @@ OVER_TIME = Row(
     ),
 )
 
-ROWS: tuple[Row, ...] = (OVERVIEW, COVERAGE, OVER_TIME)
+_COMPLETED = rate("rollout_completed_total")
+_OUTPUT = 'type="output"'
+_FAILED = or_zero(rate("rollout_failed_total"))
+NO_USAGE = "No usage: no rollout carried response.usage"
+NO_GROUPS = "No groups: declare a group size, or follow a run with materialized inputs"
+GROUP_COLORS = (
+    ("valid", "green"),
+    ("degraded", "yellow"),
+    ("uniform", "blue"),
+    ("insufficient", "orange"),
+    ("fully_masked", "red"),
+)
+
+WHY = Row(
+    "Why is reward dropping?",
+    (
+        Panel(
+            "timeseries",
+            "Reward: mean and unmasked",
+            "Mean reward per agent over the rate window (masked rollouts included, as NeMo Gym reports it) "
+            "beside the mean over unmasked rollouts. Reward units. Read it with the panels beside it: a fall "
+            "with a rising masked + failed share is the infrastructure (RolloutRewardDropInfrastructure), "
+            "with a rising truncated share is truncation (RolloutRewardDropTruncation), with neither is the "
+            "policy (RolloutRewardDropPolicy).",
+            "none",
+            (Query(mean_reward(), "{{agent}} mean"), Query(unmasked_reward(), "{{agent}} unmasked")),
+            width=8,
+        ),
+        Panel(
+            "timeseries",
+            "Truncated share",
+            "Share (0-1) of completed rollouts whose model response was incomplete "
+            "(incomplete_details.reason, for example max_output_tokens): rate of rollout_truncated_total / "
+            "rate of rollout_completed_total, summed over processes. 0 while nothing is truncated. A "
+            "truncated answer usually scores 0 whatever the policy's reasoning.",
+            "percentunit",
+            (Query(f"{or_zero(rate('rollout_truncated_total'))} / {_COMPLETED}", "{{agent}}"),),
+            width=8,
+            limits=(0.0, 1.0),
+        ),
+        Panel(
+            "timeseries",
+            "Masked + failed share",
+            "Share (0-1) of finished rollouts lost to infrastructure: (masked + failed) / (completed + "
+            "failed), rates summed over processes; omitted rollouts are in neither term. 0 in a healthy run.",
+            "percentunit",
+            (
+                Query(
+                    f"({or_zero(rate('rollout_masked_total'))} + {_FAILED}) / ({_COMPLETED} + {_FAILED})",
+                    "{{agent}}",
+                ),
+            ),
+            width=8,
+            limits=(0.0, 1.0),
+        ),
+        Panel(
+            "timeseries",
+            "Output tokens per rollout",
+            "Output tokens per completed rollout (response.usage.output_tokens, reasoning tokens included): "
+            "rate of rollout_tokens_total{type=output} / rate of rollout_completed_total. Rollouts without "
+            "usage count in the denominator. A drift up (toward max_output_tokens) or down is an early sign "
+            "of many training pathologies. Tokens.",
+            "short",
+            (
+                Query(
+                    f"sum by (agent) (rate({series('rollout_tokens_total', _OUTPUT)}[$__rate_interval]))"
+                    f" / {_COMPLETED}",
+                    "{{agent}}",
+                ),
+            ),
+            width=12,
+            no_value=NO_USAGE,
+        ),
+        Panel(
+            "timeseries",
+            "Group states per minute",
+            "Groups (the rollouts of one task) completed per minute by state, stacked: valid, degraded (some "
+            "members masked, failed or omitted), uniform (every valid member got the same reward: zero "
+            "advantage), insufficient (fewer than min_valid_per_group valid members) and fully_masked. "
+            "Uniform + insufficient + fully_masked give no learning signal (RolloutGroupsNoSignal). Groups.",
+            "short",
+            (Query(f"{rate('rollout_groups_total', ('state',))} * 60", "{{state}}"),),
+            width=12,
+            stacked=True,
+            colors=GROUP_COLORS,
+            no_value=NO_GROUPS,
+        ),
+    ),
+)
+
+ROWS: tuple[Row, ...] = (OVERVIEW, WHY, COVERAGE, OVER_TIME)
 """The dashboard, top to bottom."""

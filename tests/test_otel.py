@@ -381,3 +381,24 @@ def test_a_raising_redact_hook_still_ends_the_span_and_detaches_it(clock: FakeCl
     agent = telemetry.snapshot().agent("a")
     assert agent is not None
     assert (agent.failed, agent.measured, agent.in_flight) == (1, 1, 0)
+
+
+def test_otel_publishes_tokens_truncation_and_groups(clock: FakeClock) -> None:
+    """Tokens, truncations and group states reach OpenTelemetry as they reach Prometheus."""
+    reader = InMemoryMetricReader()
+    telemetry = RolloutTelemetry(run="r", clock=clock)
+    instrument_meter(telemetry, MeterProvider(metric_readers=[reader]))
+    telemetry.declare_groups("math", group_size=2)
+    response = {
+        "usage": {"input_tokens": 5, "output_tokens": 7},
+        "incomplete_details": {"reason": "max_output_tokens"},
+    }
+    telemetry.record("math", {"reward": 0.0, "response": response}, 0, 0)
+    telemetry.record("math", {"reward": 1.0}, 0, 1)
+    points = {(name, tuple(sorted(attrs.items()))): v for name, attrs, v in _points(reader)}
+    assert points[("rollout_tokens", (("agent", "math"), ("run", "r"), ("type", "output")))] == 7
+    assert (
+        points[("rollout_truncated", (("agent", "math"), ("reason", "max_output_tokens"), ("run", "r")))] == 1
+    )
+    assert points[("rollout_groups", (("agent", "math"), ("run", "r"), ("state", "valid")))] == 1
+    assert points[("rollout_groups", (("agent", "math"), ("run", "r"), ("state", "uniform")))] == 0

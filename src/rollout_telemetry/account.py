@@ -21,7 +21,7 @@ from typing import Protocol
 from rollout_telemetry import _fork
 from rollout_telemetry.failure_kinds import AGENT, OTHER
 from rollout_telemetry.names import Names
-from rollout_telemetry.outcome import Classified, Disposition
+from rollout_telemetry.outcome import Classified, Disposition, Generation
 from rollout_telemetry.snapshot import AccountSnapshot, AgentSnapshot
 
 __all__ = ["DURATION_BUCKETS", "Account", "Flight", "FlightRecord", "InFlight"]
@@ -66,11 +66,14 @@ class _AgentState:
         "label",
         "labels",
         "lifecycle",
+        "reasons",
         "stage_labels",
         "stages",
         "stalled",
         "stalls",
         "starts",
+        "tokens",
+        "truncated",
     )
 
     def __init__(self, label: str) -> None:
@@ -94,6 +97,11 @@ class _AgentState:
         self.duration_buckets = [0] * (len(DURATION_BUCKETS) + 1)
         self.duration_sum = 0.0
         self.duration_count = 0
+        self.tokens: list[int] | None = None  # input, output, cached, reasoning; None until a usage
+        # Truncations by reason, keyed like the kinds of a cell: the reason itself, or its label if cut or
+        # folded; ``reasons`` maps each key to its label.
+        self.truncated: dict[str, int] = {}
+        self.reasons: dict[str, str] = {}
 
 
 InFlight = tuple[_AgentState, int, float]
@@ -199,6 +207,32 @@ class Account:
         cell.kinds[key] = cell.kinds.get(key, 0) + 1
         state.labels[key] = label
 
+    def _generated(self, state: _AgentState, generation: Generation) -> None:
+        # Called under the lock: the usage and truncation of one model response.
+        tokens, truncated = generation
+        if tokens is not None:
+            counts = state.tokens
+            if counts is None:
+                counts = state.tokens = [0, 0, 0, 0]
+            counts[0] += tokens[0]
+            counts[1] += tokens[1]
+            counts[2] += tokens[2]
+            counts[3] += tokens[3]
+        if truncated is not None:
+            try:
+                state.truncated[truncated] += 1
+            except KeyError:
+                self._truncated(state, truncated)
+
+    def _truncated(self, state: _AgentState, reason: str) -> None:
+        # Called under the lock when ``reason`` is not a key of ``state.truncated``: resolve its label once.
+        label, folded = self.names.truncation(state.label, reason)
+        if folded:
+            self._overflowed("truncation_reason")  # never made a key: every record of it is counted here
+        key = reason if label == (reason or label) else label
+        state.truncated[key] = state.truncated.get(key, 0) + 1
+        state.reasons[key] = label
+
     def _overflowed(self, label: str) -> None:
         # Called under the lock.
         self._overflow[label] = self._overflow.get(label, 0) + 1
@@ -235,7 +269,7 @@ class Account:
         else:
             state, slot, started = in_flight
             duration = max(self._clock() - started, 0.0)
-        disposition, reward, kind, _ = outcome
+        disposition, reward, kind, _, generation = outcome
         if disposition is _MEASURED:
             kind = None  # a measured rollout is not counted by kind: its kind is no label
         # acquire/release rather than `with`: on CPython 3.11 the statement costs more than the counting.
@@ -267,6 +301,8 @@ class Account:
                 cell.positive += reward
             elif reward < 0.0:
                 cell.negative -= reward
+            if generation is not None:
+                self._generated(state, generation)
         finally:
             lock.release()
 
@@ -407,6 +443,9 @@ class Account:
                     tuple(s.duration_buckets),
                     s.duration_sum,
                     s.duration_count,
+                    None if s.tokens is None else tuple(s.tokens),
+                    s.truncated.copy(),
+                    s.reasons.copy(),
                 )
                 for s in self._by_label.values()
             ]
@@ -438,6 +477,9 @@ _StateCopy = tuple[
     tuple[int, ...],
     float,
     int,
+    tuple[int, ...] | None,
+    dict[str, int],
+    dict[str, str],
 ]
 
 
@@ -445,8 +487,12 @@ def _agent_snapshot(copy: _StateCopy) -> AgentSnapshot:
     """Derive one agent's snapshot from what was copied under the lock."""
     (
         label, cells, labels, lifecycle, starts, stages, stalled, stage_labels, stalls, exemplars,
-        bucket_exemplars, duration_buckets, duration_sum, duration_count,
+        bucket_exemplars, duration_buckets, duration_sum, duration_count, tokens, truncated_by_key, reasons,
     ) = copy  # fmt: skip
+    truncated: dict[str, int] = {}
+    for reason_key, count in truncated_by_key.items():
+        reason = reasons[reason_key]
+        truncated[reason] = truncated.get(reason, 0) + count
     kinds: dict[Disposition, dict[str, int]] = {}
     totals: dict[Disposition, int] = {}
     unrewarded: dict[Disposition, int] = {}
@@ -500,4 +546,6 @@ def _agent_snapshot(copy: _StateCopy) -> AgentSnapshot:
         duration_buckets=duration_buckets,
         duration_sum=duration_sum,
         duration_count=duration_count,
+        tokens=tokens,
+        truncated=truncated,
     )

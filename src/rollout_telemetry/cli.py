@@ -27,7 +27,7 @@ from rollout_telemetry._args import (
 )
 from rollout_telemetry.auth import BasicAuth, ServeError, hash_password
 from rollout_telemetry.coverage import DEFAULT_MAX_ATTEMPTS, Coverage
-from rollout_telemetry.demo import DemoConfig, run_demo, summary_lines
+from rollout_telemetry.demo import SCENARIOS, DemoConfig, run_demo, summary_lines
 from rollout_telemetry.exporters.prometheus import CoverageCollector
 from rollout_telemetry.follow import RunFiles, RunFollower
 from rollout_telemetry.report import build_report, render_table
@@ -107,8 +107,10 @@ def _parser() -> tuple[OneLineParser, dict[str, argparse.ArgumentParser]]:
         help="run a simulated rollout collection and serve its /metrics",
         description=(
             "Simulate a rollout collection (several agents, a share of masked, failed and omitted "
-            "rollouts, rewards in [-1, 1]) through the lifecycle API, serve /metrics, and print one "
-            "summary line per agent every few seconds. Stops after --duration seconds, or on Ctrl-C/SIGTERM."
+            "rollouts, rewards in [-0.2, 1], token usage, truncated answers, groups of --group-size "
+            "rollouts per task) through the lifecycle API, serve /metrics, and print one summary line per "
+            "agent every few seconds. --scenario makes the reward fall after --drop-after seconds for one "
+            "cause. Stops after --duration seconds, or on Ctrl-C/SIGTERM."
         ),
     )
     _add_serve_options(demo)
@@ -123,7 +125,7 @@ def _parser() -> tuple[OneLineParser, dict[str, argparse.ArgumentParser]]:
     demo.add_argument("--omitted", type=share, default=0.02, help="share of omitted rollouts (default: 0.02)")
     demo.add_argument("--seed", type=int, default=None, help="random seed, for a repeatable run")
     demo.add_argument(
-        "--no-negative-rewards", action="store_true", help="draw rewards from [0, 1] instead of [-1, 1]"
+        "--no-negative-rewards", action="store_true", help="draw rewards from [0, 1] instead of [-0.2, 1]"
     )
     demo.add_argument(
         "--max-rollout-seconds", type=positive, default=2.0, help="longest simulated rollout (default: 2)"
@@ -196,6 +198,31 @@ def _parser() -> tuple[OneLineParser, dict[str, argparse.ArgumentParser]]:
         description="Read a password from standard input (or a prompt) and print its scrypt hash.",
     )
     _logging_options(hash_command, argparse.SUPPRESS)
+    demo.add_argument(
+        "--group-size", type=at_least_one, default=4, help="rollouts per task, one GRPO group (default: 4)"
+    )
+    demo.add_argument(
+        "--uniform",
+        type=share,
+        default=0.1,
+        help="share of easy tasks, all members scoring 1 (default: 0.1)",
+    )
+    demo.add_argument(
+        "--truncated", type=share, default=0.03, help="share of truncated answers (default: 0.03)"
+    )
+    demo.add_argument(
+        "--scenario",
+        choices=SCENARIOS,
+        default=None,
+        help="make the reward fall after --drop-after seconds: healthy (it does not), infrastructure "
+        "(failures rise and leak into scores), truncation (answers hit max_output_tokens) or policy",
+    )
+    demo.add_argument(
+        "--drop-after",
+        type=non_negative,
+        default=30.0,
+        help="seconds before the scenario's cause starts (default: 30)",
+    )
     demo.add_argument(
         "--warmup",
         type=non_negative,
@@ -413,6 +440,11 @@ def _demo(args: argparse.Namespace) -> int:
         max_rollout_seconds=args.max_rollout_seconds,
         stalled=args.stalled,
         stall_after=args.stall_after,
+        group_size=args.group_size,
+        uniform=args.uniform,
+        truncated=args.truncated,
+        scenario=args.scenario,
+        drop_after=args.drop_after,
     )
     security = _security(args)  # every input checked before anything starts
     shutdown_otel: Callable[[], None] | None = None
@@ -522,7 +554,7 @@ def _report(args: argparse.Namespace) -> int:
         why = f"all {rejected} rows were rejected" if rejected else "it is empty"
         print(f"rollout-telemetry report: no usable rollout row in {main_file}: {why}", file=sys.stderr)
         return 1
-    report = build_report(telemetry.snapshot(), follower.coverage.snapshot())
+    report = build_report(telemetry.snapshot(), follower.coverage.snapshot(), telemetry.groups.snapshot())
     if args.format == "json":
         print(json.dumps(report, indent=2, sort_keys=False))
     else:

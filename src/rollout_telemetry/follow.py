@@ -42,6 +42,15 @@ _BUFFER = 1 << 20
 _log = logging.getLogger("rollout_telemetry.follow")
 
 
+class _ModelResponse(msgspec.Struct, forbid_unknown_fields=False):
+    """The fields read from a row's ``response`` (the Responses API object): its ``output`` and the rest are
+    skipped unparsed. ``outcome.check_generation`` checks them, as for any verify response."""
+
+    status: Any = None
+    incomplete_details: Any = None
+    usage: Any = None
+
+
 class _Row(msgspec.Struct, forbid_unknown_fields=False):
     """The fields telemetry reads from any of the three files; everything else is skipped unparsed."""
 
@@ -49,6 +58,8 @@ class _Row(msgspec.Struct, forbid_unknown_fields=False):
     mask_sample: Any = None
     failure_kind: Any = None
     failure_reason: Any = None
+    # Not a Responses API object (a string, say): the row is still read, with no usage or truncation.
+    response: _ModelResponse | str | int | float | bool | list[Any] | None = None
     task_index: Any = msgspec.field(default=None, name="_ng_task_index")
     rollout_index: Any = msgspec.field(default=None, name="_ng_rollout_index")
     attempt_index: Any = msgspec.field(default=None, name="_ng_attempt_index")
@@ -389,6 +400,7 @@ class RunFollower:
         if agent is None:
             raise Rejection("missing_agent", "no _ng_environment_server or agent_ref.name")
         self.coverage.expect(agent, *identity)
+        self.telemetry.groups.expect(agent, *identity)
         self._input_agents[identity] = agent
         for tail, number, waiting in self._waiting.pop(identity, ()):
             self._counted(tail, number, waiting, agent, identity)
@@ -408,7 +420,7 @@ class RunFollower:
         else:
             outcome, terminal = _failure_outcome(row)
             self.coverage.observe(agent, identity, attempt, outcome[0], succeeded=False, terminal=terminal)
-        self.telemetry.record_classified(agent, outcome)
+        self.telemetry.record_classified(agent, outcome, identity, attempt)
         self.rows += 1
         self.unidentified += identity is None
 

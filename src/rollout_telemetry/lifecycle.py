@@ -25,6 +25,7 @@ from rollout_telemetry.rejections import RolloutUsageError
 
 if TYPE_CHECKING:
     from rollout_telemetry.account import Account, InFlight
+    from rollout_telemetry.groups import Member
     from rollout_telemetry.rejections import Rejections
     from rollout_telemetry.spans import OpenSpan, SpanRecorder
 
@@ -55,6 +56,9 @@ def kind_of_exception(exc: BaseException) -> str:
 # The states of a rollout context.
 _NEW, _IN_FLIGHT, _DONE, _NOT_TRACKED = 0, 1, 2, 3
 
+Settle = Callable[[str, Classified, "InFlight | None", "Member | None", "tuple[str, str] | None"], None]
+"""The facade's one path for an outcome: count it (ending its flight), then give it to its group."""
+
 
 class RolloutContext:
     """One rollout in flight. Use as ``with`` or ``async with``; record its outcome inside the block."""
@@ -64,6 +68,7 @@ class RolloutContext:
         "_clock",
         "_handle",
         "_rejections",
+        "_settle",
         "_span",
         "_spans",
         "_state",
@@ -77,6 +82,7 @@ class RolloutContext:
         self,
         *,
         account: Account,
+        settle: Settle,
         spans: SpanRecorder,
         rejections: Rejections,
         clock: Callable[[], float],
@@ -86,6 +92,7 @@ class RolloutContext:
         attempt: int | None,
     ) -> None:
         self._account = account
+        self._settle = settle
         self._spans = spans
         self._rejections = rejections
         self._clock = clock
@@ -235,7 +242,13 @@ class RolloutContext:
         self._state = _DONE
         try:
             try:
-                self._account.count(self.agent, outcome, handle, None if span is None else self.span_ids)
+                self._settle(
+                    self.agent,
+                    outcome,
+                    handle,
+                    (self.task_index, self.rollout_index, self.attempt),
+                    None if span is None else self.span_ids,
+                )
             finally:
                 if span is not None:
                     self._spans.finish(span, outcome)

@@ -10,6 +10,11 @@ from a rollout JSONL row, or any object with the same attributes). Its dispositi
 A rollout that never reached the output is ``failed``; one left out on purpose is ``omitted``.
 
 ``mask_sample``, ``failure_kind`` and ``failure_reason`` are orthogonal: any combination is valid.
+
+A verify response may also carry the model's own response (``response``, the Responses API object). Two of
+its fields are read in the same pass: ``usage`` (token counts) and ``incomplete_details.reason`` (why the
+answer was cut short, for example ``max_output_tokens``). They become a ``Generation``, or ``None`` when the
+response carries neither.
 """
 
 from __future__ import annotations
@@ -27,13 +32,16 @@ from rollout_telemetry.rejections import Rejection
 
 __all__ = [
     "MAX_LABEL_LENGTH",
+    "TOKEN_TYPES",
     "Classified",
     "Disposition",
+    "Generation",
     "Outcome",
     "OutcomeError",
     "VerifyResponse",
     "absent",
     "check_fields",
+    "check_generation",
     "classify",
     "label_value",
     "outcome_of",
@@ -108,6 +116,135 @@ def check_fields(
     return reward, mask_sample, failure_kind, failure_reason
 
 
+_ABSENT = object()
+
+TOKEN_TYPES = ("input", "output", "cached", "reasoning")
+"""The ``type`` label values of ``rollout_tokens_total``, in the order of ``Generation.tokens``."""
+
+
+Generation = tuple[tuple[int, int, int, int] | None, str | None]
+"""What the model's response says about its generation: ``(tokens, truncated)``.
+
+``tokens`` is ``(input, output, cached, reasoning)`` from ``response.usage`` (``None`` without usage);
+``truncated`` is why the answer was cut short (``incomplete_details.reason``, ``""`` if none was given), or
+``None`` when it was not. A plain tuple, like ``Classified``: a rollout with usage makes one, and a named
+tuple or dataclass costs several times more to build."""
+
+
+def _part(value: object, name: str) -> object:
+    # A field of a Responses API object that arrives as a dict (a JSONL row), a model or any object. The
+    # attribute is tried before the Mapping test: an isinstance() against an ABC is the slowest step here.
+    if type(value) is dict:
+        return value.get(name)
+    found = getattr(value, name, _ABSENT)
+    if found is not _ABSENT:
+        return found
+    return value.get(name) if isinstance(value, Mapping) else None
+
+
+def _token_count(value: object, name: str) -> int:
+    if value is None:
+        return 0
+    if type(value) is not int:
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise OutcomeError(name, f"must be an integer >= 0, got {value!r:.40}")
+        value = int(value)
+    if value < 0:
+        raise OutcomeError(name, f"must be an integer >= 0, got {value}")
+    return value
+
+
+def _tokens(usage: object) -> tuple[int, int, int, int]:
+    if type(usage) is dict:  # a JSONL row's usage: read without a helper per field
+        get = usage.get
+        input_tokens, output_tokens = get("input_tokens"), get("output_tokens")
+        input_details, output_details = get("input_tokens_details"), get("output_tokens_details")
+        if type(input_details) is dict and type(output_details) is dict:
+            cached = input_details.get("cached_tokens")
+            reasoning = output_details.get("reasoning_tokens")
+            if (
+                type(input_tokens) is int
+                and type(output_tokens) is int
+                and type(cached) is int
+                and type(reasoning) is int
+                and input_tokens >= 0
+                and output_tokens >= 0
+                and cached >= 0
+                and reasoning >= 0
+            ):
+                return input_tokens, output_tokens, cached, reasoning  # the common case: all four, all fine
+    elif isinstance(usage, str | bytes | int | float):
+        raise OutcomeError("usage", f"must be a mapping or an object, got {type(usage).__name__}")
+    else:
+        input_tokens, output_tokens = _part(usage, "input_tokens"), _part(usage, "output_tokens")
+        input_details, output_details = (
+            _part(usage, "input_tokens_details"),
+            _part(usage, "output_tokens_details"),
+        )
+    cached = None if input_details is None else _part(input_details, "cached_tokens")
+    reasoning = None if output_details is None else _part(output_details, "reasoning_tokens")
+    if (
+        type(input_tokens) is int
+        and type(output_tokens) is int
+        and type(cached) is int
+        and type(reasoning) is int
+        and input_tokens >= 0
+        and output_tokens >= 0
+        and cached >= 0
+        and reasoning >= 0
+    ):
+        return input_tokens, output_tokens, cached, reasoning  # the common case: four counts, all fine
+    return (
+        _token_count(input_tokens, "input_tokens"),
+        _token_count(output_tokens, "output_tokens"),
+        _token_count(cached, "cached_tokens"),
+        _token_count(reasoning, "reasoning_tokens"),
+    )
+
+
+def check_generation(model_response: object) -> Generation | None:
+    """Check the usage and truncation of a model response; every rule of those fields is here and only here.
+
+    - ``usage``: absent or ``None`` means none; otherwise a mapping or object whose ``input_tokens``,
+      ``output_tokens``, ``input_tokens_details.cached_tokens`` and ``output_tokens_details.reasoning_tokens``
+      are integers >= 0 (absent means 0). A bool, a float, a string or a negative count is refused, naming
+      the field (``invalid_output_tokens``, ...); ``usage`` that is no mapping or object is
+      ``invalid_usage``.
+    - truncation: a non-null ``incomplete_details.reason`` (a string) is the reason, whatever ``status``
+      says; ``status == "incomplete"`` without a reason is truncation of an unspecified reason (``""``).
+
+    A ``response`` that is not a mapping or an object (a plain string, say) is not a Responses API object:
+    it carries neither, and ``None`` is returned. ``total_tokens`` is not read (it is input + output).
+
+    Raises:
+        OutcomeError: a field has a value that is not allowed; the error names the field.
+    """
+    if type(model_response) is dict:
+        get = model_response.get
+        usage, details, status = get("usage"), get("incomplete_details"), get("status")
+    else:  # a model or object (a followed row's response), another mapping, or no Responses API object
+        usage = getattr(model_response, "usage", None)
+        details = getattr(model_response, "incomplete_details", None)
+        status = getattr(model_response, "status", None)
+        if usage is None and details is None and status is None:
+            if not isinstance(model_response, Mapping):
+                return None
+            usage = model_response.get("usage")
+            details = model_response.get("incomplete_details")
+            status = model_response.get("status")
+    reason = None if details is None else _part(details, "reason")
+    if reason is None:
+        if status == "incomplete":
+            reason = ""
+    elif type(reason) is not str:
+        if not isinstance(reason, str):
+            raise OutcomeError("incomplete_reason", f"must be a string, got {type(reason).__name__}")
+        reason = str(reason)
+    if usage is None:
+        return None if reason is None else (None, reason)
+    return _tokens(usage), reason
+
+
 def label_value(value: str) -> str:
     """Return ``value`` made safe to be a label value: at most ``MAX_LABEL_LENGTH`` characters, valid UTF-8.
 
@@ -155,6 +292,7 @@ class Outcome:
     reward: float | None = None
     failure_kind: str | None = None
     failure_reason: str | None = None
+    generation: Generation | None = None
 
     @property
     def mask_sample(self) -> bool:
@@ -162,10 +300,7 @@ class Outcome:
         return self.disposition is Disposition.MASKED
 
 
-_ABSENT = object()
-
-
-def _fields(response: object) -> tuple[object, object, object, object]:
+def _fields(response: object) -> tuple[object, object, object, object, object]:
     reward = getattr(response, "reward", _ABSENT)
     if reward is not _ABSENT:  # a model or object: the common shape after plain dicts
         return (
@@ -173,6 +308,7 @@ def _fields(response: object) -> tuple[object, object, object, object]:
             getattr(response, "mask_sample", None),
             getattr(response, "failure_kind", None),
             getattr(response, "failure_reason", None),
+            getattr(response, "response", None),
         )
     if isinstance(response, Mapping):
         return (
@@ -180,6 +316,7 @@ def _fields(response: object) -> tuple[object, object, object, object]:
             response.get("mask_sample"),
             response.get("failure_kind"),
             response.get("failure_reason"),
+            response.get("response"),
         )
     if isinstance(response, str | bytes | int | float) or response is None:
         msg = f"must be a mapping or an object with verify-response attributes, got {type(response).__name__}"
@@ -189,21 +326,24 @@ def _fields(response: object) -> tuple[object, object, object, object]:
         getattr(response, "mask_sample", None),
         getattr(response, "failure_kind", None),
         getattr(response, "failure_reason", None),
+        getattr(response, "response", None),
     )
 
 
 _MASKED, _UNSCORED, _MEASURED = Disposition.MASKED, Disposition.UNSCORED, Disposition.MEASURED
 
-Classified = tuple[Disposition, float | None, str | None, str | None]
-"""``(disposition, reward, failure_kind, failure_reason)``: one checked, classified outcome. A plain tuple,
-because every rollout makes one; ``Outcome`` is the same as a dataclass for callers."""
+Classified = tuple[Disposition, float | None, str | None, str | None, Generation | None]
+"""``(disposition, reward, failure_kind, failure_reason, generation)``: one checked, classified outcome. A
+plain tuple, because every rollout makes one; ``Outcome`` is the same as a dataclass for callers.
+``generation`` is ``None`` unless the model response carried usage or was truncated."""
 
 
 def classify(response: object) -> Classified:
     """Check a completed rollout's verify response and classify it: the one place the rule is written.
 
     ``mask_sample=True`` makes it masked (whatever the reward), no numeric reward makes it unscored,
-    anything else is measured. ``failure_kind`` and ``failure_reason`` are carried along unchanged.
+    anything else is measured. ``failure_kind`` and ``failure_reason`` are carried along unchanged; the
+    model response's usage and truncation are read in the same pass (``check_generation``).
 
     Raises:
         OutcomeError: a field has a value that is not allowed; the error names the field.
@@ -213,13 +353,17 @@ def classify(response: object) -> Classified:
         reward, masked, kind, reason = check_fields(
             get("reward"), get("mask_sample"), get("failure_kind"), get("failure_reason")
         )
+        model = get("response")
     else:
-        reward, masked, kind, reason = check_fields(*_fields(response))
+        raw = _fields(response)
+        reward, masked, kind, reason = check_fields(raw[0], raw[1], raw[2], raw[3])
+        model = raw[4]
+    generation = None if model is None else check_generation(model)
     if masked:
-        return _MASKED, reward, kind, reason
+        return _MASKED, reward, kind, reason, generation
     if reward is None:
-        return _UNSCORED, reward, kind, reason
-    return _MEASURED, reward, kind, reason
+        return _UNSCORED, reward, kind, reason, generation
+    return _MEASURED, reward, kind, reason, generation
 
 
 def absent(
@@ -236,7 +380,7 @@ def absent(
         OutcomeError: a field has a value that is not allowed; the error names the field.
     """
     checked_reward, _, kind, reason = check_fields(reward, None, failure_kind, failure_reason)
-    return disposition, checked_reward, kind, reason
+    return disposition, checked_reward, kind, reason, None
 
 
 def outcome_of(response: object) -> Outcome:

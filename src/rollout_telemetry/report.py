@@ -8,6 +8,10 @@ Two kinds of count sit side by side, and the report keeps them apart:
 - **events** are rows: every success and every failure row read (a failed attempt later retried is still one
   failure event). The mean rewards, the masked share and the failure kinds are computed from events, as NeMo
   Gym's progress keys are.
+
+With materialized inputs the rollouts of each task also form a **group**, classified once every member has
+an outcome (valid, degraded, uniform, insufficient, fully_masked; see ``groups``); groups still waiting for a
+member are ``open``.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from collections import Counter
 from typing import Any
 
 from rollout_telemetry.coverage import CoverageSnapshot, coverage_metrics
+from rollout_telemetry.groups import GROUP_STATES, GroupsSnapshot
 from rollout_telemetry.outcome import Disposition
 from rollout_telemetry.progress import progress_metrics
 from rollout_telemetry.snapshot import AccountSnapshot, AgentSnapshot
@@ -29,11 +34,18 @@ _ROLLOUT_COLUMNS = (
 _EVENT_COLUMNS = ("measured", "masked", "unscored", "failed", "omitted")
 
 
-def build_report(account: AccountSnapshot, coverage: CoverageSnapshot, *, top: int = 3) -> dict[str, Any]:
+def build_report(
+    account: AccountSnapshot,
+    coverage: CoverageSnapshot,
+    groups: GroupsSnapshot | None = None,
+    *,
+    top: int = 3,
+) -> dict[str, Any]:
     """The report as plain data (what ``--format json`` prints).
 
     Per agent, ``rollouts`` holds identity counts and ``events`` row counts; ``gym_coverage`` holds NeMo
-    Gym's end-of-run ``coverage/...`` keys and ``gym_progress`` its ``progress/<agent>/...`` keys for the run.
+    Gym's end-of-run ``coverage/...`` keys and ``gym_progress`` its ``progress/<agent>/...`` keys for the run;
+    ``groups`` holds, per agent with groups, the completed groups by state and the ``open`` ones.
     """
     agents: list[dict[str, Any]] = []
     names = sorted({a.agent for a in account.agents} | {c.agent for c in coverage.agents})
@@ -76,6 +88,10 @@ def build_report(account: AccountSnapshot, coverage: CoverageSnapshot, *, top: i
         "gym_progress": progress,
         "rows_without_identity": sum(a.unidentified for a in coverage.agents),
         "rejected": dict(account.rejected),
+        "groups": {
+            agent.agent: {**{state: agent.states[state] for state in GROUP_STATES}, "open": agent.open}
+            for agent in (groups.agents if groups is not None else ())
+        },
     }
 
 
@@ -154,6 +170,17 @@ def render_table(report: dict[str, Any], width: int = _WIDE) -> Any:
             kinds or "-",
         )
     parts: list[Any] = [rollouts, events] if width >= _WIDE else _by_agent_lines(report)
+    if report.get("groups"):
+        by_state = Table(
+            title="Groups by agent: the rollouts of one task, classified once every member has an outcome",
+            title_justify="left",
+        )
+        by_state.add_column("agent", no_wrap=True)
+        for column in (*GROUP_STATES, "open"):
+            by_state.add_column(column, justify="right", no_wrap=True)
+        for agent, counts in report["groups"].items():
+            by_state.add_row(agent, *(_number(counts[c]) for c in (*GROUP_STATES, "open")))
+        parts.append(by_state)
     for title, section in (("Gym coverage keys", "gym_coverage"), ("Gym progress keys", "gym_progress")):
         if report[section]:
             keys = Table(title=title, title_justify="left")

@@ -15,7 +15,8 @@ from typing import Any, Generic, Literal, TypeVar
 
 from rollout_telemetry.account import DURATION_BUCKETS
 from rollout_telemetry.coverage import CoverageSnapshot
-from rollout_telemetry.outcome import Disposition
+from rollout_telemetry.groups import GROUP_STATES, GroupsSnapshot
+from rollout_telemetry.outcome import TOKEN_TYPES, Disposition
 from rollout_telemetry.snapshot import AccountSnapshot, AgentSnapshot
 
 __all__ = [
@@ -23,6 +24,7 @@ __all__ = [
     "CATALOGUE",
     "COVERAGE_FAMILIES",
     "FAMILIES",
+    "GROUP_FAMILIES",
     "HISTOGRAMS",
     "SPAN_FAMILIES",
     "Family",
@@ -92,6 +94,19 @@ def _by_stage(
                     yield (agent.agent, stage), number
 
     return sample
+
+
+def _tokens(snap: AccountSnapshot) -> Iterator[Sample]:
+    for agent in snap.agents:
+        if agent.tokens is not None:
+            for token_type, count in zip(TOKEN_TYPES, agent.tokens, strict=True):
+                yield (agent.agent, token_type), count
+
+
+def _truncated(snap: AccountSnapshot) -> Iterator[Sample]:
+    for agent in snap.agents:
+        for reason, count in agent.truncated.items():
+            yield (agent.agent, reason), count
 
 
 def _in_flight_age(snap: AccountSnapshot) -> Iterator[Sample]:
@@ -190,6 +205,22 @@ FAMILIES: tuple[Family[AccountSnapshot], ...] = (
         "rollout_omitted_total", "counter", _KIND, "{rollout}", "once a rollout of that kind is omitted",
         "Rollouts left out of the output on purpose (cancelled, shut down, incomplete cohort).",
         _by_kind(Disposition.OMITTED),
+    ),
+    Family(
+        "rollout_tokens_total", "counter", ("agent", "type"), "{token}",
+        "per agent, from its first rollout that carries usage (response.usage)",
+        "Tokens of the model responses, by type: input, output, cached (input_tokens_details) and reasoning "
+        "(output_tokens_details), from response.usage of rollouts that carry it. Output tokens per rollout "
+        "drifting up or down is an early sign of many training pathologies.",
+        _tokens,
+    ),
+    Family(
+        "rollout_truncated_total", "counter", ("agent", "reason"), "{rollout}",
+        "once a response of the agent is truncated for that reason",
+        "Completed rollouts whose model response was incomplete, by incomplete_details.reason (for example "
+        "max_output_tokens; 'unspecified' when status is incomplete without one). A truncated answer "
+        "usually scores 0 for a reason that is neither the environment nor the policy's reasoning.",
+        _truncated,
     ),
     Family(
         "rollout_in_flight", "gauge", _STAGE, "{rollout}", "per agent and stage that used the lifecycle API",
@@ -292,6 +323,26 @@ COVERAGE_FAMILIES: tuple[Family[CoverageSnapshot], ...] = (
 """The run coverage account's families (``serve --follow``)."""
 
 
+def _group_states(snap: GroupsSnapshot) -> Iterator[Sample]:
+    for agent in snap.agents:
+        for state in GROUP_STATES:
+            yield (agent.agent, state), agent.states[state]
+
+
+GROUP_FAMILIES: tuple[Family[GroupsSnapshot], ...] = (
+    Family(
+        "rollout_groups_total", "counter", ("agent", "state"), "{group}",
+        "once a group of the agent completes (every state then)",
+        "Groups (the rollouts of one task, as GRPO compares them) classified once every member has an "
+        "outcome: valid, degraded (some members masked, failed or omitted), uniform (every valid member "
+        "got the same reward: no learning signal), insufficient (fewer valid members than "
+        "min_valid_per_group, default 2) or fully_masked (none valid).",
+        _group_states,
+    ),
+)  # fmt: skip
+"""The groups' families."""
+
+
 def _span_results(counts: Mapping[str, int]) -> Iterator[Sample]:
     for result in ("exported", "failed", "dropped"):
         yield (result,), counts.get(result, 0)
@@ -307,7 +358,13 @@ SPAN_FAMILIES: tuple[Family[Mapping[str, int]], ...] = (
 )  # fmt: skip
 """The OTLP span export statistics' families."""
 
-CATALOGUE: tuple[Family[Any], ...] = (*FAMILIES, *HISTOGRAMS, *COVERAGE_FAMILIES, *SPAN_FAMILIES)
+CATALOGUE: tuple[Family[Any], ...] = (
+    *FAMILIES,
+    *HISTOGRAMS,
+    *COVERAGE_FAMILIES,
+    *GROUP_FAMILIES,
+    *SPAN_FAMILIES,
+)
 """Every family any collector of this package publishes."""
 
 BUCKET_BOUNDS: tuple[str, ...] = (*tuple(str(bound) for bound in DURATION_BUCKETS), "+Inf")

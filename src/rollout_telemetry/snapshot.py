@@ -55,6 +55,11 @@ class AgentSnapshot:
     duration_buckets: tuple[int, ...] = ()
     duration_sum: float = 0.0
     duration_count: int = 0
+    tokens: tuple[int, ...] | None = None
+    """Tokens of the model responses that carried usage: (input, output, cached, reasoning); ``None`` until
+    one did."""
+    truncated: Mapping[str, int] = field(default_factory=dict)
+    """Truncated responses by reason label."""
 
     @property
     def in_flight(self) -> int:

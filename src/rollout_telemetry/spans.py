@@ -194,7 +194,7 @@ class SpanRecorder:
         The span is ended and its context detached whatever happens here (a raising ``redact`` hook
         included); the hook's exception is raised after that.
         """
-        disposition, reward, failure_kind, failure_reason = outcome
+        disposition, reward, failure_kind, failure_reason, _ = outcome
         span = open_span.span
         try:
             attributes: dict[str, str | float | bool] = {

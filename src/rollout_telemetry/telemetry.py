@@ -17,10 +17,11 @@ from prometheus_client import push_to_gateway, pushadd_to_gateway
 from prometheus_client.registry import CollectorRegistry
 
 from rollout_telemetry import _watch
-from rollout_telemetry.account import Account
+from rollout_telemetry.account import Account, InFlight
 from rollout_telemetry.auth import BasicAuth
-from rollout_telemetry.exporters.prometheus import AccountCollector
+from rollout_telemetry.exporters.prometheus import AccountCollector, GroupsCollector
 from rollout_telemetry.failure_kinds import KindValidator
+from rollout_telemetry.groups import DEFAULT_MIN_VALID, Groups, Member
 from rollout_telemetry.lifecycle import RolloutContext
 from rollout_telemetry.names import DEFAULT_MAX_AGENTS, DEFAULT_MAX_KINDS_PER_AGENT, Names
 from rollout_telemetry.outcome import Classified, Disposition, absent, classify
@@ -69,6 +70,7 @@ class RolloutTelemetry:
         stall_after: seconds a rollout may be in flight (lifecycle API) before it counts as stalled; ``None``
             turns stall detection off.
         stall_after_by_agent: per-agent overrides of ``stall_after``.
+        min_valid_per_group: valid members a group needs to be more than ``insufficient`` (see ``groups``).
     """
 
     def __init__(
@@ -88,6 +90,7 @@ class RolloutTelemetry:
         redact_reason: Callable[[str], str] | None = None,
         stall_after: float | None = DEFAULT_STALL_AFTER,
         stall_after_by_agent: Mapping[str, float] | None = None,
+        min_valid_per_group: int = DEFAULT_MIN_VALID,
     ) -> None:
         self._clock = clock
         self._started = clock()
@@ -108,6 +111,8 @@ class RolloutTelemetry:
         self.rejections = Rejections(self._account.reject, strict=strict)
         """The rejection policy (count by reason, warn once per cause, raise under ``strict``)."""
         self._count = self._account.count
+        self.groups = Groups(self.names, min_valid=min_valid_per_group)
+        """The groups of the run (GRPO-style): fed by ``_settle``, with every outcome that has an identity."""
         self._expected: dict[str, int] = {}
         labels: dict[str, str] = {}
         if run is not None:
@@ -117,6 +122,7 @@ class RolloutTelemetry:
         self.registry = registry if registry is not None else CollectorRegistry()
         self._collector = AccountCollector(self.snapshot, labels)
         self.registry.register(self._collector)
+        self.registry.register(GroupsCollector(self.groups.snapshot, labels))
         self.spans = SpanRecorder(
             tracer_provider=tracer_provider,
             mode=span_mode,
@@ -135,34 +141,88 @@ class RolloutTelemetry:
 
     # -- recording ----------------------------------------------------------------------------------
 
-    def record(self, agent: str, response: object) -> None:
+    def record(
+        self,
+        agent: str,
+        response: object,
+        task_index: int | None = None,
+        rollout_index: int | None = None,
+    ) -> None:
         """Record one completed rollout from its verify response (dict, pydantic model or object).
 
         ``mask_sample=True`` makes it masked, a missing or ``None`` reward makes it unscored, otherwise it
-        is measured. Bad input is counted and logged (raised with ``strict=True``).
+        is measured; ``response.usage`` and truncation are counted when present. With ``task_index`` and
+        ``rollout_index`` the rollout is a member of its task's group (see ``declare_groups``). Bad input is
+        counted and logged (raised with ``strict=True``).
         """
+        # task_index and rollout_index are not keyword-only: CPython 3.11 calls a function with keyword-only
+        # defaults measurably slower, and this is the hot path.
         try:
-            self._count(agent, classify(response))
+            if task_index is None:  # the common call: straight to the account
+                self._count(agent, classify(response))
+            else:
+                self._settle(agent, classify(response), None, (task_index, rollout_index, None))
         except Exception as exc:  # the collector must never be taken down by its telemetry
             self.rejections.reject(exc)
 
+    def _settle(
+        self,
+        agent: str,
+        outcome: Classified,
+        in_flight: InFlight | None = None,
+        member: Member | None = None,
+        exemplar: tuple[str, str] | None = None,
+    ) -> None:
+        """Count one outcome, then give it to its group: the one path of an outcome that has an identity.
+
+        ``member`` is (task index, rollout index, attempt or ``None``). The outcome is counted first, so a
+        bad identity (rejected as ``invalid_task_index`` or ``invalid_rollout_index``) costs the rollout its
+        group, never its count. ``exemplar`` is the (trace id, span id) of the rollout's span, if any.
+        """
+        self._count(agent, outcome, in_flight, exemplar)
+        if member is not None and member[0] is not None and self.groups.active:
+            self.groups.observe(agent, member[0], member[1], outcome, member[2])
+
     def record_failure(
-        self, agent: str, failure_kind: str | None = None, *, reason: str | None = None
+        self,
+        agent: str,
+        failure_kind: str | None = None,
+        *,
+        reason: str | None = None,
+        task_index: int | None = None,
+        rollout_index: int | None = None,
     ) -> None:
         """Record one rollout that never reached the output; ``reason`` goes to the log, never a label."""
-        self._record_absent(_FAILED, agent, failure_kind, reason)
+        member = None if task_index is None else (task_index, rollout_index, None)
+        self._record_absent(_FAILED, agent, failure_kind, reason, member)
 
     def record_omission(
-        self, agent: str, failure_kind: str | None = None, *, reason: str | None = None
+        self,
+        agent: str,
+        failure_kind: str | None = None,
+        *,
+        reason: str | None = None,
+        task_index: int | None = None,
+        rollout_index: int | None = None,
     ) -> None:
         """Record one rollout left out of the output on purpose; ``reason`` goes to the log."""
-        self._record_absent(_OMITTED, agent, failure_kind, reason)
+        member = None if task_index is None else (task_index, rollout_index, None)
+        self._record_absent(_OMITTED, agent, failure_kind, reason, member)
 
     def _record_absent(
-        self, disposition: Disposition, agent: str, failure_kind: str | None, reason: str | None
+        self,
+        disposition: Disposition,
+        agent: str,
+        failure_kind: str | None,
+        reason: str | None,
+        member: Member | None,
     ) -> None:
         try:
-            self._count(agent, absent(disposition, failure_kind, reason))
+            outcome = absent(disposition, failure_kind, reason)
+            if member is None:  # the common call: straight to the account
+                self._count(agent, outcome)
+            else:
+                self._settle(agent, outcome, None, member)
             if reason is not None:
                 self._log_reason(agent, disposition, failure_kind, reason)
         except Exception as exc:
@@ -174,16 +234,27 @@ class RolloutTelemetry:
             cleaned = self.spans.clean_reason(reason)
             _log.debug("rollout of %s %s (%s): %s", agent, disposition.value, kind, cleaned)
 
-    def record_classified(self, agent: str, outcome: Classified) -> None:
+    def record_classified(
+        self,
+        agent: str,
+        outcome: Classified,
+        identity: tuple[int, int] | None = None,
+        attempt: int | None = None,
+    ) -> None:
         """Record an outcome already checked by ``outcome.classify`` or ``outcome.absent``.
 
         For readers that need the classification themselves (the file follower gives the same one to the
-        coverage account). Its ``failure_reason`` goes to a debug log line, never a label.
+        coverage account). ``identity`` is (task index, rollout index): the rollout joins its group, where a
+        higher ``attempt`` replaces a lower one. Its
+        ``failure_reason`` goes to a debug log line, never a label.
 
         Raises:
             OutcomeError: the agent name is not a non-empty string.
         """
-        self._count(agent, outcome)
+        if identity is None:
+            self._count(agent, outcome)
+        else:
+            self._settle(agent, outcome, None, (identity[0], identity[1], attempt))
         if outcome[3] is not None:
             self._log_reason(agent, outcome[0], outcome[2], outcome[3])
 
@@ -206,6 +277,7 @@ class RolloutTelemetry:
             self._watch_stalls()
         return RolloutContext(
             account=self._account,
+            settle=self._settle,
             spans=self.spans,
             rejections=self.rejections,
             clock=self._clock,
@@ -278,6 +350,7 @@ class RolloutTelemetry:
     def reset(self) -> None:
         """Start every count over from zero (the source being read started over); scrapers see a reset."""
         self._account.reset()
+        self.groups.reset()
 
     def declare(self, *agents: str) -> None:
         """Publish ``agents`` with zero counts before their first rollout.
@@ -287,13 +360,29 @@ class RolloutTelemetry:
         for agent in agents:
             self._account.declare(agent)  # raises OutcomeError for an invalid agent
 
-    def expect(self, agent: str, count: int) -> None:
-        """Declare ``agent`` and how many rollouts it is expected to produce in total."""
+    def expect(self, agent: str, count: int, *, group_size: int | None = None) -> None:
+        """Declare ``agent`` and how many rollouts it is expected to produce in total.
+
+        With ``group_size`` each of its tasks has that many rollouts: see ``declare_groups``.
+        """
         if count < 0:
             msg = f"expected count for {agent!r} must be >= 0, got {count}"
             raise ValueError(msg)
         self.declare(agent)
         self._expected[agent] = count
+        if group_size is not None:
+            self.declare_groups(agent, group_size=group_size)
+
+    def declare_groups(self, *agents: str, group_size: int) -> None:
+        """Each task of ``agents`` has ``group_size`` rollouts: outcomes recorded with a ``task_index`` and
+        ``rollout_index`` (``record``, ``rollout()``) form groups, classified once all members have one.
+
+        Raises:
+            ValueError: ``group_size`` is not an integer >= 1.
+        """
+        for agent in agents:
+            self.declare(agent)
+            self.groups.declare(agent, group_size)
 
     def progress_metrics(self) -> dict[str, float]:
         """NeMo Gym's ``progress/...`` keys, ready for ``wandb.log``."""

@@ -26,7 +26,7 @@ class Prometheus:
     """Starts ``prometheus`` with the project's scrape config, pointed at the given targets.
 
     The committed config is loaded and only what a test must change is changed: the targets, the scrape
-    and evaluation intervals, and the path of the rules file.
+    and evaluation intervals, and the path of the rules file (the committed rules, or ``rules``).
     """
 
     def __init__(
@@ -38,6 +38,7 @@ class Prometheus:
         scrape_extra: dict[str, Any] | None = None,
         extra_jobs: Sequence[dict[str, Any]] = (),
         flags: Sequence[str] = (),
+        rules: str | None = None,
     ) -> None:
         self.binary = require_tool("prometheus")
         self.flags = tuple(flags)
@@ -46,7 +47,10 @@ class Prometheus:
         config = yaml.safe_load(SCRAPE_CONFIG.read_text())
         config["global"]["scrape_interval"] = interval
         config["global"]["evaluation_interval"] = interval
-        shutil.copy(RULES, workdir / "rules.yml")
+        if rules is None:
+            shutil.copy(RULES, workdir / "rules.yml")
+        else:  # a test's variant of the rules (shorter windows, say)
+            (workdir / "rules.yml").write_text(rules)
         config["rule_files"] = [str(workdir / "rules.yml")]
         job = config["scrape_configs"][0]
         job["static_configs"] = [{"targets": list(targets)}]

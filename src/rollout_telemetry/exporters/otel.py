@@ -23,7 +23,8 @@ from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
 from prometheus_client.registry import Collector
 
 from rollout_telemetry.exporters.prometheus import SpanStatsCollector
-from rollout_telemetry.series import DURATION_HISTOGRAM, FAMILIES, Family, duration_buckets
+from rollout_telemetry.groups import GroupsSnapshot
+from rollout_telemetry.series import DURATION_HISTOGRAM, FAMILIES, GROUP_FAMILIES, Family, duration_buckets
 from rollout_telemetry.snapshot import AccountSnapshot, AgentSnapshot
 
 if TYPE_CHECKING:
@@ -115,7 +116,8 @@ _DURATION_PARTS: tuple[tuple[str, str, str, _Part], ...] = (
 def instrument_meter(telemetry: RolloutTelemetry, meter_provider: MeterProvider | None = None) -> None:
     """Publish the account through observable instruments on ``meter_provider`` (default: the global one).
 
-    Every collection reads one snapshot, shared by all the instruments' callbacks.
+    Every collection reads one snapshot, shared by all the instruments' callbacks; the groups' family reads
+    one groups snapshot of its own.
     """
     meter = (meter_provider or metrics.get_meter_provider()).get_meter("rollout_telemetry")
     shared = _SharedSnapshot(telemetry.snapshot)
@@ -133,6 +135,23 @@ def instrument_meter(telemetry: RolloutTelemetry, meter_provider: MeterProvider 
             unit=unit,
             description=description,
         )
+    for group_family in GROUP_FAMILIES:
+        meter.create_observable_counter(
+            group_family.otel_name,
+            callbacks=[_groups(telemetry, group_family, const)],
+            unit=group_family.unit,
+            description=group_family.help,
+        )
+
+
+def _groups(
+    telemetry: RolloutTelemetry, family: Family[GroupsSnapshot], const: Mapping[str, str]
+) -> Callback:
+    def observe(options: CallbackOptions) -> Iterator[Observation]:
+        for labels, value in family.sample(telemetry.groups.snapshot()):
+            yield Observation(value, {**const, **dict(zip(family.labels, labels, strict=True))})
+
+    return observe
 
 
 class SpanExportStats:

@@ -17,18 +17,20 @@ from prometheus_client.registry import Collector
 from prometheus_client.samples import Exemplar
 
 from rollout_telemetry.coverage import Coverage, CoverageSnapshot
+from rollout_telemetry.groups import GroupsSnapshot
 from rollout_telemetry.outcome import Disposition
 from rollout_telemetry.series import (
     COVERAGE_FAMILIES,
     DURATION_HISTOGRAM,
     FAMILIES,
+    GROUP_FAMILIES,
     SPAN_FAMILIES,
     Family,
     duration_buckets,
 )
 from rollout_telemetry.snapshot import AccountSnapshot
 
-__all__ = ["AccountCollector", "CoverageCollector", "SpanStatsCollector"]
+__all__ = ["AccountCollector", "CoverageCollector", "GroupsCollector", "SpanStatsCollector"]
 
 S = TypeVar("S")
 
@@ -145,6 +147,15 @@ class CoverageCollector(_CatalogueCollector[CoverageSnapshot]):
 
     def __init__(self, coverage: Coverage, const_labels: Mapping[str, str] | None = None) -> None:
         super().__init__(coverage.snapshot, COVERAGE_FAMILIES, const_labels)
+
+
+class GroupsCollector(_CatalogueCollector[GroupsSnapshot]):
+    """Publishes ``rollout_groups_total{state}`` from one groups snapshot per scrape."""
+
+    def __init__(
+        self, read_snapshot: Callable[[], GroupsSnapshot], const_labels: Mapping[str, str] | None = None
+    ) -> None:
+        super().__init__(read_snapshot, GROUP_FAMILIES, const_labels)
 
 
 class SpanStatsCollector(_CatalogueCollector[Mapping[str, int]]):

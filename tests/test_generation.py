@@ -1,0 +1,171 @@
+"""Tokens and truncation: read from the model response in the classification pass, counted by the account."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from rollout_telemetry import OutcomeError, RolloutTelemetry
+from rollout_telemetry.follow import RunFiles, RunFollower
+from rollout_telemetry.outcome import check_generation, classify
+from tests.support import exposition, sample_names, value
+
+GYM_ROWS = Path(__file__).parent / "fixtures" / "gym" / "run.jsonl"
+
+
+def _usage(inp: Any = 120, out: Any = 40, cached: Any = 8, reasoning: Any = 16) -> dict[str, Any]:
+    return {
+        "input_tokens": inp,
+        "output_tokens": out,
+        "total_tokens": 160,
+        "input_tokens_details": {"cached_tokens": cached},
+        "output_tokens_details": {"reasoning_tokens": reasoning},
+    }
+
+
+def _row(reward: float = 1.0, **response: Any) -> dict[str, Any]:
+    return {"reward": reward, "response": {"output": [{"type": "message"}], **response}}
+
+
+def test_no_response_or_no_usage_is_no_generation() -> None:
+    """A verify response without a model response, or one without usage or truncation, carries none."""
+    assert classify({"reward": 1.0})[4] is None
+    assert classify(_row(status="completed", usage=None))[4] is None
+    assert classify({"reward": 1.0, "response": "plain text"})[4] is None
+
+
+def test_usage_is_read_with_its_details() -> None:
+    """The four token types come from usage and its two details objects; an absent one is 0."""
+    assert classify(_row(usage=_usage()))[4] == ((120, 40, 8, 16), None)
+    assert classify(_row(usage={"output_tokens": 7}))[4] == ((0, 7, 0, 0), None)
+
+
+def test_incomplete_reason_is_truncation_whatever_the_status() -> None:
+    """A non-null incomplete_details.reason is truncation, with or without status; status alone is too."""
+    details = {"reason": "max_output_tokens"}
+    assert classify(_row(status="incomplete", incomplete_details=details))[4] == (None, "max_output_tokens")
+    assert classify(_row(status=None, incomplete_details=details))[4] == (None, "max_output_tokens")
+    assert classify(_row(status="incomplete"))[4] == (None, "")
+    assert classify(_row(status="completed", incomplete_details=None))[4] is None
+
+
+def test_objects_and_models_are_read_like_dicts() -> None:
+    """A pydantic verify response whose response is a model is read the same as the dict."""
+
+    class Usage(BaseModel):
+        input_tokens: int
+        output_tokens: int
+
+    class ModelResponse(BaseModel):
+        usage: Usage
+        status: str
+
+    class Verify(BaseModel):
+        reward: float
+        response: ModelResponse
+
+    verify = Verify(
+        reward=0.5, response=ModelResponse(usage=Usage(input_tokens=3, output_tokens=4), status="ok")
+    )
+    assert classify(verify)[4] == ((3, 4, 0, 0), None)
+
+
+@pytest.mark.parametrize(
+    ("response", "reason"),
+    [
+        ({"usage": _usage(out=-1)}, "invalid_output_tokens"),
+        ({"usage": _usage(out=2.5)}, "invalid_output_tokens"),
+        ({"usage": _usage(out=math.nan)}, "invalid_output_tokens"),
+        ({"usage": _usage(inp="12")}, "invalid_input_tokens"),
+        ({"usage": _usage(inp=True)}, "invalid_input_tokens"),
+        ({"usage": _usage(cached=-3)}, "invalid_cached_tokens"),
+        ({"usage": _usage(reasoning=1.0)}, "invalid_reasoning_tokens"),
+        ({"usage": 12}, "invalid_usage"),
+        ({"incomplete_details": {"reason": 3}}, "invalid_incomplete_reason"),
+    ],
+)
+def test_bad_usage_is_rejected_by_field(telemetry: RolloutTelemetry, response: Any, reason: str) -> None:
+    """A bad count or reason rejects the rollout under the field's reason; nothing is counted for it."""
+    with pytest.raises(OutcomeError) as raised:
+        check_generation(response)
+    assert raised.value.reason == reason
+    telemetry.record("math", {"reward": 1.0})
+    telemetry.record("math", {"reward": 1.0, "response": response})
+    text = exposition(telemetry.registry)
+    assert value(text, "rollout_telemetry_rejected_total", reason=reason) == 1
+    assert value(text, "rollout_completed_total", agent="math") == 1
+
+
+def test_tokens_appear_only_once_a_rollout_carries_usage(telemetry: RolloutTelemetry) -> None:
+    """No usage, no rollout_tokens_total; then the four types, summed over rollouts that carry usage."""
+    telemetry.record("math", {"reward": 1.0})
+    telemetry.record("math", _row(status="completed"))
+    assert "rollout_tokens_total" not in sample_names(exposition(telemetry.registry))
+    telemetry.record("math", _row(usage=_usage()))
+    telemetry.record("math", {"reward": 0.0, "mask_sample": True, "response": {"usage": _usage(1, 2, 3, 4)}})
+    telemetry.record("math", {"reward": 1.0})
+    text = exposition(telemetry.registry)
+    expected = {"input": 121, "output": 42, "cached": 11, "reasoning": 20}
+    for token_type, count in expected.items():
+        assert value(text, "rollout_tokens_total", agent="math", type=token_type) == count
+    assert value(text, "rollout_completed_total", agent="math") == 5
+    assert "rollout_truncated_total" not in sample_names(text)
+
+
+def test_truncation_appears_only_once_something_is_truncated(telemetry: RolloutTelemetry) -> None:
+    """rollout_truncated_total{reason} counts incomplete responses; 'unspecified' without a reason."""
+    telemetry.record("math", _row(usage=_usage()))
+    assert "rollout_truncated_total" not in sample_names(exposition(telemetry.registry))
+    for _ in range(3):
+        telemetry.record("math", _row(0.0, incomplete_details={"reason": "max_output_tokens"}))
+    telemetry.record("math", _row(0.0, status="incomplete"))
+    text = exposition(telemetry.registry)
+    assert value(text, "rollout_truncated_total", agent="math", reason="max_output_tokens") == 3
+    assert value(text, "rollout_truncated_total", agent="math", reason="unspecified") == 1
+
+
+def test_truncation_reasons_are_capped_per_agent() -> None:
+    """Reasons beyond max_kinds_per_agent fold into _other and count as a truncation_reason overflow."""
+    telemetry = RolloutTelemetry(max_kinds_per_agent=2)
+    for reason in ("a", "b", "c", "d", "c"):
+        telemetry.record("math", _row(0.0, incomplete_details={"reason": reason}))
+    text = exposition(telemetry.registry)
+    assert value(text, "rollout_truncated_total", reason="a") == 1
+    assert value(text, "rollout_truncated_total", reason="b") == 1
+    assert value(text, "rollout_truncated_total", reason="_other") == 3
+    assert value(text, "rollout_telemetry_label_overflow_total", label="truncation_reason") == 3
+
+
+def test_lifecycle_counts_usage_in_the_same_step(telemetry: RolloutTelemetry) -> None:
+    """complete() with usage counts tokens and truncation like record()."""
+    with telemetry.rollout("math") as rollout:
+        rollout.complete(_row(0.0, usage=_usage(), incomplete_details={"reason": "max_output_tokens"}))
+    text = exposition(telemetry.registry)
+    assert value(text, "rollout_tokens_total", agent="math", type="output") == 40
+    assert value(text, "rollout_truncated_total", agent="math", reason="max_output_tokens") == 1
+
+
+def test_followed_gym_rows_count_their_usage(tmp_path: Path) -> None:
+    """The follower reads response.usage from a NeMo Gym row (its output skipped); a row without usage
+    adds nothing."""
+    gym = json.loads(GYM_ROWS.read_text().splitlines()[0])
+    usage = gym["response"]["usage"]
+    rows = []
+    for task in range(3):
+        row = {**gym, "_ng_task_index": task, "_ng_rollout_index": 0, "agent_ref": {"name": "math"}}
+        if task == 2:
+            row["response"] = {**gym["response"], "usage": None}
+        rows.append(json.dumps(row) + "\n")
+    main = tmp_path / "run.jsonl"
+    main.write_text("".join(rows))
+    telemetry = RolloutTelemetry()
+    RunFollower(telemetry, RunFiles(main)).poll()
+    text = exposition(telemetry.registry)
+    assert value(text, "rollout_completed_total", agent="math") == 3
+    assert value(text, "rollout_tokens_total", agent="math", type="input") == 2 * usage["input_tokens"]
+    assert value(text, "rollout_tokens_total", agent="math", type="output") == 2 * usage["output_tokens"]

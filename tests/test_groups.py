@@ -1,0 +1,188 @@
+"""Groups: every state, classified once, retried members replacing earlier ones, sizes from each source."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from rollout_telemetry import Disposition, RolloutTelemetry
+from rollout_telemetry.cli import main
+from rollout_telemetry.follow import RunFiles, RunFollower
+from rollout_telemetry.groups import GROUP_STATES, group_state
+from rollout_telemetry.outcome import absent, classify
+from tests.support import exposition, sample_names, samples, value
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def _states(telemetry: RolloutTelemetry, agent: str = "math") -> dict[str, float]:
+    return {
+        dict(labels)["state"]: v
+        for (name, labels), v in samples(exposition(telemetry.registry)).items()
+        if name == "rollout_groups_total" and dict(labels)["agent"] == agent
+    }
+
+
+@pytest.mark.parametrize(
+    ("rewards", "state"),
+    [
+        ([1.0, 0.0, 0.5, 1.0], "valid"),
+        ([1.0, 0.0, None, 1.0], "degraded"),
+        ([1.0, 1.0, 1.0, 1.0], "uniform"),
+        ([0.0, 0.0, None, None], "uniform"),
+        ([1.0, None, None, None], "insufficient"),
+        ([None, None, None, None], "fully_masked"),
+    ],
+)
+def test_group_state(rewards: list[float | None], state: str) -> None:
+    """Each state from its members' rewards (None: not valid), with the default min_valid of 2."""
+    assert group_state(rewards) == state
+
+
+def test_min_valid_per_group_moves_the_insufficient_line() -> None:
+    """Three valid members of four are insufficient when three are not enough."""
+    assert group_state([1.0, 0.0, 0.5, None], min_valid=4) == "insufficient"
+    assert group_state([1.0, 0.0, 0.5, None], min_valid=3) == "degraded"
+
+
+def test_every_state_through_the_facade(telemetry: RolloutTelemetry) -> None:
+    """Members recorded with record(), record_failure() and the lifecycle form groups of the declared size."""
+    telemetry.declare_groups("math", group_size=2)
+    telemetry.record("math", {"reward": 1.0}, task_index=0, rollout_index=0)
+    telemetry.record("math", {"reward": 0.0}, task_index=0, rollout_index=1)  # valid
+    telemetry.record("math", {"reward": 1.0}, task_index=1, rollout_index=0)
+    telemetry.record("math", {"reward": 1.0}, task_index=1, rollout_index=1)  # uniform
+    telemetry.record("math", {"reward": 1.0}, task_index=2, rollout_index=0)
+    telemetry.record_failure("math", "session_lost", task_index=2, rollout_index=1)  # insufficient
+    telemetry.record("math", {"reward": 0.0, "mask_sample": True}, task_index=3, rollout_index=0)
+    telemetry.record_omission("math", "cancelled", task_index=3, rollout_index=1)  # fully masked
+    with telemetry.rollout("math", task_index=4, rollout_index=0) as rollout:
+        rollout.complete({"reward": 1.0})
+    assert _states(telemetry) == dict.fromkeys(GROUP_STATES, 0) | {
+        "valid": 1,
+        "uniform": 1,
+        "insufficient": 1,
+        "fully_masked": 1,
+    }
+    with telemetry.rollout("math", task_index=4, rollout_index=1) as rollout:
+        rollout.fail("session_lost")
+    assert _states(telemetry)["insufficient"] == 2
+    groups = telemetry.groups.snapshot().agent("math")
+    assert groups is not None
+    assert groups.open == 0
+    assert groups.completed == 5
+
+
+def test_degraded_needs_enough_valid_members_that_differ() -> None:
+    """Three valid members of four, rewards differing, one failed: degraded."""
+    telemetry = RolloutTelemetry()
+    telemetry.expect("code", 8, group_size=4)
+    for index, reward in enumerate((1.0, 0.0, 0.5)):
+        telemetry.record("code", {"reward": reward}, task_index=7, rollout_index=index)
+    telemetry.record_failure("code", "transport_timeout", task_index=7, rollout_index=3)
+    assert _states(telemetry, "code")["degraded"] == 1
+
+
+def test_groups_appear_only_once_one_completes(telemetry: RolloutTelemetry) -> None:
+    """No family before a group completes, and none for agents without a group size."""
+    telemetry.record("math", {"reward": 1.0}, task_index=0, rollout_index=0)
+    telemetry.declare_groups("math", group_size=2)
+    telemetry.record("math", {"reward": 1.0}, task_index=1, rollout_index=0)
+    assert "rollout_groups_total" not in sample_names(exposition(telemetry.registry))
+    assert telemetry.groups.snapshot().agents == ()
+
+
+def test_a_retried_member_replaces_its_earlier_attempt(telemetry: RolloutTelemetry) -> None:
+    """A failed member retried before its group completes is replaced: the group is judged on the retry."""
+    telemetry.declare_groups("math", group_size=3)
+    telemetry.record_failure("math", "session_lost", task_index=0, rollout_index=0)
+    telemetry.record("math", {"reward": 1.0}, task_index=0, rollout_index=0)  # the retry
+    telemetry.record("math", {"reward": 0.0}, task_index=0, rollout_index=1)
+    assert "rollout_groups_total" not in sample_names(exposition(telemetry.registry))  # 2 members of 3
+    telemetry.record("math", {"reward": 0.5}, task_index=0, rollout_index=2)
+    assert _states(telemetry)["valid"] == 1
+    assert sum(_states(telemetry).values()) == 1
+
+
+def test_a_group_never_completes_twice(telemetry: RolloutTelemetry) -> None:
+    """A retry arriving after its group completed changes nothing; the outcome itself is still counted."""
+    telemetry.declare_groups("math", group_size=2)
+    telemetry.record("math", {"reward": 1.0}, task_index=0, rollout_index=0)
+    telemetry.record_failure("math", "session_lost", task_index=0, rollout_index=1)
+    telemetry.record("math", {"reward": 0.0}, task_index=0, rollout_index=1)  # late retry
+    telemetry.record("math", {"reward": 0.5}, task_index=0, rollout_index=2)  # more members than the size
+    assert _states(telemetry) == dict.fromkeys(GROUP_STATES, 0) | {"insufficient": 1}
+    assert value(exposition(telemetry.registry), "rollout_completed_total", agent="math") == 3
+
+
+def test_bad_identity_is_rejected_and_the_outcome_still_counted(telemetry: RolloutTelemetry) -> None:
+    """A task index that is not an integer >= 0 is rejected by field; the rollout is counted, in no group."""
+    telemetry.declare_groups("math", group_size=1)
+    telemetry.record("math", {"reward": 1.0}, task_index=-1, rollout_index=0)
+    telemetry.record("math", {"reward": 1.0}, task_index=0, rollout_index="0")  # type: ignore[arg-type]
+    text = exposition(telemetry.registry)
+    assert value(text, "rollout_telemetry_rejected_total", reason="invalid_task_index") == 1
+    assert value(text, "rollout_telemetry_rejected_total", reason="invalid_rollout_index") == 1
+    assert value(text, "rollout_completed_total", agent="math") == 2
+    assert "rollout_groups_total" not in sample_names(text)
+
+
+def test_bad_group_size_is_refused(telemetry: RolloutTelemetry) -> None:
+    """A group size must be an integer >= 1."""
+    with pytest.raises(ValueError, match="group_size"):
+        telemetry.declare_groups("math", group_size=0)
+
+
+def test_follow_mode_sizes_groups_from_the_materialized_inputs(tmp_path: Path) -> None:
+    """Members per task come from the inputs: a task of three, one of two, retries replace failures."""
+    inputs = [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1)]
+    main = tmp_path / "run.jsonl"
+    (tmp_path / "run_materialized_inputs.jsonl").write_text(
+        "".join(
+            json.dumps({"_ng_task_index": t, "_ng_rollout_index": r, "agent_ref": {"name": "math"}}) + "\n"
+            for t, r in inputs
+        )
+    )
+
+    def row(task: int, rollout: int, reward: float, attempt: int = 0) -> str:
+        identity = {"_ng_task_index": task, "_ng_rollout_index": rollout, "_ng_attempt_index": attempt}
+        return json.dumps({**identity, "agent_ref": {"name": "math"}, "reward": reward}) + "\n"
+
+    failure = {"_ng_task_index": 1, "_ng_rollout_index": 1, "agent_ref": {"name": "math"}}
+    (tmp_path / "run_failures.jsonl").write_text(json.dumps(failure) + "\n")
+    main.write_text(row(0, 0, 1.0) + row(0, 1, 1.0) + row(1, 0, 0.0))
+    telemetry = RolloutTelemetry()
+    follower = RunFollower(telemetry, RunFiles.from_main(main))
+    follower.poll()
+    # Task 1 completed as insufficient (one valid member, one failed); task 0 waits for its third.
+    assert _states(telemetry) == dict.fromkeys(GROUP_STATES, 0) | {"insufficient": 1}
+    with main.open("a") as out:
+        out.write(row(0, 2, 1.0) + row(1, 1, 1.0, attempt=1))
+    follower.poll()
+    assert _states(telemetry) == dict.fromkeys(GROUP_STATES, 0) | {"insufficient": 1, "uniform": 1}
+
+
+def test_an_earlier_attempt_arriving_late_does_not_replace_a_newer_one(telemetry: RolloutTelemetry) -> None:
+    """Attempt 1 succeeded; the failure row of attempt 0 read after it leaves the member measured."""
+    telemetry.declare_groups("math", group_size=2)
+    telemetry.record_classified("math", classify({"reward": 1.0}), (0, 0), attempt=1)
+    telemetry.record_classified("math", absent(Disposition.FAILED, "session_lost"), (0, 0), attempt=0)
+    telemetry.record("math", {"reward": 0.0}, task_index=0, rollout_index=1)
+    assert _states(telemetry)["valid"] == 1
+
+
+def test_report_shows_the_groups_of_the_fixture_run(capsys: pytest.CaptureFixture[str]) -> None:
+    """report --format json: groups by state per agent, sized by the materialized inputs; worked by hand."""
+    assert main(["report", str(FIXTURES / "run.jsonl"), "--format", "json"]) == 0
+    groups = json.loads(capsys.readouterr().out)["groups"]
+    zero = dict.fromkeys(GROUP_STATES, 0)
+    # math task 0: one measured, one masked member: one valid member is insufficient.
+    assert groups["math_agent"] == zero | {"insufficient": 1, "open": 0}
+    # code task 1: failed at attempt 0, measured at attempt 1 (insufficient); task 2: unscored (fully masked).
+    assert groups["code_agent"] == zero | {"insufficient": 1, "fully_masked": 1, "open": 0}
+    # browser task 3: a failure and an omission (fully masked); task 4 never arrived (open).
+    assert groups["browser_agent"] == zero | {"fully_masked": 1, "open": 1}
+    assert main(["report", str(FIXTURES / "run.jsonl")]) == 0
+    assert "Groups by agent" in capsys.readouterr().out

@@ -1,10 +1,12 @@
 """The target registry behind Prometheus service discovery: leases, probes, target groups, the file and
-the HTTP endpoint."""
+the HTTP endpoint; and the Ray extra staying out of every other import path."""
 
 from __future__ import annotations
 
 import json
 import socket
+import subprocess
+import sys
 import threading
 import urllib.error
 import urllib.request
@@ -190,3 +192,38 @@ def test_discovery_server_serves_the_target_groups() -> None:
         error.value.close()
     finally:
         server.stop()
+
+
+def test_ray_stays_out_of_every_other_import_path() -> None:
+    """The package, its CLI and the discovery module import without loading ray."""
+    code = (
+        "import sys\n"
+        "import rollout_telemetry, rollout_telemetry.cli, rollout_telemetry.discovery\n"
+        "from rollout_telemetry import RolloutTelemetry, TLSConfig, BasicAuth\n"
+        "RolloutTelemetry()\n"
+        "print(sorted(m for m in sys.modules if m == 'ray' or m.startswith('ray.')))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert result.stdout.strip() == "[]"
+
+
+def test_missing_ray_extra_names_the_pip_install() -> None:
+    """Without ray, importing rollout_telemetry.ray (and ``ray-targets``) fails with the exact pip install."""
+    code = (
+        "import sys\n"
+        "sys.modules['ray'] = None  # as if the extra were not installed\n"
+        "try:\n"
+        "    import rollout_telemetry.ray\n"
+        "except ImportError as exc:\n"
+        "    print(exc)\n"
+        "from rollout_telemetry.cli import main\n"
+        "print(main(['ray-targets', '--address', '127.0.0.1:1', '--namespace', 'x']))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    message = "rollout_telemetry.ray needs Ray: pip install 'rollout-telemetry[ray]'"
+    assert result.stdout.splitlines() == [message, "2"]
+    assert f"rollout-telemetry: {message}" in result.stderr

@@ -165,6 +165,7 @@ def start_registry(
         "get_if_exists": True,
         "num_cpus": 0,
         "max_concurrency": 16,
+        "max_restarts": -1,  # after a crash or a lost node Ray restarts it as created; renewals refill it
         "scheduling_strategy": strategy,
     }
     if namespace is not None:

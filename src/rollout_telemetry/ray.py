@@ -83,6 +83,7 @@ class TargetRegistryActor:
     ) -> None:
         self._registry = TargetRegistry(lease_seconds=lease_seconds)
         self._file_sd = FileSD(file_sd_path) if file_sd_path else None
+        self._publishing = threading.Lock()  # the groups read and written together: never a stale file last
         self._server = DiscoveryServer(self._registry, host=host or _node_address(), port=port)
         self._publish()
         self._stopped = threading.Event()
@@ -127,7 +128,8 @@ class TargetRegistryActor:
 
     def _publish(self) -> None:
         if self._file_sd is not None:
-            self._file_sd.write(self._registry.target_groups())
+            with self._publishing:
+                self._file_sd.write(self._registry.target_groups())
 
 
 _RegistryActor = ray.remote(TargetRegistryActor)
@@ -263,13 +265,15 @@ class RayTarget:
         while not self._stopped.wait(self._interval):
             try:
                 self._register()
-            except RayActorError:  # the registry was killed or lost: find or create it again
-                _log.warning("the target registry is gone; registering %s with a new one", self.address)
+            except RayActorError as exc:  # restarting, or killed: find (or create) it again
+                _log.warning(
+                    "the target registry is unavailable (%s); registering %s again", exc, self.address
+                )
                 try:
                     self._registry = start_registry(namespace=self._namespace, name=self._registry_name)
                     self._register()
-                except Exception:
-                    _log.exception("registering %s failed; retrying", self.address)
+                except Exception as again:  # still restarting: the next renewal tries again
+                    _log.warning("registering %s failed (%s); retrying", self.address, again)
             except GetTimeoutError:
                 _log.warning("the target registry did not answer; retrying")
             except Exception:  # never take the worker down over discovery

@@ -117,7 +117,12 @@ def discovered(prometheus: Prometheus) -> dict[str, dict[str, Any]]:
 
 
 def registered() -> set[str]:
-    return {address for group in target_groups(namespace=NAMESPACE) for address in group["targets"]}
+    """The registry's targets (none while it is being restarted)."""
+    try:
+        groups = target_groups(namespace=NAMESPACE)
+    except ray.exceptions.ActorUnavailableError:
+        return set()
+    return {address for group in groups for address in group["targets"]}
 
 
 def wait(condition: Any, *, timeout: float, what: str) -> float:
@@ -300,3 +305,27 @@ def test_ray_targets_prints_the_target_groups(cluster: RayCluster) -> None:
         assert "no target registry 'no-such-registry'" in missing.stderr
     finally:
         stop_registry(namespace=NAMESPACE, name=name)
+
+
+def test_a_hung_actor_leaves_by_its_lease_and_a_restarted_registry_is_refilled(cluster: RayCluster) -> None:
+    """A process that stops answering (its port still accepts connections) leaves when its lease runs out
+    and returns when it renews; a registry that crashes is restarted by Ray and refilled by the renewals."""
+    lease = 3.0  # renewals every second
+    registry = start_registry(namespace=NAMESPACE, lease_seconds=lease)
+    worker = start_worker(50, cluster.nodes[1])
+    try:
+        place = ray.get(worker.where.remote(), timeout=120)
+        address, pid = place["address"], int(place["pid"])
+        assert address in registered()
+        os.kill(pid, signal.SIGSTOP)  # hung: the kernel still accepts its connections, nothing renews
+        try:
+            left = wait(lambda: address not in registered(), timeout=4 * lease, what="the lease to run out")
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        assert left > lease / 2
+        wait(lambda: address in registered(), timeout=4 * lease, what="the renewal")
+        ray.kill(registry, no_restart=False)  # a crash: Ray restarts it as it was created
+        wait(lambda: address in registered(), timeout=60, what="the restarted registry to be refilled")
+    finally:
+        ray.kill(worker)
+        stop_registry(namespace=NAMESPACE)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -209,13 +210,27 @@ def target_groups(*, namespace: str | None = None, name: str = REGISTRY_NAME) ->
 
 
 def stop_registry(*, namespace: str | None = None, name: str = REGISTRY_NAME) -> bool:
-    """Kill the namespace's registry actor (detached, it outlives jobs); return whether there was one."""
+    """Kill the namespace's registry actor (detached, it outlives jobs); return whether there was one.
+
+    Returns once the name is free, so a ``start_registry`` that follows creates a new registry.
+
+    Raises:
+        TimeoutError: the registry was still there 30 s after it was killed.
+    """
     try:
         handle = _existing(namespace, name)
     except ValueError:
         return False
     ray.kill(handle)
-    return True
+    deadline = time.monotonic() + _CALL_TIMEOUT
+    while time.monotonic() < deadline:
+        try:
+            _existing(namespace, name)
+        except ValueError:
+            return True
+        time.sleep(0.05)
+    msg = f"the target registry {name!r} was still there {_CALL_TIMEOUT:.0f} s after it was killed"
+    raise TimeoutError(msg)
 
 
 class RayTarget:

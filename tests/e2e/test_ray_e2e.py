@@ -88,6 +88,15 @@ def cluster() -> Iterator[RayCluster]:
         print(f"ray cluster: {time.monotonic() - started:.1f} s from start to shutdown")
 
 
+def kill(*workers: Any) -> None:
+    """Kill the workers and wait until they are dead, so none renews (and so re-creates) a registry."""
+    for worker in workers:
+        ray.kill(worker)
+    for worker in workers:
+        with pytest.raises(ray.exceptions.RayActorError):
+            ray.get(worker.where.remote(), timeout=60)
+
+
 def start_worker(seed: int, node: str) -> Any:
     strategy = NodeAffinitySchedulingStrategy(node, soft=False)
     return Worker.options(scheduling_strategy=strategy).remote(seed, NAMESPACE)
@@ -175,8 +184,7 @@ def test_actors_on_two_nodes_are_discovered_and_summed_exactly(
                 listed = {a for g in json.loads(file_sd.read_text()) for a in g["targets"]}
                 assert listed == registered()
     finally:
-        for worker in workers:
-            ray.kill(worker)
+        kill(*workers)
         stop_registry(namespace=NAMESPACE)
         print(f"{discovery}: {time.monotonic() - started:.1f} s")
 
@@ -271,9 +279,9 @@ def test_registrations_from_many_actors_at_once(cluster: RayCluster) -> None:
         ports = sorted(int(g["targets"][0].rsplit(":", 1)[1]) for g in groups)
         assert ports == [*range(20000, 20100), *range(21000, 21100)]
     finally:
-        for worker in workers:
-            ray.kill(worker)
+        kill(*workers)
         stop_registry(namespace=NAMESPACE, name=name)
+        stop_registry(namespace=NAMESPACE)  # the one the workers' own targets created
 
 
 def test_ray_targets_prints_the_target_groups(cluster: RayCluster) -> None:
@@ -327,5 +335,5 @@ def test_a_hung_actor_leaves_by_its_lease_and_a_restarted_registry_is_refilled(c
         ray.kill(registry, no_restart=False)  # a crash: Ray restarts it as it was created
         wait(lambda: address in registered(), timeout=60, what="the restarted registry to be refilled")
     finally:
-        ray.kill(worker)
+        kill(worker)
         stop_registry(namespace=NAMESPACE)

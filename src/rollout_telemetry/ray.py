@@ -42,7 +42,7 @@ from rollout_telemetry.discovery import (
 )
 
 if TYPE_CHECKING:
-    from rollout_telemetry.server import BasicAuth, MetricsServer, TLSConfig
+    from rollout_telemetry import BasicAuth, MetricsServer, TLSConfig
     from rollout_telemetry.telemetry import RolloutTelemetry
 
 __all__ = [

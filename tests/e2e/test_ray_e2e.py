@@ -44,7 +44,7 @@ Worker = ray.remote(num_cpus=0)(RolloutWorker)
 
 
 BUDGET = 300
-"""Seconds the whole module may take (it takes about 50 s); beyond them the running test fails and the
+"""Seconds the whole module may take (it takes about 60 s); beyond them the running test fails and the
 cluster is shut down."""
 
 

@@ -198,6 +198,7 @@ def _parser() -> tuple[OneLineParser, dict[str, argparse.ArgumentParser]]:
         description="Read a password from standard input (or a prompt) and print its scrypt hash.",
     )
     _logging_options(hash_command, argparse.SUPPRESS)
+    _add_ray_targets(commands)
     demo.add_argument(
         "--group-size", type=at_least_one, default=4, help="rollouts per task, one GRPO group (default: 4)"
     )
@@ -588,6 +589,51 @@ def _read_with_progress(follower: RunFollower) -> None:
             progress.update(task, completed=follower.position)
 
 
+def _add_ray_targets(commands: argparse._SubParsersAction[OneLineParser]) -> None:
+    targets = commands.add_parser(
+        "ray-targets",
+        help="print the scrape targets registered by serve_on_ray() on a Ray cluster",
+        description=(
+            "Connect to a Ray cluster and print the target groups of a namespace's target registry, as "
+            "Prometheus's http_sd_configs reads them (JSON), or with --url the URL to give http_sd_configs. "
+            "Needs rollout-telemetry[ray]."
+        ),
+    )
+    targets.add_argument("--address", required=True, help="the Ray cluster's address (e.g. 10.0.0.1:6379)")
+    targets.add_argument("--namespace", required=True, help="the Ray namespace of the run's registry")
+    targets.add_argument("--name", default=None, help="the registry actor's name (default: the library's)")
+    targets.add_argument("--url", action="store_true", help="print the http_sd_configs URL instead")
+    _logging_options(targets, argparse.SUPPRESS)
+
+
+def _ray_targets(args: argparse.Namespace) -> int:
+    try:
+        from rollout_telemetry import ray as on_ray
+    except ImportError as exc:  # the extra is missing: the message names the pip install
+        print(f"rollout-telemetry ray-targets: {exc}", file=sys.stderr)
+        return 2
+    import ray
+
+    name = args.name or on_ray.REGISTRY_NAME
+    ray.init(
+        address=args.address, namespace=args.namespace, logging_level=logging.WARNING, log_to_driver=False
+    )
+    try:
+        if args.url:
+            print(on_ray.registry_url(namespace=args.namespace, name=name))
+        else:
+            print(json.dumps(on_ray.target_groups(namespace=args.namespace, name=name), indent=2))
+    except ValueError:  # Ray's answer when no actor has the name
+        print(
+            f"rollout-telemetry ray-targets: no target registry {name!r} in Ray namespace {args.namespace!r}",
+            file=sys.stderr,
+        )
+        return 2
+    finally:
+        ray.shutdown()
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit status."""
     parser, subcommands = _parser()
@@ -605,6 +651,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "report": _report,
         "top": _top,
         "hash-password": lambda _: _hash_password(),
+        "ray-targets": _ray_targets,
     }
     try:
         return commands[args.command](args)

@@ -1,0 +1,345 @@
+"""Rollout workers on a real Ray cluster (a head and a second node on this machine), found by a real
+Prometheus through the target registry, over ``http_sd_configs`` and ``file_sd_configs``."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from types import FrameType
+from typing import Any, NamedTuple
+
+import pytest
+
+from tests.e2e import fleet_member
+from tests.e2e.prometheus import Prometheus
+
+try:
+    import ray
+except ImportError:
+    if os.environ.get("CI"):
+        raise  # CI installs the ray extra: without it this module fails rather than skips
+    pytest.skip("needs the ray extra: pip install 'rollout-telemetry[ray]'", allow_module_level=True)
+from ray.cluster_utils import Cluster
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from rollout_telemetry.discovery import DEFAULT_LEASE_SECONDS
+from rollout_telemetry.ray import registry_url, start_registry, stop_registry, target_groups
+from tests.e2e.ray_worker import RUN, RolloutWorker
+
+pytestmark = pytest.mark.e2e
+REPO = Path(__file__).resolve().parents[2]
+NAMESPACE = "rollout-telemetry-e2e"
+STORE = 75 * 1024 * 1024
+SEEDS = [31, 32, 33, 34]
+REPLACEMENT = 35
+Worker = ray.remote(num_cpus=0)(RolloutWorker)
+
+
+BUDGET = 300
+"""Seconds the whole module may take (it takes about 60 s); beyond them the running test fails and the
+cluster is shut down."""
+
+
+class RayCluster(NamedTuple):
+    address: str
+    nodes: list[str]
+
+
+def _over_budget(signum: int, frame: FrameType | None) -> None:
+    raise TimeoutError(f"the Ray end-to-end tests took longer than {BUDGET} s")
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[RayCluster]:
+    """A head node and one more, one CPU and a small object store each, on this machine."""
+    patch = pytest.MonkeyPatch()
+    # the workers import tests.e2e.ray_worker: give every process of the cluster the repository
+    patch.setenv("PYTHONPATH", str(REPO))
+    patch.setenv("RAY_USAGE_STATS_ENABLED", "0")
+    previous = signal.signal(signal.SIGALRM, _over_budget)
+    signal.alarm(BUDGET)
+    started = time.monotonic()
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={"num_cpus": 1, "object_store_memory": STORE, "include_dashboard": False},
+    )
+    try:
+        cluster.add_node(num_cpus=1, object_store_memory=STORE)
+        cluster.wait_for_nodes(timeout=60)
+        ray.init(address=cluster.address, namespace=NAMESPACE, log_to_driver=False)
+        nodes = sorted(n["NodeID"] for n in ray.nodes() if n["Alive"])  # type: ignore[no-untyped-call]
+        assert len(nodes) == 2
+        print(f"ray cluster up in {time.monotonic() - started:.1f} s")
+        yield RayCluster(cluster.address, nodes)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+        ray.shutdown()
+        cluster.shutdown()  # type: ignore[no-untyped-call]
+        patch.undo()
+        print(f"ray cluster: {time.monotonic() - started:.1f} s from start to shutdown")
+
+
+def kill(*workers: Any) -> None:
+    """Kill the workers and wait until they are dead, so none renews (and so re-creates) a registry."""
+    for worker in workers:
+        ray.kill(worker)
+    deadline = time.monotonic() + 60
+    for worker in workers:
+        while True:  # a call made just after ray.kill() may still be served: the kill is asynchronous
+            try:
+                ray.get(worker.where.remote(), timeout=60)
+            except ray.exceptions.RayActorError:
+                break
+            assert time.monotonic() < deadline, "a killed worker still answers after 60 s"
+            time.sleep(0.1)
+
+
+def start_worker(seed: int, node: str) -> Any:
+    strategy = NodeAffinitySchedulingStrategy(node, soft=False)
+    return Worker.options(scheduling_strategy=strategy).remote(seed, NAMESPACE)
+
+
+def known_totals(seeds: list[int]) -> dict[tuple[tuple[str, str], ...], float]:
+    """Completed rollouts per agent, counted from the seeds' outcome lists without the library."""
+    counts: Counter[str] = Counter()
+    for seed in seeds:
+        for agent, disposition, _, _ in fleet_member.outcomes(seed):
+            counts[agent] += disposition in ("measured", "masked")
+    return {(("agent", agent),): float(counts[agent]) for agent in fleet_member.AGENTS}
+
+
+def known_failed(seeds: list[int]) -> dict[tuple[tuple[str, str], ...], float]:
+    """Failed rollouts per agent, counted from the outcome lists."""
+    counts: Counter[str] = Counter()
+    for seed in seeds:
+        for agent, disposition, _, _ in fleet_member.outcomes(seed):
+            counts[agent] += disposition == "failed"
+    return {(("agent", agent),): float(counts[agent]) for agent in fleet_member.AGENTS}
+
+
+def discovered(prometheus: Prometheus) -> dict[str, dict[str, Any]]:
+    """Prometheus's active targets, by address."""
+    return {t["labels"]["instance"]: t for t in prometheus.api("targets", state="active")["activeTargets"]}
+
+
+def registered() -> set[str]:
+    """The registry's targets (none while it is being restarted)."""
+    try:
+        groups = target_groups(namespace=NAMESPACE)
+    except ray.exceptions.ActorUnavailableError:
+        return set()
+    return {address for group in groups for address in group["targets"]}
+
+
+def wait(condition: Any, *, timeout: float, what: str) -> float:
+    """Poll until ``condition()`` holds; return the seconds it took."""
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        if condition():
+            return time.monotonic() - started
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+@pytest.mark.parametrize("discovery", ["http_sd", "file_sd"])
+def test_actors_on_two_nodes_are_discovered_and_summed_exactly(
+    cluster: RayCluster, tmp_path: Path, discovery: str
+) -> None:
+    """Four actors on two nodes are found through the registry and summed exactly; a killed actor leaves
+    discovery within the lease, its replacement is found and scraped, and the run's totals stay exact."""
+    started = time.monotonic()
+    file_sd = tmp_path / "sd" / "targets.json"
+    start_registry(namespace=NAMESPACE, file_sd_path=str(file_sd) if discovery == "file_sd" else None)
+    workers: list[Any] = []
+    try:
+        url = registry_url(namespace=NAMESPACE)
+        if discovery == "http_sd":
+            sd: dict[str, Any] = {"http_sd_configs": [{"url": url, "refresh_interval": "1s"}]}
+        else:
+            sd = {"file_sd_configs": [{"files": [str(file_sd)], "refresh_interval": "1s"}]}
+        workers = [start_worker(seed, cluster.nodes[i % 2]) for i, seed in enumerate(SEEDS)]
+        places = ray.get([w.where.remote() for w in workers], timeout=120)
+        assert {p["ray_node_id"] for p in places} == set(cluster.nodes)
+        assert len({p["pid"] for p in places}) == 4
+        assert {p["ray_actor"] for p in places} == {"RolloutWorker"}
+        with urllib.request.urlopen(url, timeout=10) as response:
+            assert response.headers["Content-Type"] == "application/json"
+            groups = json.load(response)
+        assert sorted(g["targets"][0] for g in groups) == sorted(p["address"] for p in places)
+        if discovery == "file_sd":
+            assert json.loads(file_sd.read_text()) == groups
+
+        config = {"static_configs": [], **sd}
+        with Prometheus(tmp_path, [], interval="500ms", scrape_extra=config) as prometheus:
+            discovered_and_summed(prometheus, workers, places)
+            workers[0] = killed_and_replaced(prometheus, workers[0], places[0], cluster.nodes[0], discovery)
+            # an actor that stops serving deregisters at once
+            leaving = places[1]["address"]
+            ray.get(workers[1].stop_serving.remote(), timeout=60)
+            assert leaving not in registered()
+            if discovery == "file_sd":
+                listed = {a for g in json.loads(file_sd.read_text()) for a in g["targets"]}
+                assert listed == registered()
+    finally:
+        kill(*workers)
+        stop_registry(namespace=NAMESPACE)
+        print(f"{discovery}: {time.monotonic() - started:.1f} s")
+
+
+def discovered_and_summed(prometheus: Prometheus, workers: list[Any], places: list[dict[str, str]]) -> None:
+    """Prometheus finds the four targets with their labels, and sums their known outcomes exactly."""
+    prometheus.wait_for(lambda: prometheus.targets_up() == 4, timeout=60, what="four targets up")
+    found = discovered(prometheus)
+    for place in places:
+        labels = found[place["address"]]["labels"]
+        assert labels["ray_node_id"] == place["ray_node_id"]
+        assert labels["pid"] == place["pid"]
+    ray.get([w.collect.remote() for w in workers], timeout=60)
+    want = known_totals(SEEDS)
+
+    def summed() -> bool:
+        return prometheus.values(f'sum by (agent) (rollout_completed_total{{run="{RUN}"}})') == want
+
+    prometheus.wait_for(summed, timeout=30, what="the four actors' exact totals")
+    assert prometheus.values("sum by (agent) (rollout_failed_total)") == known_failed(SEEDS)
+    # the recording rules aggregate the per-target labels away: one series per run and agent
+    prometheus.wait_for(
+        lambda: (
+            {tuple(k for k, _ in key) for key in prometheus.values("agent:rollout_completed:rate5m")}
+            == {("__name__", "agent", "run")}
+        ),
+        timeout=30,
+        what="the recording rule",
+    )
+
+
+def killed_and_replaced(
+    prometheus: Prometheus, worker: Any, place: dict[str, str], node: str, discovery: str
+) -> Any:
+    """A killed actor leaves discovery within the lease; its replacement is a new target from zero."""
+    dead = place["address"]
+    ray.kill(worker)
+    left = wait(lambda: dead not in registered(), timeout=DEFAULT_LEASE_SECONDS, what="removal")
+    gone = wait(lambda: dead not in discovered(prometheus), timeout=30, what="prometheus to drop it")
+    print(f"{discovery}: killed target left the registry in {left:.1f} s, prometheus {gone:.1f} s")
+
+    replacement = start_worker(REPLACEMENT, node)
+    new = ray.get(replacement.where.remote(), timeout=120)
+    pid = new["pid"]
+    assert pid != place["pid"]
+
+    def scraped() -> bool:
+        target = discovered(prometheus).get(new["address"], {})
+        return bool(target.get("health") == "up" and target["labels"]["pid"] == pid)
+
+    prometheus.wait_for(scraped, timeout=30, what="the replacement to be scraped")
+    prometheus.wait_for(
+        lambda: bool(prometheus.query(f'rollout_completed_total{{pid="{pid}"}} == 0')),
+        timeout=30,
+        what="the replacement's zeros",
+    )
+    ray.get(replacement.collect.remote(), timeout=60)
+    live = known_totals([*SEEDS[1:], REPLACEMENT])
+    prometheus.wait_for(
+        lambda: prometheus.values("sum by (agent) (rollout_completed_total)") == live,
+        timeout=30,
+        what="the live actors' exact totals",
+    )
+    # the run's totals, the dead actor included: each series' last value (counters never go down)
+    run = prometheus.values("sum by (agent) (max_over_time(rollout_completed_total[1h]))")
+    assert run == known_totals([*SEEDS, REPLACEMENT])
+    # a replacement is a series of its own, not a reset of the dead one's: rates never see a drop
+    assert set(prometheus.values("resets(rollout_completed_total[1h])").values()) == {0.0}
+    stamp = max(
+        float(r["value"][1]) for r in prometheus.query(f'timestamp(rollout_completed_total{{pid="{pid}"}})')
+    )
+    increase = prometheus.query(
+        f'sum by (agent) (increase(rollout_completed_total{{pid="{pid}"}}[1h]))', at=stamp
+    )
+    got = {(("agent", r["metric"]["agent"]),): float(r["value"][1]) for r in increase}
+    assert got == known_totals([REPLACEMENT])
+    return replacement
+
+
+def test_registrations_from_many_actors_at_once(cluster: RayCluster) -> None:
+    """Two actors on two nodes register 100 targets each from 16 threads at once: none is lost."""
+    name = "rollout-telemetry-flood"
+    workers = [start_worker(40 + i, node) for i, node in enumerate(cluster.nodes)]
+    try:
+        leases = ray.get(
+            [w.flood.remote(name, NAMESPACE, 20000 + 1000 * i, 100) for i, w in enumerate(workers)],
+            timeout=120,
+        )
+        assert leases == [DEFAULT_LEASE_SECONDS] * 2
+        groups = target_groups(namespace=NAMESPACE, name=name)
+        assert len(groups) == 200
+        ports = sorted(int(g["targets"][0].rsplit(":", 1)[1]) for g in groups)
+        assert ports == [*range(20000, 20100), *range(21000, 21100)]
+    finally:
+        kill(*workers)
+        stop_registry(namespace=NAMESPACE, name=name)
+        stop_registry(namespace=NAMESPACE)  # the one the workers' own targets created
+
+
+def test_ray_targets_prints_the_target_groups(cluster: RayCluster) -> None:
+    """``rollout-telemetry ray-targets`` prints the registry's target groups, or its URL with --url."""
+    name = "rollout-telemetry-cli"
+    registry = start_registry(namespace=NAMESPACE, name=name, sweep_seconds=3600)
+    try:
+        ray.get(registry.register.remote("10.1.2.3:9464", {"pid": "7"}, "https"), timeout=60)
+
+        def cli(*args: str) -> subprocess.CompletedProcess[str]:
+            command = ["ray-targets", "--address", cluster.address, "--namespace", NAMESPACE, *args]
+            return subprocess.run(
+                [sys.executable, "-m", "rollout_telemetry", *command],
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=False,
+            )
+
+        printed = cli("--name", name)
+        assert printed.returncode == 0, printed.stderr
+        assert json.loads(printed.stdout) == [
+            {"targets": ["10.1.2.3:9464"], "labels": {"pid": "7", "__scheme__": "https"}}
+        ]
+        url = cli("--name", name, "--url")
+        assert url.stdout.strip() == registry_url(namespace=NAMESPACE, name=name)
+        missing = cli("--name", "no-such-registry")
+        assert missing.returncode == 2
+        assert "no target registry 'no-such-registry'" in missing.stderr
+    finally:
+        stop_registry(namespace=NAMESPACE, name=name)
+
+
+def test_a_hung_actor_leaves_by_its_lease_and_a_restarted_registry_is_refilled(cluster: RayCluster) -> None:
+    """A process that stops answering (its port still accepts connections) leaves when its lease runs out
+    and returns when it renews; a registry that crashes is restarted by Ray and refilled by the renewals."""
+    lease = 3.0  # renewals every second
+    registry = start_registry(namespace=NAMESPACE, lease_seconds=lease)
+    worker = start_worker(50, cluster.nodes[1])
+    try:
+        place = ray.get(worker.where.remote(), timeout=120)
+        address, pid = place["address"], int(place["pid"])
+        assert address in registered()
+        os.kill(pid, signal.SIGSTOP)  # hung: the kernel still accepts its connections, nothing renews
+        try:
+            left = wait(lambda: address not in registered(), timeout=4 * lease, what="the lease to run out")
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        assert left > lease / 2
+        wait(lambda: address in registered(), timeout=4 * lease, what="the renewal")
+        ray.kill(registry, no_restart=False)  # a crash: Ray restarts it as it was created
+        wait(lambda: address in registered(), timeout=60, what="the restarted registry to be refilled")
+    finally:
+        kill(worker)
+        stop_registry(namespace=NAMESPACE)

@@ -44,7 +44,7 @@ def _demo_args(scenario: str) -> list[str]:
     return ["demo", "--scenario", scenario, "--run", scenario, "--rate", "200",
             "--agents", "math_agent,code_agent", "--max-rollout-seconds", "0.2",
             "--drop-after", str(DROP_AFTER), "--duration", str(DROP_AFTER + WATCH + 5),
-            "--summary-interval", "60"]  # fmt: skip
+            "--summary-interval", "60", "--stalled", "0"]  # fmt: skip
 
 
 def test_each_scenario_fires_exactly_its_alert(tmp_path: Path) -> None:

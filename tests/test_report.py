@@ -141,3 +141,32 @@ def test_piped_report_honours_columns(
     out = capsys.readouterr().out
     assert "Rollouts by agent: distinct identities" in out
     assert max(len(line) for line in out.splitlines()) <= 200
+
+
+def test_a_progress_bar_on_a_terminal_and_none_when_piped(tmp_path: Path) -> None:
+    """Reading on a terminal draws rich's progress bar on stderr; piped, stderr stays silent."""
+    import os
+    import subprocess
+    import sys
+
+    row = json.dumps({"reward": 1.0, "_ng_environment_server": "a", "response": {"text": "x" * 2000}})
+    (tmp_path / "run.jsonl").write_text((row + "\n") * 20_000)
+    command = [
+        sys.executable,
+        "-m",
+        "rollout_telemetry",
+        "report",
+        str(tmp_path / "run.jsonl"),
+        "--format",
+        "json",
+    ]
+    quiet = {
+        k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE")
+    }
+    piped = subprocess.run(command, capture_output=True, text=True, timeout=120, check=True, env=quiet)
+    assert piped.stderr == ""
+    terminal = subprocess.run(
+        command, capture_output=True, text=True, timeout=120, check=True, env={**quiet, "FORCE_COLOR": "1"}
+    )
+    assert "reading" in terminal.stderr
+    assert json.loads(terminal.stdout) == json.loads(piped.stdout)

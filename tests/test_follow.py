@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -278,3 +279,34 @@ def test_a_missing_file_is_announced_once_and_a_vanished_one_once_per_absence(
     agent = telemetry.snapshot().agent("a")
     assert agent is not None
     assert agent.measured == 1  # the same file back: nothing counted twice
+
+
+def test_lines_longer_than_the_read_buffer_and_cut_by_it(
+    tmp_path: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows larger than the read chunk, and rows cut by a chunk's end, are read whole, each once."""
+    from rollout_telemetry import follow
+
+    monkeypatch.setattr(follow, "_CHUNK", 64)
+    main = tmp_path / "run.jsonl"
+    rows = [
+        json.dumps(
+            {"reward": 0.25 * (i % 4), "_ng_task_index": i, "_ng_rollout_index": 0,
+             "_ng_environment_server": "a", "response": {"text": "x" * (i * 37 % 300)}}
+        ) + "\n"
+        for i in range(50)
+    ]  # fmt: skip
+    main.write_text("".join(rows[:30]) + rows[30][:50])  # the last one still being written
+    telemetry, follower = _follower(clock, main)
+    follower.poll()
+    agent = telemetry.snapshot().agent("a")
+    assert agent is not None
+    assert agent.measured == 30
+    with main.open("a") as handle:
+        handle.write(rows[30][50:] + "".join(rows[31:]))
+    follower.poll()
+    agent = telemetry.snapshot().agent("a")
+    assert agent is not None
+    assert agent.measured == 50
+    assert agent.reward_sum == pytest.approx(sum(0.25 * (i % 4) for i in range(50)))
+    assert telemetry.snapshot().rejected == {}

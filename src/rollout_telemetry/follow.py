@@ -37,7 +37,8 @@ from rollout_telemetry.telemetry import RolloutTelemetry
 
 __all__ = ["NO_RESULT_CLASSES", "RunFiles", "RunFollower"]
 
-_BUFFER = 1 << 20
+_CHUNK = 1 << 22
+_BLANK = 64  # a line longer than this is not checked for being only white space
 
 _log = logging.getLogger("rollout_telemetry.follow")
 
@@ -95,7 +96,7 @@ _TERMINAL_CLASSES = frozenset({"skipped"})
 """Failure classes NeMo Gym never retries, whatever the row's ``_ng_failure_terminal`` says."""
 
 
-def _decode(line: bytes) -> _Row:
+def _decode(line: bytes | memoryview) -> _Row:
     try:
         return _DECODER.decode(line)
     except msgspec.ValidationError as exc:
@@ -106,12 +107,13 @@ def _decode(line: bytes) -> _Row:
         raise Rejection("malformed_json", str(exc)) from exc
 
 
-def _recover(line: bytes) -> tuple[int, _Row] | None:
+def _recover(line: bytes | memoryview) -> tuple[int, _Row] | None:
     """The whole row at the end of a line whose start is torn, if there is one: (its offset, the row).
 
     A writer that dies mid-line leaves a line without its newline; the next writer's first row is then
     appended to it. Only a malformed line is searched, from the left, for a row that decodes whole.
     """
+    line = bytes(line)  # only a malformed line comes here
     start = line.find(b'{"', 1)
     while start > 0:
         try:
@@ -239,25 +241,44 @@ class _Tail:
         self.identity = identity
         return started_over
 
-    def lines(self) -> Iterator[tuple[int, bytes]]:
+    def lines(self) -> Iterator[tuple[int, memoryview]]:
         """Yield the new complete lines with their numbers; a last line without its newline waits.
 
-        The file is read through one fixed buffer, so memory stays the same whatever its size.
+        The file is read in chunks of ``_CHUNK`` bytes and each line is handed out as a view into its chunk,
+        never copied (rows are tens of kilobytes); only a line cut by the end of a chunk is copied, to be
+        joined with the next one. Memory stays the same whatever the file's size. A yielded view is valid
+        until the next line is asked for.
         """
         try:
-            handle = open(self.path, "rb", buffering=_BUFFER)  # noqa: SIM115 - closed below, also on an early stop
+            handle = open(self.path, "rb", buffering=0)  # noqa: SIM115 - closed below, also on an early stop
         except OSError as exc:
             _log.warning("cannot read %s: %s", self.path, exc)
             return
         with handle:
             handle.seek(self.offset)
-            for line in handle:
-                if not line.endswith(b"\n"):
-                    break  # a last line still being written: read it again, whole, next time
-                self.offset += len(line)
-                self.line_number += 1
-                if not line.isspace():
-                    yield self.line_number, line
+            buffer = bytearray(_CHUNK)
+            view = memoryview(buffer)
+            kept = 0  # bytes at the buffer's start: a line the last chunk cut, to be joined with the next
+            while True:
+                read = handle.readinto(view[kept:])
+                if not read:
+                    return  # what is kept is a last line still being written: read again, whole, later
+                size = kept + read
+                start = 0
+                find = buffer.find
+                while (end := find(b"\n", start, size)) >= 0:
+                    self.offset += end + 1 - start
+                    self.line_number += 1
+                    if end > start and (end - start > _BLANK or not buffer[start:end].isspace()):
+                        yield self.line_number, view[start:end]
+                    start = end + 1
+                kept = size - start
+                if kept == len(buffer):  # one line longer than the buffer: a larger one, the line moved
+                    buffer = bytearray(2 * len(buffer))
+                    buffer[:kept] = view[start:size]
+                    view = memoryview(buffer)
+                else:
+                    buffer[:kept] = buffer[start:size]  # same length: the buffer is not resized
 
 
 class RunFollower:
@@ -361,7 +382,7 @@ class RunFollower:
         for tail in self._tails():
             tail.rewind()
 
-    def _handle(self, tail: _Tail, number: int, line: bytes) -> None:
+    def _handle(self, tail: _Tail, number: int, line: memoryview) -> None:
         try:
             row = _decode(line)
         except Rejection as exc:

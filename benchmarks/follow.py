@@ -3,10 +3,11 @@
 1. Generates a rollout file in NeMo Gym's shape (default 100,000 rows of about 20 KB, mostly the large
    ``response`` and ``responses_create_params`` fields: about 2 GB; every response carries ``usage`` and
    one in 17 is truncated, so the reader parses what it counts and skips the ``output``), then times
-   reading it completely into the account and coverage (``RunFollower.poll``) against a baseline that reads
-   the lines and ``json.loads`` each one. Goal: the reader at least 2x the baseline.
+   reading it completely into the account and coverage (``RunFollower.read_all``, as ``report`` does)
+   against a baseline that reads the lines and ``json.loads`` each one. Goal: the reader at least 2x the
+   baseline.
 2. Runs ``rollout-telemetry report`` on that file as a process and prints its peak resident memory (the
-   file is read through one fixed buffer). Goal: under 256 MB at any file size.
+   file is read a fixed-size chunk at a time). Goal: under 256 MB at any file size.
 3. Times one scrape of a follower's ``/metrics`` (the account and the coverage account) with 10 thousand,
    100 thousand and 1 million rollouts recorded. Goal: the same cost at every size (the coverage counts
    are kept current as rows arrive; a scrape reads per-agent totals only).
@@ -88,7 +89,7 @@ def reader(path: Path) -> int:
     """Read the file with the follower into a fresh account and coverage."""
     telemetry = RolloutTelemetry()
     follower = RunFollower(telemetry, RunFiles(path))
-    follower.poll()
+    follower.read_all()  # what report does
     return sum(a.completed for a in telemetry.snapshot().agents)
 
 

@@ -310,3 +310,15 @@ def test_lines_longer_than_the_read_buffer_and_cut_by_it(
     assert agent.measured == 50
     assert agent.reward_sum == pytest.approx(sum(0.25 * (i % 4) for i in range(50)))
     assert telemetry.snapshot().rejected == {}
+
+
+def test_read_all_counts_what_poll_counts_and_restores_the_collector(run_dir: Path, clock: FakeClock) -> None:
+    """read_all() (report's way) reads the same as poll() and leaves the garbage collector as it found it."""
+    import gc
+
+    first, follower = _follower(clock, run_dir / "run.jsonl")
+    assert follower.read_all() == 4 + 3 + 7
+    assert gc.isenabled()
+    second, again = _follower(clock, run_dir / "run.jsonl")
+    again.poll()
+    assert exposition(first.registry) == exposition(second.registry)

@@ -584,11 +584,11 @@ def _read_with_progress(follower: RunFollower) -> None:
 
     console = Console(stderr=True)
     if not console.is_terminal:
-        follower.poll()
+        follower.read_all()
         return
     from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
 
-    reader = threading.Thread(target=follower.poll, name="rollout-telemetry-report")
+    reader = threading.Thread(target=follower.read_all, name="rollout-telemetry-report")
     with Progress(
         "reading", BarColumn(), DownloadColumn(), TimeRemainingColumn(), console=console, transient=True
     ) as progress:

@@ -19,6 +19,7 @@ file and line number, and reading goes on.
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import os
 import threading
@@ -363,6 +364,21 @@ class RunFollower:
                     self._handle(tail, number, line)
                     read += 1
             return read
+
+    def read_all(self) -> int:
+        """Read every file to its current end in one go, as ``report`` does; return the lines read.
+
+        The cyclic garbage collector is paused meanwhile: reading makes no reference cycles, and with millions
+        of rollouts in the coverage account each of its full collections would walk them all again (about 8%
+        of the time at 50,000 rows, more as the run grows). Reference counting frees as usual.
+        """
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            return self.poll()
+        finally:
+            if enabled:
+                gc.enable()
 
     def finish(self) -> None:
         """The files are complete: count the rows still waiting for an input row under ``default_agent``,

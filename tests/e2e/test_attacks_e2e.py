@@ -136,7 +136,9 @@ def test_an_authorised_scrape_answers_within_a_second_under_attack(
     target.scrape()  # warm: the worker threads exist, a password is verified and remembered
     baseline = (open_descriptors(), threading.active_count())
     with attack(target.server.port, kind, connections):
-        if kind != "wrong-password":  # wait until the attack holds connections here
+        # Wait until the attack holds connections here; a wrong password and a request with a body are
+        # answered at once (the body is never read), so those attackers hold none for long.
+        if kind not in ("wrong-password", "big-body"):
             held = min(connections, MAX_CONNECTIONS) // 2
             wait_until(
                 lambda: open_descriptors() >= baseline[0] + held, timeout=30, what=f"{held} connections"

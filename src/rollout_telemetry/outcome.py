@@ -154,35 +154,26 @@ def _token_count(value: object, name: str) -> int:
     return value
 
 
+def _detail(details: object, name: str) -> object:
+    return None if details is None else _part(details, name)
+
+
 def _tokens(usage: object) -> tuple[int, int, int, int]:
     if type(usage) is dict:  # a JSONL row's usage: read without a helper per field
         get = usage.get
         input_tokens, output_tokens = get("input_tokens"), get("output_tokens")
         input_details, output_details = get("input_tokens_details"), get("output_tokens_details")
         if type(input_details) is dict and type(output_details) is dict:
-            cached = input_details.get("cached_tokens")
-            reasoning = output_details.get("reasoning_tokens")
-            if (
-                type(input_tokens) is int
-                and type(output_tokens) is int
-                and type(cached) is int
-                and type(reasoning) is int
-                and input_tokens >= 0
-                and output_tokens >= 0
-                and cached >= 0
-                and reasoning >= 0
-            ):
-                return input_tokens, output_tokens, cached, reasoning  # the common case: all four, all fine
+            cached, reasoning = input_details.get("cached_tokens"), output_details.get("reasoning_tokens")
+        else:
+            cached = _detail(input_details, "cached_tokens")
+            reasoning = _detail(output_details, "reasoning_tokens")
     elif isinstance(usage, str | bytes | int | float):
         raise OutcomeError("usage", f"must be a mapping or an object, got {type(usage).__name__}")
     else:
         input_tokens, output_tokens = _part(usage, "input_tokens"), _part(usage, "output_tokens")
-        input_details, output_details = (
-            _part(usage, "input_tokens_details"),
-            _part(usage, "output_tokens_details"),
-        )
-    cached = None if input_details is None else _part(input_details, "cached_tokens")
-    reasoning = None if output_details is None else _part(output_details, "reasoning_tokens")
+        cached = _detail(_part(usage, "input_tokens_details"), "cached_tokens")
+        reasoning = _detail(_part(usage, "output_tokens_details"), "reasoning_tokens")
     if (
         type(input_tokens) is int
         and type(output_tokens) is int

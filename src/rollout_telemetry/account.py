@@ -16,7 +16,7 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from rollout_telemetry import _fork
 from rollout_telemetry.failure_kinds import AGENT, OTHER
@@ -34,6 +34,9 @@ DURATION_BUCKETS: tuple[float, ...] = (
 """Upper bounds (seconds) of the rollout duration histogram, sub-second to an hour; +Inf is implied."""
 
 _DISPOSITIONS = tuple(Disposition)
+_Key = TypeVar(
+    "_Key", str, str | None
+)  # a count's key: a name (a kind may be None: unspecified) or its label
 _MEASURED = Disposition.MEASURED
 
 
@@ -199,13 +202,28 @@ class Account:
         return state
 
     def _new_kind(self, state: _AgentState, cell: _Cell, kind: str | None) -> None:
-        # Called under the lock when ``kind`` is not a key of ``cell.kinds``: resolve its label once.
+        # Called under the lock when ``kind`` is not a key of ``cell.kinds``.
         label, folded = self.names.kind(state.label, kind)
+        self._first_count(cell.kinds, state.labels, kind, label=label, folded=folded, what="failure_kind")
+
+    def _first_count(
+        self,
+        counts: dict[_Key, int],
+        labels: dict[_Key, str],
+        name: _Key,
+        *,
+        label: str,
+        folded: bool,
+        what: str,
+    ) -> None:
+        # Called under the lock for a name not yet a key of ``counts``, with its resolved label. A name that
+        # is its own label becomes its own key, so its next records are `counts[name] += 1`; a cut or folded
+        # one is keyed by its label (a folded one is never made a key: every record of it is counted here).
         if folded:
-            self._overflowed("failure_kind")  # never made a key: every record of it is counted here
-        key = kind if label == (kind or label) else label
-        cell.kinds[key] = cell.kinds.get(key, 0) + 1
-        state.labels[key] = label
+            self._overflowed(what)
+        key = name if label == (name or label) else label
+        counts[key] = counts.get(key, 0) + 1
+        labels[key] = label
 
     def _generated(self, state: _AgentState, generation: Generation) -> None:
         # Called under the lock: the usage and truncation of one model response.
@@ -225,13 +243,11 @@ class Account:
                 self._truncated(state, truncated)
 
     def _truncated(self, state: _AgentState, reason: str) -> None:
-        # Called under the lock when ``reason`` is not a key of ``state.truncated``: resolve its label once.
+        # Called under the lock when ``reason`` is not a key of ``state.truncated``.
         label, folded = self.names.truncation(state.label, reason)
-        if folded:
-            self._overflowed("truncation_reason")  # never made a key: every record of it is counted here
-        key = reason if label == (reason or label) else label
-        state.truncated[key] = state.truncated.get(key, 0) + 1
-        state.reasons[key] = label
+        self._first_count(
+            state.truncated, state.reasons, reason, label=label, folded=folded, what="truncation_reason"
+        )
 
     def _overflowed(self, label: str) -> None:
         # Called under the lock.

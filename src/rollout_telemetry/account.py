@@ -34,9 +34,8 @@ DURATION_BUCKETS: tuple[float, ...] = (
 """Upper bounds (seconds) of the rollout duration histogram, sub-second to an hour; +Inf is implied."""
 
 _DISPOSITIONS = tuple(Disposition)
-_Key = TypeVar(
-    "_Key", str, str | None
-)  # a count's key: a name (a kind may be None: unspecified) or its label
+# A count's key: a name (a failure kind may be None, unspecified) or its label.
+_Key = TypeVar("_Key", str, str | None)
 _MEASURED = Disposition.MEASURED
 
 

@@ -150,3 +150,18 @@ def test_snapshots_are_consistent_under_concurrent_recording(clock: FakeClock) -
     assert agent.completed == 8 * per_thread
     assert agent.failed == 8 * per_thread
     assert agent.masked == 8 * len(range(0, per_thread, 3))
+
+
+def test_rewards_split_by_sign_zero_and_none(clock: FakeClock) -> None:
+    """Positive rewards add to one sum, negative magnitudes to the other; 0, -0.0 and None change neither."""
+    account = _account(clock)
+    for reward in (0.5, -0.25, 0.0, -0.0, None, 2.0, -1.0):
+        account.count("a", classify({"reward": reward}))
+    account.count("a", classify({"reward": -0.5, "mask_sample": True}))
+    account.count("a", absent(FAILED, "session_lost", reward=0.75))
+    agent = account.snapshot().agent("a")
+    assert agent is not None
+    assert (agent.measured, agent.unscored, agent.masked, agent.failed) == (6, 1, 1, 1)
+    assert agent.reward_positive == 0.5 + 2.0 + 0.75
+    assert agent.reward_negative == 0.25 + 1.0 + 0.5
+    assert agent.rewarded == 6 + 1 + 1

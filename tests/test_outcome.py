@@ -10,7 +10,15 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, ValidationError
 
-from rollout_telemetry.outcome import Disposition, OutcomeError, VerifyResponse, label_value, outcome_of
+from rollout_telemetry.outcome import (
+    Disposition,
+    OutcomeError,
+    VerifyResponse,
+    absent,
+    check_outcome,
+    label_value,
+    outcome_of,
+)
 
 
 class GymLikeVerifyResponse(BaseModel):
@@ -92,6 +100,56 @@ def test_bad_fields_raise_a_clear_error_naming_the_field(response: object, field
     assert info.value.field == field
     assert str(info.value).startswith(f"{field}: ")
     assert info.value.reason == f"invalid_{field}"
+
+
+class _Kind(str):
+    """A str subclass, as an enum-like vocabulary might pass."""
+
+
+def test_a_given_disposition_is_kept_and_the_fields_still_checked() -> None:
+    """A failed or omitted outcome keeps its disposition, whatever the reward; the fields meet the rules."""
+    assert check_outcome(Disposition.FAILED, 0.5, None, "session_lost", None) == (
+        Disposition.FAILED, 0.5, "session_lost", None, None,
+    )  # fmt: skip
+    assert absent(Disposition.OMITTED, "", "on purpose") == (
+        Disposition.OMITTED,
+        None,
+        None,
+        "on purpose",
+        None,
+    )
+    kind = absent(Disposition.FAILED, _Kind("session_lost"))[2]
+    assert type(kind) is str
+    assert kind == "session_lost"
+    with pytest.raises(OutcomeError) as info:
+        absent(Disposition.FAILED, 7)
+    assert info.value.field == "failure_kind"
+    with pytest.raises(OutcomeError) as info:
+        absent(Disposition.FAILED, None, None, math.nan)
+    assert info.value.field == "reward"
+    with pytest.raises(OutcomeError) as info:
+        check_outcome(Disposition.FAILED, None, "yes", None, None)
+    assert info.value.field == "mask_sample"
+
+
+@pytest.mark.parametrize(
+    ("mask_sample", "reward", "disposition"),
+    [
+        (None, 1.0, Disposition.MEASURED),
+        (False, 1.0, Disposition.MEASURED),
+        (True, 1.0, Disposition.MASKED),
+        (None, None, Disposition.UNSCORED),
+        (False, None, Disposition.UNSCORED),
+        (True, None, Disposition.MASKED),
+    ],
+)
+def test_completed_disposition_by_mask_and_reward(
+    mask_sample: bool | None, reward: float | None, disposition: Disposition
+) -> None:
+    """Every combination of mask and reward: masked wins, then no reward is unscored, else measured."""
+    assert check_outcome(None, reward, mask_sample, "", None)[:3] == (disposition, reward, None)
+    model = VerifyResponse.model_validate({"reward": reward, "mask_sample": mask_sample})
+    assert model.mask_sample is (disposition is Disposition.MASKED)
 
 
 def test_pydantic_model_applies_the_same_checks() -> None:

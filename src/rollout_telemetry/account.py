@@ -248,6 +248,28 @@ class Account:
             state.truncated, state.reasons, reason, label=label, folded=folded, what="truncation_reason"
         )
 
+    def _landed(
+        self,
+        state: _AgentState,
+        slot: int,
+        duration: float,
+        kind: tuple[Disposition, str | None],
+        exemplar: tuple[str, str] | None,
+    ) -> None:
+        # Called under the lock by count(): one rollout out of flight, its duration into the histogram, and
+        # its trace as the latest exemplar of its (disposition, kind) and duration bucket.
+        state.starts[slot] = None
+        state.flights[slot] = None
+        state.stalled[slot] = False
+        state.free_slots.append(slot)
+        bucket = bisect.bisect_left(DURATION_BUCKETS, duration)
+        state.duration_buckets[bucket] += 1
+        state.duration_sum += duration
+        state.duration_count += 1
+        if exemplar is not None:
+            state.bucket_exemplars[bucket] = (*exemplar, duration)
+            state.exemplars[kind] = exemplar
+
     def _overflowed(self, label: str) -> None:
         # Called under the lock.
         self._overflow[label] = self._overflow.get(label, 0) + 1
@@ -292,30 +314,20 @@ class Account:
         lock.acquire()
         try:
             if in_flight is not None:
-                state.starts[slot] = None
-                state.flights[slot] = None
-                state.stalled[slot] = False
-                state.free_slots.append(slot)
-                bucket = bisect.bisect_left(DURATION_BUCKETS, duration)
-                state.duration_buckets[bucket] += 1
-                state.duration_sum += duration
-                state.duration_count += 1
-                if exemplar is not None:
-                    state.bucket_exemplars[bucket] = (*exemplar, duration)
-                    state.exemplars[(disposition, kind)] = exemplar
+                self._landed(state, slot, duration, (disposition, kind), exemplar)
             cell = state.cells[disposition]
-            counts = cell.kinds
             try:
-                counts[kind] += 1
+                cell.kinds[kind] += 1
             except KeyError:
                 self._new_kind(state, cell, kind)
-            # A zero reward (common: masked rollouts usually score 0) changes no sum: the adds are skipped.
-            if reward is None:
+            # A zero reward (common: masked rollouts usually score 0) changes no sum: one test skips the adds.
+            if reward:
+                if reward > 0.0:
+                    cell.positive += reward
+                else:
+                    cell.negative -= reward
+            elif reward is None:
                 cell.unrewarded += 1
-            elif reward > 0.0:
-                cell.positive += reward
-            elif reward < 0.0:
-                cell.negative -= reward
             if generation is not None:
                 self._generated(state, generation)
         finally:

@@ -40,8 +40,8 @@ __all__ = [
     "OutcomeError",
     "VerifyResponse",
     "absent",
-    "check_fields",
     "check_generation",
+    "check_outcome",
     "classify",
     "label_value",
     "outcome_of",
@@ -72,10 +72,41 @@ class OutcomeError(Rejection, ValueError):
         self.field = field
 
 
-def check_fields(
-    reward: object, mask_sample: object, failure_kind: object, failure_reason: object
-) -> tuple[float | None, bool, str | None, str | None]:
-    """Check the four outcome fields; return them normalised: every field rule is here and only here.
+TOKEN_TYPES = ("input", "output", "cached", "reasoning")
+"""The ``type`` label values of ``rollout_tokens_total``, in the order of ``Generation.tokens``."""
+
+
+Generation = tuple[tuple[int, int, int, int] | None, str | None]
+"""What the model's response says about its generation: ``(tokens, truncated)``.
+
+``tokens`` is ``(input, output, cached, reasoning)`` from ``response.usage`` (``None`` without usage);
+``truncated`` is why the answer was cut short (``incomplete_details.reason``, ``""`` if none was given), or
+``None`` when it was not. A plain tuple, like ``Classified``: a rollout with usage makes one, and a named
+tuple or dataclass costs several times more to build."""
+
+
+_MASKED, _UNSCORED, _MEASURED = Disposition.MASKED, Disposition.UNSCORED, Disposition.MEASURED
+
+Classified = tuple[Disposition, float | None, str | None, str | None, Generation | None]
+"""``(disposition, reward, failure_kind, failure_reason, generation)``: one checked, classified outcome. A
+plain tuple, because every rollout makes one; ``Outcome`` is the same as a dataclass for callers.
+``generation`` is ``None`` unless the model response carried usage or was truncated."""
+
+
+def check_outcome(  # noqa: PLR0912, PLR0917 - one rule per field, the fields as arguments (a call per rollout)
+    disposition: Disposition | None,
+    reward: object,
+    mask_sample: object,
+    failure_kind: object,
+    failure_reason: object,
+    generation: Generation | None = None,
+) -> Classified:
+    """Check an outcome's fields and classify it: every field rule and the disposition rule are here only.
+
+    ``disposition`` is ``FAILED`` or ``OMITTED`` for a rollout that did not reach the output; ``None`` for a
+    completed one, which is classified: ``mask_sample=True`` makes it masked (whatever the reward), no numeric
+    reward makes it unscored, anything else is measured. ``failure_kind`` and ``failure_reason`` are carried
+    along unchanged, and so is ``generation`` (already checked by ``check_generation``).
 
     - ``reward``: a finite number (``int``, ``bool``, numpy scalars, ``Decimal`` and ``Fraction`` become a
       float; a bool counts as 1.0 or 0.0, as pydantic and Gym's own models read it), or ``None`` when the
@@ -101,34 +132,27 @@ def check_fields(
         if not math.isfinite(as_float):
             raise OutcomeError("reward", f"must be a finite number, got {reward!r}")
         reward = as_float
-    if mask_sample is None:
-        mask_sample = False
-    elif mask_sample is not True and mask_sample is not False:
+    # The disposition of a completed rollout is decided with the mask's own check.
+    if mask_sample is True:
+        if disposition is None:
+            disposition = _MASKED
+    elif mask_sample is not None and mask_sample is not False:
         raise OutcomeError("mask_sample", f"must be a bool, got {type(mask_sample).__name__}")
-    if failure_kind is not None and type(failure_kind) is not str:
-        if not isinstance(failure_kind, str):
-            raise OutcomeError("failure_kind", f"must be a string, got {type(failure_kind).__name__}")
-        failure_kind = str(failure_kind)
-    if failure_kind == "":
-        failure_kind = None
+    elif disposition is None:
+        disposition = _UNSCORED if reward is None else _MEASURED
+    if failure_kind is not None:  # no kind, the commonest, takes one test
+        if type(failure_kind) is not str:
+            if not isinstance(failure_kind, str):
+                raise OutcomeError("failure_kind", f"must be a string, got {type(failure_kind).__name__}")
+            failure_kind = str(failure_kind)
+        if failure_kind == "":
+            failure_kind = None
     if failure_reason is not None and not isinstance(failure_reason, str):
         raise OutcomeError("failure_reason", f"must be a string, got {type(failure_reason).__name__}")
-    return reward, mask_sample, failure_kind, failure_reason
+    return disposition, reward, failure_kind, failure_reason, generation
 
 
 _ABSENT = object()
-
-TOKEN_TYPES = ("input", "output", "cached", "reasoning")
-"""The ``type`` label values of ``rollout_tokens_total``, in the order of ``Generation.tokens``."""
-
-
-Generation = tuple[tuple[int, int, int, int] | None, str | None]
-"""What the model's response says about its generation: ``(tokens, truncated)``.
-
-``tokens`` is ``(input, output, cached, reasoning)`` from ``response.usage`` (``None`` without usage);
-``truncated`` is why the answer was cut short (``incomplete_details.reason``, ``""`` if none was given), or
-``None`` when it was not. A plain tuple, like ``Classified``: a rollout with usage makes one, and a named
-tuple or dataclass costs several times more to build."""
 
 
 def _part(value: object, name: str) -> object:
@@ -270,9 +294,20 @@ class VerifyResponse(BaseModel):
     def _checked(cls, data: object) -> object:
         if not isinstance(data, Mapping):
             return data  # pydantic refuses what is not a mapping
-        fields = ("reward", "mask_sample", "failure_kind", "failure_reason")
-        checked = check_fields(*(data.get(name) for name in fields))
-        return {**data, **dict(zip(fields, checked, strict=True))}
+        disposition, reward, kind, reason, _ = check_outcome(
+            None,
+            data.get("reward"),
+            data.get("mask_sample"),
+            data.get("failure_kind"),
+            data.get("failure_reason"),
+        )
+        checked = {
+            "reward": reward,
+            "mask_sample": disposition is _MASKED,
+            "failure_kind": kind,
+            "failure_reason": reason,
+        }
+        return {**data, **checked}
 
 
 @dataclass(frozen=True, slots=True)
@@ -321,16 +356,8 @@ def _fields(response: object) -> tuple[object, object, object, object, object]:
     )
 
 
-_MASKED, _UNSCORED, _MEASURED = Disposition.MASKED, Disposition.UNSCORED, Disposition.MEASURED
-
-Classified = tuple[Disposition, float | None, str | None, str | None, Generation | None]
-"""``(disposition, reward, failure_kind, failure_reason, generation)``: one checked, classified outcome. A
-plain tuple, because every rollout makes one; ``Outcome`` is the same as a dataclass for callers.
-``generation`` is ``None`` unless the model response carried usage or was truncated."""
-
-
 def classify(response: object) -> Classified:
-    """Check a completed rollout's verify response and classify it: the one place the rule is written.
+    """Read a completed rollout's verify response, check it and classify it (``check_outcome``).
 
     ``mask_sample=True`` makes it masked (whatever the reward), no numeric reward makes it unscored,
     anything else is measured. ``failure_kind`` and ``failure_reason`` are carried along unchanged; the
@@ -341,20 +368,18 @@ def classify(response: object) -> Classified:
     """
     if type(response) is dict:  # a JSONL row: the commonest shape, read without building anything
         get = response.get
-        reward, masked, kind, reason = check_fields(
-            get("reward"), get("mask_sample"), get("failure_kind"), get("failure_reason")
+        return check_outcome(
+            None,
+            get("reward"),
+            get("mask_sample"),
+            get("failure_kind"),
+            get("failure_reason"),
+            None if (model := get("response")) is None else check_generation(model),
         )
-        model = get("response")
-    else:
-        raw = _fields(response)
-        reward, masked, kind, reason = check_fields(raw[0], raw[1], raw[2], raw[3])
-        model = raw[4]
-    generation = None if model is None else check_generation(model)
-    if masked:
-        return _MASKED, reward, kind, reason, generation
-    if reward is None:
-        return _UNSCORED, reward, kind, reason, generation
-    return _MEASURED, reward, kind, reason, generation
+    reward, masked, kind, reason, model = _fields(response)
+    return check_outcome(
+        None, reward, masked, kind, reason, None if model is None else check_generation(model)
+    )
 
 
 def absent(
@@ -370,8 +395,7 @@ def absent(
     Raises:
         OutcomeError: a field has a value that is not allowed; the error names the field.
     """
-    checked_reward, _, kind, reason = check_fields(reward, None, failure_kind, failure_reason)
-    return disposition, checked_reward, kind, reason, None
+    return check_outcome(disposition, reward, None, failure_kind, failure_reason)
 
 
 def outcome_of(response: object) -> Outcome:

@@ -24,7 +24,7 @@ from rollout_telemetry.failure_kinds import KindValidator
 from rollout_telemetry.groups import DEFAULT_MIN_VALID, Groups, Member
 from rollout_telemetry.lifecycle import RolloutContext
 from rollout_telemetry.names import DEFAULT_MAX_AGENTS, DEFAULT_MAX_KINDS_PER_AGENT, Names
-from rollout_telemetry.outcome import Classified, Disposition, absent, classify
+from rollout_telemetry.outcome import Classified, Disposition, check_outcome, classify
 from rollout_telemetry.progress import progress_metrics
 from rollout_telemetry.rejections import Rejections
 from rollout_telemetry.server import MAX_ROLLOUTS_LIMIT, MetricsServer, TLSConfig
@@ -193,8 +193,7 @@ class RolloutTelemetry:
         rollout_index: int | None = None,
     ) -> None:
         """Record one rollout that never reached the output; ``reason`` goes to the log, never a label."""
-        member = None if task_index is None else (task_index, rollout_index, None)
-        self._record_absent(_FAILED, agent, failure_kind, reason, member)
+        self._record_absent(_FAILED, agent, failure_kind, reason, task_index, rollout_index)
 
     def record_omission(
         self,
@@ -206,23 +205,23 @@ class RolloutTelemetry:
         rollout_index: int | None = None,
     ) -> None:
         """Record one rollout left out of the output on purpose; ``reason`` goes to the log."""
-        member = None if task_index is None else (task_index, rollout_index, None)
-        self._record_absent(_OMITTED, agent, failure_kind, reason, member)
+        self._record_absent(_OMITTED, agent, failure_kind, reason, task_index, rollout_index)
 
-    def _record_absent(
+    def _record_absent(  # noqa: PLR0917 - the identity as two plain arguments: no tuple per failure
         self,
         disposition: Disposition,
         agent: str,
         failure_kind: str | None,
         reason: str | None,
-        member: Member | None,
+        task_index: int | None,
+        rollout_index: int | None,
     ) -> None:
         try:
-            outcome = absent(disposition, failure_kind, reason)
-            if member is None:  # the common call: straight to the account
+            outcome = check_outcome(disposition, None, None, failure_kind, reason)
+            if task_index is None:  # the common call: straight to the account
                 self._count(agent, outcome)
             else:
-                self._settle(agent, outcome, None, member)
+                self._settle(agent, outcome, None, (task_index, rollout_index, None))
             if reason is not None:
                 self._log_reason(agent, disposition, failure_kind, reason)
         except Exception as exc:

@@ -33,6 +33,34 @@ from rollout_telemetry import RolloutTelemetry
 
 OUTCOMES = ("measured", "masked", "failed")
 
+ROWS: dict[str, object] = {
+    "measured": {"reward": 0.5},
+    "with_usage": {
+        "reward": 0.5,
+        "response": {
+            "status": "completed",
+            "incomplete_details": None,
+            "usage": {
+                "input_tokens": 120,
+                "output_tokens": 40,
+                "total_tokens": 160,
+                "input_tokens_details": {"cached_tokens": 0},
+                "output_tokens_details": {"reasoning_tokens": 12},
+            },
+        },
+    },
+    "truncated": {
+        "reward": 0.0,
+        "response": {
+            "status": "incomplete",
+            "incomplete_details": {"reason": "max_output_tokens"},
+            "usage": {"input_tokens": 120, "output_tokens": 4096, "total_tokens": 4216},
+        },
+    },
+    "masked": {"reward": 0.0, "mask_sample": True, "failure_kind": "judge_failed"},
+}
+"""The verify responses timed: without usage, with usage, truncated, masked."""
+
 
 def candidates() -> tuple[dict[str, str], dict[str, object]]:
     """The statements timed and the names they use."""
@@ -70,30 +98,7 @@ def candidates() -> tuple[dict[str, str], dict[str, object]]:
         "af": {"agent": "math_agent", "failure_kind": "session_lost"},
         "record": telemetry.record,
         "record_failure": telemetry.record_failure,
-        "measured": {"reward": 0.5},
-        "with_usage": {
-            "reward": 0.5,
-            "response": {
-                "status": "completed",
-                "incomplete_details": None,
-                "usage": {
-                    "input_tokens": 120,
-                    "output_tokens": 40,
-                    "total_tokens": 160,
-                    "input_tokens_details": {"cached_tokens": 0},
-                    "output_tokens_details": {"reasoning_tokens": 12},
-                },
-            },
-        },
-        "truncated": {
-            "reward": 0.0,
-            "response": {
-                "status": "incomplete",
-                "incomplete_details": {"reason": "max_output_tokens"},
-                "usage": {"input_tokens": 120, "output_tokens": 4096, "total_tokens": 4216},
-            },
-        },
-        "masked": {"reward": 0.0, "mask_sample": True, "failure_kind": "judge_failed"},
+        **ROWS,
     }
     statements = {
         "bare dict under a lock": "bare_dict('math_agent', 0.5)",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import threading
 
 import pytest
@@ -165,3 +166,14 @@ def test_rewards_split_by_sign_zero_and_none(clock: FakeClock) -> None:
     assert agent.reward_positive == 0.5 + 2.0 + 0.75
     assert agent.reward_negative == 0.25 + 1.0 + 0.5
     assert agent.rewarded == 6 + 1 + 1
+
+
+def test_an_unchecked_nan_reward_changes_no_sum(clock: FakeClock) -> None:
+    """A hand-built outcome with a NaN reward (the checks skipped) is counted and leaves the sums finite."""
+    account = _account(clock)
+    account.count("a", classify({"reward": -0.5}))
+    account.count("a", (Disposition.MEASURED, math.nan, None, None, None))
+    agent = account.snapshot().agent("a")
+    assert agent is not None
+    assert agent.measured == 2
+    assert (agent.reward_positive, agent.reward_negative) == (0.0, 0.5)

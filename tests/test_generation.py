@@ -101,6 +101,22 @@ def test_bad_usage_is_rejected_by_field(telemetry: RolloutTelemetry, response: A
     assert value(text, "rollout_completed_total", agent="math") == 1
 
 
+@pytest.mark.parametrize(
+    ("row", "field"),
+    [
+        ({"reward": math.nan}, "reward"),
+        ({"reward": 1.0, "mask_sample": "no"}, "mask_sample"),
+        ({"reward": 1.0, "failure_kind": 3}, "failure_kind"),
+        ({"reward": 1.0, "failure_reason": 3}, "failure_reason"),
+    ],
+)
+def test_a_bad_field_is_reported_before_a_bad_usage(row: dict[str, Any], field: str) -> None:
+    """With a bad field and a bad usage in one row, the error names the field, as without usage."""
+    with pytest.raises(OutcomeError) as raised:
+        classify({**row, "response": {"usage": _usage(out=-1)}})
+    assert raised.value.field == field
+
+
 def test_tokens_appear_only_once_a_rollout_carries_usage(telemetry: RolloutTelemetry) -> None:
     """No usage, no rollout_tokens_total; then the four types, summed over rollouts that carry usage."""
     telemetry.record("math", {"reward": 1.0})

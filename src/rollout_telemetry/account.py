@@ -324,7 +324,7 @@ class Account:
             if reward:
                 if reward > 0.0:
                     cell.positive += reward
-                else:
+                elif reward < 0.0:  # not NaN, should an unchecked one arrive: it changes no sum
                     cell.negative -= reward
             elif reward is None:
                 cell.unrewarded += 1

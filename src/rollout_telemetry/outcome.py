@@ -99,14 +99,15 @@ def check_outcome(  # noqa: PLR0912, PLR0917 - one rule per field, the fields as
     mask_sample: object,
     failure_kind: object,
     failure_reason: object,
-    generation: Generation | None = None,
+    model_response: object = None,
 ) -> Classified:
     """Check an outcome's fields and classify it: every field rule and the disposition rule are here only.
 
     ``disposition`` is ``FAILED`` or ``OMITTED`` for a rollout that did not reach the output; ``None`` for a
     completed one, which is classified: ``mask_sample=True`` makes it masked (whatever the reward), no numeric
     reward makes it unscored, anything else is measured. ``failure_kind`` and ``failure_reason`` are carried
-    along unchanged, and so is ``generation`` (already checked by ``check_generation``).
+    along unchanged. ``model_response`` (the verify response's ``response``, if any) has its usage and
+    truncation checked by ``check_generation``, after the fields, so a bad field is the one reported.
 
     - ``reward``: a finite number (``int``, ``bool``, numpy scalars, ``Decimal`` and ``Fraction`` become a
       float; a bool counts as 1.0 or 0.0, as pydantic and Gym's own models read it), or ``None`` when the
@@ -149,7 +150,9 @@ def check_outcome(  # noqa: PLR0912, PLR0917 - one rule per field, the fields as
             failure_kind = None
     if failure_reason is not None and not isinstance(failure_reason, str):
         raise OutcomeError("failure_reason", f"must be a string, got {type(failure_reason).__name__}")
-    return disposition, reward, failure_kind, failure_reason, generation
+    if model_response is None:
+        return disposition, reward, failure_kind, failure_reason, None
+    return disposition, reward, failure_kind, failure_reason, check_generation(model_response)
 
 
 _ABSENT = object()
@@ -374,12 +377,10 @@ def classify(response: object) -> Classified:
             get("mask_sample"),
             get("failure_kind"),
             get("failure_reason"),
-            None if (model := get("response")) is None else check_generation(model),
+            get("response"),
         )
     reward, masked, kind, reason, model = _fields(response)
-    return check_outcome(
-        None, reward, masked, kind, reason, None if model is None else check_generation(model)
-    )
+    return check_outcome(None, reward, masked, kind, reason, model)
 
 
 def absent(

@@ -2,8 +2,9 @@
 
 The other revision's package is taken from git (``git archive``) into a temporary directory and imported
 beside this one, so both are timed in the same interpreter, in interleaved rounds, on the same inputs:
-a measured row, a masked row, a failed rollout (``record_failure``) and a measured row whose model response
-carries usage (which the other revision may not read at all).
+a measured row, a masked row, a failed rollout (``record_failure``), a measured row whose model response
+carries usage (which the other revision may not read at all), and a lifecycle block (``with rollout()``)
+that completes with the measured row.
 
 The default revision is the last one before tokens, truncation and groups were added, whose goal is that a
 row without usage costs what it cost before. Each revision is timed twice per round, as two instances, so
@@ -49,6 +50,9 @@ STATEMENTS = {
     "masked": "record('math_agent', masked)",
     "failed": "record_failure('math_agent', 'session_lost')",
     "measured-with-usage": "record('math_agent', with_usage)",
+    "lifecycle": (
+        "with rollout('math_agent', task_index=1, rollout_index=0) as handle:\n    handle.complete(measured)"
+    ),
 }
 
 
@@ -88,6 +92,7 @@ def names_for(telemetry: object) -> dict[str, object]:
     return {
         "record": telemetry.record,  # type: ignore[attr-defined]
         "record_failure": telemetry.record_failure,  # type: ignore[attr-defined]
+        "rollout": telemetry.rollout,  # type: ignore[attr-defined]
         **ROWS,
     }
 

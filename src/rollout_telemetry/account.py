@@ -248,28 +248,6 @@ class Account:
             state.truncated, state.reasons, reason, label=label, folded=folded, what="truncation_reason"
         )
 
-    def _landed(
-        self,
-        state: _AgentState,
-        slot: int,
-        duration: float,
-        kind: tuple[Disposition, str | None],
-        exemplar: tuple[str, str] | None,
-    ) -> None:
-        # Called under the lock by count(): one rollout out of flight, its duration into the histogram, and
-        # its trace as the latest exemplar of its (disposition, kind) and duration bucket.
-        state.starts[slot] = None
-        state.flights[slot] = None
-        state.stalled[slot] = False
-        state.free_slots.append(slot)
-        bucket = bisect.bisect_left(DURATION_BUCKETS, duration)
-        state.duration_buckets[bucket] += 1
-        state.duration_sum += duration
-        state.duration_count += 1
-        if exemplar is not None:
-            state.bucket_exemplars[bucket] = (*exemplar, duration)
-            state.exemplars[kind] = exemplar
-
     def _overflowed(self, label: str) -> None:
         # Called under the lock.
         self._overflow[label] = self._overflow.get(label, 0) + 1
@@ -281,7 +259,7 @@ class Account:
 
     # -- recording ----------------------------------------------------------------------------------
 
-    def count(
+    def count(  # noqa: PLR0912 - the one counting step, each case inline: a call costs more than a case
         self,
         agent: str,
         outcome: Classified,
@@ -305,7 +283,8 @@ class Account:
                 state = self._state(agent)
         else:
             state, slot, started = in_flight
-            duration = max(self._clock() - started, 0.0)
+            clock = self._clock  # called from a local: 3.11 cannot specialise a call of an attribute
+            duration = max(clock() - started, 0.0)
         disposition, reward, kind, _, generation = outcome
         if disposition is _MEASURED:
             kind = None  # a measured rollout is not counted by kind: its kind is no label
@@ -313,8 +292,18 @@ class Account:
         lock = self._lock
         lock.acquire()
         try:
-            if in_flight is not None:
-                self._landed(state, slot, duration, (disposition, kind), exemplar)
+            if in_flight is not None:  # the lifecycle: out of flight in the same step
+                state.starts[slot] = None
+                state.flights[slot] = None
+                state.stalled[slot] = False
+                state.free_slots.append(slot)
+                bucket = bisect.bisect_left(DURATION_BUCKETS, duration)
+                state.duration_buckets[bucket] += 1
+                state.duration_sum += duration
+                state.duration_count += 1
+                if exemplar is not None:  # the latest trace of its (disposition, kind) and duration bucket
+                    state.bucket_exemplars[bucket] = (*exemplar, duration)
+                    state.exemplars[(disposition, kind)] = exemplar
             cell = state.cells[disposition]
             try:
                 cell.kinds[kind] += 1

@@ -112,7 +112,8 @@ class RolloutContext:
                 RolloutUsageError("rollout_reentered", f"rollout of {self.agent!r} entered twice")
             )
             return self
-        now = self._clock()
+        clock = self._clock  # a callable kept in a slot: called from a local, 3.11 specialises the call
+        now = clock()
         try:
             self._handle = self._account.begin(self.agent, now, self)
         except Exception as exc:
@@ -240,9 +241,10 @@ class RolloutContext:
         assert handle is not None  # in flight
         span = self._span
         self._state = _DONE
+        settle = self._settle  # a callable kept in a slot: called from a local, 3.11 specialises the call
         try:
             try:
-                self._settle(
+                settle(
                     self.agent,
                     outcome,
                     handle,

@@ -110,7 +110,6 @@ class RolloutTelemetry:
         self._watching = False
         self.rejections = Rejections(self._account.reject, strict=strict)
         """The rejection policy (count by reason, warn once per cause, raise under ``strict``)."""
-        self._count = self._account.count
         self.groups = Groups(self.names, min_valid=min_valid_per_group)
         """The groups of the run (GRPO-style): fed by ``_settle``, with every outcome that has an identity."""
         self._expected: dict[str, int] = {}
@@ -156,10 +155,11 @@ class RolloutTelemetry:
         counted and logged (raised with ``strict=True``).
         """
         # task_index and rollout_index are not keyword-only: CPython 3.11 calls a function with keyword-only
-        # defaults measurably slower, and this is the hot path.
+        # defaults measurably slower, and this is the hot path. The account's method is looked up on the
+        # account each time: a bound method kept in an attribute is a call 3.11 cannot specialise.
         try:
             if task_index is None:  # the common call: straight to the account
-                self._count(agent, classify(response))
+                self._account.count(agent, classify(response))
             else:
                 self._settle(agent, classify(response), None, (task_index, rollout_index, None))
         except Exception as exc:  # the collector must never be taken down by its telemetry
@@ -179,7 +179,7 @@ class RolloutTelemetry:
         bad identity (rejected as ``invalid_task_index`` or ``invalid_rollout_index``) costs the rollout its
         group, never its count. ``exemplar`` is the (trace id, span id) of the rollout's span, if any.
         """
-        self._count(agent, outcome, in_flight, exemplar)
+        self._account.count(agent, outcome, in_flight, exemplar)
         if member is not None and member[0] is not None and self.groups.active:
             self.groups.observe(agent, member[0], member[1], outcome, member[2])
 
@@ -219,7 +219,7 @@ class RolloutTelemetry:
         try:
             outcome = check_outcome(disposition, None, None, failure_kind, reason)
             if task_index is None:  # the common call: straight to the account
-                self._count(agent, outcome)
+                self._account.count(agent, outcome)
             else:
                 self._settle(agent, outcome, None, (task_index, rollout_index, None))
             if reason is not None:
@@ -251,7 +251,7 @@ class RolloutTelemetry:
             OutcomeError: the agent name is not a non-empty string.
         """
         if identity is None:
-            self._count(agent, outcome)
+            self._account.count(agent, outcome)
         else:
             self._settle(agent, outcome, None, (identity[0], identity[1], attempt))
         if outcome[3] is not None:

@@ -36,6 +36,7 @@ import sys
 import tarfile
 import tempfile
 import timeit
+from collections.abc import Mapping
 from pathlib import Path
 from types import ModuleType
 
@@ -149,6 +150,15 @@ def run_calls(rev: str, which: str, outcome: str, calls: int) -> None:
         timeit.timeit(STATEMENTS[outcome], globals=names, number=calls)
 
 
+def worker(command: list[str], env: Mapping[str, str]) -> subprocess.CompletedProcess[str]:
+    """Run one measuring process; if it fails, exit with the last line it wrote to stderr."""
+    done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no message"])[-1]
+        sys.exit(f"record_against.py: a measuring process failed: {last}")
+    return done
+
+
 def instructions(rev: str, outcomes: list[str], calls: int) -> None:
     """Print the machine instructions per call of each revision (valgrind's callgrind), without noise.
 
@@ -161,9 +171,7 @@ def instructions(rev: str, outcomes: list[str], calls: int) -> None:
     def collected(which: str, outcome: str, n: int) -> int:
         command = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, __file__]
         command += ["--run-calls", str(n), "--which", which, "--rev", rev, "--outcomes", outcome]
-        done = subprocess.run(
-            command, check=True, capture_output=True, text=True, env={**os.environ, "PYTHONHASHSEED": "0"}
-        )
+        done = worker(command, {**os.environ, "PYTHONHASHSEED": "0"})
         return int(re.findall(r"Collected : (\d+)", done.stderr)[-1])
 
     print(f"machine instructions per record() call (callgrind), this tree against {rev}")
@@ -177,12 +185,21 @@ def instructions(rev: str, outcomes: list[str], calls: int) -> None:
         print(f"{outcome:<21}{per_call['ours']:>10.0f}{per_call['theirs']:>10.0f}{ratio:>7.3f}x")
 
 
+def positive(text: str) -> int:
+    """An argparse type: a whole number of at least 1."""
+    number = int(text) if text.isdigit() else 0
+    if number < 1:
+        msg = f"must be a whole number of at least 1, got {text!r}"
+        raise argparse.ArgumentTypeError(msg)
+    return number
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rev", default=BEFORE_USAGE, help="the revision to compare with")
-    parser.add_argument("--calls", type=int, default=20_000, help="calls per timing")
-    parser.add_argument("--rounds", type=int, default=31, help="interleaved rounds per process")
-    parser.add_argument("--processes", type=int, default=5, help="fresh processes, one after the other")
+    parser.add_argument("--calls", type=positive, default=20_000, help="calls per timing")
+    parser.add_argument("--rounds", type=positive, default=31, help="interleaved rounds per process")
+    parser.add_argument("--processes", type=positive, default=5, help="fresh processes, one after the other")
     parser.add_argument(
         "--outcomes", nargs="+", choices=list(STATEMENTS), default=list(STATEMENTS), metavar="OUTCOME"
     )
@@ -216,10 +233,7 @@ def main() -> None:
     # few percent one way or the other; several processes show that spread, and their median is the figure.
     command = [sys.executable, __file__, "--one-process", "--rev", args.rev, "--calls", str(args.calls)]
     command += ["--rounds", str(args.rounds), "--outcomes", *args.outcomes]
-    runs = [
-        json.loads(subprocess.run(command, check=True, capture_output=True, text=True).stdout)
-        for _ in range(args.processes)
-    ]
+    runs = [json.loads(worker(command, os.environ).stdout) for _ in range(args.processes)]
     print(
         f"record() of this tree against {args.rev}: {args.processes} processes, each {args.rounds}"
         f" interleaved rounds of {args.calls:,} calls"

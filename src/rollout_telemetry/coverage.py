@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from rollout_telemetry import _fork
 from rollout_telemetry.names import Names
 from rollout_telemetry.outcome import Disposition
+from rollout_telemetry.snapshot import by_agent
 
 __all__ = ["DEFAULT_MAX_ATTEMPTS", "AgentCoverage", "Coverage", "CoverageSnapshot", "coverage_metrics"]
 
@@ -137,10 +138,7 @@ class CoverageSnapshot:
 
     def agent(self, name: str) -> AgentCoverage | None:
         """The coverage of one agent, or ``None``."""
-        for agent in self.agents:
-            if agent.agent == name:
-                return agent
-        return None
+        return by_agent(self.agents, name)
 
 
 class Coverage:

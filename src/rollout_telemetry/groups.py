@@ -27,6 +27,7 @@ from typing import Literal
 from rollout_telemetry import _fork
 from rollout_telemetry.names import Names
 from rollout_telemetry.outcome import Classified, Disposition, OutcomeError
+from rollout_telemetry.snapshot import by_agent
 
 __all__ = [
     "DEFAULT_MIN_VALID",
@@ -109,10 +110,7 @@ class GroupsSnapshot:
 
     def agent(self, name: str) -> AgentGroups | None:
         """The groups of one agent (by its label), or ``None``."""
-        for agent in self.agents:
-            if agent.agent == name:
-                return agent
-        return None
+        return by_agent(self.agents, name)
 
 
 class Groups:

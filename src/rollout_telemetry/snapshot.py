@@ -6,12 +6,26 @@ what they show is consistent with itself.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Protocol, TypeVar
 
 from rollout_telemetry.outcome import Disposition
 
-__all__ = ["AccountSnapshot", "AgentSnapshot"]
+__all__ = ["AccountSnapshot", "AgentSnapshot", "by_agent"]
+
+
+class _PerAgent(Protocol):
+    @property
+    def agent(self) -> str: ...
+
+
+_Row = TypeVar("_Row", bound=_PerAgent)
+
+
+def by_agent(rows: Iterable[_Row], label: str) -> _Row | None:
+    """The row of one agent (by its label) among a snapshot's per-agent rows, or ``None``."""
+    return next((row for row in rows if row.agent == label), None)
 
 
 def _rounded(value: float) -> float:
@@ -156,7 +170,4 @@ class AccountSnapshot:
 
     def agent(self, name: str) -> AgentSnapshot | None:
         """The snapshot of one agent (by its label), or ``None``."""
-        for snap in self.agents:
-            if snap.agent == name:
-                return snap
-        return None
+        return by_agent(self.agents, name)

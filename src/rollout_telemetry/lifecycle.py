@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING
 
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
     from rollout_telemetry.rejections import Rejections
     from rollout_telemetry.spans import OpenSpan, SpanRecorder
 
-__all__ = ["EXCEPTION_KINDS", "NO_OUTCOME", "RolloutContext", "kind_of_exception"]
+__all__ = ["EXCEPTION_KINDS", "NO_OUTCOME", "RolloutContext", "Shared", "kind_of_exception"]
 
 NO_OUTCOME = "rollout_telemetry:no_outcome"
 """The failure kind of a rollout block left without complete(), fail() or omit()."""
@@ -60,17 +61,28 @@ Settle = Callable[[str, Classified, "InFlight | None", "Member | None", "tuple[s
 """The facade's one path for an outcome: count it (ending its flight), then give it to its group."""
 
 
+@dataclass(frozen=True, slots=True)
+class Shared:
+    """What every rollout context of one telemetry records through: made once, referenced by each context.
+
+    One object rather than five arguments: a class called with keyword arguments is one of CPython 3.11's
+    slowest calls, and every rollout makes a context.
+    """
+
+    account: Account
+    settle: Settle
+    spans: SpanRecorder
+    rejections: Rejections
+    clock: Callable[[], float]
+
+
 class RolloutContext:
     """One rollout in flight. Use as ``with`` or ``async with``; record its outcome inside the block."""
 
     __slots__ = (
-        "_account",
-        "_clock",
         "_handle",
-        "_rejections",
-        "_settle",
+        "_shared",
         "_span",
-        "_spans",
         "_state",
         "agent",
         "attempt",
@@ -80,22 +92,13 @@ class RolloutContext:
 
     def __init__(
         self,
-        *,
-        account: Account,
-        settle: Settle,
-        spans: SpanRecorder,
-        rejections: Rejections,
-        clock: Callable[[], float],
+        shared: Shared,
         agent: str,
-        task_index: int | None,
-        rollout_index: int | None,
-        attempt: int | None,
+        task_index: int | None = None,
+        rollout_index: int | None = None,
+        attempt: int | None = None,
     ) -> None:
-        self._account = account
-        self._settle = settle
-        self._spans = spans
-        self._rejections = rejections
-        self._clock = clock
+        self._shared = shared
         self.agent = agent
         self.task_index = task_index
         self.rollout_index = rollout_index
@@ -108,23 +111,24 @@ class RolloutContext:
 
     def __enter__(self) -> RolloutContext:
         if self._state != _NEW:
-            self._rejections.reject(
+            self._shared.rejections.reject(
                 RolloutUsageError("rollout_reentered", f"rollout of {self.agent!r} entered twice")
             )
             return self
-        clock = self._clock  # a callable kept in a slot: called from a local, 3.11 specialises the call
+        clock = self._shared.clock  # called from a local: 3.11 cannot specialise a call of an attribute
         now = clock()
         try:
-            self._handle = self._account.begin(self.agent, now, self)
+            self._handle = self._shared.account.begin(self.agent, now, self)
         except Exception as exc:
             self._state = _NOT_TRACKED  # nothing went in flight: its outcome has nothing to finish
-            self._rejections.reject(exc)
+            self._shared.rejections.reject(exc)
             return self
         self._state = _IN_FLIGHT
         try:
-            self._span = self._spans.start(self.agent, self.task_index, self.rollout_index, self.attempt, now)
+            spans = self._shared.spans
+            self._span = spans.start(self.agent, self.task_index, self.rollout_index, self.attempt, now)
         except Exception as exc:  # a broken tracer provider: the rollout is tracked without a span
-            self._rejections.reject(exc)
+            self._shared.rejections.reject(exc)
         return self
 
     def __exit__(
@@ -162,9 +166,9 @@ class RolloutContext:
         handle = self._handle
         assert handle is not None
         try:
-            self._account.set_stage(handle, stage)
+            self._shared.account.set_stage(handle, stage)
         except Exception as exc:
-            self._rejections.reject(exc)
+            self._shared.rejections.reject(exc)
 
     @property
     def span_ids(self) -> tuple[str, str] | None:
@@ -181,9 +185,10 @@ class RolloutContext:
         if span is None or self._state != _IN_FLIGHT:
             return
         try:
-            self._spans.event(span, "rollout.stalled", {"rollout.stage": stage, "rollout.age_seconds": age})
+            attributes: dict[str, str | float] = {"rollout.stage": stage, "rollout.age_seconds": age}
+            self._shared.spans.event(span, "rollout.stalled", attributes)
         except Exception as exc:
-            self._rejections.reject(exc)
+            self._shared.rejections.reject(exc)
 
     # -- outcomes -----------------------------------------------------------------------------------
 
@@ -200,7 +205,7 @@ class RolloutContext:
         try:
             outcome = classify(response)
         except OutcomeError as exc:
-            self._rejections.reject(exc)
+            self._shared.rejections.reject(exc)
             outcome = absent(Disposition.FAILED, failure_kinds.PROTOCOL_VIOLATION, str(exc))
         self._finish(outcome)
 
@@ -219,7 +224,7 @@ class RolloutContext:
         try:
             outcome = absent(disposition, failure_kind, reason)
         except OutcomeError as exc:
-            self._rejections.reject(exc)
+            self._shared.rejections.reject(exc)
             outcome = absent(Disposition.FAILED, failure_kinds.PROTOCOL_VIOLATION, str(exc))
         self._finish(outcome)
 
@@ -234,14 +239,14 @@ class RolloutContext:
         else:
             reason = "duplicate_outcome"
             msg = f"rollout of {self.agent!r} already has an outcome; {what}() ignored"
-        self._rejections.reject(RolloutUsageError(reason, msg))
+        self._shared.rejections.reject(RolloutUsageError(reason, msg))
 
     def _finish(self, outcome: Classified) -> None:
         handle = self._handle
         assert handle is not None  # in flight
         span = self._span
         self._state = _DONE
-        settle = self._settle  # a callable kept in a slot: called from a local, 3.11 specialises the call
+        settle = self._shared.settle  # called from a local: 3.11 cannot specialise a call of an attribute
         try:
             try:
                 settle(
@@ -253,6 +258,6 @@ class RolloutContext:
                 )
             finally:
                 if span is not None:
-                    self._spans.finish(span, outcome)
+                    self._shared.spans.finish(span, outcome)
         except Exception as exc:  # a raising hook: counted; the span was ended and its context detached
-            self._rejections.reject(exc)
+            self._shared.rejections.reject(exc)

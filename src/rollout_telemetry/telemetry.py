@@ -22,7 +22,7 @@ from rollout_telemetry.auth import BasicAuth
 from rollout_telemetry.exporters.prometheus import AccountCollector, GroupsCollector
 from rollout_telemetry.failure_kinds import KindValidator
 from rollout_telemetry.groups import DEFAULT_MIN_VALID, Groups, Member
-from rollout_telemetry.lifecycle import RolloutContext
+from rollout_telemetry.lifecycle import RolloutContext, Shared
 from rollout_telemetry.names import DEFAULT_MAX_AGENTS, DEFAULT_MAX_KINDS_PER_AGENT, Names
 from rollout_telemetry.outcome import Classified, Disposition, check_outcome, classify
 from rollout_telemetry.progress import progress_metrics
@@ -130,6 +130,7 @@ class RolloutTelemetry:
             clock=clock,
             names=self.names,
         )
+        self._shared = Shared(self._account, self._settle, self.spans, self.rejections, clock)
         for agent, count in (expected or {}).items():
             self.expect(agent, count)
 
@@ -274,17 +275,7 @@ class RolloutTelemetry:
         """
         if not self._watching:
             self._watch_stalls()
-        return RolloutContext(
-            account=self._account,
-            settle=self._settle,
-            spans=self.spans,
-            rejections=self.rejections,
-            clock=self._clock,
-            agent=agent,
-            task_index=task_index,
-            rollout_index=rollout_index,
-            attempt=attempt,
-        )
+        return RolloutContext(self._shared, agent, task_index, rollout_index, attempt)
 
     # -- reading ------------------------------------------------------------------------------------
 

@@ -8,27 +8,29 @@ into its own copy of the counts: nothing it records reaches the parent's ``/metr
 from __future__ import annotations
 
 import os
+import threading
 import weakref
 from typing import Protocol
 
-__all__ = ["ForkAware", "track"]
+__all__ = ["ForkAware", "lock_for"]
 
 
 class ForkAware(Protocol):
-    def _after_fork_in_child(self) -> None: ...
+    _lock: threading.Lock
 
 
 _OWNERS: weakref.WeakSet[ForkAware] = weakref.WeakSet()
 
 
-def track(owner: ForkAware) -> None:
-    """Call ``owner._after_fork_in_child()`` in every child forked while ``owner`` is alive."""
+def lock_for(owner: ForkAware) -> threading.Lock:
+    """A new lock for ``owner._lock``, which every child forked while ``owner`` is alive replaces."""
     _OWNERS.add(owner)
+    return threading.Lock()
 
 
 def _renew() -> None:
     for owner in list(_OWNERS):
-        owner._after_fork_in_child()
+        owner._lock = threading.Lock()
 
 
 if hasattr(os, "register_at_fork"):

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import bisect
 import logging
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
@@ -157,7 +156,7 @@ class Account:
         clock: Callable[[], float],
         stall_after: Callable[[str], float] | None = None,
     ) -> None:
-        self._lock = threading.Lock()
+        self._lock = _fork.lock_for(self)
         self._clock = clock
         self._stall_after = stall_after
         self.names = names
@@ -168,10 +167,6 @@ class Account:
         self._rejected: dict[str, int] = {}
         self._overflow: dict[str, int] = {}
         self._overflow_warned: set[str] = set()
-        _fork.track(self)
-
-    def _after_fork_in_child(self) -> None:
-        self._lock = threading.Lock()
 
     def reset(self) -> None:
         """Start every count over from zero (the source being read started over).

@@ -27,7 +27,6 @@ million.
 from __future__ import annotations
 
 import itertools
-import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -156,12 +155,8 @@ class Coverage:
             raise ValueError(msg)
         self._names = names if names is not None else Names()
         self.max_attempts = max_attempts
-        self._lock = threading.Lock()
+        self._lock = _fork.lock_for(self)
         self.reset()
-        _fork.track(self)
-
-    def _after_fork_in_child(self) -> None:
-        self._lock = threading.Lock()
 
     def reset(self) -> None:
         """Forget everything (the files being read started over)."""

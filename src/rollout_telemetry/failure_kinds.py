@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import re
-import threading
 from typing import Final
 
 from rollout_telemetry import _fork
@@ -200,11 +199,7 @@ class KindValidator:
         self._warned: set[str] = set()
         self._max_warned = max_warned
         self._silenced = False
-        self._lock = threading.Lock()
-        _fork.track(self)
-
-    def _after_fork_in_child(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = _fork.lock_for(self)
 
     def validate(self, kind: str) -> str:
         """Return ``kind`` unchanged; log a warning the first time an unregistered name is seen.

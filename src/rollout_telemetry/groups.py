@@ -19,7 +19,6 @@ so a late retry never completes it again.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -127,13 +126,9 @@ class Groups:
             raise ValueError(msg)
         self._names = names
         self.min_valid = min_valid
-        self._lock = threading.Lock()
+        self._lock = _fork.lock_for(self)
         self._sizes: dict[str, int] = {}  # agent label -> declared group size
         self.reset()
-        _fork.track(self)
-
-    def _after_fork_in_child(self) -> None:
-        self._lock = threading.Lock()
 
     def reset(self) -> None:
         """Forget every group (the source being read started over); declared sizes are kept."""

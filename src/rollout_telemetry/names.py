@@ -13,8 +13,6 @@ business, so asking twice never counts twice.
 
 from __future__ import annotations
 
-import threading
-
 from rollout_telemetry import _fork
 from rollout_telemetry.failure_kinds import OTHER, STAGES, UNSPECIFIED, KindValidator
 from rollout_telemetry.outcome import OutcomeError, label_value
@@ -50,7 +48,7 @@ class Names:
         self.max_agents = max_agents
         self.max_kinds_per_agent = max_kinds_per_agent
         self._validator = validator or KindValidator()
-        self._lock = threading.Lock()
+        self._lock = _fork.lock_for(self)
         # Raw name -> admitted label. Bounded: names that cut to the same label cannot grow it without end.
         self._agents: dict[str, str] = {}
         self._agent_labels: set[str] = set()
@@ -60,10 +58,6 @@ class Names:
         self._stage_labels: dict[str, str] = {}
         self._admitted_stages: dict[str, set[str]] = {}
         self._admitted_reasons: dict[str, set[str]] = {}  # agent label -> its admitted truncation reasons
-        _fork.track(self)
-
-    def _after_fork_in_child(self) -> None:
-        self._lock = threading.Lock()
 
     def agent(self, name: object) -> tuple[str, bool]:
         """Return ``(label, folded)`` for an agent name; ``folded`` when the cap put it under ``_other``.

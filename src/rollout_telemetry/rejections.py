@@ -9,7 +9,6 @@ one snapshot.
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
 
 from rollout_telemetry import _fork
@@ -48,11 +47,7 @@ class Rejections:
         self._count = count
         self.strict = strict
         self._warned: set[tuple[str, str, str | None]] = set()
-        self._lock = threading.Lock()
-        _fork.track(self)
-
-    def _after_fork_in_child(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = _fork.lock_for(self)
 
     def reject(self, exc: Exception, *, source: str | None = None) -> None:
         """Count ``exc`` under its reason (``internal_error`` if it has none) and warn once per cause.

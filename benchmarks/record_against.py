@@ -42,6 +42,7 @@ from types import ModuleType
 
 from record import ROWS  # this directory's record.py: the same rows
 from rollout_telemetry import RolloutTelemetry
+from rollout_telemetry._args import at_least_one  # the CLI's check, and its message
 
 BEFORE_USAGE = "afb5812"
 """main just before tokens, truncation and groups were merged."""
@@ -185,21 +186,14 @@ def instructions(rev: str, outcomes: list[str], calls: int) -> None:
         print(f"{outcome:<21}{per_call['ours']:>10.0f}{per_call['theirs']:>10.0f}{ratio:>7.3f}x")
 
 
-def positive(text: str) -> int:
-    """An argparse type: a whole number of at least 1."""
-    number = int(text) if text.isdigit() else 0
-    if number < 1:
-        msg = f"must be a whole number of at least 1, got {text!r}"
-        raise argparse.ArgumentTypeError(msg)
-    return number
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rev", default=BEFORE_USAGE, help="the revision to compare with")
-    parser.add_argument("--calls", type=positive, default=20_000, help="calls per timing")
-    parser.add_argument("--rounds", type=positive, default=31, help="interleaved rounds per process")
-    parser.add_argument("--processes", type=positive, default=5, help="fresh processes, one after the other")
+    parser.add_argument("--calls", type=at_least_one, default=20_000, help="calls per timing")
+    parser.add_argument("--rounds", type=at_least_one, default=31, help="interleaved rounds per process")
+    parser.add_argument(
+        "--processes", type=at_least_one, default=5, help="fresh processes, one after the other"
+    )
     parser.add_argument(
         "--outcomes", nargs="+", choices=list(STATEMENTS), default=list(STATEMENTS), metavar="OUTCOME"
     )

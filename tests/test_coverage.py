@@ -59,22 +59,26 @@ def test_nothing_masked_no_masked_keys() -> None:
 
 
 def test_run_level_keys_with_expected() -> None:
-    """With materialized inputs the run-level counts appear, unknown included."""
+    """With materialized inputs Gym's three end-of-run keys appear: expected, scored, missing."""
     coverage = Coverage()
     for rollout in range(3):
         coverage.expect("math", 0, rollout)
     _fail(coverage, "math", 0, 0, 0)
     _ok(coverage, "math", (0, 0), 1, MEASURED)
+    _fail(coverage, "math", 0, 1, 0)
     keys = coverage_metrics(coverage.snapshot())
-    assert keys == {
-        "coverage/expected": 3,
-        "coverage/measured": 1,
-        "coverage/masked": 0,
-        "coverage/unscored": 0,
-        "coverage/failed": 0,
-        "coverage/omitted": 0,
-        "coverage/unknown": 2,
-    }
+    # 3 materialized; rollout 0 has a main-file row (its retry), rollout 1 only a failure, rollout 2 nothing.
+    assert keys == {"coverage/expected": 3, "coverage/scored": 1, "coverage/missing": 2}
+
+
+def test_gym_expected_counts_the_materialized_inputs_only() -> None:
+    """A rollout seen outside the materialized inputs is scored but not expected, as Gym counts them."""
+    coverage = Coverage()
+    coverage.expect("math", 0, 0)
+    _ok(coverage, "math", (0, 0), 0, MEASURED)
+    _ok(coverage, "math", (7, 0), 0, MEASURED)
+    keys = coverage_metrics(coverage.snapshot())
+    assert keys == {"coverage/expected": 1, "coverage/scored": 2, "coverage/missing": -1}
 
 
 def test_newest_attempt_wins_whatever_the_arrival_order() -> None:

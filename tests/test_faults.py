@@ -285,10 +285,13 @@ def test_follow_file_directory_disappearing_in_the_background(
         folder.mkdir()
         main.write_text(row % 1 + row % 2 + row % 3)
 
-        def rebuilt() -> bool:
-            agent = telemetry.snapshot().agent("a")
-            return agent is not None and agent.measured == 3
+        def read_again() -> bool:
+            covered = follower.coverage.snapshot().agent("a")
+            return covered is not None and covered.seen == 3  # the new run: the file that came back
 
-        wait_until(rebuilt, timeout=10, what="the file read again after it came back")
+        wait_until(read_again, timeout=10, what="the file read again after it came back")
+        agent = telemetry.snapshot().agent("a")
+        assert agent is not None
+        assert agent.measured == 4  # the counter goes on: the row of the first file, then the 3 new ones
     finally:
         follower.stop()

@@ -14,7 +14,7 @@ from rollout_telemetry import Disposition, RolloutTelemetry
 from rollout_telemetry.coverage import Coverage
 from rollout_telemetry.exporters.prometheus import CoverageCollector
 from rollout_telemetry.follow import RunFiles, RunFollower
-from tests.support import FakeClock, exposition, value, wait_until
+from tests.support import FakeClock, exposition, samples, value, wait_until
 
 FIXTURES = Path(__file__).parent / "fixtures"
 ROW = (
@@ -120,25 +120,46 @@ def test_file_that_does_not_exist_yet(tmp_path: Path, clock: FakeClock) -> None:
     assert follower.poll() == 1
 
 
-def test_truncation_starts_over(tmp_path: Path, clock: FakeClock, caplog: pytest.LogCaptureFixture) -> None:
-    """A truncated file is read again from the start; counts are rebuilt, not added twice."""
+Counters = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+def _counters(telemetry: RolloutTelemetry) -> Counters:
+    """Every counter sample of one scrape (``_total`` series)."""
+    return {key: v for key, v in samples(exposition(telemetry.registry)).items() if key[0].endswith("_total")}
+
+
+def _assert_no_counter_went_back(before: Counters, after: Counters) -> None:
+    for key, old in before.items():
+        assert after.get(key, 0.0) >= old, (key, old, after.get(key))
+
+
+def test_truncation_is_a_new_run(tmp_path: Path, clock: FakeClock, caplog: pytest.LogCaptureFixture) -> None:
+    """A truncated file starts a new run: its new rows are counted on top, no counter goes backwards, and the
+    coverage describes the new run alone."""
     main = tmp_path / "out.jsonl"
     main.write_text("".join(ROW.format(reward=1.0, task=i) for i in range(3)))
     telemetry, follower = _follower(clock, main)
     follower.poll()
+    before = _counters(telemetry)
     main.write_text(ROW.format(reward=0.0, task=9))
     with caplog.at_level(logging.WARNING):
         follower.poll()
     agent = telemetry.snapshot().agent("a")
     assert agent is not None
-    assert agent.measured == 1
-    assert agent.reward_sum == 0.0
+    assert (agent.measured, agent.reward_sum) == (4, 3.0)  # 3 rows of the old run, 1 of the new
+    covered = follower.coverage.snapshot().agent("a")
+    assert covered is not None
+    assert covered.rollouts[Disposition.MEASURED] == 1
     assert follower.restarts == 1
-    assert any("truncated or replaced" in r.getMessage() for r in caplog.records)
+    text = exposition(telemetry.registry)
+    assert value(text, "rollout_run_restarts_total", run="r") == 1
+    _assert_no_counter_went_back(before, _counters(telemetry))
+    assert any("truncated, replaced or rewritten" in r.getMessage() for r in caplog.records)
 
 
-def test_replacement_starts_over(tmp_path: Path, clock: FakeClock) -> None:
-    """A file replaced by another (a new inode) is read from the start."""
+def test_replacement_is_a_new_run(tmp_path: Path, clock: FakeClock) -> None:
+    """A file replaced by another (a new inode, as Gym's fresh run recreates its output) is read from the
+    start as a new run; the old rows stay counted once."""
     main = tmp_path / "out.jsonl"
     main.write_text(ROW.format(reward=1.0, task=0))
     telemetry, follower = _follower(clock, main)
@@ -147,10 +168,97 @@ def test_replacement_starts_over(tmp_path: Path, clock: FakeClock) -> None:
     replacement.write_text("".join(ROW.format(reward=0.25, task=task) for task in (5, 6, 7)))
     os.replace(replacement, main)
     follower.poll()
+    follower.poll()  # nothing new: nothing counted twice
+    agent = telemetry.snapshot().agent("a")
+    assert agent is not None
+    assert (agent.measured, agent.reward_sum) == (4, 1.75)
+    covered = follower.coverage.snapshot().agent("a")
+    assert covered is not None
+    assert covered.rollouts[Disposition.MEASURED] == 3
+    assert follower.restarts == 1
+
+
+def test_a_file_rewritten_in_place_past_the_offset_is_a_new_run(tmp_path: Path, clock: FakeClock) -> None:
+    """Truncated and regrown beyond what was read between two polls (same inode, larger): its first bytes
+    differ, so it is a new run and its every row is counted, none of the old twice."""
+    main = tmp_path / "out.jsonl"
+    main.write_text("".join(ROW.format(reward=1.0, task=i) for i in range(2)))
+    telemetry, follower = _follower(clock, main)
+    follower.poll()
+    inode = main.stat().st_ino
+    with main.open("r+") as handle:  # in place: the same inode
+        handle.truncate(0)
+        handle.write("".join(ROW.format(reward=0.5, task=i) for i in range(10, 16)))
+    assert main.stat().st_ino == inode
+    follower.poll()
+    agent = telemetry.snapshot().agent("a")
+    assert agent is not None
+    assert (agent.measured, agent.reward_sum) == (8, 5.0)  # 2 old + 6 new
+    assert follower.restarts == 1
+    covered = follower.coverage.snapshot().agent("a")
+    assert covered is not None
+    assert covered.rollouts[Disposition.MEASURED] == 6
+
+
+def test_an_appended_file_is_no_new_run(tmp_path: Path, clock: FakeClock) -> None:
+    """Appending (a resumed run) goes on where reading was: no restart, nothing counted twice."""
+    main = tmp_path / "out.jsonl"
+    main.write_text("".join(ROW.format(reward=1.0, task=i) for i in range(2)))
+    telemetry, follower = _follower(clock, main)
+    follower.poll()
+    with main.open("a") as handle:
+        handle.write(ROW.format(reward=0.0, task=2))
+    follower.poll()
     agent = telemetry.snapshot().agent("a")
     assert agent is not None
     assert agent.measured == 3
-    assert follower.restarts == 1
+    assert follower.restarts == 0
+
+
+def test_files_left_from_an_earlier_run_wait_until_written(tmp_path: Path, clock: FakeClock) -> None:
+    """With skip_existing, files present at start are not read until they change; then from their start."""
+    main = tmp_path / "out.jsonl"
+    inputs = tmp_path / "out_materialized_inputs.jsonl"
+    old_input = '{"_ng_task_index": %d, "_ng_rollout_index": 0, "agent_ref": {"name": "a"}}\n'
+    inputs.write_text("".join(old_input % i for i in range(5)))
+    main.write_text("".join(ROW.format(reward=1.0, task=i) for i in range(5)))
+    telemetry = RolloutTelemetry(run="r", clock=clock)
+    follower = RunFollower(telemetry, RunFiles.from_main(main), skip_existing=True)
+    assert follower.poll() == 0
+    assert telemetry.snapshot().agent("a") is None
+    # A fresh run: the inputs rewritten in place (a new modification time), the output recreated.
+    stamp = inputs.stat().st_mtime_ns
+    inputs.write_text("".join(old_input % i for i in range(2)))
+    os.utime(inputs, ns=(stamp + 10**9, stamp + 10**9))
+    main.unlink()
+    follower.poll()
+    main.write_text(ROW.format(reward=0.5, task=0))
+    follower.poll()
+    agent = telemetry.snapshot().agent("a")
+    assert agent is not None
+    assert (agent.measured, agent.reward_sum) == (1, 0.5)
+    covered = follower.coverage.snapshot().agent("a")
+    assert covered is not None
+    assert (covered.expected, covered.unknown) == (2, 1)
+
+
+def test_a_new_run_keeps_group_counts_and_starts_new_groups(tmp_path: Path, clock: FakeClock) -> None:
+    """rollout_groups_total goes on across runs; the new run's groups of the same tasks complete again."""
+    main = tmp_path / "out.jsonl"
+    inputs = tmp_path / "out_materialized_inputs.jsonl"
+    inputs.write_text('{"_ng_task_index": 0, "_ng_rollout_index": 0, "agent_ref": {"name": "a"}}\n')
+    main.write_text(ROW.format(reward=1.0, task=0))
+    telemetry, follower = _follower(clock, main)
+    follower.poll()
+    groups = telemetry.groups.snapshot().agent("a")
+    assert groups is not None
+    assert groups.completed == 1
+    main.unlink()
+    main.write_text(ROW.format(reward=0.0, task=0))
+    follower.poll()
+    groups = telemetry.groups.snapshot().agent("a")
+    assert groups is not None
+    assert (groups.completed, groups.states["insufficient"]) == (2, 2)
 
 
 def test_a_restarted_follower_rebuilds_the_same_counts(run_dir: Path, clock: FakeClock) -> None:

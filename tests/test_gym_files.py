@@ -58,13 +58,11 @@ GYM_COVERAGE = {
     "coverage/masked_rollouts": 2,
     "coverage/measured_tasks": 3,  # math 0 and 1, tool 2 (rows without identity are in no task)
     "coverage/fully_masked_tasks": 0,
-    "coverage/expected": 13,  # 11 inputs and 2 rows without identity
-    "coverage/measured": 5,
-    "coverage/masked": 2,
-    "coverage/unscored": 1,
-    "coverage/failed": 5,
-    "coverage/omitted": 0,
-    "coverage/unknown": 0,
+    # As Gym computes them: the 11 materialized inputs; the distinct rollouts with a main-file row: tasks
+    # 0 (3), 1, 2 and 3 (one each), and the 2 rows without identity, each a rollout of its own; 11 - 8.
+    "coverage/expected": 11,
+    "coverage/scored": 8,
+    "coverage/missing": 3,
 }
 KINDS = {
     "math": {"masked:judge_failed": 1, "failed:agent_request_failed": 1, "failed:transient": 1},

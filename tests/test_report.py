@@ -37,13 +37,10 @@ def test_json_report_of_the_fixture_run(capsys: pytest.CaptureFixture[str]) -> N
         "coverage/masked_rollouts": 1,
         "coverage/measured_tasks": 2,
         "coverage/fully_masked_tasks": 0,
+        # Gym's: 7 materialized inputs; 4 distinct rollouts with a main-file row (tasks 0, 0, 1, 2); 7 - 4.
         "coverage/expected": 7,
-        "coverage/measured": 2,
-        "coverage/masked": 1,
-        "coverage/unscored": 1,
-        "coverage/failed": 1,
-        "coverage/omitted": 1,
-        "coverage/unknown": 1,
+        "coverage/scored": 4,
+        "coverage/missing": 3,
     }
 
 
@@ -55,7 +52,7 @@ def test_table_report(capsys: pytest.CaptureFixture[str]) -> None:
     assert "Events by agent: every row read" in out
     for agent in ("math_agent", "code_agent", "browser_agent"):
         assert agent in out
-    assert "coverage/unknown" in out
+    assert "coverage/missing" in out
     assert "failed:session_lost (1)" in out
 
 

@@ -168,18 +168,6 @@ class Account:
         self._overflow: dict[str, int] = {}
         self._overflow_warned: set[str] = set()
 
-    def reset(self) -> None:
-        """Start every count over from zero (the source being read started over).
-
-        Scrapers see a counter reset, which ``rate()`` and ``increase()`` handle.
-        """
-        with self._lock:
-            self._by_label = {}
-            self._by_name = {}
-            self._rejected = {}
-            self._overflow = {}
-        self.names.reset()
-
     # -- resolving labels ---------------------------------------------------------------------------
 
     def _state(self, agent: str) -> _AgentState:

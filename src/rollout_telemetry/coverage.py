@@ -41,6 +41,8 @@ DEFAULT_MAX_ATTEMPTS = 3
 """NeMo Gym's default for ``NEMO_GYM_MAX_ROLLOUT_ATTEMPTS``."""
 
 _DISPOSITIONS = tuple(Disposition)
+_SCORED = (Disposition.MEASURED, Disposition.MASKED, Disposition.UNSCORED)
+"""The dispositions of a rollout whose deciding row is in the main output."""
 _MEASURED, _MASKED = Disposition.MEASURED, Disposition.MASKED
 
 Key = tuple[str, int, int]
@@ -134,6 +136,8 @@ class CoverageSnapshot:
     expected_known: bool = False
     unexpected: int = field(default=0)
     """Rollouts seen that were not among the expected ones (0 when none are expected)."""
+    restarts: int = 0
+    """Times the run started over: a new run in the same files."""
 
     def agent(self, name: str) -> AgentCoverage | None:
         """The coverage of one agent, or ``None``."""
@@ -156,17 +160,30 @@ class Coverage:
         self._names = names if names is not None else Names()
         self.max_attempts = max_attempts
         self._lock = _fork.lock_for(self)
-        self.reset()
+        self._retried_before: dict[str, int] = {}  # retries of earlier runs, by agent: a counter goes on
+        self._restarts = 0
+        self._clear()
 
-    def reset(self) -> None:
-        """Forget everything (the files being read started over)."""
+    def new_run(self) -> None:
+        """A new run begins (the files being read started over): forget the rollouts and what was expected.
+
+        The retries counted so far stay counted (``rollout_retried_total`` is a counter) and the restart is
+        counted (``rollout_run_restarts_total``).
+        """
         with self._lock:
-            self._rollouts: dict[Key, _Rollout] = {}
-            self._tasks: dict[tuple[str, int], _Task] = {}
-            self._agents: dict[str, _Agent] = {}
-            self._expected: set[Key] = set()
-            self._expected_known = False
-            self._unidentified_keys = itertools.count()
+            for label, state in self._agents.items():
+                self._retried_before[label] = self._retried_before.get(label, 0) + state.retried
+            self._restarts += 1
+            self._clear()
+
+    def _clear(self) -> None:
+        # At construction, or under the lock.
+        self._rollouts: dict[Key, _Rollout] = {}
+        self._tasks: dict[tuple[str, int], _Task] = {}
+        self._agents: dict[str, _Agent] = {}
+        self._expected: set[Key] = set()
+        self._expected_known = False
+        self._unidentified_keys = itertools.count()
 
     def _agent(self, label: str) -> _Agent:
         agent = self._agents.get(label)
@@ -299,7 +316,7 @@ class Coverage:
                     rollouts=dict(state.rollouts),
                     expected=sum(state.rollouts.values()) + state.unknown if known else None,
                     unknown=state.unknown if known else None,
-                    retried=state.retried,
+                    retried=state.retried + self._retried_before.get(label, 0),
                     measured_tasks=state.measured_tasks,
                     fully_masked_tasks=state.fully_masked_tasks,
                     retryable=state.retryable,
@@ -308,29 +325,33 @@ class Coverage:
                 for label, state in sorted(self._agents.items())
             )
             unexpected = sum(state.unexpected for state in self._agents.values()) if known else 0
-        return CoverageSnapshot(agents=agents, expected_known=known, unexpected=unexpected)
+            restarts = self._restarts
+        return CoverageSnapshot(agents=agents, expected_known=known, unexpected=unexpected, restarts=restarts)
 
 
 def coverage_metrics(snapshot: CoverageSnapshot) -> dict[str, int]:
-    """NeMo Gym's end-of-run ``coverage/...`` keys.
+    """NeMo Gym 0.7.0's end-of-run ``coverage/...`` keys, as its collection computes them.
 
-    ``coverage/measured_rollouts``, ``masked_rollouts``, ``measured_tasks`` and ``fully_masked_tasks``
-    appear only when something is masked; the run-level ``coverage/expected``, ``measured``, ``masked``,
-    ``unscored``, ``failed``, ``omitted`` and ``unknown`` only when the expected rollouts are known.
+    - ``coverage/expected``: the rollouts of the materialized inputs; ``coverage/scored``: the distinct
+      rollouts with a row in the main output; ``coverage/missing``: expected - scored. Only when the
+      expected rollouts are known (Gym counts the materialized inputs file, which a run always writes).
+    - ``coverage/measured_rollouts``, ``masked_rollouts``, ``measured_tasks`` and ``fully_masked_tasks``
+      (Gym's reward profile) only when something is masked.
     """
     keys: dict[str, int] = {}
     total = dict.fromkeys(_DISPOSITIONS, 0)
     for agent in snapshot.agents:
         for disposition, count in agent.rollouts.items():
             total[disposition] += count
+    if snapshot.expected_known:
+        expected = sum(a.expected or 0 for a in snapshot.agents) - snapshot.unexpected
+        scored = sum(total[d] for d in _SCORED)
+        keys["coverage/expected"] = expected
+        keys["coverage/scored"] = scored
+        keys["coverage/missing"] = expected - scored
     if total[Disposition.MASKED]:
         keys["coverage/measured_rollouts"] = total[Disposition.MEASURED]
         keys["coverage/masked_rollouts"] = total[Disposition.MASKED]
         keys["coverage/measured_tasks"] = sum(a.measured_tasks for a in snapshot.agents)
         keys["coverage/fully_masked_tasks"] = sum(a.fully_masked_tasks for a in snapshot.agents)
-    if snapshot.expected_known:
-        keys["coverage/expected"] = sum(a.expected or 0 for a in snapshot.agents)
-        for disposition in _DISPOSITIONS:
-            keys[f"coverage/{disposition.value}"] = total[disposition]
-        keys["coverage/unknown"] = sum(a.unknown or 0 for a in snapshot.agents)
     return keys

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import io
 import logging
 import os
 import threading
@@ -39,6 +40,8 @@ from rollout_telemetry.telemetry import RolloutTelemetry
 __all__ = ["NO_RESULT_CLASSES", "RunFiles", "RunFollower"]
 
 _CHUNK = 1 << 22
+_HEAD = 1 << 16
+"""Bytes of a file's start kept to tell a file rewritten in place from one appended to."""
 _BLANK = 64  # a line longer than this is not checked for being only white space
 
 _log = logging.getLogger("rollout_telemetry.follow")
@@ -125,10 +128,16 @@ def _recover(line: bytes | memoryview) -> tuple[int, _Row] | None:
 
 
 def _row_agent(row: _Row) -> str | None:
-    """The agent a row names: ``_ng_environment_server``, else ``agent_ref.name``."""
-    agent = row.environment_server
-    if agent is None and isinstance(row.agent_ref, dict):
-        agent = row.agent_ref.get("name")
+    """The agent a row names: ``agent_ref.name``, else ``_ng_environment_server``.
+
+    NeMo Gym 0.7.0's own rule for the agent a rollout ran on: its materialized inputs row names the agent
+    (``agent_ref``) and its result and sidecar rows add the environment server that fronted it, so the
+    agent is the one name all three rows share; a materialized taskset row names only its environment
+    server, and so do its results. Gym keys its ``progress/<agent>/...`` metrics by that agent.
+    """
+    agent = row.agent_ref.get("name") if isinstance(row.agent_ref, dict) else None
+    if agent is None or agent == "":
+        agent = row.environment_server
     if agent is None or agent == "":
         return None
     if not isinstance(agent, str):
@@ -184,6 +193,11 @@ def _failure_outcome(row: _Row) -> tuple[Classified, bool]:
     return absent(disposition, kind, reason, reward), terminal
 
 
+def _state(stat: os.stat_result) -> tuple[int, int, int, int]:
+    """What changes when a file is written: (device, inode, size, modification time in ns)."""
+    return stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns
+
+
 @dataclass(frozen=True, slots=True)
 class RunFiles:
     """The files of one run: the main output, its failures sidecar, its materialized inputs."""
@@ -207,22 +221,38 @@ class RunFiles:
 
 
 class _Tail:
-    """One file read incrementally: complete lines only, truncation and replacement detected."""
+    """One file read incrementally: complete lines only; a file that starts over is detected.
 
-    def __init__(self, path: Path, *, announce: bool = False) -> None:
+    A file starts over when it is replaced (a new inode: NeMo Gym deletes and recreates its output for a
+    fresh run), truncated below what was read, or rewritten in place: its first bytes, kept as read (up to
+    ``_HEAD``), differ from what is there now. That last check catches a file truncated and regrown past
+    the read offset between two polls (Gym rewrites the materialized inputs in place), which neither the
+    inode nor the size shows.
+
+    With ``skip_existing`` a file present at start is left from an earlier run: it is not read until it
+    changes (its inode, size or modification time), and then from its start.
+    """
+
+    def __init__(self, path: Path, *, announce: bool = False, skip_existing: bool = False) -> None:
         self.path = path
         self.announce = announce  # say that the file is awaited (the main file; the sidecars are optional)
         self.offset = 0
         self.line_number = 0
         self.identity: tuple[int, int] | None = None
+        self.head = b""  # the file's first bytes as read, at most _HEAD of them
         self.missing_said = False
+        self.stale: tuple[int, int, int, int] | None = None
+        if skip_existing:
+            with contextlib.suppress(OSError):
+                self.stale = _state(os.stat(path))
 
     def rewind(self) -> None:
         self.offset = 0
         self.line_number = 0
+        self.head = b""
 
     def check(self) -> bool | None:
-        """Whether the file started over (truncated or replaced) since the last read; None if missing."""
+        """Whether the file started over since the last read; None if it is missing (or stale)."""
         try:
             stat = os.stat(self.path)
         except OSError:
@@ -234,13 +264,29 @@ class _Tail:
                 self.missing_said = True
             return None
         self.missing_said = False
+        if self.stale is not None:
+            if _state(stat) == self.stale:
+                return None  # left from an earlier run and unchanged: not this run's
+            self.stale = None  # written since: this run's, read from its start
         identity = (stat.st_dev, stat.st_ino)
-        started_over = self.identity is not None and (identity != self.identity or stat.st_size < self.offset)
+        started_over = self.identity is not None and (
+            identity != self.identity or stat.st_size < self.offset or not self._same_head()
+        )
         if started_over:
-            _log.warning("%s was truncated or replaced; reading it from the start", self.path)
+            _log.warning("%s was truncated, replaced or rewritten; reading it from the start", self.path)
             self.rewind()
         self.identity = identity
         return started_over
+
+    def _same_head(self) -> bool:
+        """Whether the file still starts with the bytes kept when it was read."""
+        if not self.head:
+            return True
+        try:
+            with open(self.path, "rb", buffering=0) as handle:
+                return handle.read(len(self.head)) == self.head
+        except OSError:
+            return True  # gone between the stat and the open: the next poll sees it
 
     def lines(self) -> Iterator[tuple[int, memoryview]]:
         """Yield the new complete lines with their numbers; a last line without its newline waits.
@@ -256,45 +302,63 @@ class _Tail:
             _log.warning("cannot read %s: %s", self.path, exc)
             return
         with handle:
-            handle.seek(self.offset)
-            buffer = bytearray(_CHUNK)
-            view = memoryview(buffer)
-            kept = 0  # bytes at the buffer's start: a line the last chunk cut, to be joined with the next
-            while True:
-                read = handle.readinto(view[kept:])
-                if not read:
-                    return  # what is kept is a last line still being written: read again, whole, later
-                size = kept + read
-                start = 0
-                find = buffer.find
-                while (end := find(b"\n", start, size)) >= 0:
-                    self.offset += end + 1 - start
-                    self.line_number += 1
-                    if end > start and (end - start > _BLANK or not buffer[start:end].isspace()):
-                        yield self.line_number, view[start:end]
-                    start = end + 1
-                kept = size - start
-                if kept == len(buffer):  # one line longer than the buffer: a larger one, the line moved
-                    buffer = bytearray(2 * len(buffer))
-                    buffer[:kept] = view[start:size]
-                    view = memoryview(buffer)
-                else:
-                    buffer[:kept] = buffer[start:size]  # same length: the buffer is not resized
+            try:
+                yield from self._read(handle)
+            finally:
+                # The first bytes read (whole lines only), kept to tell a rewrite from an append.
+                size = min(self.offset, _HEAD)
+                if len(self.head) < size:
+                    self.head = os.pread(handle.fileno(), size, 0)
+
+    def _read(self, handle: io.FileIO) -> Iterator[tuple[int, memoryview]]:
+        handle.seek(self.offset)
+        buffer = bytearray(_CHUNK)
+        view = memoryview(buffer)
+        kept = 0  # bytes at the buffer's start: a line the last chunk cut, to be joined with the next
+        while True:
+            read = handle.readinto(view[kept:])
+            if not read:
+                return  # what is kept is a last line still being written: read again, whole, later
+            size = kept + read
+            start = 0
+            find = buffer.find
+            while (end := find(b"\n", start, size)) >= 0:
+                self.offset += end + 1 - start
+                self.line_number += 1
+                if end > start and (end - start > _BLANK or not buffer[start:end].isspace()):
+                    yield self.line_number, view[start:end]
+                start = end + 1
+            kept = size - start
+            if kept == len(buffer):  # one line longer than the buffer: a larger one, the line moved
+                buffer = bytearray(2 * len(buffer))
+                buffer[:kept] = view[start:size]
+                view = memoryview(buffer)
+            else:
+                buffer[:kept] = buffer[start:size]  # same length: the buffer is not resized
 
 
 class RunFollower:
     """Feeds a run's files into a telemetry account and a coverage account, once or continuously.
 
-    The agent of a row is its ``_ng_environment_server``, else its ``agent_ref.name``, else that of the
+    The agent of a row is its ``agent_ref.name``, else its ``_ng_environment_server``, else that of the
     materialized inputs row with the same identity, else ``default_agent``. A row whose identity is not in
     the inputs yet waits for them (it is counted when they catch up, never dropped); ``finish()`` settles
     what still waits once the files are complete.
+
+    When a file of the run starts over (NeMo Gym's fresh run over the same output deletes and recreates
+    the output and its sidecar and rewrites the inputs), a new run begins: what describes the run (the
+    coverage account, the groups, the rows waiting for their input) starts again, while every counter
+    continues, so no series goes backwards and no line is counted twice. The files that started over are
+    read from their start, the others from where reading was, and the inputs (which count nothing) again
+    from their start.
 
     Args:
         telemetry: the account the live counters go to.
         files: the run's files.
         coverage: the coverage account; a new one (sharing the telemetry's names) by default.
         default_agent: the agent of rows that name none and match no input row.
+        skip_existing: files present now are left from an earlier run (a fresh run is about to replace
+            them): each is read only once it changes, from its start.
     """
 
     def __init__(
@@ -304,27 +368,25 @@ class RunFollower:
         coverage: Coverage | None = None,
         *,
         default_agent: str | None = None,
+        skip_existing: bool = False,
     ) -> None:
         self.telemetry = telemetry
         self.files = files
         self.coverage = coverage if coverage is not None else Coverage(telemetry.names)
         self.default_agent = default_agent
-        self._inputs = _Tail(files.inputs) if files.inputs else None
-        self._main = _Tail(files.main, announce=True)
-        self._failures = _Tail(files.failures) if files.failures else None
+        skip = skip_existing
+        self._inputs = _Tail(files.inputs, skip_existing=skip) if files.inputs else None
+        self._main = _Tail(files.main, announce=True, skip_existing=skip)
+        self._failures = _Tail(files.failures, skip_existing=skip) if files.failures else None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()  # one poll at a time: the background thread and finish()
         self.restarts = 0
-        self._reset_state()
-
-    def _reset_state(self) -> None:
+        """Times the run started over (a new run in the same files)."""
+        self.rows = 0
+        """Rows counted (successes and failures; duplicates and rejected rows excluded), every run."""
         self._input_agents: dict[tuple[int, int], str] = {}
         self._waiting: dict[tuple[int, int], list[tuple[_Tail, int, _Row]]] = {}
-        self.rows = 0
-        """Rows counted (successes and failures; duplicates and rejected rows excluded)."""
-        self.unidentified = 0
-        """Rows counted without an identity."""
 
     @property
     def position(self) -> int:
@@ -354,8 +416,9 @@ class RunFollower:
         """Read whatever complete lines are new in every file; return how many lines were read."""
         with self._lock:
             present = {tail: tail.check() for tail in self._tails()}
-            if any(present.values()):
-                self._start_over()
+            started_over = {tail for tail, started in present.items() if started}
+            if started_over:
+                self._start_over(started_over)
             read = 0
             for tail in self._tails():
                 if present[tail] is None:
@@ -389,14 +452,20 @@ class RunFollower:
                 for tail, number, row in rows:
                     self._counted(tail, number, row, self.default_agent, identity)
 
-    def _start_over(self) -> None:
-        # A file started over: rebuild every count from the files, so nothing is counted twice.
+    def _start_over(self, started_over: set[_Tail]) -> None:
+        # A new run (see the class): the run's description starts again; the counters go on.
         self.restarts += 1
-        self.telemetry.reset()
-        self.coverage.reset()
-        self._reset_state()
-        for tail in self._tails():
-            tail.rewind()
+        self.coverage.new_run()
+        self.telemetry.new_run()
+        self._input_agents = {}
+        # Rows waiting for their input row are kept, unless their file is read again from its start.
+        self._waiting = {
+            identity: kept
+            for identity, rows in self._waiting.items()
+            if (kept := [row for row in rows if row[0] not in started_over])
+        }
+        if self._inputs is not None:
+            self._inputs.rewind()
 
     def _handle(self, tail: _Tail, number: int, line: memoryview) -> None:
         try:
@@ -440,7 +509,7 @@ class RunFollower:
         if identity is None:
             raise Rejection("missing_identity", "a materialized inputs row needs its identity")
         if agent is None:
-            raise Rejection("missing_agent", "no _ng_environment_server or agent_ref.name")
+            raise Rejection("missing_agent", "no agent_ref.name or _ng_environment_server")
         self.coverage.expect(agent, *identity)
         self.telemetry.groups.expect(agent, *identity)
         self._input_agents[identity] = agent
@@ -451,7 +520,7 @@ class RunFollower:
         self, tail: _Tail, number: int, row: _Row, agent: str | None, identity: tuple[int, int] | None
     ) -> None:
         if agent is None:
-            raise Rejection("missing_agent", "no _ng_environment_server, agent_ref.name or input row")
+            raise Rejection("missing_agent", "no agent_ref.name, _ng_environment_server or input row")
         attempt = _attempt(row)
         if tail is self._main:
             outcome = classify(row)
@@ -464,7 +533,6 @@ class RunFollower:
             self.coverage.observe(agent, identity, attempt, outcome[0], succeeded=False, terminal=terminal)
         self.telemetry.record_classified(agent, outcome, identity, attempt)
         self.rows += 1
-        self.unidentified += identity is None
 
     def _reject(self, tail: _Tail, number: int, exc: Rejection) -> None:
         located = Rejection(exc.reason, f"line {number}: {exc}")

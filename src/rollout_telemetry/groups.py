@@ -128,14 +128,17 @@ class Groups:
         self.min_valid = min_valid
         self._lock = _fork.lock_for(self)
         self._sizes: dict[str, int] = {}  # agent label -> declared group size
-        self.reset()
+        self._states: dict[str, dict[GroupState, int]] = {}  # completed groups: a counter, every run
+        self.new_run()
 
-    def reset(self) -> None:
-        """Forget every group (the source being read started over); declared sizes are kept."""
+    def new_run(self) -> None:
+        """A new run begins (the files being read started over): forget the open and completed groups.
+
+        The counts of completed groups go on (``rollout_groups_total`` is a counter); declared sizes stay.
+        """
         with self._lock:
             self._open: dict[tuple[str, int], _Group] = {}
             self._completed: dict[tuple[str, int], None] = {}
-            self._states: dict[str, dict[GroupState, int]] = {}
             self._open_count: dict[str, int] = {}  # kept current, so a snapshot is O(agents)
             self._from_inputs = False
             self.active = bool(self._sizes)

@@ -137,12 +137,3 @@ class Names:
                 return OTHER, True
             admitted.add(label)
         return label, False
-
-    def reset(self) -> None:
-        """Forget every admitted name (the source being read started over)."""
-        with self._lock:
-            self._agents = {}
-            self._agent_labels = set()
-            self._admitted_kinds = {}
-            self._admitted_stages = {}
-            self._admitted_reasons = {}

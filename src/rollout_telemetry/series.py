@@ -293,6 +293,11 @@ def _coverage_each(
     return sample
 
 
+def _coverage_restarts(snap: CoverageSnapshot) -> Iterator[Sample]:
+    if snap.restarts:
+        yield (), snap.restarts
+
+
 _FOLLOW = "in follow mode (serve --follow), per agent"
 
 COVERAGE_FAMILIES: tuple[Family[CoverageSnapshot], ...] = (
@@ -318,6 +323,13 @@ COVERAGE_FAMILIES: tuple[Family[CoverageSnapshot], ...] = (
         "Failed rollouts NeMo Gym will dispatch again on resume: no success written, no terminal failure "
         "row, fewer attempts used than NEMO_GYM_MAX_ROLLOUT_ATTEMPTS. The rest of the failed are final.",
         _coverage_each(lambda a: a.retryable),
+    ),
+    Family(
+        "rollout_run_restarts_total", "counter", (), "{run}", "in follow mode, once a followed file restarts",
+        "Times the followed run's files started over: a file recreated (NeMo Gym's fresh run over the same "
+        "output), truncated or rewritten in place. The rollout_run_* gauges then describe the new run; every "
+        "counter goes on from where it was.",
+        _coverage_restarts,
     ),
 )  # fmt: skip
 """The run coverage account's families (``serve --follow``)."""

@@ -337,10 +337,9 @@ class RolloutTelemetry:
         if not self._account.stalls_off:
             _watch.watch(self, min(30.0, (self._stall_after or 600.0) / 4))
 
-    def reset(self) -> None:
-        """Start every count over from zero (the source being read started over); scrapers see a reset."""
-        self._account.reset()
-        self.groups.reset()
+    def new_run(self) -> None:
+        """A new run of the source begins: its groups start again; every count goes on, never backwards."""
+        self.groups.new_run()
 
     def declare(self, *agents: str) -> None:
         """Publish ``agents`` with zero counts before their first rollout.

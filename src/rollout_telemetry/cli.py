@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import json
 import logging
@@ -11,6 +12,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
@@ -31,6 +33,7 @@ from rollout_telemetry.coverage import DEFAULT_MAX_ATTEMPTS, Coverage
 from rollout_telemetry.demo import SCENARIOS, DemoConfig, run_demo, summary_lines
 from rollout_telemetry.exporters.prometheus import CoverageCollector
 from rollout_telemetry.follow import RunFiles, RunFollower
+from rollout_telemetry.gym_watch import GymCommand, GymProcess, describe_status
 from rollout_telemetry.report import build_report, render_table
 from rollout_telemetry.server import MetricsServer, TLSConfig
 from rollout_telemetry.telemetry import RolloutTelemetry
@@ -179,6 +182,7 @@ def _parser() -> tuple[OneLineParser, dict[str, argparse.ArgumentParser]]:
     _add_serve_options(serve)
     _logging_options(serve, argparse.SUPPRESS)
 
+    _add_gym(commands)
     report = commands.add_parser(
         "report",
         help="print a run's coverage, rewards and failure kinds from its rollout JSONL files",
@@ -232,6 +236,45 @@ def _parser() -> tuple[OneLineParser, dict[str, argparse.ArgumentParser]]:
         help="serve the agents at zero for this many seconds before the first rollout",
     )
     return parser, dict(commands.choices)
+
+
+def _add_gym(commands: argparse._SubParsersAction[OneLineParser]) -> None:
+    gym = commands.add_parser(
+        "gym",
+        help="run NeMo Gym's collection and watch it live: /metrics while it runs, the report at the end",
+        usage="%(prog)s [options] -- GYM_COMMAND ...",
+        description=(
+            "Run a NeMo Gym command (everything after --) as a child process, follow the rollout files "
+            "it writes (its --output, with the failures sidecar and the materialized inputs) from its first "
+            "row, and serve /metrics and /rollouts meanwhile. Ctrl-C and SIGTERM are passed on to Gym, "
+            "which is waited for; then the report is printed and the exit status is Gym's. Without --resume "
+            "in the Gym command, files left at the output path by an earlier run are not read: Gym replaces "
+            "them."
+        ),
+        epilog="example: rollout-telemetry gym --port 9464 -- gym eval run --no-serve --agent my_agent "
+        "--input data.jsonl --output out/rollouts.jsonl",
+    )
+    gym.add_argument(
+        "gym_command", nargs=argparse.REMAINDER, metavar="GYM_COMMAND", help="the Gym command, after --"
+    )
+    _add_run_files(gym, sidecars=False)
+    gym.add_argument(
+        "--poll-interval",
+        type=at_least(0.05),
+        default=0.25,
+        help="seconds between reads of the files (default: 0.25)",
+    )
+    gym.add_argument(
+        "--linger",
+        type=non_negative,
+        default=0.0,
+        help="keep serving this many seconds after Gym ends, for a last scrape (default: 0)",
+    )
+    gym.add_argument(
+        "--format", choices=("table", "json"), default="table", help="the report's format (default: table)"
+    )
+    _add_serve_options(gym)
+    _logging_options(gym, argparse.SUPPRESS)
 
 
 def _add_top(commands: argparse._SubParsersAction[OneLineParser]) -> None:
@@ -327,13 +370,16 @@ def _default_max_attempts() -> int:
         return DEFAULT_MAX_ATTEMPTS
 
 
-def _add_run_files(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--failures", default=None, help="the failures sidecar (default: <stem>_failures.jsonl)"
-    )
-    parser.add_argument(
-        "--inputs", default=None, help="the materialized inputs (default: <stem>_materialized_inputs.jsonl)"
-    )
+def _add_run_files(parser: argparse.ArgumentParser, *, sidecars: bool = True) -> None:
+    if sidecars:
+        parser.add_argument(
+            "--failures", default=None, help="the failures sidecar (default: <stem>_failures.jsonl)"
+        )
+        parser.add_argument(
+            "--inputs",
+            default=None,
+            help="the materialized inputs (default: <stem>_materialized_inputs.jsonl)",
+        )
     parser.add_argument(
         "--agent",
         default=None,
@@ -351,11 +397,14 @@ def _add_run_files(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _follower(args: argparse.Namespace, path: str, telemetry: RolloutTelemetry) -> RunFollower:
-    files = RunFiles.from_main(path, failures=args.failures, inputs=args.inputs)
+def _follower(
+    args: argparse.Namespace, path: str | Path, telemetry: RolloutTelemetry, *, skip_existing: bool = False
+) -> RunFollower:
+    failures, inputs = getattr(args, "failures", None), getattr(args, "inputs", None)
+    files = RunFiles.from_main(path, failures=failures, inputs=inputs)
     max_attempts = args.max_attempts or _default_max_attempts()
     coverage = Coverage(telemetry.names, max_attempts=max_attempts)
-    return RunFollower(telemetry, files, coverage, default_agent=args.agent)
+    return RunFollower(telemetry, files, coverage, default_agent=args.agent, skip_existing=skip_existing)
 
 
 def _security(args: argparse.Namespace) -> tuple[TLSConfig | None, BasicAuth | None]:
@@ -547,6 +596,59 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _gym(args: argparse.Namespace) -> int:
+    command = GymCommand.parse(args.gym_command)  # every input checked before anything starts
+    security = _security(args)
+    _interrupt_on_sigterm()  # outside Gym's run (which passes it on to Gym): stop as Ctrl-C does
+    telemetry = RolloutTelemetry(run=args.run)
+    follower = _follower(args, command.output, telemetry, skip_existing=not command.resume)
+    telemetry.registry.register(CoverageCollector(follower.coverage, telemetry.const_labels))
+    follower.poll()  # a resumed run's rows, before the first scrape
+    server = _serve_endpoint(telemetry, args, security)
+    try:
+        print(f"rollout-telemetry gym: serving {server.url}, following {command.output}", file=sys.stderr)
+        follower.start(args.poll_interval)
+        try:
+            with GymProcess(command) as gym:
+                status = gym.wait()
+        finally:
+            follower.stop()
+        if status:
+            print(f"rollout-telemetry gym: {describe_status(status)}", file=sys.stderr)
+        follower.read_all()  # what Gym wrote last
+        follower.finish()
+        if follower.rows == 0 and not follower.coverage.snapshot().expected_known:
+            print(f"rollout-telemetry gym: Gym wrote no rollout to {command.output}", file=sys.stderr)
+        else:
+            _print_report(telemetry, follower, args.format)
+            if follower.restarts:
+                print(
+                    f"rollout-telemetry gym: the files started over {follower.restarts} time(s) during the "
+                    f"run; the event counts are of every run, `rollout-telemetry report {command.output}` "
+                    "gives the last one alone",
+                    file=sys.stderr,
+                )
+        if args.linger:
+            with contextlib.suppress(KeyboardInterrupt):
+                time.sleep(args.linger)
+    finally:
+        server.stop()
+    return status
+
+
+def _print_report(telemetry: RolloutTelemetry, follower: RunFollower, output_format: str) -> None:
+    report = build_report(telemetry.snapshot(), follower.coverage.snapshot(), telemetry.groups.snapshot())
+    if output_format == "json":
+        print(json.dumps(report, indent=2, sort_keys=False), flush=True)
+        return
+    from rich.console import Console
+
+    console = Console()
+    if not console.is_terminal:  # piped: as wide as COLUMNS says, else wide rather than squeezed
+        console = Console(width=int(os.environ.get("COLUMNS", "") or 0) or 200)
+    console.print(render_table(report, console.width))
+
+
 def _report(args: argparse.Namespace) -> int:
     telemetry = RolloutTelemetry()
     follower = _follower(args, args.path, telemetry)
@@ -565,16 +667,7 @@ def _report(args: argparse.Namespace) -> int:
         why = f"all {rejected} rows were rejected" if rejected else "it is empty"
         print(f"rollout-telemetry report: no usable rollout row in {main_file}: {why}", file=sys.stderr)
         return 1
-    report = build_report(telemetry.snapshot(), follower.coverage.snapshot(), telemetry.groups.snapshot())
-    if args.format == "json":
-        print(json.dumps(report, indent=2, sort_keys=False))
-    else:
-        from rich.console import Console
-
-        console = Console()
-        if not console.is_terminal:  # piped: as wide as COLUMNS says, else wide rather than squeezed
-            console = Console(width=int(os.environ.get("COLUMNS", "") or 0) or 200)
-        console.print(render_table(report, console.width))
+    _print_report(telemetry, follower, args.format)
     return 0
 
 
@@ -659,6 +752,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "demo": _demo,
         "serve": _serve,
         "report": _report,
+        "gym": _gym,
         "top": _top,
         "hash-password": lambda _: _hash_password(),
         "ray-targets": _ray_targets,
@@ -668,3 +762,5 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ServeError, ValueError, OSError, ImportError) as exc:  # ServeError is a RuntimeError
         print(f"rollout-telemetry {args.command}: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C where a command has no use for it: stop quietly, as a shell reports it
+        return 130

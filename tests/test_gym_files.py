@@ -262,3 +262,25 @@ def test_coverage_caps_agents_like_the_account() -> None:
     for name in ("a", "b", "c", "d"):
         coverage.observe(name, (0, 0), 0, Disposition.MEASURED, succeeded=True)
     assert [a.agent for a in coverage.snapshot().agents] == ["_other", "a", "b"]
+
+
+REAL = Path(__file__).parent / "fixtures" / "gym-0.7.0"
+"""Files written by NeMo Gym 0.7.0's own collection in ``tests/gym`` (its example flow, the test environment,
+the fake model), with Gym's captured metrics beside them: ``troubled`` (masked, failed to the sidecar) and
+``retried`` (killed, resumed, then its failures retried as attempt 1; metrics of the last session)."""
+
+
+@pytest.mark.parametrize("name", ["troubled", "retried"])
+def test_report_on_files_nemo_gym_wrote(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """report on a real Gym run: one agent (as Gym names it), the files' counts, Gym's end-of-run keys, its
+    aggregate metrics and, where the run was one session, its last progress step, key for key."""
+    from tests.gym.oracle import GymRun, check_report
+
+    run = GymRun(REAL / name / "rollouts.jsonl", REAL / name / "gym-metrics.jsonl")
+    assert main(["report", str(run.output), "--format", "json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert [row["agent"] for row in report["agents"]] == ["rt_weather_simple_agent"]
+    check_report(report, run, gym_progress=name == "troubled")
+    if name == "retried":
+        rollouts = report["agents"][0]["rollouts"]
+        assert (rollouts["failed"], rollouts["retried"], rollouts["unknown"]) == (0, 2, 0)

@@ -1,0 +1,45 @@
+"""The dashboard's queries as a real Prometheus evaluates them, and which panels a kind of run can fill."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+
+from rollout_telemetry.series import COVERAGE_FAMILIES
+from tests.e2e.prometheus import REPO
+
+DASHBOARD = json.loads((REPO / "dashboards" / "rollout-progress.json").read_text())
+COVERAGE = {family.name for family in COVERAGE_FAMILIES}
+"""Published by ``serve --follow`` only: the coverage row."""
+LIFECYCLE = {
+    "rollout_in_flight",
+    "rollout_oldest_in_flight_age_seconds",
+    "rollout_stalled",
+    "rollout_duration_seconds_bucket",
+}
+"""Published by the lifecycle API only (the demo uses it; a followed run does not)."""
+FAILURE_PANELS = {
+    "Reward lost to infrastructure",
+    "Reward lost to infrastructure per agent",
+    "Masked share",
+    "Masked share per agent",
+    "Failed share",
+    "Failed per minute by failure kind",
+    "Omitted per minute by failure kind",
+    "Masked per minute by failure kind",
+    "Top failure kinds",
+    "Rejected inputs per minute",
+    "Masked + failed share",
+}
+
+
+def dashboard_queries(run: str = "e2e") -> Iterator[tuple[str, str, set[str]]]:
+    """(panel title, expression, metric names) of every target, with variables and macros substituted."""
+    for panel in DASHBOARD["panels"]:
+        for target in panel.get("targets", []):
+            expr = target["expr"]
+            expr = expr.replace("$__rate_interval", "1m").replace("$__range", "1h")
+            expr = expr.replace("$agent", ".*").replace("$followed", ".*").replace("$run", run)
+            assert "$" not in expr, expr
+            yield panel["title"], expr, set(re.findall(r"\b(rollout_[a-z_]+)\b", expr))

@@ -1,0 +1,43 @@
+"""The real NeMo Gym, started once per test session: its venv, the fake policy model and its servers."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.gym.harness import FakeModel, GymServers, GymUnavailable, gym_venv
+
+
+@pytest.fixture(scope="session")
+def gym_model(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeModel]:
+    """The fake policy model, for the whole session."""
+    with FakeModel(tmp_path_factory.mktemp("fake-model") / "model.log") as model:
+        yield model
+
+
+@pytest.fixture(scope="session")
+def gym(tmp_path_factory: pytest.TempPathFactory, gym_model: FakeModel) -> Iterator[GymServers]:
+    """NeMo Gym's servers (both environments) against the fake model, for the whole session.
+
+    Without a Python >= 3.12 to make its venv the tests are skipped, except in CI (``CI=true``), where a
+    missing Gym is a failure: they must run there.
+    """
+    try:
+        venv = gym_venv()
+    except GymUnavailable as exc:
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail(f"NeMo Gym is needed in CI: {exc}")
+        pytest.skip(f"NeMo Gym cannot be set up here: {exc}")
+    with GymServers(venv, tmp_path_factory.mktemp("gym"), gym_model) as servers:
+        yield servers
+
+
+@pytest.fixture
+def workdir(gym: GymServers, request: pytest.FixtureRequest) -> Path:
+    """An output folder of this test's own, inside Gym's work directory (where Gym runs)."""
+    folder: Path = gym.workdir / "runs" / request.node.name
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder

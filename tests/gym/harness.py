@@ -1,0 +1,359 @@
+"""The real NeMo Gym beside the exporter: its venv, its servers, a fake policy model, and Gym's own accounts.
+
+Used by ``tests/gym`` and ``benchmarks/gym_lag.py``. NeMo Gym runs from its own venv (``scripts/setup-gym``),
+never imported here: it is started as processes, as a user starts it, and what it writes is read back.
+
+- ``FakeModel``: ``tests/gym/fake_model.py`` on loopback, answering Gym's model server.
+- ``GymServers``: ``gym env start`` with NeMo Gym's example environment ``example_single_tool_call`` and this
+  project's test environment ``rt_weather`` (``tests/gym/servers``: masking on demand), in a work directory
+  whose ``<type>/<name>/.venv`` links point at the Gym venv, so no server builds a venv of its own.
+- ``GymRun``: the files of one collection, read with ``json`` only (independently of the code under test),
+  and Gym's own metrics captured by ``tests/gym/launcher.py`` through its exporter registry.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+GYM_VERSION = "0.7.0"
+EXAMPLE_AGENT = "example_single_tool_call_simple_agent"
+"""NeMo Gym's own example environment's agent; its tasks are in the wheel's ``data/example.jsonl``."""
+TEST_AGENT = "rt_weather_simple_agent"
+"""This project's test environment's agent (``tests/gym/servers``): masks the prompts with ``[mask]``."""
+TEST_TASKS = "resources_servers/rt_weather/data/tasks.jsonl"
+_SERVER_DIRS = (
+    "resources_servers/example_single_tool_call",
+    "resources_servers/rt_weather",
+    "responses_api_agents/simple_agent",
+    "responses_api_models/openai_model",
+    "environment_servers/legacy_agent",
+)
+_READY = "servers ready!"
+"""What ``gym env start`` prints once every server answers (``All 7 / 7 servers ready!``)."""
+
+
+class GymUnavailable(RuntimeError):
+    """The Gym venv could not be made here."""
+
+
+def gym_venv() -> Path:
+    """The Gym venv, made by ``scripts/setup-gym`` on first use (cached outside the clone).
+
+    Raises:
+        GymUnavailable: the script failed; its last line says why.
+    """
+    result = subprocess.run(
+        ["bash", str(REPO / "scripts" / "setup-gym")],
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        check=False,
+    )
+    if result.returncode != 0:
+        lines = (result.stderr or result.stdout).strip().splitlines()
+        raise GymUnavailable(lines[-1] if lines else f"scripts/setup-gym exited {result.returncode}")
+    return Path(result.stdout.strip().splitlines()[-1])
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _stop_group(process: subprocess.Popen[Any], first: int, timeout: float) -> None:
+    """Send ``first`` to a process group, wait; SIGKILL the group if it does not end in time."""
+    if process.poll() is None:
+        try:
+            os.killpg(process.pid, first)
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=30)
+        except ProcessLookupError:
+            process.wait(timeout=30)
+
+
+class FakeModel:
+    """The fake policy model (``fake_model.py``) on a free loopback port."""
+
+    def __init__(self, log: Path) -> None:
+        self.port = _free_port()
+        self.log_path = log
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        """The OpenAI-compatible base URL, as Gym's ``--model-url`` takes it."""
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def __enter__(self) -> FakeModel:
+        self.log = self.log_path.open("wb")
+        command = [sys.executable, str(HERE / "fake_model.py"), "--port", str(self.port)]
+        self.process = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                self.stats()
+                return self
+            except OSError:
+                time.sleep(0.05)
+        raise AssertionError(f"the fake model did not start: {self.log_path.read_text(errors='replace')}")
+
+    def _call(self, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", data=data)
+        with urllib.request.urlopen(request, timeout=10) as response:
+            result: dict[str, Any] = json.load(response)
+            return result
+
+    def plan(self, prompts: dict[str, list[str]] | None = None, *, delay: float = 0.0) -> None:
+        """Answer the k-th first turn of a prompt containing a key with action k of its cycle (see the
+        module of the fake model); other prompts get ``call``. Resets the counts."""
+        self._call("/control/plan", {"prompts": prompts or {}, "delay": delay})
+
+    def stats(self) -> dict[str, int]:
+        """First turns answered so far, by action."""
+        return {key: int(value) for key, value in self._call("/control/stats").items()}
+
+    def __exit__(self, *exc: object) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(timeout=10)
+        self.log.close()
+
+
+class GymServers:
+    """``gym env start`` with both environments against the fake model, in a work directory of its own."""
+
+    def __init__(self, venv: Path, workdir: Path, model: FakeModel) -> None:
+        self.venv = venv
+        self.workdir = workdir
+        self.model = model
+        self.head_port = _free_port()
+        self.process: subprocess.Popen[bytes] | None = None
+        self.log_path = workdir / "gym-env.log"
+
+    @property
+    def site_packages(self) -> Path:
+        """The Gym venv's site-packages, where NeMo Gym's own example environments are."""
+        return next((self.venv / "lib").glob("python3.*/site-packages"))
+
+    @property
+    def example_tasks(self) -> Path:
+        """NeMo Gym's example environment's tasks, as shipped in its wheel."""
+        return (
+            self.site_packages / "resources_servers" / "example_single_tool_call" / "data" / "example.jsonl"
+        )
+
+    def environ(self) -> dict[str, str]:
+        """The environment Gym runs in: its venv first on PATH."""
+        return {**os.environ, "PATH": f"{self.venv / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"}
+
+    def _prepare(self) -> None:
+        # Gym looks for a server's venv at <uv_venv_dir, default the cwd>/<type>/<name>/.venv, and for a
+        # server's folder under the cwd before its own install: the test environment is copied here.
+        shutil.copytree(
+            HERE / "servers" / "resources_servers", self.workdir / "resources_servers", dirs_exist_ok=True
+        )
+        for folder in _SERVER_DIRS:
+            (self.workdir / folder).mkdir(parents=True, exist_ok=True)
+            link = self.workdir / folder / ".venv"
+            if not link.exists():
+                link.symlink_to(self.venv)
+
+    def __enter__(self) -> GymServers:
+        self._prepare()
+        command = [
+            str(self.venv / "bin" / "gym"), "env", "start",
+            "--resources-server", "example_single_tool_call", "--resources-server", "rt_weather",
+            "--model-type", "openai_model", "--model", "fake", "--model-url", self.model.url,
+            "--model-api-key", "dummy", "+skip_venv_if_present=true", "+route_failures_to_sidecar=true",
+            f"++head_server.port={self.head_port}",
+        ]  # fmt: skip
+        self.log = self.log_path.open("wb")
+        self.process = subprocess.Popen(
+            command,
+            cwd=self.workdir,
+            env=self.environ(),
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            process_group=0,
+        )
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            if _READY in self.log_path.read_text(errors="replace"):
+                return self
+            if self.process.poll() is not None:
+                break
+            time.sleep(0.5)
+        tail = self.log_path.read_text(errors="replace")[-3000:]
+        self.__exit__()
+        raise AssertionError(f"gym env start did not get ready:\n{tail}")
+
+    def __exit__(self, *exc: object) -> None:
+        if self.process is not None:
+            _stop_group(self.process, signal.SIGINT, timeout=60)
+        self.log.close()
+
+    def eval_command(
+        self,
+        agent: str,
+        tasks: Path | str,
+        output: Path,
+        *,
+        repeats: int,
+        concurrency: int,
+        capture: Path | None = None,
+        extra: Sequence[str] = (),
+    ) -> list[str]:
+        """``gym eval run --no-serve`` against these servers, through the capturing launcher; ``capture`` is
+        the JSONL file Gym's own metrics go to."""
+        command = [
+            str(self.venv / "bin" / "python"), str(HERE / "launcher.py"), "eval", "run", "--no-serve",
+            "--agent", agent, "--input", str(tasks), "--output", str(output),
+            "--num-repeats", str(repeats), "--concurrency", str(concurrency),
+            "+route_failures_to_sidecar=true", f"++head_server.port={self.head_port}", *extra,
+        ]  # fmt: skip
+        if capture is not None:
+            command.append(f"+capture_metrics_path={capture}")
+        return command
+
+
+def children(pid: int) -> Iterator[int]:
+    """The process ids of a process's children (Linux ``/proc``)."""
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        text = (task / "children").read_text().split()
+        yield from (int(child) for child in text)
+
+
+class Watch:
+    """``rollout-telemetry gym -- <command>`` as a real process, scraped in the background while it runs.
+
+    Each scrape is kept as (time, Gym still running, the exposition's text), so a test can check what was
+    served during the run; ``report()`` is the JSON report the command prints at the end.
+    """
+
+    def __init__(
+        self,
+        command: Sequence[str],
+        workdir: Path,
+        environ: dict[str, str],
+        *,
+        flags: Sequence[str] = (),
+        scrape_every: float = 0.05,
+        poll_interval: float = 0.1,
+    ) -> None:
+        self.port = _free_port()
+        self.argv = [
+            sys.executable, "-m", "rollout_telemetry", "gym", "--port", str(self.port), "--format", "json",
+            "--poll-interval", str(poll_interval), *flags, "--", *command,
+        ]  # fmt: skip
+        self.workdir = workdir
+        self.environ = environ
+        self.scrape_every = scrape_every
+        self.scrapes: list[tuple[float, bool, str]] = []
+        self.process: subprocess.Popen[bytes] | None = None
+        self.stdout = b""
+        self.stderr = b""
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/metrics"
+
+    def start(self) -> Watch:
+        self.process = subprocess.Popen(
+            self.argv, cwd=self.workdir, env=self.environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
+        import threading
+
+        self._out = threading.Thread(target=self._read_output, daemon=True)
+        self._out.start()
+        self._scraper = threading.Thread(target=self._scrape, daemon=True)
+        self._scraper.start()
+        return self
+
+    def _read_output(self) -> None:
+        assert self.process is not None
+        assert self.process.stdout is not None
+        import threading
+
+        def drain_stderr() -> None:
+            assert self.process is not None
+            assert self.process.stderr is not None
+            self.stderr = self.process.stderr.read()
+
+        thread = threading.Thread(target=drain_stderr, daemon=True)
+        thread.start()
+        self.stdout = self.process.stdout.read()
+        thread.join()
+
+    def gym_pid(self) -> int | None:
+        """The Gym child's process id (its process group), once started."""
+        assert self.process is not None
+        try:
+            found = list(children(self.process.pid))
+        except OSError:
+            return None
+        return found[0] if found else None
+
+    def gym_running(self) -> bool:
+        pid = self.gym_pid()
+        return pid is not None and Path(f"/proc/{pid}").exists()
+
+    def _scrape(self) -> None:
+        assert self.process is not None
+        while self.process.poll() is None:
+            running = self.gym_running()
+            try:
+                with urllib.request.urlopen(self.url, timeout=5) as response:
+                    text = response.read().decode()
+                self.scrapes.append((time.monotonic(), running, text))
+            except OSError:
+                pass
+            time.sleep(self.scrape_every)
+
+    def scrape(self) -> str:
+        """One scrape now."""
+        with urllib.request.urlopen(self.url, timeout=5) as response:
+            return str(response.read().decode())
+
+    def wait(self, timeout: float = 300) -> int:
+        """Wait for the command to end; its exit status."""
+        assert self.process is not None
+        try:
+            status = self.process.wait(timeout=timeout)
+        finally:
+            if self.process.poll() is None:
+                _stop_group(self.process, signal.SIGKILL, timeout=10)
+        self._out.join(timeout=30)
+        self._scraper.join(timeout=30)
+        for pipe in (self.process.stdout, self.process.stderr):
+            if pipe is not None:
+                pipe.close()
+        return status
+
+    def report(self) -> dict[str, Any]:
+        """The JSON report printed at the end (Gym's own output goes to the same stdout before it)."""
+        text = self.stdout.decode(errors="replace")
+        start = text.rfind('{\n  "agents"')
+        assert start >= 0, (
+            f"no report in the output:\n{text[-2000:]}\n{self.stderr.decode(errors='replace')[-2000:]}"
+        )
+        report: dict[str, Any] = json.loads(text[start:])
+        return report

@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
+from typing import Any
 
 from rollout_telemetry.series import COVERAGE_FAMILIES
-from tests.e2e.prometheus import REPO
+from tests.e2e.prometheus import REPO, Prometheus
 
 DASHBOARD = json.loads((REPO / "dashboards" / "rollout-progress.json").read_text())
 COVERAGE = {family.name for family in COVERAGE_FAMILIES}
@@ -43,3 +44,17 @@ def dashboard_queries(run: str = "e2e") -> Iterator[tuple[str, str, set[str]]]:
             expr = expr.replace("$agent", ".*").replace("$followed", ".*").replace("$run", run)
             assert "$" not in expr, expr
             yield panel["title"], expr, set(re.findall(r"\b(rollout_[a-z_]+)\b", expr))
+
+
+def followed_run_panels(prometheus: Prometheus, run: str, at: float) -> dict[str, list[list[dict[str, Any]]]]:
+    """Every panel's results for a followed run at ``at``: each has data but the lifecycle ones (only the
+    hook API fills those), which must have none. The results by panel title, one list per target."""
+    panels: dict[str, list[list[dict[str, Any]]]] = {}
+    for title, expr, names in dashboard_queries(run=run):
+        result = prometheus.query(expr, at=at)
+        panels.setdefault(title, []).append(result)
+        if names & LIFECYCLE:
+            assert not result, f"{title!r}: a followed run has no lifecycle series"
+        else:
+            assert result, f"panel {title!r} returned nothing for {expr}"
+    return panels

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.e2e.dashboard import COVERAGE, FAILURE_PANELS, LIFECYCLE, dashboard_queries
+from tests.e2e.dashboard import COVERAGE, FAILURE_PANELS, dashboard_queries, followed_run_panels
 from tests.e2e.processes import Exporter
 from tests.e2e.prometheus import RULES, Prometheus
 from tests.support import samples, wait_until
@@ -267,14 +267,7 @@ def test_followed_run_fills_the_coverage_row(tmp_path: Path) -> None:
         followed = prometheus.query('group by (agent) (rollout_run_rollouts{run=~"e2e-follow"})')
         assert {r["metric"]["agent"] for r in followed} == set(AGENTS)
 
-        panels: dict[str, list[list[dict[str, Any]]]] = {}
-        for title, expr, names in dashboard_queries(run="e2e-follow"):
-            result = prometheus.query(expr, at=stamp)
-            panels.setdefault(title, []).append(result)
-            if names & LIFECYCLE:
-                assert not result, f"{title!r}: a followed run has no lifecycle series"
-            else:
-                assert result, f"panel {title!r} returned nothing for {expr}"
+        panels = followed_run_panels(prometheus, "e2e-follow", stamp)
 
     # The progress bar: the share of the expected rollouts in each disposition, exactly as written.
     (bars,) = panels["Run progress by disposition"]

@@ -16,11 +16,10 @@ import sys
 import time
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests.e2e.dashboard import LIFECYCLE, dashboard_queries
+from tests.e2e.dashboard import followed_run_panels
 from tests.e2e.prometheus import Prometheus
 from tests.gym.harness import EXAMPLE_AGENT, TEST_AGENT, TEST_TASKS, FakeModel, GymServers, Watch
 from tests.gym.oracle import (
@@ -129,6 +128,15 @@ def _events(text: str) -> float:
     )
 
 
+def _wait_for_outcomes(watch: Watch, count: int) -> None:
+    """Until the watch has served ``count`` rollout outcomes (Gym is still running then)."""
+    wait_until(
+        lambda: bool(watch.scrapes) and _events(watch.scrapes[-1][2]) >= count,
+        timeout=120,
+        what=f"{count} rollouts",
+    )
+
+
 def test_killed_then_resumed_then_retried(gym: GymServers, gym_model: FakeModel, workdir: Path) -> None:
     """Gym killed mid-run (SIGKILL): the watch ends with Gym's status, and unknown = expected - done, nothing
     invented. Resumed (--resume): the rows already written are read from the start, the rest follow. Resumed
@@ -139,9 +147,7 @@ def test_killed_then_resumed_then_retried(gym: GymServers, gym_model: FakeModel,
         TEST_AGENT, TEST_TASKS, run.output, repeats=4, concurrency=2, capture=run.capture
     )
     watch = _watch(gym, command)
-    wait_until(
-        lambda: bool(watch.scrapes) and _events(watch.scrapes[-1][2]) >= 6, timeout=120, what="6 rollouts"
-    )
+    _wait_for_outcomes(watch, 6)
     gym_pid = watch.gym_pid()
     assert gym_pid is not None
     os.killpg(gym_pid, signal.SIGKILL)
@@ -261,9 +267,7 @@ def test_ctrl_c_stops_gym_and_reports(gym: GymServers, gym_model: FakeModel, wor
         TEST_AGENT, TEST_TASKS, run.output, repeats=4, concurrency=2, capture=run.capture
     )
     watch = _watch(gym, command)
-    wait_until(
-        lambda: bool(watch.scrapes) and _events(watch.scrapes[-1][2]) >= 2, timeout=120, what="2 rollouts"
-    )
+    _wait_for_outcomes(watch, 2)
     assert watch.process is not None
     watch.process.send_signal(signal.SIGINT)
     status = watch.wait(timeout=120)
@@ -332,14 +336,7 @@ def test_every_dashboard_panel_during_a_real_gym_run(
 
             prometheus.wait_for(scraped_final, timeout=60, what="the final counts to be scraped")
             stamp = max(float(r["value"][1]) for r in prometheus.query("timestamp(rollout_run_expected)"))
-            panels: dict[str, list[list[dict[str, Any]]]] = {}
-            for title, expr, names in dashboard_queries(run="gym-e2e"):
-                result = prometheus.query(expr, at=stamp)
-                panels.setdefault(title, []).append(result)
-                if names & LIFECYCLE:
-                    assert not result, f"{title!r}: a followed run has no lifecycle series"
-                else:
-                    assert result, f"panel {title!r} returned nothing for {expr}"
+            panels = followed_run_panels(prometheus, "gym-e2e", stamp)
         finally:
             assert watch.process is not None
             watch.process.send_signal(signal.SIGTERM)  # ends the linger

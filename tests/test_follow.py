@@ -274,7 +274,7 @@ REJECTIONS = {
     "malformed_json": 2,  # a cut-off object and a NaN literal
     "not_an_object": 2,
     "missing_agent": 1,
-    "invalid_identity": 1,  # a rollout index without its task index
+    "invalid_task_index": 1,  # a rollout index without its task index
     "invalid_reward": 1,
     "invalid_mask_sample": 1,
     "invalid_failure_kind": 1,

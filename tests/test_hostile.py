@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+from decimal import Decimal
+from fractions import Fraction
 from typing import Any
 
 import pytest
@@ -35,11 +37,17 @@ BAD_REWARDS: list[tuple[Any, str]] = [
     ("1.0", "invalid_reward"),
     ([1.0], "invalid_reward"),
     ({"value": 1}, "invalid_reward"),
+    # Beyond MAX_REWARD (1e9): one such reward would poison the sums for good.
+    (1e308, "invalid_reward"),
+    (-1e10, "invalid_reward"),
+    (10**400, "invalid_reward"),  # float() overflows: still a counted rejection of the field
+    (Fraction(10**400, 3), "invalid_reward"),
+    (Decimal("1e400"), "invalid_reward"),
 ]
 GOOD_REWARDS: list[tuple[Any, float | None]] = [
     (None, None),  # unscored
-    (1e308, 1e308),
-    (-1e308, -1e308),
+    (1e9, 1e9),
+    (-1e9, -1e9),
     (5e-324, 5e-324),
     (True, 1.0),
     (False, 0.0),
@@ -87,7 +95,7 @@ def test_bad_rewards_are_rejected(loaded: RolloutTelemetry, reward: Any, reason:
 def test_extreme_but_valid_rewards_are_counted(
     loaded: RolloutTelemetry, reward: Any, counted: float | None
 ) -> None:
-    """Huge and tiny floats, booleans and ints are counted exactly; None is unscored."""
+    """The largest and tiny floats, booleans and ints are counted exactly; None is unscored."""
     loaded.record("math", {"reward": reward})
     agent = loaded.snapshot().agent("math")
     assert agent is not None

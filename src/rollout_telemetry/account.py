@@ -19,7 +19,7 @@ from typing import Protocol, TypeVar
 
 from rollout_telemetry import _fork
 from rollout_telemetry.failure_kinds import AGENT, OTHER
-from rollout_telemetry.names import Names
+from rollout_telemetry.names import Names, cacheable
 from rollout_telemetry.outcome import Classified, Disposition, Generation
 from rollout_telemetry.snapshot import AccountSnapshot, AgentSnapshot
 
@@ -173,13 +173,15 @@ class Account:
     def _state(self, agent: str) -> _AgentState:
         """The state of an agent not in ``_by_name`` yet (or folded); raises ``OutcomeError`` if invalid."""
         label, folded = self.names.agent(agent)
+        if type(agent) is not str:  # a str subclass: cached by its plain value, its own methods never run
+            agent = str.__str__(agent)
         with self._lock:
             state = self._by_label.get(label)
             if state is None:
                 state = self._by_label[label] = _AgentState(label)
             if folded:
                 self._overflowed("agent")
-            elif len(self._by_name) < 4 * self.names.max_agents:
+            elif len(self._by_name) < 4 * self.names.max_agents and cacheable(agent):
                 self._by_name[agent] = state
         return state
 
@@ -262,7 +264,7 @@ class Account:
         if in_flight is None:
             try:
                 state = self._by_name[agent]
-            except (KeyError, TypeError):  # a new agent, or not even a hashable one
+            except Exception:  # a new agent, not a hashable one, or a str subclass whose hash raises
                 state = self._state(agent)
         else:
             state, slot, started = in_flight
@@ -321,7 +323,7 @@ class Account:
         ``set_stage`` and ``count`` take. ``flight`` is what ``/rollouts`` and stall notices read."""
         try:
             state = self._by_name[agent]
-        except (KeyError, TypeError):
+        except Exception:  # as in count()
             state = self._state(agent)
         lock = self._lock
         lock.acquire()

@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from stat import S_ISDIR, S_ISREG
 from types import FrameType
 
 from rollout_telemetry._args import (
@@ -562,14 +563,35 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_run_file(path: Path, what: str, *, must_exist: bool = False) -> None:
+    """A run's file: a regular file that can be read, or one that does not exist yet (unless ``must_exist``).
+
+    Raises:
+        ServeError: a directory, a FIFO, a device, an unreadable file, or a missing one that must exist.
+    """
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        if must_exist:
+            msg = f"{what}{path} does not exist"
+            raise ServeError(msg) from None
+        return
+    except OSError as exc:
+        msg = f"{what}{path} cannot be read: {exc.strerror}"
+        raise ServeError(msg) from None
+    if S_ISDIR(mode):
+        msg = f"{what}{path} is a directory: give the run's <stem>.jsonl"
+        raise ServeError(msg)
+    if not S_ISREG(mode):
+        msg = f"{what}{path} is not a regular file (a FIFO or a device): give the run's <stem>.jsonl"
+        raise ServeError(msg)
+    if not os.access(path, os.R_OK):
+        msg = f"{what}{path} cannot be read (permissions)"
+        raise ServeError(msg)
+
+
 def _serve(args: argparse.Namespace) -> int:
-    followed = Path(args.follow)
-    if followed.is_dir():
-        msg = f"--follow {followed} is a directory: give the run's <stem>.jsonl"
-        raise ServeError(msg)
-    if followed.exists() and not os.access(followed, os.R_OK):
-        msg = f"--follow {followed} cannot be read (permissions)"
-        raise ServeError(msg)
+    _check_run_file(Path(args.follow), "--follow ")
     security = _security(args)  # every input checked before anything starts
     telemetry = RolloutTelemetry(run=args.run)
     follower = _follower(args, args.follow, telemetry)
@@ -598,6 +620,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _gym(args: argparse.Namespace) -> int:
     command = GymCommand.parse(args.gym_command)  # every input checked before anything starts
+    _check_run_file(command.output, "--output ")
     security = _security(args)
     _interrupt_on_sigterm()  # outside Gym's run (which passes it on to Gym): stop as Ctrl-C does
     telemetry = RolloutTelemetry(run=args.run)
@@ -650,16 +673,10 @@ def _print_report(telemetry: RolloutTelemetry, follower: RunFollower, output_for
 
 
 def _report(args: argparse.Namespace) -> int:
+    _check_run_file(Path(args.path), "", must_exist=True)
     telemetry = RolloutTelemetry()
     follower = _follower(args, args.path, telemetry)
     main_file = follower.files.main
-    if main_file.is_dir():
-        msg = f"rollout-telemetry report: {main_file} is a directory: give the run's <stem>.jsonl"
-        print(msg, file=sys.stderr)
-        return 2
-    if not main_file.is_file():
-        print(f"rollout-telemetry report: {main_file} does not exist", file=sys.stderr)
-        return 2
     _read_with_progress(follower)
     follower.finish()
     if follower.rows == 0:

@@ -26,11 +26,11 @@ million.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from rollout_telemetry import _fork
+from rollout_telemetry._blocks import Blocks, check_identity, rank, supersedes
 from rollout_telemetry.names import Names
 from rollout_telemetry.outcome import Disposition
 from rollout_telemetry.snapshot import by_agent
@@ -44,54 +44,65 @@ _DISPOSITIONS = tuple(Disposition)
 _SCORED = (Disposition.MEASURED, Disposition.MASKED, Disposition.UNSCORED)
 """The dispositions of a rollout whose deciding row is in the main output."""
 _MEASURED, _MASKED = Disposition.MEASURED, Disposition.MASKED
+_CODE = {disposition: code for code, disposition in enumerate(_DISPOSITIONS, start=1)}
+_CODE_MEASURED, _CODE_MASKED = _CODE[_MEASURED], _CODE[_MASKED]
+
+# One identity's state, packed in an int of a Blocks column (see _blocks): 0 is an identity not known yet.
+# The task columns count members, at most MAX_ROLLOUT_INDEX + 1 of them: two bytes each.
+_DISP = 0b111  # the deciding row's disposition, _CODE (0: no row yet)
+_EXPECTED = 1 << 3  # among the materialized inputs
+_TERMINAL = 1 << 4  # a failure row NeMo Gym will not retry
+_FAILURES_SHIFT, _FAILURES_MAX = 5, 63  # failure rows (attempts used), saturating
+_FAILURES = _FAILURES_MAX << _FAILURES_SHIFT
+_RANK_SHIFT, _RANK_MASK = 11, (1 << 17) - 1  # the deciding row's rank (_blocks.rank)
+_SUCCESSES_SHIFT = 28  # success rows: 0, 1, or 2 for more (the rest are in the store's _more_successes)
+_SUCCESSES = 0b11 << _SUCCESSES_SHIFT
+_FIRST_SHIFT = 30  # the attempt of the first success row
+_ATTEMPT_MASK = 0xFFFF
+
+_LINES_MAX = 2**32 - 1
 
 Key = tuple[str, int, int]
 """(agent label, task index, rollout index)."""
+_TASK_COLUMNS = ("members", "measured", "masked")
 
 
-class _Rollout:
-    """What is known of one identity; only touched under the coverage lock."""
-
-    __slots__ = ("attempt", "disposition", "failures", "main_lines", "records", "succeeded", "terminal")
-
-    def __init__(self) -> None:
-        self.disposition: Disposition | None = None  # None: expected, not seen yet
-        self.attempt = -1
-        self.succeeded = False  # the deciding row is a success
-        self.records = 0  # rows counted for it (duplicates excluded)
-        self.failures = 0  # failure rows: NeMo Gym's count of attempts used
-        self.terminal = False
-        self.main_lines: tuple[tuple[int, int], ...] = ()  # (attempt, line) of each success row
-
-
-class _Task:
-    __slots__ = ("masked", "measured", "members", "seen")
-
-    def __init__(self) -> None:
-        self.members = 0  # identities known: expected or seen
-        self.seen = 0
-        self.measured = 0
-        self.masked = 0
-
-    def flags(self) -> tuple[bool, bool]:
-        """(has a measured rollout, every member seen and masked)."""
-        return self.measured > 0, self.members > 0 and self.masked == self.members
+def _failures(state: int) -> int:
+    return (state >> _FAILURES_SHIFT) & _FAILURES_MAX
 
 
 class _Agent:
+    """One agent's identities (in ``Blocks``) and its counts, kept current; only touched under the lock."""
+
     __slots__ = (
-        "expected_known",
+        "blocks",
         "fully_masked_tasks",
+        "lines",
         "measured_tasks",
         "retried",
         "retryable",
         "rollouts",
+        "states",
+        "task_masked",
+        "task_measured",
+        "task_members",
         "unexpected",
         "unidentified",
         "unknown",
     )
 
     def __init__(self) -> None:
+        # Per member: its packed state and the line of its first success row. Per task: members known
+        # (expected or seen), and of those measured and masked, for the task flags.
+        self.blocks = Blocks({"state": "Q", "line": "L"}, dict.fromkeys(_TASK_COLUMNS, "H"))
+        # The columns, at hand (they grow in place, never replaced).
+        self.states, self.lines = self.blocks.member["state"], self.blocks.member["line"]
+        task = self.blocks.task
+        self.task_members, self.task_measured, self.task_masked = (
+            task["members"],
+            task["measured"],
+            task["masked"],
+        )
         self.rollouts = dict.fromkeys(_DISPOSITIONS, 0)
         self.unknown = 0
         self.unexpected = 0
@@ -100,6 +111,16 @@ class _Agent:
         self.retryable = 0
         self.measured_tasks = 0
         self.fully_masked_tasks = 0
+
+    def flags(self, number: int) -> tuple[bool, bool]:
+        """(the task has a measured rollout, every member is seen and masked), by task number."""
+        members = self.task_members[number]
+        return self.task_measured[number] > 0, members > 0 and self.task_masked[number] == members
+
+    def task_changed(self, number: int, before: tuple[bool, bool]) -> None:
+        after = self.flags(number)
+        self.measured_tasks += after[0] - before[0]
+        self.fully_masked_tasks += after[1] - before[1]
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,12 +199,10 @@ class Coverage:
 
     def _clear(self) -> None:
         # At construction, or under the lock.
-        self._rollouts: dict[Key, _Rollout] = {}
-        self._tasks: dict[tuple[str, int], _Task] = {}
         self._agents: dict[str, _Agent] = {}
-        self._expected: set[Key] = set()
+        # (label, task, rollout) -> (attempt, line) of success rows after the first
+        self._more_successes: dict[Key, list[tuple[int, int]]] = {}
         self._expected_known = False
-        self._unidentified_keys = itertools.count()
 
     def _agent(self, label: str) -> _Agent:
         agent = self._agents.get(label)
@@ -191,30 +210,44 @@ class Coverage:
             agent = self._agents[label] = _Agent()
         return agent
 
-    def _task_changed(self, agent: _Agent, task: _Task, before: tuple[bool, bool]) -> None:
-        after = task.flags()
-        agent.measured_tasks += after[0] - before[0]
-        agent.fully_masked_tasks += after[1] - before[1]
+    def _member(self, agent: _Agent, task_index: int, rollout_index: int) -> tuple[int, int]:
+        """(task number, slot) of an identity, made known (a member of its task) if it was not."""
+        blocks = agent.blocks
+        number = blocks.add_task(task_index)
+        slot = blocks.slot(number, rollout_index)
+        if agent.states[slot] == 0:  # new to its task: a fully masked task is no longer so
+            before = agent.flags(number)
+            agent.task_members[number] += 1
+            agent.task_changed(number, before)
+        return number, slot
 
     def expect(self, agent: str, task_index: int, rollout_index: int) -> None:
         """Declare one identity the run is expected to produce."""
         label = self._names.agent(agent)[0]
-        key = (label, task_index, rollout_index)
+        check_identity(task_index, rollout_index)
         with self._lock:
             self._expected_known = True
-            if key in self._expected:
-                return
-            self._expected.add(key)
             state = self._agent(label)
-            if key in self._rollouts:  # seen before it was declared: no longer unexpected
-                state.unexpected -= 1
+            states = state.states
+            slot = state.blocks.find(task_index, rollout_index)
+            if slot >= 0 and states[slot] & _EXPECTED:
                 return
-            state.unknown += 1
-            self._rollouts[key] = _Rollout()
-            task = self._tasks.setdefault((label, task_index), _Task())
-            before = task.flags()
-            task.members += 1
-            self._task_changed(state, task, before)
+            seen = slot >= 0 and states[slot] & _DISP
+            slot = self._member(state, task_index, rollout_index)[1]
+            states[slot] |= _EXPECTED
+            if seen:  # seen before it was declared: no longer unexpected
+                state.unexpected -= 1
+            else:
+                state.unknown += 1
+
+    def expected_agent(self, task_index: int, rollout_index: int) -> str | None:
+        """The label of the agent an identity is expected of (from the materialized inputs), if any."""
+        with self._lock:
+            for label, state in self._agents.items():
+                slot = state.blocks.find(task_index, rollout_index)
+                if slot >= 0 and state.states[slot] & _EXPECTED:
+                    return label
+        return None
 
     def observe(
         self,
@@ -231,80 +264,95 @@ class Coverage:
 
         Returns the line of the earlier row when this success repeats one with the same identity and
         attempt: a duplicate, which changes nothing. ``terminal`` marks a failure NeMo Gym will not retry.
+        The identity and the attempt are the caller's to check (``check_identity``, ``check_attempt``): the
+        follower does, before anything is counted.
         """
         label = self._names.agent(agent)[0]
         with self._lock:
             state = self._agent(label)
-            if identity is None:
-                key: Key = (label, -1, -1 - next(self._unidentified_keys))
+            if identity is None:  # a rollout of its own, final at once: counted, never stored
                 state.unidentified += 1
-            else:
-                key = (label, *identity)
-            rollout, task = self._rollout(state, key, identity is not None)
-            if succeeded:
-                for earlier_attempt, earlier_line in rollout.main_lines:
-                    if earlier_attempt == attempt:
-                        return earlier_line
-            retryable_before = rollout.failures > 0 and self._retryable(rollout)
-            if succeeded:
-                rollout.main_lines += ((attempt, line),)
-            else:
-                rollout.failures += 1
-                # NeMo Gym cannot retry what it cannot key: a failure without identity is final.
-                rollout.terminal = rollout.terminal or terminal or identity is None
-            rollout.records += 1
-            state.retried += rollout.records > 1
-            if rollout.disposition is None:  # first seen
-                task.seen += 1
-                state.unknown -= key in self._expected
-            rank = (attempt, succeeded)
-            current = (rollout.attempt, rollout.succeeded)
-            # Newer attempt wins; at the same attempt a success wins; between two failures, the later line.
-            if rank > current or (rank == current and not succeeded):
-                flags_before = task.flags()
-                self._decide(state, task, rollout, disposition, rank)
-                if identity is not None:
-                    self._task_changed(state, task, flags_before)
-            if rollout.failures:
-                state.retryable += self._retryable(rollout) - retryable_before
+                state.unexpected += 1
+                state.rollouts[disposition] += 1
+                return None
+            number, slot = self._member(state, *identity)
+            current = state.states[slot]
+            key = (label, *identity)
+            if succeeded and current & _SUCCESSES:  # a success row before: this one may repeat it
+                earlier = self._duplicate(state, key, current, attempt)
+                if earlier is not None:
+                    return earlier
+            retryable_before = bool(current & _FAILURES) and self._retryable(current)
+            current = self._with_row(state, key, slot, current, (attempt, line, succeeded, terminal))
+            current = self._decided(state, number, current, rank(attempt, succeeded), _CODE[disposition])
+            state.states[slot] = current
+            if current & _FAILURES:
+                state.retryable += self._retryable(current) - retryable_before
             return None
 
-    def _rollout(self, state: _Agent, key: Key, in_a_task: bool) -> tuple[_Rollout, _Task]:
-        rollout = self._rollouts.get(key)
-        if rollout is not None:
-            return rollout, self._tasks[(key[0], key[1])]
-        rollout = self._rollouts[key] = _Rollout()
-        state.unexpected += 1  # not declared (yet): expect() takes it back if it comes later
-        if not in_a_task:  # a row without identity: in a task of its own, which no task count includes
-            return rollout, _Task()
-        task = self._tasks.get((key[0], key[1]))
-        if task is None:
-            task = self._tasks[(key[0], key[1])] = _Task()
-        elif task.flags()[1]:  # fully masked until now; a new, unseen member ends that
-            state.fully_masked_tasks -= 1
-        task.members += 1
-        return rollout, task
+    def _with_row(
+        self, state: _Agent, key: Key, slot: int, current: int, row: tuple[int, int, bool, bool]
+    ) -> int:
+        """An identity's state with one more row: (attempt, line, a success, a terminal failure)."""
+        attempt, line, succeeded, terminal = row
+        if not succeeded:
+            if current & _FAILURES != _FAILURES:  # saturates at 63
+                current += 1 << _FAILURES_SHIFT
+            return current | _TERMINAL if terminal else current
+        if not current & _SUCCESSES:
+            state.lines[slot] = min(line, _LINES_MAX)
+            return current | 1 << _SUCCESSES_SHIFT | attempt << _FIRST_SHIFT
+        # A second success row of another attempt (Gym never writes one): kept apart, it is that rare.
+        self._more_successes.setdefault(key, []).append((attempt, line))
+        return current & ~_SUCCESSES | 2 << _SUCCESSES_SHIFT
 
-    def _retryable(self, rollout: _Rollout) -> bool:
+    def _decided(self, state: _Agent, number: int, current: int, new_rank: int, code: int) -> int:
+        """An identity's state once a row of rank ``new_rank`` and disposition ``code`` is weighed (the one
+        precedence rule, ``supersedes``), with every count moved to match."""
+        old = current & _DISP
+        if old:
+            state.retried += 1
+            if not supersedes(new_rank, (current >> _RANK_SHIFT) & _RANK_MASK):
+                return current
+        elif current & _EXPECTED:
+            state.unknown -= 1
+        else:
+            state.unexpected += 1
+        if code != old:
+            self._recount(state, number, old, code)
+        return current & ~(_DISP | _RANK_MASK << _RANK_SHIFT) | code | new_rank << _RANK_SHIFT
+
+    def _duplicate(self, state: _Agent, key: Key, current: int, attempt: int) -> int | None:
+        """The line of an earlier success row of the same attempt, if there is one."""
+        if (current >> _FIRST_SHIFT) & _ATTEMPT_MASK == attempt:
+            slot = state.blocks.find(key[1], key[2])
+            return int(state.lines[slot])
+        for earlier_attempt, earlier_line in self._more_successes.get(key, ()):
+            if earlier_attempt == attempt:
+                return earlier_line
+        return None
+
+    def _retryable(self, state: int) -> bool:
         # NeMo Gym's resume rule: no success written (for any attempt), no terminal failure row, and fewer
         # failure rows (attempts used) than max_attempts.
-        return 0 < rollout.failures < self.max_attempts and not rollout.main_lines and not rollout.terminal
+        return 0 < _failures(state) < self.max_attempts and not state & (_SUCCESSES | _TERMINAL)
 
     @staticmethod
-    def _decide(
-        state: _Agent, task: _Task, rollout: _Rollout, disposition: Disposition, rank: tuple[int, bool]
-    ) -> None:
-        """Make ``disposition`` the rollout's, moving its count from the old one."""
-        old = rollout.disposition
-        if old is not None:
-            state.rollouts[old] -= 1
-            task.measured -= old is _MEASURED
-            task.masked -= old is _MASKED
-        state.rollouts[disposition] += 1
-        task.measured += disposition is _MEASURED
-        task.masked += disposition is _MASKED
-        rollout.disposition = disposition
-        rollout.attempt, rollout.succeeded = rank
+    def _recount(state: _Agent, number: int, old: int, code: int) -> None:
+        """Move an identity's count from disposition ``old`` (0: none yet) to ``code``, with its task's flags:
+        whether the task has a measured rollout, and whether every member is masked."""
+        measured, masked = state.task_measured, state.task_masked
+        members = state.task_members[number]
+        had_measured, was_masked = measured[number] > 0, masked[number] == members
+        if old:
+            state.rollouts[_DISPOSITIONS[old - 1]] -= 1
+            measured[number] -= old == _CODE_MEASURED
+            masked[number] -= old == _CODE_MASKED
+        state.rollouts[_DISPOSITIONS[code - 1]] += 1
+        measured[number] += code == _CODE_MEASURED
+        masked[number] += code == _CODE_MASKED
+        state.measured_tasks += (measured[number] > 0) - had_measured
+        state.fully_masked_tasks += (masked[number] == members) - was_masked
 
     def snapshot(self) -> CoverageSnapshot:
         """Copy the coverage of every agent: O(agents), whatever the number of rollouts."""

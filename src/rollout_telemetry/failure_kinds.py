@@ -181,6 +181,10 @@ def is_namespaced(kind: str) -> bool:
     return _NAMESPACED.fullmatch(kind) is not None
 
 
+_WARNED_KEY = 200
+"""Characters of an unregistered name kept to remember that it was warned about."""
+
+
 class KindValidator:
     """Checks failure kinds against the vocabulary, warning once per unregistered name.
 
@@ -206,12 +210,14 @@ class KindValidator:
 
         Never raises: an unregistered kind is information, not an error.
         """
-        if kind in self._known or kind in self._warned or kind == UNSPECIFIED:
+        # Remembered by its first 200 characters at most: a stream of huge kinds cannot grow memory.
+        key = kind if len(kind) <= _WARNED_KEY else kind[:_WARNED_KEY]
+        if kind in self._known or key in self._warned or kind == UNSPECIFIED:
             return kind
         if _NAMESPACED.fullmatch(kind) is not None:
             return kind
         with self._lock:
-            if kind in self._warned or self._silenced:
+            if key in self._warned or self._silenced:
                 return kind
             if len(self._warned) >= self._max_warned:
                 self._silenced = True
@@ -221,11 +227,11 @@ class KindValidator:
                     self._noun,
                 )
                 return kind
-            self._warned.add(kind)
+            self._warned.add(key)
         _log.warning(
             "unregistered %s %r: use a registered name or namespace it as '<server>:<name>'",
             self._noun,
-            kind[:200],
+            key,
         )
         return kind
 

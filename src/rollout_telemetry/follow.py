@@ -19,6 +19,7 @@ file and line number, and reading goes on.
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import io
 import logging
@@ -27,22 +28,28 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from stat import S_ISREG
 from typing import Any
 
 import msgspec
 
 from rollout_telemetry import failure_kinds
+from rollout_telemetry._blocks import check_attempt, check_identity
 from rollout_telemetry.coverage import Coverage
 from rollout_telemetry.outcome import Classified, Disposition, absent, classify
 from rollout_telemetry.rejections import Rejection
 from rollout_telemetry.telemetry import RolloutTelemetry
 
-__all__ = ["NO_RESULT_CLASSES", "RunFiles", "RunFollower"]
+__all__ = ["MAX_LINE", "NO_RESULT_CLASSES", "RunFiles", "RunFollower"]
 
 _CHUNK = 1 << 22
 _HEAD = 1 << 16
 """Bytes of a file's start kept to tell a file rewritten in place from one appended to."""
 _BLANK = 64  # a line longer than this is not checked for being only white space
+MAX_LINE = 64 << 20
+"""The longest line read (64 MiB): a longer one is skipped to its newline and counted (``line_too_long``)."""
+_MAX_RECOVERY = 1024
+"""Places a torn line is tried at for the whole row after it (see ``_recover``)."""
 
 _log = logging.getLogger("rollout_telemetry.follow")
 
@@ -107,23 +114,28 @@ def _decode(line: bytes | memoryview) -> _Row:
         if "Expected `object`" in str(exc):
             raise Rejection("not_an_object", "the line is JSON but not an object") from exc
         raise Rejection("malformed_json", str(exc)) from exc
-    except msgspec.DecodeError as exc:
-        raise Rejection("malformed_json", str(exc)) from exc
+    except Exception as exc:  # DecodeError, and what else a hostile line sets off (RecursionError: too deep)
+        raise Rejection("malformed_json", f"{type(exc).__name__}: {exc!s:.200}") from exc
 
 
 def _recover(line: bytes | memoryview) -> tuple[int, _Row] | None:
     """The whole row at the end of a line whose start is torn, if there is one: (its offset, the row).
 
     A writer that dies mid-line leaves a line without its newline; the next writer's first row is then
-    appended to it. Only a malformed line is searched, from the left, for a row that decodes whole.
+    appended to it. Only a malformed line is searched, from the left, for a row that decodes whole, and at
+    most ``_MAX_RECOVERY`` places are tried: a hostile line of nested objects costs a bounded number of
+    decodes, not one per object.
     """
-    line = bytes(line)  # only a malformed line comes here
-    start = line.find(b'{"', 1)
-    while start > 0:
+    data = bytes(line)  # only a malformed line comes here: one copy, then views of it
+    view = memoryview(data)
+    start = data.find(b'{"', 1)
+    for _ in range(_MAX_RECOVERY):
+        if start < 0:
+            break
         try:
-            return start, _DECODER.decode(line[start:])
-        except (msgspec.ValidationError, msgspec.DecodeError):
-            start = line.find(b'{"', start + 1)
+            return start, _DECODER.decode(view[start:])
+        except Exception:  # as in _decode: whatever the decoder raises, this is not the row
+            start = data.find(b'{"', start + 1)
     return None
 
 
@@ -146,13 +158,11 @@ def _row_agent(row: _Row) -> str | None:
 
 
 def _identity(row: _Row) -> tuple[int, int] | None:
-    """(task index, rollout index), or ``None`` when the row carries neither."""
+    """(task index, rollout index), or ``None`` when the row carries neither (``check_identity``'s rule)."""
     task, rollout = row.task_index, row.rollout_index
     if task is None and rollout is None:
         return None
-    if type(task) is not int or type(rollout) is not int:
-        msg = f"_ng_task_index and _ng_rollout_index must be integers, got {task!r:.40} and {rollout!r:.40}"
-        raise Rejection("invalid_identity", msg)
+    check_identity(task, rollout)
     return task, rollout
 
 
@@ -161,9 +171,8 @@ def _attempt(row: _Row) -> int:
     attempt = row.attempt_index
     if attempt is None:
         return 0
-    if type(attempt) is not int or attempt < 0:
-        raise Rejection("invalid_identity", f"_ng_attempt_index must be an integer >= 0, got {attempt!r:.40}")
-    return attempt
+    check_attempt(attempt)
+    return int(attempt)
 
 
 def _failure_outcome(row: _Row) -> tuple[Classified, bool]:
@@ -233,9 +242,14 @@ class _Tail:
     changes (its inode, size or modification time), and then from its start.
     """
 
-    def __init__(self, path: Path, *, announce: bool = False, skip_existing: bool = False) -> None:
+    def __init__(
+        self, path: Path, *, announce: bool = False, skip_existing: bool = False, max_line: int = MAX_LINE
+    ) -> None:
         self.path = path
         self.announce = announce  # say that the file is awaited (the main file; the sidecars are optional)
+        self.max_line = max_line
+        self.skipping = False  # in a line longer than max_line: passing over it to its newline
+        self.not_regular_said = False
         self.offset = 0
         self.line_number = 0
         self.identity: tuple[int, int] | None = None
@@ -250,6 +264,7 @@ class _Tail:
         self.offset = 0
         self.line_number = 0
         self.head = b""
+        self.skipping = False
 
     def check(self) -> bool | None:
         """Whether the file started over since the last read; None if it is missing (or stale)."""
@@ -264,6 +279,12 @@ class _Tail:
                 self.missing_said = True
             return None
         self.missing_said = False
+        if not S_ISREG(stat.st_mode):  # a FIFO would block the open, a device never ends: never opened
+            if not self.not_regular_said:
+                _log.warning("%s is not a regular file (a FIFO, device or directory): not read", self.path)
+                self.not_regular_said = True
+            return None
+        self.not_regular_said = False
         if self.stale is not None:
             if _state(stat) == self.stale:
                 return None  # left from an earlier run and unchanged: not this run's
@@ -288,8 +309,11 @@ class _Tail:
         except OSError:
             return True  # gone between the stat and the open: the next poll sees it
 
-    def lines(self) -> Iterator[tuple[int, memoryview]]:
+    def lines(self) -> Iterator[tuple[int, memoryview | None]]:
         """Yield the new complete lines with their numbers; a last line without its newline waits.
+
+        A line longer than ``max_line`` bytes is yielded as ``None`` once its newline is found; its bytes are
+        passed over as they come and never held in memory or read again.
 
         The file is read in chunks of ``_CHUNK`` bytes and each line is handed out as a view into its chunk,
         never copied (rows are tens of kilobytes); only a line cut by the end of a chunk is copied, to be
@@ -310,7 +334,7 @@ class _Tail:
                 if len(self.head) < size:
                     self.head = os.pread(handle.fileno(), size, 0)
 
-    def _read(self, handle: io.FileIO) -> Iterator[tuple[int, memoryview]]:
+    def _read(self, handle: io.FileIO) -> Iterator[tuple[int, memoryview | None]]:
         handle.seek(self.offset)
         buffer = bytearray(_CHUNK)
         view = memoryview(buffer)
@@ -322,6 +346,16 @@ class _Tail:
             size = kept + read
             start = 0
             find = buffer.find
+            if self.skipping:  # the rest of a line longer than the cap: passed over to its newline, unread
+                end = find(b"\n", 0, size)
+                if end < 0:
+                    self.offset += size
+                    continue
+                self.offset += end + 1
+                self.line_number += 1
+                self.skipping = False
+                yield self.line_number, None
+                start = end + 1
             while (end := find(b"\n", start, size)) >= 0:
                 self.offset += end + 1 - start
                 self.line_number += 1
@@ -329,7 +363,11 @@ class _Tail:
                     yield self.line_number, view[start:end]
                 start = end + 1
             kept = size - start
-            if kept == len(buffer):  # one line longer than the buffer: a larger one, the line moved
+            if kept >= self.max_line:  # longer than any row may be: skipped from here, never held or re-read
+                self.offset += kept
+                self.skipping = True
+                kept = 0
+            elif kept == len(buffer):  # one line longer than the buffer: a larger one, the line moved
                 buffer = bytearray(2 * len(buffer))
                 buffer[:kept] = view[start:size]
                 view = memoryview(buffer)
@@ -359,6 +397,8 @@ class RunFollower:
         default_agent: the agent of rows that name none and match no input row.
         skip_existing: files present now are left from an earlier run (a fresh run is about to replace
             them): each is read only once it changes, from its start.
+        max_line: the longest line read, in bytes; a longer one is skipped to its newline, once, and
+            counted as ``line_too_long``.
     """
 
     def __init__(
@@ -369,15 +409,17 @@ class RunFollower:
         *,
         default_agent: str | None = None,
         skip_existing: bool = False,
+        max_line: int = MAX_LINE,
     ) -> None:
         self.telemetry = telemetry
         self.files = files
         self.coverage = coverage if coverage is not None else Coverage(telemetry.names)
         self.default_agent = default_agent
-        skip = skip_existing
-        self._inputs = _Tail(files.inputs, skip_existing=skip) if files.inputs else None
-        self._main = _Tail(files.main, announce=True, skip_existing=skip)
-        self._failures = _Tail(files.failures, skip_existing=skip) if files.failures else None
+        self.max_line = max_line
+        tail = functools.partial(_Tail, skip_existing=skip_existing, max_line=max_line)
+        self._inputs = tail(files.inputs) if files.inputs else None
+        self._main = tail(files.main, announce=True)
+        self._failures = tail(files.failures) if files.failures else None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()  # one poll at a time: the background thread and finish()
@@ -385,7 +427,6 @@ class RunFollower:
         """Times the run started over (a new run in the same files)."""
         self.rows = 0
         """Rows counted (successes and failures; duplicates and rejected rows excluded), every run."""
-        self._input_agents: dict[tuple[int, int], str] = {}
         self._waiting: dict[tuple[int, int], list[tuple[_Tail, int, _Row]]] = {}
 
     @property
@@ -424,7 +465,11 @@ class RunFollower:
                 if present[tail] is None:
                     continue  # not there (yet, or any more)
                 for number, line in tail.lines():
-                    self._handle(tail, number, line)
+                    if line is None:
+                        msg = f"longer than {self.max_line} bytes: skipped"
+                        self._reject(tail, number, Rejection("line_too_long", msg))
+                    else:
+                        self._handle(tail, number, line)
                     read += 1
             return read
 
@@ -457,7 +502,6 @@ class RunFollower:
         self.restarts += 1
         self.coverage.new_run()
         self.telemetry.new_run()
-        self._input_agents = {}
         # Rows waiting for their input row are kept, unless their file is read again from its start.
         self._waiting = {
             identity: kept
@@ -489,7 +533,7 @@ class RunFollower:
         agent = _row_agent(row)
         identity = _identity(row)
         if agent is None and identity is not None:
-            agent = self._input_agents.get(identity)
+            agent = self.coverage.expected_agent(*identity)
             if agent is None and (self._inputs is not None and self._inputs.identity is not None):
                 self._waiting.setdefault(identity, []).append((tail, number, row))
                 return
@@ -512,7 +556,6 @@ class RunFollower:
             raise Rejection("missing_agent", "no agent_ref.name or _ng_environment_server")
         self.coverage.expect(agent, *identity)
         self.telemetry.groups.expect(agent, *identity)
-        self._input_agents[identity] = agent
         for tail, number, waiting in self._waiting.pop(identity, ()):
             self._counted(tail, number, waiting, agent, identity)
 

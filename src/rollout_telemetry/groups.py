@@ -19,13 +19,15 @@ so a late retry never completes it again.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, cast
 
 from rollout_telemetry import _fork
+from rollout_telemetry._blocks import MAX_ROLLOUT_INDEX, Blocks, check_identity, rank, supersedes
 from rollout_telemetry.names import Names
-from rollout_telemetry.outcome import Classified, Disposition, OutcomeError
+from rollout_telemetry.outcome import Classified, Disposition
 from rollout_telemetry.snapshot import by_agent
 
 __all__ = [
@@ -46,8 +48,6 @@ NO_SIGNAL: tuple[GroupState, ...] = ("uniform", "insufficient", "fully_masked")
 """The states of a group that gives the policy no (or only a noisy) learning signal."""
 
 DEFAULT_MIN_VALID = 2
-_MAX_COMPLETED = 1 << 20
-"""Completed groups remembered (so a late retry cannot complete one again); the oldest are forgotten."""
 
 _MEASURED = Disposition.MEASURED
 _ABSENT = (Disposition.FAILED, Disposition.OMITTED)
@@ -70,21 +70,31 @@ def group_state(rewards: Sequence[float | None], min_valid: int = DEFAULT_MIN_VA
     return "valid"
 
 
-def _index(value: object, field: str) -> int:
-    if type(value) is not int or value < 0:
-        raise OutcomeError(field, f"must be an integer >= 0, got {value!r:.40}")
-    return value
+# A member's state, packed in an int of a Blocks column (see _blocks): 0 is a member not known yet.
+_HAS_OUTCOME = 1
+_EXPECTED = 2  # among the materialized inputs
+_RANK_SHIFT = 2  # the rank (_blocks.rank) of the outcome that stands
+_COMPLETED = 1  # a task's flag: classified once; a late retry changes nothing
 
 
-class _Group:
-    """One open group; only touched under the groups lock."""
+class _Agent:
+    """One agent's groups: every member in ``Blocks``, the open groups; only touched under the lock."""
 
-    __slots__ = ("expected", "members")
+    __slots__ = ("blocks", "expected", "expected_done", "flags", "open", "outcomes", "rewards", "states")
 
     def __init__(self) -> None:
-        self.expected: set[int] = set()  # rollout indices from the materialized inputs
-        # rollout index -> (rank, reward if valid else None); the rank decides which attempt stands.
-        self.members: dict[int, tuple[tuple[int, bool], float | None]] = {}
+        # Per member: its packed state and its reward when valid (NaN otherwise). Per task: the completed
+        # flag, members with an outcome, expected members, and expected members with an outcome.
+        self.blocks = Blocks(
+            {"state": "L", "reward": "d"},
+            {"flags": "B", "outcomes": "H", "expected": "H", "expected_done": "H"},  # at most 65,535 members
+        )
+        # The columns, at hand (they grow in place, never replaced).
+        self.states, self.rewards = self.blocks.member["state"], self.blocks.member["reward"]
+        task = self.blocks.task
+        self.flags, self.outcomes = task["flags"], task["outcomes"]
+        self.expected, self.expected_done = task["expected"], task["expected_done"]
+        self.open = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,7 +138,7 @@ class Groups:
         self.min_valid = min_valid
         self._lock = _fork.lock_for(self)
         self._sizes: dict[str, int] = {}  # agent label -> declared group size
-        self._states: dict[str, dict[GroupState, int]] = {}  # completed groups: a counter, every run
+        self._states: dict[str, dict[GroupState, int]] = {}  # completed groups by state: a counter, every run
         self.new_run()
 
     def new_run(self) -> None:
@@ -137,9 +147,7 @@ class Groups:
         The counts of completed groups go on (``rollout_groups_total`` is a counter); declared sizes stay.
         """
         with self._lock:
-            self._open: dict[tuple[str, int], _Group] = {}
-            self._completed: dict[tuple[str, int], None] = {}
-            self._open_count: dict[str, int] = {}  # kept current, so a snapshot is O(agents)
+            self._agents: dict[str, _Agent] = {}
             self._from_inputs = False
             self.active = bool(self._sizes)
             """Whether any group size is known (declared, or from inputs): until then nothing is grouped."""
@@ -148,31 +156,48 @@ class Groups:
         """Every task of ``agent`` has ``group_size`` rollouts (rollout indices 0 .. group_size - 1).
 
         Raises:
-            ValueError: ``group_size`` is not an integer >= 1.
+            ValueError: ``group_size`` is not an integer from 1 to 65,535.
             OutcomeError: the agent name is not a non-empty string.
         """
-        if type(group_size) is not int or group_size < 1:
-            msg = f"group_size must be an integer >= 1, got {group_size!r}"
+        if type(group_size) is not int or not 1 <= group_size <= MAX_ROLLOUT_INDEX + 1:
+            msg = f"group_size must be an integer from 1 to {MAX_ROLLOUT_INDEX + 1}, got {group_size!r}"
             raise ValueError(msg)
         label = self._names.agent(agent)[0]
         with self._lock:
             self._sizes[label] = group_size
             self.active = True
 
+    def _agent(self, label: str) -> _Agent:
+        agent = self._agents.get(label)
+        if agent is None:
+            agent = self._agents[label] = _Agent()
+        return agent
+
+    def _member(self, state: _Agent, task: int, rollout: int) -> tuple[int, int]:
+        """(task number, slot) of a member; a task seen for the first time opens a group."""
+        blocks = state.blocks
+        known = blocks.tasks
+        number = blocks.add_task(task)
+        if blocks.tasks > known:
+            state.open += 1
+        return number, blocks.slot(number, rollout)
+
     def expect(self, agent: str, task_index: int, rollout_index: int) -> None:
         """One rollout the run is expected to produce (a materialized inputs row): a member of its task."""
+        check_identity(task_index, rollout_index)
         label = self._names.agent(agent)[0]
-        key = (label, task_index)
         with self._lock:
             self._from_inputs = True
             self.active = True
-            if key in self._completed:
+            state = self._agent(label)
+            number, slot = self._member(state, task_index, rollout_index)
+            member = state.states[slot]
+            if state.flags[number] & _COMPLETED or member & _EXPECTED:
                 return
-            group = self._open.get(key)
-            if group is None:
-                group = self._opened(key)
-            group.expected.add(rollout_index)
-            self._complete_if_done(key, group)
+            state.states[slot] = member | _EXPECTED
+            state.expected[number] += 1
+            state.expected_done[number] += bool(member & _HAS_OUTCOME)
+            self._complete_if_done(label, state, number)
 
     def observe(
         self,
@@ -184,66 +209,78 @@ class Groups:
     ) -> None:
         """Give one member's outcome to its group; a retried member replaces its earlier attempt.
 
-        As in the coverage account, a higher ``attempt`` wins, and at the same attempt (or with none given)
-        an outcome that reached the output wins over a failure or omission, then the later one wins.
+        The precedence is the coverage account's (``_blocks.supersedes``): a higher ``attempt`` wins, and at
+        the same attempt (or with none given) an outcome that reached the output wins over a failure or
+        omission, then the later one wins.
 
         Raises:
-            OutcomeError: the task or rollout index is not an integer >= 0, or the agent name is invalid.
+            OutcomeError: the task or rollout index is not one (``_blocks.check_identity``), or the agent name
+                is invalid.
         """
         if not self.active:
             # No group size known for any agent: nothing to group (read without the lock: sizes are
             # declared before the rollouts they size, and inputs are read before the rows they expect).
             return
-        task = _index(task_index, "task_index")
-        member = _index(rollout_index, "rollout_index")
+        check_identity(task_index, rollout_index)
+        task_index, rollout_index = cast(int, task_index), cast(int, rollout_index)
         label = self._names.agent(agent)[0]
-        key = (label, task)
-        reward = outcome[1] if outcome[0] is _MEASURED else None
-        rank = (-1 if attempt is None else attempt, outcome[0] not in _ABSENT)
+        new_rank = rank(attempt, outcome[0] not in _ABSENT)
+        reward = outcome[1] if outcome[0] is _MEASURED and outcome[1] is not None else math.nan
         with self._lock:
-            if key in self._completed:
+            state = self._agents.get(label)
+            if label not in self._sizes and (
+                state is None or state.blocks.number(task_index) < 0 or not self._from_inputs
+            ):
+                return  # no size known for this agent, and its task is not among the inputs: no group
+            if state is None:
+                state = self._agent(label)
+            number, slot = self._member(state, task_index, rollout_index)
+            if state.flags[number] & _COMPLETED:
                 return  # a late retry: the group was classified once already
-            group = self._open.get(key)
-            if group is None:
-                if label not in self._sizes and not self._from_inputs:
-                    return  # no size known for this agent: its tasks form no groups
-                group = self._opened(key)
-            earlier = group.members.get(member)
-            if earlier is None or rank >= earlier[0]:
-                group.members[member] = (rank, reward)
-            self._complete_if_done(key, group)
+            member = state.states[slot]
+            if member & _HAS_OUTCOME:
+                if not supersedes(new_rank, member >> _RANK_SHIFT):
+                    return
+            else:
+                state.outcomes[number] += 1
+                state.expected_done[number] += bool(member & _EXPECTED)
+            state.states[slot] = member & _EXPECTED | _HAS_OUTCOME | new_rank << _RANK_SHIFT
+            state.rewards[slot] = reward
+            self._complete_if_done(label, state, number)
 
-    def _opened(self, key: tuple[str, int]) -> _Group:
-        # Called under the lock.
-        group = self._open[key] = _Group()
-        self._open_count[key[0]] = self._open_count.get(key[0], 0) + 1
-        return group
-
-    def _complete_if_done(self, key: tuple[str, int], group: _Group) -> None:
+    def _complete_if_done(self, label: str, state: _Agent, number: int) -> None:
         # Called under the lock. Inputs give the members of a task; otherwise the agent's declared size.
-        if group.expected:
-            done = group.expected.issubset(group.members)
+        expected = state.expected[number]
+        if expected:
+            done = state.expected_done[number] == expected
         else:
-            size = self._sizes.get(key[0])
-            done = size is not None and len(group.members) >= size
+            size = self._sizes.get(label)
+            done = size is not None and state.outcomes[number] >= size
         if not done:
             return
-        state = group_state([reward for _, reward in group.members.values()], self.min_valid)
-        counts = self._states.get(key[0])
+        states, rewards = state.states, state.rewards
+        valid = [
+            None if math.isnan(reward) else reward
+            for slot in state.blocks.block(number)
+            if states[slot] & _HAS_OUTCOME and ((reward := rewards[slot]) or True)
+        ]
+        classified = group_state(valid, self.min_valid)
+        counts = self._states.get(label)
         if counts is None:
-            counts = self._states[key[0]] = dict.fromkeys(GROUP_STATES, 0)
-        counts[state] += 1
-        del self._open[key]
-        self._open_count[key[0]] -= 1
-        self._completed[key] = None
-        if len(self._completed) > _MAX_COMPLETED:
-            del self._completed[next(iter(self._completed))]
+            counts = self._states[label] = dict.fromkeys(GROUP_STATES, 0)
+        counts[classified] += 1
+        state.flags[number] |= _COMPLETED
+        state.open -= 1
 
     def snapshot(self) -> GroupsSnapshot:
         """Copy every agent's group counts."""
         with self._lock:
             agents = tuple(
-                AgentGroups(agent=label, states=dict(counts), open=self._open_count.get(label, 0))
+                AgentGroups(
+                    agent=label,
+                    states=dict(counts),
+                    open=state.open if (state := self._agents.get(label)) is not None else 0,
+                )
                 for label, counts in sorted(self._states.items())
             )
         return GroupsSnapshot(agents=agents)

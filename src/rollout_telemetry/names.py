@@ -15,14 +15,22 @@ from __future__ import annotations
 
 from rollout_telemetry import _fork
 from rollout_telemetry.failure_kinds import OTHER, STAGES, UNSPECIFIED, KindValidator
-from rollout_telemetry.outcome import OutcomeError, label_value
+from rollout_telemetry.outcome import MAX_LABEL_LENGTH, OutcomeError, label_value
 
-__all__ = ["DEFAULT_MAX_AGENTS", "DEFAULT_MAX_KINDS_PER_AGENT", "Names"]
+__all__ = ["DEFAULT_MAX_AGENTS", "DEFAULT_MAX_KINDS_PER_AGENT", "MAX_CACHED_NAME", "Names", "cacheable"]
 
 DEFAULT_MAX_AGENTS = 256
 DEFAULT_MAX_KINDS_PER_AGENT = 64
 
 _MAX_CACHED_KINDS = 4096
+MAX_CACHED_NAME = 4 * MAX_LABEL_LENGTH
+"""The longest raw name kept in a cache (512 characters): a longer one is resolved again each time (it is
+cut to a label anyway), so the caches stay bounded in bytes whatever names arrive."""
+
+
+def cacheable(name: str) -> bool:
+    """Whether a raw name is short enough to be kept as a cache key (``MAX_CACHED_NAME``)."""
+    return len(name) <= MAX_CACHED_NAME
 
 
 class Names:
@@ -69,7 +77,7 @@ class Names:
             if not isinstance(name, str):
                 msg = f"must be a non-empty string, got {type(name).__name__} {name!r:.60}"
                 raise OutcomeError("agent", msg)
-            name = str(name)  # a str subclass (an enum member, say) is labelled by its plain value
+            name = str.__str__(name)  # a str subclass (an enum member, say): its plain value
         if not name:
             raise OutcomeError("agent", "must be a non-empty string, got ''")
         label = self._agents.get(name)
@@ -81,7 +89,7 @@ class Names:
                 if len(self._agent_labels) >= self.max_agents and label != OTHER:
                     return OTHER, True  # not cached: every record of this name is folded, and counted so
                 self._agent_labels.add(label)
-            if len(self._agents) < 4 * self.max_agents:
+            if len(self._agents) < 4 * self.max_agents and cacheable(name):
                 self._agents[name] = label
         return label, False
 
@@ -105,7 +113,7 @@ class Names:
         """
         if not isinstance(stage, str) or not stage:
             raise OutcomeError("stage", f"must be a non-empty string, got {type(stage).__name__}")
-        label = self._label(self._stage_labels, self._stage_validator, str(stage))
+        label = self._label(self._stage_labels, self._stage_validator, str.__str__(stage))
         return self._admit(self._admitted_stages, agent_label, label)
 
     @staticmethod
@@ -113,7 +121,7 @@ class Names:
         label = cache.get(name)
         if label is None:
             label = label_value(validator.validate(name))
-            if len(cache) < _MAX_CACHED_KINDS:
+            if len(cache) < _MAX_CACHED_KINDS and cacheable(name):
                 cache[name] = label
         return label
 

@@ -32,6 +32,8 @@ from rollout_telemetry.rejections import Rejection
 
 __all__ = [
     "MAX_LABEL_LENGTH",
+    "MAX_REWARD",
+    "MAX_TOKENS",
     "TOKEN_TYPES",
     "Classified",
     "Disposition",
@@ -49,6 +51,15 @@ __all__ = [
 
 MAX_LABEL_LENGTH = 128
 """Label values (agent names, failure kinds) longer than this are truncated before they become labels."""
+
+MAX_REWARD = 1e9
+"""The largest reward magnitude accepted: beyond it a reward is refused (``invalid_reward``), never summed.
+A sanity bound: a billion rollouts at this reward still sum to well within what a float64 counter holds."""
+
+MAX_TOKENS = 2**30 - 1
+"""The largest token count of one response accepted (1,073,741,823): beyond it the count is refused by
+field (``invalid_output_tokens``, ...). A sanity bound far above any context window, which keeps a counter's
+sum exact in a float64 for millions of responses; one bit test checks four counts at once."""
 
 
 class Disposition(StrEnum):
@@ -124,14 +135,17 @@ def check_outcome(  # noqa: PLR0912, PLR0917 - one rule per field, the fields as
         OutcomeError: a field has a value that is not allowed; the error names the field.
     """
     if type(reward) is float:
-        if reward - reward != 0.0:  # NaN and +-inf: cheaper than math.isfinite
-            raise OutcomeError("reward", f"must be a finite number, got {reward!r}")
+        if not -MAX_REWARD <= reward <= MAX_REWARD:  # NaN fails both comparisons, as +-inf fails one
+            raise _out_of_range(reward)
     elif reward is not None:
         if not isinstance(reward, numbers.Real | Decimal):
             raise OutcomeError("reward", f"must be a number, got {type(reward).__name__}")
-        as_float = float(reward)
-        if not math.isfinite(as_float):
-            raise OutcomeError("reward", f"must be a finite number, got {reward!r}")
+        try:
+            as_float = float(reward)
+        except Exception:  # an int of 400 digits (OverflowError), or a number type of the caller's raising
+            as_float = math.inf
+        if not -MAX_REWARD <= as_float <= MAX_REWARD:
+            raise _out_of_range(reward)
         reward = as_float
     # The disposition of a completed rollout is decided with the mask's own check.
     if mask_sample is True:
@@ -145,14 +159,20 @@ def check_outcome(  # noqa: PLR0912, PLR0917 - one rule per field, the fields as
         if type(failure_kind) is not str:
             if not isinstance(failure_kind, str):
                 raise OutcomeError("failure_kind", f"must be a string, got {type(failure_kind).__name__}")
-            failure_kind = str(failure_kind)
+            failure_kind = str.__str__(failure_kind)  # the plain value: a subclass's own methods are not run
         if failure_kind == "":
             failure_kind = None
-    if failure_reason is not None and not isinstance(failure_reason, str):
-        raise OutcomeError("failure_reason", f"must be a string, got {type(failure_reason).__name__}")
+    if failure_reason is not None and type(failure_reason) is not str:
+        if not isinstance(failure_reason, str):
+            raise OutcomeError("failure_reason", f"must be a string, got {type(failure_reason).__name__}")
+        failure_reason = str.__str__(failure_reason)
     if model_response is None:
         return disposition, reward, failure_kind, failure_reason, None
     return disposition, reward, failure_kind, failure_reason, check_generation(model_response)
+
+
+def _out_of_range(reward: object) -> OutcomeError:
+    return OutcomeError("reward", f"must be a finite number within +-{MAX_REWARD:g}, got {reward!r:.40}")
 
 
 _ABSENT = object()
@@ -175,9 +195,9 @@ def _token_count(value: object, name: str) -> int:
     if type(value) is not int:
         if isinstance(value, bool) or not isinstance(value, numbers.Integral):
             raise OutcomeError(name, f"must be an integer >= 0, got {value!r:.40}")
-        value = int(value)
-    if value < 0:
-        raise OutcomeError(name, f"must be an integer >= 0, got {value}")
+        value = int.__int__(int(value))  # a numpy integer, say; a subclass's own methods are not run
+    if not 0 <= value <= MAX_TOKENS:
+        raise OutcomeError(name, f"must be an integer from 0 to {MAX_TOKENS}, got {value!r:.40}")
     return value
 
 
@@ -206,10 +226,9 @@ def _tokens(usage: object) -> tuple[int, int, int, int]:
         and type(output_tokens) is int
         and type(cached) is int
         and type(reasoning) is int
-        and input_tokens >= 0
-        and output_tokens >= 0
-        and cached >= 0
-        and reasoning >= 0
+        # Four counts in [0, MAX_TOKENS] at once: a negative one makes the union negative, a larger one sets a
+        # bit above MAX_TOKENS (2**30 - 1).
+        and 0 <= input_tokens | output_tokens | cached | reasoning <= MAX_TOKENS
     ):
         return input_tokens, output_tokens, cached, reasoning  # the common case: four counts, all fine
     return (
@@ -369,18 +388,27 @@ def classify(response: object) -> Classified:
     Raises:
         OutcomeError: a field has a value that is not allowed; the error names the field.
     """
-    if type(response) is dict:  # a JSONL row: the commonest shape, read without building anything
-        get = response.get
-        return check_outcome(
-            None,
-            get("reward"),
-            get("mask_sample"),
-            get("failure_kind"),
-            get("failure_reason"),
-            get("response"),
-        )
-    reward, masked, kind, reason, model = _fields(response)
-    return check_outcome(None, reward, masked, kind, reason, model)
+    try:
+        if type(response) is dict:  # a JSONL row: the commonest shape, read without building anything
+            get = response.get
+            return check_outcome(
+                None,
+                get("reward"),
+                get("mask_sample"),
+                get("failure_kind"),
+                get("failure_reason"),
+                get("response"),
+            )
+        reward, masked, kind, reason, model = _fields(response)
+        return check_outcome(None, reward, masked, kind, reason, model)
+    except OutcomeError:
+        raise
+    except Exception as exc:  # the caller's object raised while read (a property, __eq__, a deep cycle...)
+        raise _unreadable(exc) from exc
+
+
+def _unreadable(exc: Exception) -> OutcomeError:
+    return OutcomeError("response", f"could not be read: {type(exc).__name__}: {exc!s:.200}")
 
 
 def absent(
@@ -396,7 +424,12 @@ def absent(
     Raises:
         OutcomeError: a field has a value that is not allowed; the error names the field.
     """
-    return check_outcome(disposition, reward, None, failure_kind, failure_reason)
+    try:
+        return check_outcome(disposition, reward, None, failure_kind, failure_reason)
+    except OutcomeError:
+        raise
+    except Exception as exc:  # a str or number subclass of the caller's that raised while read
+        raise _unreadable(exc) from exc
 
 
 def outcome_of(response: object) -> Outcome:

@@ -1,0 +1,267 @@
+"""What a row or a caller sends cannot take the exporter down, nor grow its memory without bound.
+
+Each test pins down one finding of an attacker pass: a value no float64 counter can carry, a line the decoder
+cannot take, a caller's object that raises while read, names and rows that grew caches and stores, lines
+longer than any row, and files that are not regular files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client import generate_latest
+
+from rollout_telemetry import Disposition, RolloutTelemetry
+from rollout_telemetry.cli import main
+from rollout_telemetry.coverage import Coverage
+from rollout_telemetry.follow import RunFiles, RunFollower
+from rollout_telemetry.outcome import MAX_TOKENS, classify
+
+ROW = {"reward": 1.0, "agent_ref": {"name": "a"}}
+
+
+def _usage(**counts: int) -> dict[str, Any]:
+    return {"reward": 1.0, "response": {"status": "completed", "usage": counts}}
+
+
+@pytest.mark.parametrize("count", [10**400, 10**30, MAX_TOKENS + 1, -1])
+def test_a_token_count_beyond_the_bound_is_refused_and_every_render_works(count: int) -> None:
+    """A count of 10**400 used to break every later render (OverflowError), 10**30 to poison the counter:
+    now refused by field, the rollout not counted, and the exposition renders before and after."""
+    telemetry = RolloutTelemetry()
+    telemetry.record("a", _usage(input_tokens=10, output_tokens=count))
+    assert telemetry.snapshot().rejected == {"invalid_output_tokens": 1}
+    telemetry.record("a", _usage(input_tokens=10, output_tokens=MAX_TOKENS))
+    generate_latest(telemetry.registry)
+    agent = telemetry.snapshot().agent("a")
+    assert agent is not None
+    assert agent.completed == 1
+    assert agent.tokens == (10, MAX_TOKENS, 0, 0)
+
+
+def test_a_token_count_of_400_digits_in_a_followed_row_is_a_counted_rejection(tmp_path: Path) -> None:
+    """The same count in a rollout file: the row is rejected, the next one counted, /metrics renders."""
+    main_file = tmp_path / "run.jsonl"
+    usage = '{"input_tokens": 1, "output_tokens": 1' + "0" * 400 + "}"
+    main_file.write_text(
+        '{"reward": 1.0, "agent_ref": {"name": "a"}, "response": {"usage": ' + usage + "}}\n"
+        + json.dumps(ROW) + "\n"
+    )  # fmt: skip
+    telemetry = RolloutTelemetry()
+    RunFollower(telemetry, RunFiles.from_main(main_file)).poll()
+    assert telemetry.snapshot().rejected == {"invalid_output_tokens": 1}
+    assert b"rollout_completed_total" in generate_latest(telemetry.registry)
+
+
+def _hostile_file(path: Path) -> None:
+    deep = '{"reward": 1.0, "agent_ref": {"name": "a"}, "ignored": ' + "[" * 1000 + "]" * 1000 + "}"
+    huge_reward = '{"reward": 1' + "0" * 400 + ', "agent_ref": {"name": "a"}}'
+    path.write_text("\n".join([json.dumps(ROW), deep, huge_reward, json.dumps(ROW)]) + "\n")
+
+
+def test_report_survives_a_line_nested_1000_deep_and_a_reward_of_400_digits(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Both used to end report with a traceback (RecursionError, OverflowError); now each is one counted
+    rejection, and the rows around them are counted."""
+    _hostile_file(tmp_path / "run.jsonl")
+    assert main(["report", str(tmp_path / "run.jsonl"), "--format", "json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["rejected"] == {"malformed_json": 1, "invalid_reward": 1}
+    assert report["agents"][0]["events"]["measured"] == 2
+
+
+def test_a_live_follower_counts_hostile_lines_and_goes_on(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Followed live, such rows were skipped with a traceback and never counted: now counted rejections,
+    with no error logged."""
+    _hostile_file(tmp_path / "run.jsonl")
+    telemetry = RolloutTelemetry()
+    RunFollower(telemetry, RunFiles.from_main(tmp_path / "run.jsonl")).poll()
+    assert telemetry.snapshot().rejected == {"malformed_json": 1, "invalid_reward": 1}
+    assert not [record for record in caplog.records if record.levelname in ("ERROR", "CRITICAL")]
+
+
+class _Raising:
+    """A verify response whose attribute access raises, as a broken property would."""
+
+    @property
+    def reward(self) -> float:
+        msg = "the judge's client is gone"
+        raise RuntimeError(msg)
+
+
+@pytest.mark.parametrize("response", [_Raising(), {"reward": 10**400}], ids=["raising", "int-reward-10**400"])
+def test_complete_never_raises_on_what_the_caller_hands_it(response: object) -> None:
+    """rollout().complete() used to raise into the caller and count the rollout as agent_run_error; now the
+    input is a counted rejection by its reason and the rollout a protocol_violation failure."""
+    telemetry = RolloutTelemetry()
+    with telemetry.rollout("a") as rollout:
+        rollout.complete(response)
+    snapshot = telemetry.snapshot()
+    reason = "invalid_response" if isinstance(response, _Raising) else "invalid_reward"
+    assert snapshot.rejected == {reason: 1}
+    agent = snapshot.agent("a")
+    assert agent is not None
+    assert agent.kinds[Disposition.FAILED] == {"protocol_violation": 1}
+    assert agent.failed == 1
+
+
+def test_record_counts_a_raising_response_as_an_invalid_response() -> None:
+    """record() of an object that raises while read: invalid_response (it was internal_error); strict raises
+    it as the outcome error it is."""
+    telemetry = RolloutTelemetry()
+    telemetry.record("a", _Raising())
+    assert telemetry.snapshot().rejected == {"invalid_response": 1}
+    with pytest.raises(ValueError, match=r"^response: could not be read: RuntimeError"):
+        classify(_Raising())
+
+
+def _traced(work: Any) -> int:
+    """Bytes still allocated after ``work()`` (tracemalloc)."""
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        work()
+        return tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+
+
+def test_huge_agent_names_are_not_kept_in_caches() -> None:
+    """1,100 names of 1 MB used to add 1 GB (the caches kept 1,024 raw names whatever their length); names
+    longer than MAX_CACHED_NAME are resolved again each time instead."""
+    telemetry = RolloutTelemetry(max_agents=4096)
+
+    def work() -> None:
+        for i in range(200):
+            name = f"{i:05d}" + "x" * 100_000  # made here, as a row makes it: only a cache keeps it
+            telemetry.record(name, {"reward": 1.0})
+            telemetry.record(name, {"reward": 1.0, "failure_kind": name, "mask_sample": True})
+
+    grown = _traced(work)
+    assert grown < 3_000_000, f"{grown} bytes kept for 200 names of 100 kB"  # 20 MB per copy kept
+    assert len(telemetry.snapshot().agents) == 200  # each cut to a distinct label, every one counted
+
+
+def test_rows_without_identity_are_counted_not_stored() -> None:
+    """A million rows without an identity used to take 367 MB; each is final at once, so only counted."""
+    coverage = Coverage()
+    measured = classify({"reward": 1.0})[0]
+
+    def work() -> None:
+        for _ in range(100_000):
+            coverage.observe("a", None, 0, measured, succeeded=True)
+
+    assert _traced(work) < 100_000
+    agent = coverage.snapshot().agent("a")
+    assert agent is not None
+    assert (agent.unidentified, agent.seen) == (100_000, 100_000)
+
+
+@pytest.mark.parametrize("per_task", [1, 16])
+def test_terminal_identities_take_under_100_bytes_each(per_task: int) -> None:
+    """An identity, expected and then measured, took about 530 B in coverage and 1.9 KB with groups; the
+    goal is a million in at most 100 MB: both stores, with one rollout per task and with 16."""
+    telemetry = RolloutTelemetry()
+    coverage = Coverage(telemetry.names)
+    outcome = classify({"reward": 1.0})
+    count = 50_000
+
+    def work() -> None:
+        for i in range(count):
+            task, rollout = divmod(i, per_task)
+            coverage.expect("a", task, rollout)
+            telemetry.groups.expect("a", task, rollout)
+        for i in range(count):
+            task, rollout = divmod(i, per_task)
+            coverage.observe("a", (task, rollout), 0, outcome[0], succeeded=True, line=i + 1)
+            telemetry.record_classified("a", outcome, (task, rollout), 0)
+
+    per_identity = _traced(work) / count
+    assert per_identity < 100, f"{per_identity:.0f} B per identity"
+    groups = telemetry.groups.snapshot().agent("a")
+    assert groups is not None
+    assert groups.completed == count // per_task
+
+
+def test_a_line_longer_than_the_cap_is_skipped_once_and_never_read_again(tmp_path: Path) -> None:
+    """A line with no newline used to be held whole and read again at every poll (a 2 GB line: 8.1 GB and
+    90% of a core); past max_line its bytes are passed over as they come, and it is one counted rejection."""
+    path = tmp_path / "run.jsonl"
+    path.write_text(json.dumps(ROW) + "\n" + "x" * 5000)  # still being written: no newline yet
+    telemetry = RolloutTelemetry()
+    follower = RunFollower(telemetry, RunFiles.from_main(path), max_line=1024)
+    follower.poll()
+    assert follower.position == path.stat().st_size  # passed over, not kept to be read again
+    with path.open("a") as handle:
+        handle.write("y" * 3000 + "\n" + json.dumps(ROW) + "\n")
+    follower.poll()
+    follower.poll()
+    assert telemetry.snapshot().rejected == {"line_too_long": 1}
+    agent = telemetry.snapshot().agent("a")
+    assert agent is not None
+    assert agent.measured == 2
+
+
+def _in_time(work: Any, seconds: float = 10.0) -> None:
+    thread = threading.Thread(target=work, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), "blocked"
+
+
+def test_a_fifo_swapped_in_live_is_not_opened(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A FIFO in the followed path used to block the follower for good (the open never returns); it is not
+    a regular file, so it is not opened, and that is said once."""
+    path = tmp_path / "run.jsonl"
+    path.write_text(json.dumps(ROW) + "\n")
+    telemetry = RolloutTelemetry()
+    follower = RunFollower(telemetry, RunFiles.from_main(path))
+    follower.poll()
+    path.unlink()
+    os.mkfifo(path)
+    _in_time(follower.poll)
+    _in_time(follower.poll)
+    assert sum("is not a regular file" in record.getMessage() for record in caplog.records) == 1
+    assert b"rollout_completed_total" in generate_latest(telemetry.registry)
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "rollout_telemetry", *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+
+
+@pytest.mark.parametrize("command", ["serve", "report"])
+def test_a_fifo_or_device_given_at_start_is_one_line(tmp_path: Path, command: str) -> None:
+    """serve --follow FIFO blocked start-up forever; now one line and exit 2, as for /dev/zero."""
+    fifo = tmp_path / "run.jsonl"
+    os.mkfifo(fifo)
+    for path in (str(fifo), "/dev/zero"):
+        flag = "--follow " if command == "serve" else ""
+        result = _run(
+            *(["serve", "--follow", path, "--port", "0"] if command == "serve" else ["report", path])
+        )
+        assert result.returncode == 2
+        assert result.stderr.strip().splitlines() == [
+            f"rollout-telemetry {command}: {flag}{path} is not a regular file (a FIFO or a device): give the "
+            "run's <stem>.jsonl"
+        ]
+
+
+def test_a_device_as_a_sidecar_is_not_read(tmp_path: Path) -> None:
+    """--failures /dev/zero used to be read forever; a device is never opened, and the run is reported."""
+    main_file = tmp_path / "run.jsonl"
+    main_file.write_text(json.dumps(ROW) + "\n")
+    result = _run("report", str(main_file), "--failures", "/dev/zero", "--format", "json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["agents"][0]["events"]["measured"] == 1

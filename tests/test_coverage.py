@@ -11,6 +11,7 @@ from rollout_telemetry import Disposition
 from rollout_telemetry.coverage import Coverage, coverage_metrics
 
 MEASURED, MASKED, FAILED = Disposition.MEASURED, Disposition.MASKED, Disposition.FAILED
+UNSCORED = Disposition.UNSCORED
 
 
 def _ok(
@@ -154,15 +155,21 @@ def test_a_row_without_identity_is_a_rollout_of_its_own() -> None:
     assert (agent.rollouts[MEASURED], agent.unidentified, agent.unknown, agent.expected) == (2, 2, 1, 3)
 
 
-def test_a_task_with_an_unseen_rollout_is_not_fully_masked() -> None:
-    """Fully masked means every rollout of the task is seen and masked."""
+def test_fully_masked_and_measured_tasks_as_nemo_gym_counts_them() -> None:
+    """A task is fully masked when every one of its rows in the main output is masked (unseen and failed
+    rollouts count neither way), and measured when one is not masked, an unscored one included."""
     coverage = Coverage()
     coverage.expect("a", 0, 0)
     coverage.expect("a", 0, 1)
     _ok(coverage, "a", (0, 0), 0, MASKED)
+    _fail(coverage, "a", 0, 2, 0)
     agent = coverage.snapshot().agent("a")
     assert agent is not None
-    assert agent.fully_masked_tasks == 0
+    assert (agent.fully_masked_tasks, agent.measured_tasks) == (1, 0)
+    _ok(coverage, "a", (0, 1), 0, UNSCORED)
+    agent = coverage.snapshot().agent("a")
+    assert agent is not None
+    assert (agent.fully_masked_tasks, agent.measured_tasks) == (0, 1)
 
 
 rows = st.lists(
@@ -231,11 +238,12 @@ def _check_against_model(coverage: Coverage, steps: list[Step]) -> None:
         wanted = {i for i in declared if i[0] == name}
         tasks = {(i[1]) for i in wanted | mine_ids}
         measured_tasks = fully_masked = 0
-        for task in tasks:
+        for task in tasks:  # as NeMo Gym's reward profile: the task's rows in the main output
             members = {i for i in wanted | mine_ids if i[1] == task}
-            decided = [max(records[i])[3] if i in records else None for i in members]
-            measured_tasks += MEASURED in decided
-            fully_masked += all(d is MASKED for d in decided)
+            decided = [max(records[i])[3] for i in members if i in records]
+            reached = [d for d in decided if d in (MEASURED, MASKED, UNSCORED)]
+            measured_tasks += any(d is not MASKED for d in reached)
+            fully_masked += bool(reached) and all(d is MASKED for d in reached)
         assert (agent.measured_tasks, agent.fully_masked_tasks) == (measured_tasks, fully_masked)
         if known:
             seen = len(mine_ids) + len(unidentified.get(name, []))

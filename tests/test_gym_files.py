@@ -57,7 +57,7 @@ GYM_COVERAGE = {
     "coverage/measured_rollouts": 5,
     "coverage/masked_rollouts": 2,
     "coverage/measured_tasks": 3,  # math 0 and 1, tool 2 (rows without identity are in no task)
-    "coverage/fully_masked_tasks": 0,
+    "coverage/fully_masked_tasks": 1,  # tool 3: its one row in the main output is masked (the rest failed)
     # As Gym computes them: the 11 materialized inputs; the distinct rollouts with a main-file row: tasks
     # 0 (3), 1, 2 and 3 (one each), and the 2 rows without identity, each a rollout of its own; 11 - 8.
     "coverage/expected": 11,

@@ -35,7 +35,7 @@ def test_json_report_of_the_fixture_run(capsys: pytest.CaptureFixture[str]) -> N
     assert report["gym_coverage"] == {
         "coverage/measured_rollouts": 2,
         "coverage/masked_rollouts": 1,
-        "coverage/measured_tasks": 2,
+        "coverage/measured_tasks": 3,  # math 0, code 1 and code 2 (unscored: not masked, as Gym counts it)
         "coverage/fully_masked_tasks": 0,
         # Gym's: 7 materialized inputs; 4 distinct rollouts with a main-file row (tasks 0, 0, 1, 2); 7 - 4.
         "coverage/expected": 7,

@@ -45,7 +45,8 @@ _SCORED = (Disposition.MEASURED, Disposition.MASKED, Disposition.UNSCORED)
 """The dispositions of a rollout whose deciding row is in the main output."""
 _MEASURED, _MASKED = Disposition.MEASURED, Disposition.MASKED
 _CODE = {disposition: code for code, disposition in enumerate(_DISPOSITIONS, start=1)}
-_CODE_MEASURED, _CODE_MASKED = _CODE[_MEASURED], _CODE[_MASKED]
+_CODE_MASKED = _CODE[_MASKED]
+_CODES_REACHED = frozenset(_CODE[d] for d in _SCORED)  # the deciding row is in the main output
 
 # One identity's state, packed in an int of a Blocks column (see _blocks): 0 is an identity not known yet.
 # The task columns count members, at most MAX_ROLLOUT_INDEX + 1 of them: two bytes each.
@@ -64,7 +65,7 @@ _LINES_MAX = 2**32 - 1
 
 Key = tuple[str, int, int]
 """(agent label, task index, rollout index)."""
-_TASK_COLUMNS = ("members", "measured", "masked")
+_TASK_COLUMNS = ("reached", "unmasked")
 
 
 def _failures(state: int) -> int:
@@ -83,26 +84,21 @@ class _Agent:
         "retryable",
         "rollouts",
         "states",
-        "task_masked",
-        "task_measured",
-        "task_members",
+        "task_reached",
+        "task_unmasked",
         "unexpected",
         "unidentified",
         "unknown",
     )
 
     def __init__(self) -> None:
-        # Per member: its packed state and the line of its first success row. Per task: members known
-        # (expected or seen), and of those measured and masked, for the task flags.
+        # Per member: its packed state and the line of its first success row. Per task, for its flags as NeMo
+        # Gym computes them: rollouts decided by a row of the main output, and of those the unmasked ones.
         self.blocks = Blocks({"state": "Q", "line": "L"}, dict.fromkeys(_TASK_COLUMNS, "H"))
         # The columns, at hand (they grow in place, never replaced).
         self.states, self.lines = self.blocks.member["state"], self.blocks.member["line"]
         task = self.blocks.task
-        self.task_members, self.task_measured, self.task_masked = (
-            task["members"],
-            task["measured"],
-            task["masked"],
-        )
+        self.task_reached, self.task_unmasked = task["reached"], task["unmasked"]
         self.rollouts = dict.fromkeys(_DISPOSITIONS, 0)
         self.unknown = 0
         self.unexpected = 0
@@ -111,16 +107,6 @@ class _Agent:
         self.retryable = 0
         self.measured_tasks = 0
         self.fully_masked_tasks = 0
-
-    def flags(self, number: int) -> tuple[bool, bool]:
-        """(the task has a measured rollout, every member is seen and masked), by task number."""
-        members = self.task_members[number]
-        return self.task_measured[number] > 0, members > 0 and self.task_masked[number] == members
-
-    def task_changed(self, number: int, before: tuple[bool, bool]) -> None:
-        after = self.flags(number)
-        self.measured_tasks += after[0] - before[0]
-        self.fully_masked_tasks += after[1] - before[1]
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,9 +121,10 @@ class AgentCoverage:
     retried: int
     """Attempts beyond the first of a rollout identity."""
     measured_tasks: int
-    """Tasks with at least one measured rollout."""
+    """Tasks with a rollout in the main output that is not masked (NeMo Gym's ``coverage/measured_tasks``)."""
     fully_masked_tasks: int
-    """Tasks all of whose rollouts are seen and masked."""
+    """Tasks with rollouts in the main output, every one masked (NeMo Gym's ``coverage/fully_masked_tasks``);
+    its failed and unseen rollouts do not count either way."""
     retryable: int = 0
     """Failed rollouts NeMo Gym would dispatch again on resume."""
     unidentified: int = 0
@@ -210,16 +197,12 @@ class Coverage:
             agent = self._agents[label] = _Agent()
         return agent
 
-    def _member(self, agent: _Agent, task_index: int, rollout_index: int) -> tuple[int, int]:
-        """(task number, slot) of an identity, made known (a member of its task) if it was not."""
+    @staticmethod
+    def _member(agent: _Agent, task_index: int, rollout_index: int) -> tuple[int, int]:
+        """(task number, slot) of an identity, its task made known if it was not."""
         blocks = agent.blocks
         number = blocks.add_task(task_index)
-        slot = blocks.slot(number, rollout_index)
-        if agent.states[slot] == 0:  # new to its task: a fully masked task is no longer so
-            before = agent.flags(number)
-            agent.task_members[number] += 1
-            agent.task_changed(number, before)
-        return number, slot
+        return number, blocks.slot(number, rollout_index)
 
     def expect(self, agent: str, task_index: int, rollout_index: int) -> None:
         """Declare one identity the run is expected to produce."""
@@ -340,19 +323,18 @@ class Coverage:
     @staticmethod
     def _recount(state: _Agent, number: int, old: int, code: int) -> None:
         """Move an identity's count from disposition ``old`` (0: none yet) to ``code``, with its task's flags:
-        whether the task has a measured rollout, and whether every member is masked."""
-        measured, masked = state.task_measured, state.task_masked
-        members = state.task_members[number]
-        had_measured, was_masked = measured[number] > 0, masked[number] == members
+        whether one of its rows in the main output is unmasked, or every one is masked."""
+        reached, unmasked = state.task_reached, state.task_unmasked
+        was_measured, was_masked = unmasked[number] > 0, reached[number] > 0 and not unmasked[number]
         if old:
             state.rollouts[_DISPOSITIONS[old - 1]] -= 1
-            measured[number] -= old == _CODE_MEASURED
-            masked[number] -= old == _CODE_MASKED
+            reached[number] -= old in _CODES_REACHED
+            unmasked[number] -= old in _CODES_REACHED and old != _CODE_MASKED
         state.rollouts[_DISPOSITIONS[code - 1]] += 1
-        measured[number] += code == _CODE_MEASURED
-        masked[number] += code == _CODE_MASKED
-        state.measured_tasks += (measured[number] > 0) - had_measured
-        state.fully_masked_tasks += (masked[number] == members) - was_masked
+        reached[number] += code in _CODES_REACHED
+        unmasked[number] += code in _CODES_REACHED and code != _CODE_MASKED
+        state.measured_tasks += (unmasked[number] > 0) - was_measured
+        state.fully_masked_tasks += (reached[number] > 0 and not unmasked[number]) - was_masked
 
     def snapshot(self) -> CoverageSnapshot:
         """Copy the coverage of every agent: O(agents), whatever the number of rollouts."""

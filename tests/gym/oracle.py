@@ -185,7 +185,12 @@ def check_report(
         key_metrics = entry["key_metrics"]
         # Gym's aggregate scores the unmasked rows of the main output.
         assert rows[agent]["events"]["mean_reward_unmasked"] == pytest.approx(key_metrics["mean/reward"])
-        for key in ("coverage/measured_rollouts", "coverage/masked_rollouts", "coverage/measured_tasks"):
+        for key in (
+            "coverage/measured_rollouts",
+            "coverage/masked_rollouts",
+            "coverage/measured_tasks",
+            "coverage/fully_masked_tasks",
+        ):
             if key in key_metrics:
                 assert report["gym_coverage"][key] == key_metrics[key], key
 

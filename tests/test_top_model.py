@@ -35,6 +35,36 @@ def test_rollouts_per_minute_from_two_readings() -> None:
     assert second.per_minute == pytest.approx(360.0)  # 30 in 5 s
 
 
+def test_rollouts_per_minute_are_finished_ones_as_in_gyms_key() -> None:
+    """Rollouts per minute have one meaning: finished (completed, failed or omitted) per minute, in top as in
+    NeMo Gym's progress/total/rollouts_per_min."""
+    from rollout_telemetry import RolloutTelemetry
+    from tests.support import FakeClock
+
+    tracker = Tracker()
+    tracker.update(Reading((AgentTotals("math", completed=10, failed={"x": 5}, omitted={"y": 1}),)), now=0.0)
+    (row,) = tracker.update(
+        Reading((AgentTotals("math", completed=20, failed={"x": 15}, omitted={"y": 1}),)), now=60.0
+    )
+    assert row.per_minute == pytest.approx(20.0)  # 10 completed + 10 failed in a minute
+    clock = FakeClock()
+    telemetry = RolloutTelemetry(clock=clock)
+    for _ in range(10):
+        telemetry.record("math", {"reward": 1.0})
+        telemetry.record_failure("math", "session_lost")
+    clock.advance(60.0)
+    assert telemetry.progress_metrics()["progress/total/rollouts_per_min"] == pytest.approx(20.0)
+
+
+def test_top_names_series_through_the_catalogue() -> None:
+    """A series name the catalogue does not publish is refused where it is named (top reads through this)."""
+    from rollout_telemetry.series import published
+
+    assert published("rollout_completed_total") == "rollout_completed_total"
+    with pytest.raises(ValueError, match="not in the catalogue"):
+        published("rollout_complete_total")
+
+
 def test_the_rate_spans_the_last_readings_not_just_the_last_gap() -> None:
     """Bursty completions between short refreshes average over the last ten seconds of readings."""
     tracker = Tracker()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from rollout_telemetry.snapshot import AccountSnapshot
+from rollout_telemetry.snapshot import AccountSnapshot, finished
 
 __all__ = ["progress_metrics"]
 
@@ -41,11 +41,11 @@ def progress_metrics(
         expected: rollouts expected per agent in total; gives ``reward_lower_bound``.
     """
     keys: dict[str, float] = {}
-    finished = 0
+    total = 0
     for agent in snapshot.agents:
         prefix = f"progress/{agent.agent}/"
-        done = agent.completed + agent.failed + agent.omitted
-        finished += done
+        done = finished(agent.completed, agent.failed, agent.omitted)
+        total += done
         # Percentages as NeMo Gym writes them: round(100 * sum / count, 2), from the sums themselves.
         if agent.rewarded:
             keys[prefix + "reward"] = _pct(agent.reward_sum, agent.rewarded)
@@ -62,5 +62,5 @@ def progress_metrics(
         if agent.omitted:
             keys[prefix + "omitted"] = agent.omitted
     minutes = elapsed_seconds / 60.0
-    keys["progress/total/rollouts_per_min"] = finished / minutes if minutes > 0 else 0.0
+    keys["progress/total/rollouts_per_min"] = total / minutes if minutes > 0 else 0.0
     return keys

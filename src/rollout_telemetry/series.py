@@ -26,10 +26,12 @@ __all__ = [
     "FAMILIES",
     "GROUP_FAMILIES",
     "HISTOGRAMS",
+    "PUBLISHED",
     "SPAN_FAMILIES",
     "Family",
     "Sample",
     "duration_buckets",
+    "published",
 ]
 
 S = TypeVar("S")
@@ -378,6 +380,28 @@ CATALOGUE: tuple[Family[Any], ...] = (
     *SPAN_FAMILIES,
 )
 """Every family any collector of this package publishes."""
+
+PUBLISHED: frozenset[str] = frozenset(
+    {family.name for family in CATALOGUE}
+    | {f"{h.name}_{suffix}" for h in HISTOGRAMS for suffix in ("bucket", "sum", "count")}
+)
+"""Every series name a collector of this package publishes, a histogram's series included."""
+
+
+def published(name: str) -> str:
+    """``name``, checked to be a series this package publishes (``PUBLISHED``).
+
+    What reads an exposition (``top``, the dashboard's queries) names series through this, so a renamed
+    family fails where it is named instead of reading nothing.
+
+    Raises:
+        ValueError: no collector of this package publishes that name.
+    """
+    if name not in PUBLISHED:
+        msg = f"{name} is not in the catalogue (rollout_telemetry.series.CATALOGUE)"
+        raise ValueError(msg)
+    return name
+
 
 BUCKET_BOUNDS: tuple[str, ...] = (*tuple(str(bound) for bound in DURATION_BUCKETS), "+Inf")
 

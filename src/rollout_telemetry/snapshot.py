@@ -12,7 +12,7 @@ from typing import Protocol, TypeVar
 
 from rollout_telemetry.outcome import Disposition
 
-__all__ = ["AccountSnapshot", "AgentSnapshot", "by_agent"]
+__all__ = ["AccountSnapshot", "AgentSnapshot", "by_agent", "finished"]
 
 
 class _PerAgent(Protocol):
@@ -30,6 +30,15 @@ def by_agent(rows: Iterable[_Row], label: str) -> _Row | None:
 
 def _rounded(value: float) -> float:
     return round(value, 12)
+
+
+_N = TypeVar("_N", int, float)
+
+
+def finished(completed: _N, failed: _N, omitted: _N) -> _N:
+    """Rollouts finished: completed, failed or omitted. "Rollouts per minute", everywhere (``top``, NeMo Gym's
+    ``progress/total/rollouts_per_min``, the dashboard), is these per minute."""
+    return completed + failed + omitted
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,8 @@ from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from rollout_telemetry.snapshot import finished
+
 __all__ = [
     "AgentRow",
     "AgentTotals",
@@ -55,6 +57,11 @@ class AgentTotals:
     stalled: float | None = None
     """Rollouts in flight past the stall bound; ``None`` on an exporter that does not publish it."""
 
+    @property
+    def finished(self) -> float:
+        """Rollouts finished: completed, failed or omitted (``finished``)."""
+        return finished(self.completed, sum(self.failed.values()), sum(self.omitted.values()))
+
 
 @dataclass(frozen=True, slots=True)
 class InFlightRollout:
@@ -90,7 +97,8 @@ class TrendPoint:
     """Monotonic time of the reading."""
     reward_sum: float
     rewarded: float
-    completed: float = 0.0
+    finished: float = 0.0
+    """Rollouts finished (completed, failed or omitted) since the reading before."""
     since: float = 0.0
     """Monotonic time of the reading before, which the increases are counted from."""
 
@@ -122,7 +130,8 @@ class AgentRow:
 
     totals: AgentTotals
     per_minute: float | None
-    """Rollouts completed per minute over the last :data:`RATE_SECONDS`; ``None`` on the first reading."""
+    """Rollouts finished (``finished``) per minute over the last :data:`RATE_SECONDS`; ``None`` on the first
+    reading."""
     trend: tuple[TrendPoint, ...]
     """The reward added between successive readings over the last minutes, oldest first."""
 
@@ -178,7 +187,7 @@ def top_kind(by_kind: Mapping[str, float]) -> str | None:
 @dataclass(slots=True)
 class _Previous:
     at: float
-    completed: float
+    finished: float
     rewarded: float
     positive: float
     negative: float
@@ -189,7 +198,7 @@ def _per_minute(trend: deque[TrendPoint], now: float) -> float | None:
     if not recent:
         return None
     since = min(p.since for p in recent)
-    return sum(p.completed for p in recent) * 60.0 / (now - since)
+    return sum(p.finished for p in recent) * 60.0 / (now - since)
 
 
 class Tracker:
@@ -213,17 +222,17 @@ class Tracker:
         for totals in reading.agents:
             previous = self._previous.get(totals.agent)
             current = _Previous(
-                now, totals.completed, totals.rewarded, totals.reward_positive, totals.reward_negative
+                now, totals.finished, totals.rewarded, totals.reward_positive, totals.reward_negative
             )
             self._previous[totals.agent] = current
             trend = self._trend.setdefault(totals.agent, deque(maxlen=self._max_points))
             if previous is not None and now > previous.at:
-                restarted = current.completed < previous.completed or current.rewarded < previous.rewarded
+                restarted = current.finished < previous.finished or current.rewarded < previous.rewarded
                 base = _Previous(previous.at, 0.0, 0.0, 0.0, 0.0) if restarted else previous
                 added = (current.positive - base.positive) - (current.negative - base.negative)
                 rewarded = current.rewarded - base.rewarded
-                completed = current.completed - base.completed
-                trend.append(TrendPoint(now, added, rewarded, completed, previous.at))
+                done = current.finished - base.finished
+                trend.append(TrendPoint(now, added, rewarded, done, previous.at))
             while trend and trend[0].at < now - self._history_seconds:
                 trend.popleft()
             rows.append(AgentRow(totals, _per_minute(trend, now), tuple(trend)))

@@ -28,6 +28,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 
 from rollout_telemetry.follow import RunFollower
+from rollout_telemetry.series import published
 from rollout_telemetry.top_model import AgentTotals, InFlightRollout, Reading, SourceView, Tracker
 
 __all__ = [
@@ -44,18 +45,22 @@ __all__ = [
 IN_FLIGHT_LIMIT = 50
 """How many of an exporter's oldest rollouts in flight to ask for."""
 
+# The series read, named through the catalogue: a renamed family fails here, at import.
 _SUMMED = {
-    "rollout_completed_total": "completed",
-    "rollout_rewarded_total": "rewarded",
-    "rollout_reward_positive_total": "reward_positive",
-    "rollout_reward_negative_total": "reward_negative",
+    published("rollout_completed_total"): "completed",
+    published("rollout_rewarded_total"): "rewarded",
+    published("rollout_reward_positive_total"): "reward_positive",
+    published("rollout_reward_negative_total"): "reward_negative",
+    published("rollout_in_flight"): "in_flight",
+    published("rollout_stalled"): "stalled",
 }
 _GAUGES = {
-    "rollout_reward": "mean_reward",
-    "rollout_reward_unmasked": "unmasked_reward",
-    "rollout_masked_ratio": "masked_ratio",
+    published("rollout_reward"): "mean_reward",
+    published("rollout_reward_unmasked"): "unmasked_reward",
+    published("rollout_masked_ratio"): "masked_ratio",
 }
-_BY_KIND = {"rollout_failed_total": "failed", "rollout_omitted_total": "omitted"}
+_BY_KIND = {published("rollout_failed_total"): "failed", published("rollout_omitted_total"): "omitted"}
+_OLDEST = published("rollout_oldest_in_flight_age_seconds")
 
 
 class SourceDown(Exception):
@@ -99,11 +104,7 @@ def parse_metrics(text: str) -> tuple[AgentTotals, ...]:
             elif name in _BY_KIND:
                 kind = sample.labels.get("failure_kind", "")
                 kinds[agent][_BY_KIND[name]][kind] += value
-            elif name == "rollout_in_flight":
-                sums[agent]["in_flight"] += value
-            elif name == "rollout_stalled":
-                sums[agent]["stalled"] += value
-            elif name == "rollout_oldest_in_flight_age_seconds":
+            elif name == _OLDEST:
                 oldest[agent] = max(value, oldest.get(agent, value))
             else:
                 continue

@@ -40,8 +40,10 @@ MAX_ATTEMPT = 2**16 - 2
 """The largest attempt index accepted (NeMo Gym stops at NEMO_GYM_MAX_ROLLOUT_ATTEMPTS, 3 by default)."""
 
 
-def check_identity(task_index: object, rollout_index: object) -> None:
+def check_identity(task_index: object, rollout_index: object) -> tuple[int, int]:
     """The one check of an identity, before anything is counted: two integers >= 0, within the bounds.
+
+    Returns the identity, ``(task_index, rollout_index)``.
 
     Raises:
         OutcomeError: ``invalid_task_index`` or ``invalid_rollout_index``, naming the value.
@@ -57,6 +59,7 @@ def check_identity(task_index: object, rollout_index: object) -> None:
             raise OutcomeError("task_index", msg)
         msg = f"must be an integer from 0 to {MAX_ROLLOUT_INDEX}, got {rollout_index!r:.40}"
         raise OutcomeError("rollout_index", msg)
+    return task_index, rollout_index
 
 
 def check_attempt(attempt: object) -> None:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal, cast
+from typing import Literal
 
 from rollout_telemetry import _fork
 from rollout_telemetry._blocks import MAX_ROLLOUT_INDEX, Blocks, check_identity, rank, supersedes
@@ -52,7 +52,7 @@ DEFAULT_MIN_VALID = 2
 _MEASURED = Disposition.MEASURED
 _ABSENT = (Disposition.FAILED, Disposition.OMITTED)
 
-Member = tuple[object, object, "int | None"]
+Member = tuple[int, int, "int | None"]
 """(task index, rollout index, attempt or ``None``): which member of which group an outcome is."""
 
 
@@ -202,8 +202,8 @@ class Groups:
     def observe(
         self,
         agent: str,
-        task_index: object,
-        rollout_index: object,
+        task_index: int,
+        rollout_index: int,
         outcome: Classified,
         attempt: int | None = None,
     ) -> None:
@@ -213,16 +213,15 @@ class Groups:
         the same attempt (or with none given) an outcome that reached the output wins over a failure or
         omission, then the later one wins.
 
+        The identity is the caller's to check (``_blocks.check_identity``), before the outcome is counted.
+
         Raises:
-            OutcomeError: the task or rollout index is not one (``_blocks.check_identity``), or the agent name
-                is invalid.
+            OutcomeError: the agent name is invalid.
         """
         if not self.active:
             # No group size known for any agent: nothing to group (read without the lock: sizes are
             # declared before the rollouts they size, and inputs are read before the rows they expect).
             return
-        check_identity(task_index, rollout_index)
-        task_index, rollout_index = cast(int, task_index), cast(int, rollout_index)
         label = self._names.agent(agent)[0]
         new_rank = rank(attempt, outcome[0] not in _ABSENT)
         reward = outcome[1] if outcome[0] is _MEASURED and outcome[1] is not None else math.nan

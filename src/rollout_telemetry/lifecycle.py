@@ -71,6 +71,8 @@ class Shared:
 
     account: Account
     settle: Settle
+    member: Callable[[object, object, int | None], Member | None]
+    """Checks an identity when a rollout starts: a bad one is rejected, and the rollout goes ungrouped."""
     spans: SpanRecorder
     rejections: Rejections
     clock: Callable[[], float]
@@ -81,6 +83,7 @@ class RolloutContext:
 
     __slots__ = (
         "_handle",
+        "_member",
         "_shared",
         "_span",
         "_state",
@@ -104,6 +107,7 @@ class RolloutContext:
         self.rollout_index = rollout_index
         self.attempt = attempt
         self._handle: InFlight | None = None
+        self._member: Member | None = None  # its identity, checked when it starts
         self._span: OpenSpan | None = None
         self._state = _NEW
 
@@ -117,6 +121,8 @@ class RolloutContext:
             return self
         clock = self._shared.clock  # called from a local: 3.11 cannot specialise a call of an attribute
         now = clock()
+        if self.task_index is not None or self.attempt is not None:
+            self._member = self._shared.member(self.task_index, self.rollout_index, self.attempt)
         try:
             self._handle = self._shared.account.begin(self.agent, now, self)
         except Exception as exc:
@@ -253,7 +259,7 @@ class RolloutContext:
                     self.agent,
                     outcome,
                     handle,
-                    (self.task_index, self.rollout_index, self.attempt),
+                    self._member,
                     None if span is None else self.span_ids,
                 )
             finally:

@@ -17,6 +17,7 @@ from prometheus_client import push_to_gateway, pushadd_to_gateway
 from prometheus_client.registry import CollectorRegistry
 
 from rollout_telemetry import _watch
+from rollout_telemetry._blocks import check_attempt, check_identity
 from rollout_telemetry.account import Account, InFlight
 from rollout_telemetry.auth import BasicAuth
 from rollout_telemetry.exporters.prometheus import AccountCollector, GroupsCollector
@@ -24,7 +25,7 @@ from rollout_telemetry.failure_kinds import KindValidator
 from rollout_telemetry.groups import DEFAULT_MIN_VALID, Groups, Member
 from rollout_telemetry.lifecycle import RolloutContext, Shared
 from rollout_telemetry.names import DEFAULT_MAX_AGENTS, DEFAULT_MAX_KINDS_PER_AGENT, Names
-from rollout_telemetry.outcome import Classified, Disposition, check_outcome, classify
+from rollout_telemetry.outcome import Classified, Disposition, OutcomeError, check_outcome, classify
 from rollout_telemetry.progress import progress_metrics
 from rollout_telemetry.rejections import Rejections
 from rollout_telemetry.server import MAX_ROLLOUTS_LIMIT, MetricsServer, TLSConfig
@@ -130,7 +131,7 @@ class RolloutTelemetry:
             clock=clock,
             names=self.names,
         )
-        self._shared = Shared(self._account, self._settle, self.spans, self.rejections, clock)
+        self._shared = Shared(self._account, self._settle, self._member, self.spans, self.rejections, clock)
         for agent, count in (expected or {}).items():
             self.expect(agent, count)
 
@@ -162,9 +163,20 @@ class RolloutTelemetry:
             if task_index is None:  # the common call: straight to the account
                 self._account.count(agent, classify(response))
             else:
-                self._settle(agent, classify(response), None, (task_index, rollout_index, None))
+                outcome = classify(response)
+                self._settle(agent, outcome, None, self._member(task_index, rollout_index))
         except Exception as exc:  # the collector must never be taken down by its telemetry
             self.rejections.reject(exc)
+
+    def _member(self, task_index: object, rollout_index: object, attempt: int | None = None) -> Member | None:
+        """A rollout's identity, checked before its outcome is counted (``_blocks.check_identity``); a bad one
+        is a counted rejection (``invalid_task_index``, ...) and the outcome is counted without it."""
+        try:
+            check_attempt(attempt)
+            return (*check_identity(task_index, rollout_index), attempt)
+        except OutcomeError as exc:
+            self.rejections.reject(exc)
+            return None
 
     def _settle(
         self,
@@ -176,12 +188,12 @@ class RolloutTelemetry:
     ) -> None:
         """Count one outcome, then give it to its group: the one path of an outcome that has an identity.
 
-        ``member`` is (task index, rollout index, attempt or ``None``). The outcome is counted first, so a
-        bad identity (rejected as ``invalid_task_index`` or ``invalid_rollout_index``) costs the rollout its
-        group, never its count. ``exemplar`` is the (trace id, span id) of the rollout's span, if any.
+        ``member`` is (task index, rollout index, attempt or ``None``), checked before anything was counted
+        (``_member``, the follower for a row, the lifecycle when the rollout starts); a bad one was rejected
+        and is ``None`` here. ``exemplar`` is the (trace id, span id) of the rollout's span, if any.
         """
         self._account.count(agent, outcome, in_flight, exemplar)
-        if member is not None and member[0] is not None and self.groups.active:
+        if member is not None and self.groups.active:
             self.groups.observe(agent, member[0], member[1], outcome, member[2])
 
     def record_failure(
@@ -222,7 +234,7 @@ class RolloutTelemetry:
             if task_index is None:  # the common call: straight to the account
                 self._account.count(agent, outcome)
             else:
-                self._settle(agent, outcome, None, (task_index, rollout_index, None))
+                self._settle(agent, outcome, None, self._member(task_index, rollout_index))
             if reason is not None:
                 self._log_reason(agent, disposition, failure_kind, reason)
         except Exception as exc:

@@ -1,0 +1,66 @@
+"""What the package's HTTP endpoints share on top of ``_http``: binding their port and the basic-auth gate.
+
+``/metrics`` (``server``) and service discovery's ``/targets`` (``discovery``) are answered by different
+handlers on the same stack; how a port is taken and how a request's credentials are judged is one rule for
+both, written here.
+"""
+
+from __future__ import annotations
+
+import errno
+import functools
+import socket
+
+from rollout_telemetry._http import Request, Response, Workers
+from rollout_telemetry.auth import Authenticator, ServeError, Verdict
+
+__all__ = ["authenticate", "bind"]
+
+_ADDRESS_IN_USE = {errno.EADDRINUSE, 48, 10048}  # Linux, macOS, Windows
+_CHALLENGE = ("WWW-Authenticate", 'Basic realm="rollout-telemetry", charset="UTF-8"')
+
+
+def bind(host: str, port: int, port_range: int, *, what: str) -> socket.socket:
+    """A listening socket on the first free port of ``port .. port+port_range-1``.
+
+    Raises:
+        ServeError: no port of the range can be bound; the message says it cannot serve ``what`` there.
+    """
+    if port_range < 1:
+        msg = f"port_range must be at least 1, got {port_range}"
+        raise ServeError(msg)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    candidates = [port] if port == 0 else list(range(port, port + port_range))
+    for candidate in candidates:
+        listener = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            listener.bind((host, candidate))
+            listener.listen(128)
+        except OSError as exc:
+            listener.close()
+            if exc.errno in _ADDRESS_IN_USE and candidate != candidates[-1]:
+                continue
+            msg = f"cannot serve {what} on {host}:{candidate}: {exc.strerror or exc}"
+            if exc.errno in _ADDRESS_IN_USE:
+                taken = f"port {port} is" if len(candidates) == 1 else f"ports {port}-{candidates[-1]} are"
+                msg = f"cannot serve {what} on {host}:{candidate}: {taken} already in use"
+            raise ServeError(msg) from exc
+        return listener
+    raise AssertionError("unreachable: the last candidate returns or raises")
+
+
+async def authenticate(auth: Authenticator, workers: Workers, request: Request) -> Response | None:
+    """None if the request's credentials are the configured ones; else the 401 or 429 to answer.
+
+    What can be decided cheaply is decided on the event loop; scrypt runs on a worker thread.
+    """
+    header = request.headers.get("authorization")
+    verdict = auth.screen(header, request.source)
+    if verdict is None:
+        verdict = await workers.run(functools.partial(auth.verify, header, request.source))
+    if verdict is Verdict.LIMITED:
+        return Response.text(429, "too many failed attempts\n", ("Retry-After", "1"), _CHALLENGE)
+    if verdict is Verdict.DENIED:
+        return Response.text(401, "unauthorized\n", _CHALLENGE)
+    return None

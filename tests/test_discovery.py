@@ -67,6 +67,7 @@ def test_https_targets_carry_the_scheme(clock: FakeClock) -> None:
     [
         ("10.0.0.2", {}, "http"),
         ("10.0.0.2:port", {}, "http"),
+        ("10.0.0.2:65536", {}, "http"),
         ("10.0.0.2:1", {"__address__": "x"}, "http"),
         ("10.0.0.2:1", {"bad-name": "x"}, "http"),
         ("10.0.0.2:1", {"1st": "x"}, "http"),
@@ -357,7 +358,8 @@ def test_an_address_outside_the_cluster_is_refused(clock: FakeClock, address: st
 
 def test_node_addresses_are_read_again_for_an_unknown_host(clock: FakeClock) -> None:
     """A node that joined is known at its first registration; the cluster is asked at most once a second
-    however many unknown hosts are offered, and IPv6 spellings of one address are one address."""
+    however many unknown hosts are offered; a node that left is forgotten within a minute; IPv6 spellings
+    of one address are one address."""
     asked: list[float] = []
     nodes = ["10.0.0.2"]
 
@@ -376,6 +378,12 @@ def test_node_addresses_are_read_again_for_an_unknown_host(clock: FakeClock) -> 
     clock.advance(1.5)
     assert not known("169.254.169.254")
     assert len(asked) == 3
+    nodes.remove("10.0.0.2")  # the node left: a minute on, its address is read again and refused
+    clock.advance(59.0)
+    assert known("10.0.0.2")
+    clock.advance(1.0)
+    assert not known("10.0.0.2")
+    assert len(asked) == 4
 
 
 @pytest.mark.parametrize(

@@ -1,8 +1,9 @@
-"""What the package's HTTP endpoints share on top of ``_http``: binding their port and the basic-auth gate.
+"""What the package's HTTP endpoints share on top of ``_http``: binding their port and the gate in front.
 
 ``/metrics`` (``server``) and service discovery's ``/targets`` (``discovery``) are answered by different
-handlers on the same stack; how a port is taken and how a request's credentials are judged is one rule for
-both, written here.
+handlers on the same stack; how a port is taken, what is answered before a request reaches the content (an
+unknown path, another method, ``/healthz``, missing credentials) and how credentials are judged is one rule
+for both, written here.
 """
 
 from __future__ import annotations
@@ -10,11 +11,12 @@ from __future__ import annotations
 import errno
 import functools
 import socket
+from collections.abc import Sequence
 
 from rollout_telemetry._http import Request, Response, Workers
 from rollout_telemetry.auth import Authenticator, ServeError, Verdict
 
-__all__ = ["LISTEN_BACKLOG", "authenticate", "bind"]
+__all__ = ["LISTEN_BACKLOG", "bind", "screen"]
 
 _ADDRESS_IN_USE = {errno.EADDRINUSE, 48, 10048}  # Linux, macOS, Windows
 _CHALLENGE = ("WWW-Authenticate", 'Basic realm="rollout-telemetry", charset="UTF-8"')
@@ -57,7 +59,25 @@ def bind(host: str, port: int, port_range: int, *, what: str) -> socket.socket:
     raise AssertionError("unreachable: the last candidate returns or raises")
 
 
-async def authenticate(auth: Authenticator, workers: Workers, request: Request) -> Response | None:
+async def screen(
+    request: Request, *, paths: Sequence[str], auth: Authenticator | None, workers: Workers
+) -> Response | None:
+    """The answer to a request that the endpoint's content need not see, or None to let it through.
+
+    A path that is neither one of ``paths`` nor ``/healthz`` is 404 (naming the first path to try), a method
+    other than GET or HEAD 405; ``/healthz`` is ``ok`` without credentials (it says nothing else: left open
+    for liveness probes); with ``auth``, a request without the credentials is 401 or 429.
+    """
+    if request.path not in paths and request.path != "/healthz":
+        return Response.text(404, f"not found: try {paths[0]}\n")
+    if request.method not in ("GET", "HEAD"):
+        return Response.text(405, "GET or HEAD only\n", ("Allow", "GET, HEAD"))
+    if request.path == "/healthz":
+        return Response.text(200, "ok\n")
+    return await _authenticate(auth, workers, request) if auth is not None else None
+
+
+async def _authenticate(auth: Authenticator, workers: Workers, request: Request) -> Response | None:
     """None if the request's credentials are the configured ones; else the 401 or 429 to answer.
 
     What can be decided cheaply is decided on the event loop; scrypt runs on a worker thread.

@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from rollout_telemetry._http import HttpServer, Request, Response, Workers
-from rollout_telemetry._serving import authenticate, bind
+from rollout_telemetry._serving import bind, screen
 from rollout_telemetry.auth import Authenticator
 from rollout_telemetry.outcome import MAX_LABEL_LENGTH, label_value
 from rollout_telemetry.series import CATALOGUE
@@ -493,16 +493,9 @@ class _Endpoint:
         self._rendering: asyncio.Future[bytes] | None = None
 
     async def __call__(self, request: Request) -> Response:
-        if request.path not in ("/targets", "/healthz"):
-            return Response.text(404, "not found: try /targets\n")
-        if request.method not in ("GET", "HEAD"):
-            return Response.text(405, "GET or HEAD only\n", ("Allow", "GET, HEAD"))
-        if request.path == "/healthz":  # says nothing but "ok": left open for liveness probes
-            return Response.text(200, "ok\n")
-        if self._auth is not None:
-            refusal = await authenticate(self._auth, self._workers, request)
-            if refusal is not None:
-                return refusal
+        refusal = await screen(request, paths=("/targets",), auth=self._auth, workers=self._workers)
+        if refusal is not None:
+            return refusal
         return Response(200, (("Content-Type", "application/json"),), await self._document())
 
     async def _document(self) -> bytes:

@@ -35,7 +35,7 @@ from rollout_telemetry._http import (
     Response,
     Workers,
 )
-from rollout_telemetry._serving import authenticate, bind
+from rollout_telemetry._serving import bind, screen
 from rollout_telemetry.auth import Authenticator, BasicAuth, ServeError, hash_password
 
 __all__ = [
@@ -119,20 +119,12 @@ class _Endpoint:
         self._auth = auth
         self._workers = workers
         self._renderings: dict[_Rendering, asyncio.Future[tuple[bytes, str]]] = {}
+        self._paths = ("/metrics", "/rollouts") if rollouts is not None else ("/metrics",)
 
     async def __call__(self, request: Request) -> Response:
-        if request.path not in ("/metrics", "/healthz", "/rollouts") or (
-            request.path == "/rollouts" and self._rollouts is None
-        ):
-            return Response.text(404, "not found: try /metrics\n")
-        if request.method not in ("GET", "HEAD"):
-            return Response.text(405, "GET or HEAD only\n", ("Allow", "GET, HEAD"))
-        if request.path == "/healthz":  # says nothing but "ok": left open for liveness probes
-            return Response.text(200, "ok\n")
-        if self._auth is not None:
-            refusal = await authenticate(self._auth, self._workers, request)
-            if refusal is not None:
-                return refusal
+        refusal = await screen(request, paths=self._paths, auth=self._auth, workers=self._workers)
+        if refusal is not None:
+            return refusal
         if request.path == "/rollouts" and self._rollouts is not None:
             return await self._in_flight(self._rollouts, request)
         return await self._metrics(request)

@@ -73,9 +73,8 @@ _log = logging.getLogger("rollout_telemetry.ray")
 REGISTRY_NAME = "rollout-telemetry-targets"
 """The name of the registry actor in its namespace."""
 _CALL_TIMEOUT = 30.0
-_RETRIED: frozenset[RefusalReason] = frozenset(
-    {"held", "full"}
-)  # may pass later: registered again, not raised
+# refusals that may pass (a process gone, a place freed): a target so refused registers again, not raised
+_RETRIED: frozenset[RefusalReason] = frozenset({"held", "full"})
 _RETRY_SECONDS = 1.0
 
 _Handle = Any  # a ray _Handle of TargetRegistryActor; Ray's generic stubs do not type remote calls
@@ -105,9 +104,8 @@ def _registrant() -> str:
 
 def _unwrapped(refused: TargetRefused) -> TargetRefused:
     """The registry's own refusal, without the remote traceback Ray wraps it in."""
-    cause = getattr(
-        refused, "cause", None
-    )  # a RayTaskError that is also a TargetRefused carries the original
+    # the RayTaskError that is also a TargetRefused carries the actor's original
+    cause = getattr(refused, "cause", None)
     return cause if isinstance(cause, TargetRefused) else refused
 
 
@@ -469,9 +467,7 @@ def serve_on_ray(
     identity = _identity()
     clash = sorted(set(identity) & set(labels or {}))
     if clash:
-        msg = (
-            f"labels {', '.join(clash)} are set by serve_on_ray (the process's identity): choose other names"
-        )
+        msg = f"labels {', '.join(clash)} are set by serve_on_ray (the process's identity): use other names"
         raise TargetRefused("reserved_label", msg)
     host = _node_address()
     server = telemetry.serve(port=port, host=host, tls=tls, auth=auth, port_range=port_range)

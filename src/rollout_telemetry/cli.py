@@ -748,6 +748,8 @@ def _ray_targets(args: argparse.Namespace) -> int:
     ray.init(
         address=args.address, namespace=args.namespace, logging_level=logging.WARNING, log_to_driver=False
     )
+    # the registry actor does not run in our working directory: it gets the file's absolute path
+    file_sd = os.path.abspath(args.file_sd) if args.file_sd else None
     try:
         if args.start:
             on_ray.start_registry(
@@ -755,7 +757,7 @@ def _ray_targets(args: argparse.Namespace) -> int:
                 name=name,
                 host=args.host,
                 port=args.port,
-                file_sd_path=args.file_sd,
+                file_sd_path=file_sd,
                 tls=tls,
                 auth=auth,
             )
@@ -768,6 +770,10 @@ def _ray_targets(args: argparse.Namespace) -> int:
             f"rollout-telemetry ray-targets: no target registry {name!r} in Ray namespace {args.namespace!r}",
             file=sys.stderr,
         )
+        return 2
+    except ray.exceptions.RayActorError as exc:  # --start: its creation failed (a port taken, say)
+        cause = str(exc).strip().splitlines()[-1]  # Ray's message ends with the actor's own error
+        print(f"rollout-telemetry ray-targets: the target registry did not start: {cause}", file=sys.stderr)
         return 2
     finally:
         ray.shutdown()

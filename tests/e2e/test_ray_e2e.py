@@ -7,6 +7,7 @@ import base64
 import json
 import os
 import signal
+import socket
 import ssl
 import subprocess
 import sys
@@ -305,7 +306,8 @@ def test_registrations_from_many_actors_at_once(cluster: RayCluster) -> None:
 
 
 def test_ray_targets_prints_the_target_groups(cluster: RayCluster) -> None:
-    """``rollout-telemetry ray-targets`` prints the registry's target groups, or its URL with --url."""
+    """``rollout-telemetry ray-targets`` prints the registry's target groups, or its URL with --url; a
+    missing registry, and a registry that cannot start on its port, are one line and status 2."""
     name = "rollout-telemetry-cli"
     registry = start_registry(namespace=NAMESPACE, name=name, sweep_seconds=3600)
     try:
@@ -332,8 +334,20 @@ def test_ray_targets_prints_the_target_groups(cluster: RayCluster) -> None:
         missing = cli("--name", "no-such-registry")
         assert missing.returncode == 2
         assert "no target registry 'no-such-registry'" in missing.stderr
+        with socket.socket() as taken:
+            taken.bind((node, 0))
+            taken.listen()
+            port = taken.getsockname()[1]
+            refused = cli("--name", f"{name}-taken", "--start", "--port", str(port))
+        assert refused.returncode == 2
+        assert refused.stderr.splitlines() == [
+            "rollout-telemetry ray-targets: the target registry did not start: "
+            f"rollout_telemetry.auth.ServeError: cannot serve service discovery on {node}:{port}: "
+            f"port {port} is already in use"
+        ]
     finally:
         stop_registry(namespace=NAMESPACE, name=name)
+        stop_registry(namespace=NAMESPACE, name=f"{name}-taken")
 
 
 def test_a_hung_actor_leaves_by_its_lease_and_a_restarted_registry_is_refilled(cluster: RayCluster) -> None:
@@ -463,8 +477,9 @@ def test_the_registry_holds_at_most_max_targets(cluster: RayCluster) -> None:
 
 
 def test_discovery_over_https_behind_basic_auth(cluster: RayCluster, tmp_path: Path) -> None:
-    """A registry started with TLS and basic auth, from Python and from ``ray-targets --start``, serves
-    /targets over HTTPS to an authorised client and answers 401 to one without the password."""
+    """A registry started with TLS and basic auth, from Python and from ``ray-targets --start`` (whose
+    --file-sd is relative to the command), serves /targets over HTTPS to an authorised client and answers
+    401 to one without the password."""
     ca = trustme.CA()
     certificate = ca.issue_cert(node_address())
     certificate.cert_chain_pems[0].write_to_path(str(tmp_path / "server.pem"))
@@ -500,10 +515,12 @@ def test_discovery_over_https_behind_basic_auth(cluster: RayCluster, tmp_path: P
                 "--namespace", NAMESPACE, "--name", names[1], "--start",
                 "--tls-cert", str(tmp_path / "server.pem"), "--tls-key", str(tmp_path / "server.key"),
                 "--basic-auth-user", "prometheus", "--basic-auth-hash-file", str(tmp_path / "hash"),
+                "--file-sd", "sd/targets.json",
             ],
-            capture_output=True, text=True, timeout=120, check=False,
+            capture_output=True, text=True, timeout=120, check=False, cwd=tmp_path,
         )  # fmt: skip
         assert started.returncode == 0, started.stderr
+        assert json.loads((tmp_path / "sd" / "targets.json").read_text()) == []  # relative to the command
         urls = [registry_url(namespace=NAMESPACE, name=names[0]), started.stdout.strip()]
         assert urls[1] == registry_url(namespace=NAMESPACE, name=names[1])
         for url, listed in zip(urls, ([f"{node_address()}:9464"], []), strict=True):

@@ -10,6 +10,9 @@ assertions are in tests/e2e/test_attacks_e2e.py.
 
     .venv/bin/python benchmarks/attacks.py [--scrapes 8] [--only slowloris-8 wrong-password-64]
     .venv/bin/python benchmarks/attacks.py attack slowloris --port 9464 --connections 8 [--seconds 30]
+
+Then, unless ``--only`` is given, the attacks on service discovery's ``GET /targets``
+(``benchmarks/discovery_attacks.py``, which runs them on its own as well).
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+import discovery_attacks  # this directory's discovery_attacks.py: the attacks on GET /targets
 
 KINDS = ("slowloris", "idle", "one-byte", "big-body", "slow-reader", "tls-handshake", "wrong-password")
 ATTACKS = {  # name: (kind, connections)
@@ -333,6 +338,10 @@ def main() -> None:
         for name in args.only or list(ATTACKS):
             kind, connections = ATTACKS[name]
             print(measure(name, kind, connections, args.scrapes, Path(folder)), flush=True)
+    # --- service discovery (benchmarks/discovery_attacks.py) ---
+    if not args.only:
+        print()
+        discovery_attacks.run(None, reads=5)
 
 
 if __name__ == "__main__":

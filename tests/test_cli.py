@@ -15,7 +15,7 @@ def test_help_describes_the_tool(capsys: pytest.CaptureFixture[str]) -> None:
     assert "masked, failed and omitted" in out
 
 
-@pytest.mark.parametrize("command", ["demo", "serve", "report", "top", "hash-password"])
+@pytest.mark.parametrize("command", ["demo", "serve", "report", "top", "hash-password", "ray-targets"])
 def test_each_command_has_help(command: str, capsys: pytest.CaptureFixture[str]) -> None:
     """Every subcommand explains itself."""
     assert main([command, "--help"]) == 0
@@ -45,3 +45,28 @@ def test_shares_over_one_are_refused(capsys: pytest.CaptureFixture[str]) -> None
     """masked + failed + omitted above 1 is refused with a clear message."""
     assert main(["demo", "--masked", "0.6", "--failed", "0.6", "--port", "0"]) == 2
     assert "must not exceed 1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        ["--port", "9460"],
+        ["--host", "0.0.0.0"],
+        ["--basic-auth-user", "prometheus"],
+        ["--file-sd", "sd.json"],
+    ],
+)
+def test_ray_targets_endpoint_options_need_start(
+    options: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The registry's endpoint options of ``ray-targets`` only create one: without --start they are refused
+    in one line, before Ray is contacted."""
+    assert main(["ray-targets", "--address", "127.0.0.1:1", "--namespace", "x", *options]) == 2
+    assert "go with --start" in capsys.readouterr().err
+
+
+def test_ray_targets_start_checks_security_flags_first(capsys: pytest.CaptureFixture[str]) -> None:
+    """``ray-targets --start`` checks serve's security flags as serve does, before Ray is contacted."""
+    command = ["ray-targets", "--address", "127.0.0.1:1", "--namespace", "x", "--start"]
+    assert main([*command, "--basic-auth-user", "prometheus"]) == 2
+    assert "--basic-auth-user needs --basic-auth-hash-file" in capsys.readouterr().err

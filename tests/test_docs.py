@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rollout_telemetry import auth, server
+from rollout_telemetry import _serving, auth, discovery, server
 from rollout_telemetry.series import CATALOGUE
 from rollout_telemetry.spans import ATTRIBUTES
 
@@ -47,6 +47,7 @@ def test_the_security_section_states_each_bound_as_built() -> None:
         "MAX_HEAD": f"{server.MAX_HEAD // 1024} KiB",
         "MAX_QUEUED": str(server.MAX_QUEUED),
         "WRITE_TIMEOUT": seconds(server.WRITE_TIMEOUT),
+        "LISTEN_BACKLOG": str(_serving.LISTEN_BACKLOG),
     }
     for name, value in rows.items():
         row = next(line for line in README.splitlines() if f"(`{name}`)" in line)
@@ -54,3 +55,13 @@ def test_the_security_section_states_each_bound_as_built() -> None:
     assert f"has {auth.FAILURE_BURST} attempts" in README
     assert f"at {auth.FAILURE_REFILL:g} per second" in README
     assert f"at most {auth.MAX_SOURCES:,} addresses" in README
+
+
+def test_the_ray_section_states_what_the_registry_accepts_as_built() -> None:
+    """The target cap, the label limits and a sample of the reserved labels in the README are the code's."""
+    section = README.split("## On a Ray cluster", 1)[1].split("\n## ", 1)[0]
+    assert f"at most **{discovery.MAX_TARGETS:,}** targets (`MAX_TARGETS`" in section
+    assert f"at most {discovery.MAX_TARGET_LABELS} labels" in section
+    for label in ("job", "instance", "run", "agent", "failure_kind", "disposition", "le"):
+        assert label in discovery.RESERVED_LABELS
+        assert f"`{label}`" in section

@@ -5,6 +5,14 @@ Inside an actor (or a task, as a ``with`` block), ``serve_on_ray(telemetry)`` se
 detached actor, one per Ray namespace, created on first use. The registry serves the targets as Prometheus
 HTTP service discovery (``http_sd_configs``) and can write them to a ``file_sd_configs`` file on its node.
 
+What the registry takes: a target on one of the cluster's own nodes (the addresses ``ray.nodes()`` reports;
+on a cluster whose nodes report loopback addresses, those), with labels that are neither Prometheus's own nor
+the exporter's series' (``discovery.RESERVED_LABELS``), replaced or removed only by the actor (or, outside an
+actor, the worker process) that registered it, and at most ``max_targets`` (``discovery.MAX_TARGETS``) of
+them. Anything else is refused with ``discovery.TargetRefused`` naming the rule, counted (``refusals()``) and
+logged; the actor goes on. Ray does not authenticate its own processes, so these rules stop a mistaken
+worker and an address outside the cluster, not code that can already run on it.
+
 Liveness: each serving process renews its registration every ``lease_seconds / 3``; the registry checks
 every target each ``sweep_seconds`` (1 s) and removes one whose port refuses connections (its process has
 exited or died) and, at the latest, one whose lease (30 s) has not been renewed (its node is gone or
@@ -33,10 +41,14 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess witho
 
 from rollout_telemetry.discovery import (
     DEFAULT_LEASE_SECONDS,
+    MAX_TARGETS,
     DiscoveryServer,
     FileSD,
+    NodeAddresses,
+    RefusalReason,
     Target,
     TargetGroup,
+    TargetRefused,
     TargetRegistry,
     listening,
 )
@@ -48,6 +60,7 @@ if TYPE_CHECKING:
 __all__ = [
     "REGISTRY_NAME",
     "RayTarget",
+    "refusals",
     "registry_url",
     "serve_on_ray",
     "start_registry",
@@ -60,6 +73,9 @@ _log = logging.getLogger("rollout_telemetry.ray")
 REGISTRY_NAME = "rollout-telemetry-targets"
 """The name of the registry actor in its namespace."""
 _CALL_TIMEOUT = 30.0
+# refusals that may pass (a process gone, a place freed): a target so refused registers again, not raised
+_RETRIED: frozenset[RefusalReason] = frozenset({"held", "full"})
+_RETRY_SECONDS = 1.0
 
 _Handle = Any  # a ray _Handle of TargetRegistryActor; Ray's generic stubs do not type remote calls
 
@@ -68,6 +84,29 @@ def _node_address() -> str:
     """This node's address as Ray reports it (what other nodes and Prometheus reach it by)."""
     address: str = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
     return address
+
+
+def _node_addresses() -> list[str]:
+    """The addresses of the cluster's live nodes, as Ray reports them."""
+    nodes: list[dict[str, Any]] = ray.nodes()  # type: ignore[no-untyped-call]
+    return [str(node["NodeManagerAddress"]) for node in nodes if node.get("Alive")]
+
+
+def _registrant() -> str:
+    """Who is registering, as Ray knows the caller: its actor, else its worker process (a task, a driver).
+
+    An actor keeps its id across restarts, so a restarted actor may replace the target it registered before.
+    """
+    context = ray.get_runtime_context()
+    actor = context.get_actor_id()
+    return f"actor:{actor}" if actor else f"worker:{context.get_worker_id()}"
+
+
+def _unwrapped(refused: TargetRefused) -> TargetRefused:
+    """The registry's own refusal, without the remote traceback Ray wraps it in."""
+    # the RayTaskError that is also a TargetRefused carries the actor's original
+    cause = getattr(refused, "cause", None)
+    return cause if isinstance(cause, TargetRefused) else refused
 
 
 class TargetRegistryActor:
@@ -81,11 +120,19 @@ class TargetRegistryActor:
         lease_seconds: float,
         file_sd_path: str | None,
         sweep_seconds: float,
+        tls: TLSConfig | None = None,
+        auth: BasicAuth | None = None,
+        max_targets: int = MAX_TARGETS,
     ) -> None:
-        self._registry = TargetRegistry(lease_seconds=lease_seconds)
+        self._registry = TargetRegistry(
+            lease_seconds=lease_seconds, hosts=NodeAddresses(_node_addresses), max_targets=max_targets
+        )
         self._file_sd = FileSD(file_sd_path) if file_sd_path else None
         self._publishing = threading.Lock()  # the groups read and written together: never a stale file last
-        self._server = DiscoveryServer(self._registry, host=host or _node_address(), port=port)
+        self._published: int | None = None  # the registry's generation the file holds
+        self._server = DiscoveryServer(
+            self._registry, host=host or _node_address(), port=port, tls=tls, auth=auth
+        )
         self._publish()
         self._stopped = threading.Event()
         self._sweeper = threading.Thread(
@@ -93,17 +140,29 @@ class TargetRegistryActor:
         )
         self._sweeper.start()
 
-    def register(self, address: str, labels: dict[str, str], scheme: str) -> float:
-        """Add or renew a target; return its lease in seconds."""
-        lease = self._registry.register(Target.of(address, labels, scheme))
+    def register(self, address: str, labels: dict[str, str], scheme: str, registrant: str) -> float:
+        """Add or renew ``registrant``'s target; return its lease in seconds.
+
+        Raises:
+            TargetRefused: the registry's rules refuse it (the actor goes on).
+        """
+        lease = self._registry.offer(address, labels, scheme, registrant=registrant)
         self._publish()
         return lease
 
-    def deregister(self, address: str) -> bool:
-        """Remove a target; return whether it was registered."""
-        removed = self._registry.deregister(address)
+    def deregister(self, address: str, registrant: str) -> bool:
+        """Remove ``registrant``'s target; return whether it was registered.
+
+        Raises:
+            TargetRefused: another registrant holds the address.
+        """
+        removed = self._registry.deregister(address, registrant=registrant)
         self._publish()
         return removed
+
+    def refusals(self) -> dict[RefusalReason, int]:
+        """Registrations and removals refused so far, by reason."""
+        return self._registry.refusals()
 
     def target_groups(self) -> list[TargetGroup]:
         """The current target groups."""
@@ -128,9 +187,13 @@ class TargetRegistryActor:
                 _log.exception("sweeping the targets failed")
 
     def _publish(self) -> None:
-        if self._file_sd is not None:
-            with self._publishing:
+        if self._file_sd is None:
+            return
+        with self._publishing:  # a renewal changes nothing: only a new generation is written
+            generation = self._registry.generation
+            if generation != self._published:
                 self._file_sd.write(self._registry.target_groups())
+                self._published = generation
 
 
 _RegistryActor = ray.remote(TargetRegistryActor)
@@ -145,6 +208,9 @@ def start_registry(
     lease_seconds: float = DEFAULT_LEASE_SECONDS,
     file_sd_path: str | None = None,
     sweep_seconds: float = 1.0,
+    tls: TLSConfig | None = None,
+    auth: BasicAuth | None = None,
+    max_targets: int = MAX_TARGETS,
 ) -> _Handle:
     """Return the namespace's registry actor, creating it on this node if there is none.
 
@@ -160,7 +226,16 @@ def start_registry(
         lease_seconds: a target not renewed for this long is removed.
         file_sd_path: also write the target groups to this ``file_sd_configs`` file on the registry's node.
         sweep_seconds: how often targets are checked.
+        tls, auth: serve discovery over HTTPS, behind HTTP basic auth, as ``RolloutTelemetry.serve`` does
+            (Prometheus's ``http_sd_configs`` takes ``tls_config`` and ``basic_auth``). The TLS files are
+            read here first, then on the registry's node (this one, when it has room).
+        max_targets: targets the registry holds at most.
+
+    Raises:
+        ServeError: a TLS file cannot be loaded.
     """
+    if tls is not None:
+        tls.context()  # a wrong file is named here, not in the actor's log
     strategy = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
     options: dict[str, Any] = {
         "name": name,
@@ -179,6 +254,9 @@ def start_registry(
         lease_seconds=lease_seconds,
         file_sd_path=file_sd_path,
         sweep_seconds=sweep_seconds,
+        tls=tls,
+        auth=auth,
+        max_targets=max_targets,
     )
     return handle
 
@@ -209,6 +287,18 @@ def target_groups(*, namespace: str | None = None, name: str = REGISTRY_NAME) ->
     return groups
 
 
+def refusals(*, namespace: str | None = None, name: str = REGISTRY_NAME) -> dict[RefusalReason, int]:
+    """Registrations and removals the namespace's registry has refused so far, by reason.
+
+    Raises:
+        ValueError: there is no registry in the namespace.
+    """
+    counts: dict[RefusalReason, int] = ray.get(
+        _existing(namespace, name).refusals.remote(), timeout=_CALL_TIMEOUT
+    )
+    return counts
+
+
 def stop_registry(*, namespace: str | None = None, name: str = REGISTRY_NAME) -> bool:
     """Kill the namespace's registry actor (detached, it outlives jobs); return whether there was one.
 
@@ -234,7 +324,15 @@ def stop_registry(*, namespace: str | None = None, name: str = REGISTRY_NAME) ->
 
 
 class RayTarget:
-    """A process's ``/metrics`` served on its node and registered for discovery; ``stop()`` ends both."""
+    """A process's ``/metrics`` served on its node and registered for discovery; ``stop()`` ends both.
+
+    A registration refused for a reason that may pass (the address still held by a process that has gone,
+    the registry full) is logged and tried again every second until it is taken; any other refusal is
+    raised.
+
+    Raises:
+        TargetRefused: the registry refuses the target (its labels, its address).
+    """
 
     def __init__(
         self,
@@ -247,15 +345,24 @@ class RayTarget:
         registry_name: str,
         heartbeat_seconds: float | None,
     ) -> None:
+        Target.of(address, labels, scheme)  # the registry's own checks, before asking it
         self.server = server
         self.address = address
         self.labels = labels
         self._scheme = scheme
         self._namespace = namespace
         self._registry_name = registry_name
+        self._registrant = _registrant()
+        self._heartbeat_seconds = heartbeat_seconds
         self._registry = start_registry(namespace=namespace, name=registry_name)
-        lease = self._register()
-        self._interval = heartbeat_seconds if heartbeat_seconds is not None else lease / 3
+        self._interval = _RETRY_SECONDS
+        try:
+            self._register()
+        except TargetRefused as exc:
+            refused = _unwrapped(exc)
+            if refused.reason not in _RETRIED:
+                raise refused from None
+            _log.warning("%s; registering %s again every %.0f s", refused, address, _RETRY_SECONDS)
         self._stopped = threading.Event()
         self._heartbeat = threading.Thread(target=self._renew, name="rollout-telemetry-lease", daemon=True)
         self._heartbeat.start()
@@ -270,16 +377,21 @@ class RayTarget:
         """The port served."""
         return self.server.port
 
-    def _register(self) -> float:
+    def _register(self) -> None:
+        """Register (or renew); the renewals then follow the registry's lease."""
         lease: float = ray.get(
-            self._registry.register.remote(self.address, self.labels, self._scheme), timeout=_CALL_TIMEOUT
+            self._registry.register.remote(self.address, self.labels, self._scheme, self._registrant),
+            timeout=_CALL_TIMEOUT,
         )
-        return lease
+        self._interval = self._heartbeat_seconds if self._heartbeat_seconds is not None else lease / 3
 
     def _renew(self) -> None:
         while not self._stopped.wait(self._interval):
             try:
                 self._register()
+            except TargetRefused as exc:  # held by a process that has gone, or full: it may pass
+                self._interval = _RETRY_SECONDS
+                _log.warning("%s; registering %s again", _unwrapped(exc), self.address)
             except RayActorError as exc:  # restarting, or killed: find (or create) it again
                 _log.warning(
                     "the target registry is unavailable (%s); registering %s again", exc, self.address
@@ -299,7 +411,9 @@ class RayTarget:
         self._stopped.set()
         self._heartbeat.join(timeout=_CALL_TIMEOUT)
         try:
-            ray.get(self._registry.deregister.remote(self.address), timeout=_CALL_TIMEOUT)
+            ray.get(self._registry.deregister.remote(self.address, self._registrant), timeout=_CALL_TIMEOUT)
+        except TargetRefused as exc:  # never taken: another process's target is not ours to remove
+            _log.info("%s not deregistered: %s", self.address, _unwrapped(exc))
         except Exception:  # the registry's own checks remove the target anyway
             _log.warning("could not deregister %s; the registry will drop it", self.address, exc_info=True)
         self.server.stop()
@@ -337,7 +451,7 @@ def serve_on_ray(
 
     Call it in an actor's ``__init__`` and keep the result; in a task, use it as a ``with`` block. Each
     target carries the labels ``ray_node_id``, ``ray_actor`` (the actor's name, else its class; a task's
-    name) and ``pid``, plus ``labels``.
+    name) and ``pid``, plus ``labels`` (which may not set those three, nor a reserved name).
 
     Args:
         port: the port (default 0: a free one); with ``port_range=N`` the first free of ``port..port+N-1``.
@@ -347,7 +461,14 @@ def serve_on_ray(
 
     Raises:
         ServeError: the port cannot be bound.
+        TargetRefused: the registry refuses the target: a label is reserved, or (it should not happen) the
+            node's address is not one Ray lists; nothing is left serving.
     """
+    identity = _identity()
+    clash = sorted(set(identity) & set(labels or {}))
+    if clash:
+        msg = f"labels {', '.join(clash)} are set by serve_on_ray (the process's identity): use other names"
+        raise TargetRefused("reserved_label", msg)
     host = _node_address()
     server = telemetry.serve(port=port, host=host, tls=tls, auth=auth, port_range=port_range)
     address = f"[{host}]:{server.port}" if ":" in host else f"{host}:{server.port}"
@@ -355,7 +476,7 @@ def serve_on_ray(
         return RayTarget(
             server,
             address,
-            {**_identity(), **dict(labels or {})},
+            {**identity, **dict(labels or {})},
             "https" if tls is not None else "http",
             namespace=namespace,
             registry_name=registry_name,

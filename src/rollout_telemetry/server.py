@@ -11,11 +11,9 @@ one rendering.
 from __future__ import annotations
 
 import asyncio
-import errno
 import functools
 import gzip
 import json
-import socket
 import ssl
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -37,7 +35,8 @@ from rollout_telemetry._http import (
     Response,
     Workers,
 )
-from rollout_telemetry.auth import Authenticator, BasicAuth, ServeError, Verdict, hash_password
+from rollout_telemetry._serving import bind, screen
+from rollout_telemetry.auth import Authenticator, BasicAuth, ServeError, hash_password
 
 __all__ = [
     "DEFAULT_ROLLOUTS_LIMIT",
@@ -56,8 +55,6 @@ __all__ = [
     "hash_password",
 ]
 
-_ADDRESS_IN_USE = {errno.EADDRINUSE, 48, 10048}  # Linux, macOS, Windows
-_CHALLENGE = ("WWW-Authenticate", 'Basic realm="rollout-telemetry", charset="UTF-8"')
 _Rendering = tuple[str, tuple[str, ...], bool]  # Accept's choice, name[] filter, gzip
 
 DEFAULT_ROLLOUTS_LIMIT = 100
@@ -122,20 +119,12 @@ class _Endpoint:
         self._auth = auth
         self._workers = workers
         self._renderings: dict[_Rendering, asyncio.Future[tuple[bytes, str]]] = {}
+        self._paths = ("/metrics", "/rollouts") if rollouts is not None else ("/metrics",)
 
     async def __call__(self, request: Request) -> Response:
-        if request.path not in ("/metrics", "/healthz", "/rollouts") or (
-            request.path == "/rollouts" and self._rollouts is None
-        ):
-            return Response.text(404, "not found: try /metrics\n")
-        if request.method not in ("GET", "HEAD"):
-            return Response.text(405, "GET or HEAD only\n", ("Allow", "GET, HEAD"))
-        if request.path == "/healthz":  # says nothing but "ok": left open for liveness probes
-            return Response.text(200, "ok\n")
-        if self._auth is not None:
-            refusal = await self._authenticate(self._auth, request)
-            if refusal is not None:
-                return refusal
+        refusal = await screen(request, paths=self._paths, auth=self._auth, workers=self._workers)
+        if refusal is not None:
+            return refusal
         if request.path == "/rollouts" and self._rollouts is not None:
             return await self._in_flight(self._rollouts, request)
         return await self._metrics(request)
@@ -152,17 +141,6 @@ class _Endpoint:
         listing = await self._workers.run(functools.partial(rollouts, limit))
         body = json.dumps(listing, separators=(",", ":")).encode()
         return Response(200, (("Content-Type", "application/json"),), body)
-
-    async def _authenticate(self, auth: Authenticator, request: Request) -> Response | None:
-        header = request.headers.get("authorization")
-        verdict = auth.screen(header, request.source)
-        if verdict is None:
-            verdict = await self._workers.run(functools.partial(auth.verify, header, request.source))
-        if verdict is Verdict.LIMITED:
-            return Response.text(429, "too many failed attempts\n", ("Retry-After", "1"), _CHALLENGE)
-        if verdict is Verdict.DENIED:
-            return Response.text(401, "unauthorized\n", _CHALLENGE)
-        return None
 
     async def _metrics(self, request: Request) -> Response:
         _, content_type = choose_encoder(request.headers.get("accept", ""))
@@ -190,32 +168,6 @@ class _Endpoint:
         return (gzip.compress(body) if gzipped else body), content_type
 
 
-def _bind(host: str, port: int, port_range: int) -> socket.socket:
-    """A listening socket on the first free port of ``port .. port+port_range-1``."""
-    if port_range < 1:
-        msg = f"port_range must be at least 1, got {port_range}"
-        raise ServeError(msg)
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    candidates = [port] if port == 0 else list(range(port, port + port_range))
-    for candidate in candidates:
-        listener = socket.socket(family, socket.SOCK_STREAM)
-        try:
-            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            listener.bind((host, candidate))
-            listener.listen(128)
-        except OSError as exc:
-            listener.close()
-            if exc.errno in _ADDRESS_IN_USE and candidate != candidates[-1]:
-                continue
-            msg = f"cannot serve metrics on {host}:{candidate}: {exc.strerror or exc}"
-            if exc.errno in _ADDRESS_IN_USE:
-                taken = f"port {port} is" if len(candidates) == 1 else f"ports {port}-{candidates[-1]} are"
-                msg = f"cannot serve metrics on {host}:{candidate}: {taken} already in use"
-            raise ServeError(msg) from exc
-        return listener
-    raise AssertionError("unreachable: the last candidate returns or raises")
-
-
 class MetricsServer:
     """A running ``/metrics`` endpoint; ``stop()`` (or leaving the ``with`` block) shuts it down.
 
@@ -241,7 +193,7 @@ class MetricsServer:
     ) -> None:
         self._tls = tls
         context = tls.context() if tls is not None else None
-        listener = _bind(host, port, port_range)
+        listener = bind(host, port, port_range, what="metrics")
         self.host = host
         self.port: int = listener.getsockname()[1]
         self._workers = Workers(threads)

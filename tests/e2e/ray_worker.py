@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import ray
 
 from rollout_telemetry import RolloutTelemetry
+from rollout_telemetry.discovery import TargetRefused
 from rollout_telemetry.ray import serve_on_ray, start_registry
 from tests.e2e import fleet_member
 
@@ -36,14 +37,16 @@ class RolloutWorker:
         fleet_member.record_all(self.telemetry, self.seed)
 
     def flood(self, registry_name: str, namespace: str, base: int, count: int) -> float:
-        """Register ``count`` made-up targets with a registry from 16 threads at once; return the lease."""
+        """Register ``count`` made-up targets on this node with a registry from 16 threads at once, as one
+        registrant; return the lease."""
         registry = start_registry(name=registry_name, namespace=namespace, sweep_seconds=3600)
         node = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
 
         def register(index: int) -> float:
             address = f"{node}:{base + index}"
             labels = {"pid": str(os.getpid()), "index": str(index)}
-            lease: float = ray.get(registry.register.remote(address, labels, "http"), timeout=60)
+            registering = registry.register.remote(address, labels, "http", f"flood-{base}")
+            lease: float = ray.get(registering, timeout=60)
             return lease
 
         with ThreadPoolExecutor(max_workers=16) as pool:
@@ -54,3 +57,12 @@ class RolloutWorker:
     def stop_serving(self) -> None:
         """Deregister and stop the endpoint, as an actor does when it is done."""
         self.target.stop()
+
+
+def serve_labelled(namespace: str, labels: dict[str, str]) -> str:
+    """Serve with ``labels`` in a task; return the refusal's reason and message, or "served"."""
+    try:
+        with serve_on_ray(RolloutTelemetry(run=RUN), namespace=namespace, labels=labels):
+            return "served"
+    except TargetRefused as refused:
+        return f"{refused.reason}: {refused}"

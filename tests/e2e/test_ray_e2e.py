@@ -3,12 +3,16 @@ Prometheus through the target registry, over ``http_sd_configs`` and ``file_sd_c
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import signal
+import socket
+import ssl
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections import Counter
 from collections.abc import Iterator
@@ -17,6 +21,7 @@ from types import FrameType
 from typing import Any, NamedTuple
 
 import pytest
+import trustme
 
 from tests.e2e import fleet_member
 from tests.e2e.prometheus import Prometheus
@@ -30,9 +35,17 @@ except ImportError:
 from ray.cluster_utils import Cluster
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from rollout_telemetry.discovery import DEFAULT_LEASE_SECONDS
-from rollout_telemetry.ray import registry_url, start_registry, stop_registry, target_groups
-from tests.e2e.ray_worker import RUN, RolloutWorker
+from rollout_telemetry import BasicAuth, TLSConfig, hash_password
+from rollout_telemetry.discovery import DEFAULT_LEASE_SECONDS, TargetRefused
+from rollout_telemetry.ray import (
+    REGISTRY_NAME,
+    refusals,
+    registry_url,
+    start_registry,
+    stop_registry,
+    target_groups,
+)
+from tests.e2e.ray_worker import RUN, RolloutWorker, serve_labelled
 
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]
@@ -41,6 +54,8 @@ STORE = 75 * 1024 * 1024
 SEEDS = [31, 32, 33, 34]
 REPLACEMENT = 35
 Worker = ray.remote(num_cpus=0)(RolloutWorker)
+ServeLabelled = ray.remote(num_cpus=0)(serve_labelled)
+PASSWORD = "correct horse battery staple"
 
 
 BUDGET = 300
@@ -291,11 +306,13 @@ def test_registrations_from_many_actors_at_once(cluster: RayCluster) -> None:
 
 
 def test_ray_targets_prints_the_target_groups(cluster: RayCluster) -> None:
-    """``rollout-telemetry ray-targets`` prints the registry's target groups, or its URL with --url."""
+    """``rollout-telemetry ray-targets`` prints the registry's target groups, or its URL with --url; a
+    missing registry, and a registry that cannot start on its port, are one line and status 2."""
     name = "rollout-telemetry-cli"
     registry = start_registry(namespace=NAMESPACE, name=name, sweep_seconds=3600)
     try:
-        ray.get(registry.register.remote("10.1.2.3:9464", {"pid": "7"}, "https"), timeout=60)
+        node = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
+        ray.get(registry.register.remote(f"{node}:9464", {"pid": "7"}, "https", "driver"), timeout=60)
 
         def cli(*args: str) -> subprocess.CompletedProcess[str]:
             command = ["ray-targets", "--address", cluster.address, "--namespace", NAMESPACE, *args]
@@ -310,15 +327,27 @@ def test_ray_targets_prints_the_target_groups(cluster: RayCluster) -> None:
         printed = cli("--name", name)
         assert printed.returncode == 0, printed.stderr
         assert json.loads(printed.stdout) == [
-            {"targets": ["10.1.2.3:9464"], "labels": {"pid": "7", "__scheme__": "https"}}
+            {"targets": [f"{node}:9464"], "labels": {"pid": "7", "__scheme__": "https"}}
         ]
         url = cli("--name", name, "--url")
         assert url.stdout.strip() == registry_url(namespace=NAMESPACE, name=name)
         missing = cli("--name", "no-such-registry")
         assert missing.returncode == 2
         assert "no target registry 'no-such-registry'" in missing.stderr
+        with socket.socket() as taken:
+            taken.bind((node, 0))
+            taken.listen()
+            port = taken.getsockname()[1]
+            refused = cli("--name", f"{name}-taken", "--start", "--port", str(port))
+        assert refused.returncode == 2
+        assert refused.stderr.splitlines() == [
+            "rollout-telemetry ray-targets: the target registry did not start: "
+            f"rollout_telemetry.auth.ServeError: cannot serve service discovery on {node}:{port}: "
+            f"port {port} is already in use"
+        ]
     finally:
         stop_registry(namespace=NAMESPACE, name=name)
+        stop_registry(namespace=NAMESPACE, name=f"{name}-taken")
 
 
 def test_a_hung_actor_leaves_by_its_lease_and_a_restarted_registry_is_refilled(cluster: RayCluster) -> None:
@@ -343,3 +372,162 @@ def test_a_hung_actor_leaves_by_its_lease_and_a_restarted_registry_is_refilled(c
     finally:
         kill(worker)
         stop_registry(namespace=NAMESPACE)
+
+
+# --- what the registry refuses, and discovery behind TLS and basic auth
+
+
+def refusal(call: Any) -> TargetRefused:
+    """The registry's refusal of a remote call (Ray raises it wrapped with the actor's traceback)."""
+    with pytest.raises(TargetRefused) as raised:
+        ray.get(call, timeout=60)
+    cause = getattr(raised.value, "cause", raised.value)
+    assert isinstance(cause, TargetRefused)
+    return cause
+
+
+def node_address() -> str:
+    """This node's address as Ray reports it (both nodes of the test cluster share it)."""
+    address: str = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
+    return address
+
+
+def test_the_registry_refuses_an_address_outside_the_cluster(cluster: RayCluster) -> None:
+    """A link-local metadata address, loopback (the nodes report another address) or any host that is not
+    a node is refused with its reason, counted and never listed; the actor goes on and takes a node's."""
+    name = "rollout-telemetry-foreign"
+    registry = start_registry(namespace=NAMESPACE, name=name, sweep_seconds=3600)
+    try:
+        for address in ("169.254.169.254:80", "127.0.0.1:9464", "10.1.2.3:9464"):
+            refused = refusal(registry.register.remote(address, {}, "http", "driver"))
+            assert (refused.reason, address in str(refused)) == ("foreign_address", True)
+        ray.get(registry.register.remote(f"{node_address()}:9464", {}, "http", "driver"), timeout=60)
+        listed = [group["targets"] for group in target_groups(namespace=NAMESPACE, name=name)]
+        assert listed == [[f"{node_address()}:9464"]]
+        assert refusals(namespace=NAMESPACE, name=name) == {"foreign_address": 3}
+    finally:
+        stop_registry(namespace=NAMESPACE, name=name)
+
+
+def test_reserved_labels_are_refused_by_the_registry_and_by_serve_on_ray(cluster: RayCluster) -> None:
+    """The registry refuses job, instance, __* and the series' labels; serve_on_ray with one of them, or
+    with one of its own identity labels, fails in the worker with the reason and leaves nothing served."""
+    name = "rollout-telemetry-labels"
+    registry = start_registry(namespace=NAMESPACE, name=name, sweep_seconds=3600)
+    try:
+        for label in ("job", "instance", "__address__", "__scheme__", "agent"):
+            call = registry.register.remote(f"{node_address()}:9464", {label: "x"}, "http", "driver")
+            assert refusal(call).reason == "reserved_label"
+        assert target_groups(namespace=NAMESPACE, name=name) == []
+        answers = ray.get(
+            [
+                ServeLabelled.remote(NAMESPACE, labels)
+                for labels in ({"job": "x"}, {"pid": "1"}, {"team": "rl"})
+            ],
+            timeout=120,
+        )
+        assert answers[0].startswith("reserved_label: target label 'job' is reserved")
+        assert answers[1].startswith("reserved_label: labels pid are set by serve_on_ray")
+        assert answers[2] == "served"
+        assert registered() == set()
+    finally:
+        stop_registry(namespace=NAMESPACE, name=name)
+        stop_registry(namespace=NAMESPACE)
+
+
+def test_another_registrant_cannot_replace_or_remove_a_target(cluster: RayCluster) -> None:
+    """Another caller can neither replace nor remove a worker's target: it stays with the worker's labels
+    through the worker's renewals, and the worker's own stop removes it."""
+    worker = start_worker(60, cluster.nodes[0])
+    try:
+        place = ray.get(worker.where.remote(), timeout=120)
+        registry = ray.get_actor(REGISTRY_NAME, namespace=NAMESPACE)
+        intruding: Any = registry.register.remote(place["address"], {"pid": "666"}, "http", "worker:intruder")
+        assert refusal(intruding).reason == "held"
+        assert refusal(registry.deregister.remote(place["address"], "worker:intruder")).reason == "held"
+        (group,) = target_groups(namespace=NAMESPACE)
+        assert (group["targets"], group["labels"]["pid"]) == ([place["address"]], place["pid"])
+        ray.get(worker.stop_serving.remote(), timeout=60)
+        assert registered() == set()
+        assert refusals(namespace=NAMESPACE) == {"held": 2}
+    finally:
+        kill(worker)
+        stop_registry(namespace=NAMESPACE)
+
+
+def test_the_registry_holds_at_most_max_targets(cluster: RayCluster) -> None:
+    """A registry made with max_targets=3 refuses a fourth address as full while the three renew; a place
+    freed is taken again."""
+    name = "rollout-telemetry-cap"
+    registry = start_registry(namespace=NAMESPACE, name=name, sweep_seconds=3600, max_targets=3)
+    node = node_address()
+    try:
+        for port in (1, 2, 3):
+            ray.get(registry.register.remote(f"{node}:{port}", {}, "http", "driver"), timeout=60)
+        assert refusal(registry.register.remote(f"{node}:4", {}, "http", "driver")).reason == "full"
+        ray.get(registry.register.remote(f"{node}:3", {}, "http", "driver"), timeout=60)  # a renewal
+        assert ray.get(registry.deregister.remote(f"{node}:1", "driver"), timeout=60)
+        ray.get(registry.register.remote(f"{node}:4", {}, "http", "driver"), timeout=60)
+        ports = sorted(
+            g["targets"][0].rsplit(":", 1)[1] for g in target_groups(namespace=NAMESPACE, name=name)
+        )
+        assert ports == ["2", "3", "4"]
+    finally:
+        stop_registry(namespace=NAMESPACE, name=name)
+
+
+def test_discovery_over_https_behind_basic_auth(cluster: RayCluster, tmp_path: Path) -> None:
+    """A registry started with TLS and basic auth, from Python and from ``ray-targets --start`` (whose
+    --file-sd is relative to the command), serves /targets over HTTPS to an authorised client and answers
+    401 to one without the password."""
+    ca = trustme.CA()
+    certificate = ca.issue_cert(node_address())
+    certificate.cert_chain_pems[0].write_to_path(str(tmp_path / "server.pem"))
+    certificate.private_key_pem.write_to_path(str(tmp_path / "server.key"))
+    (tmp_path / "hash").write_text(hash_password(PASSWORD) + "\n")
+    context = ssl.create_default_context()
+    ca.configure_trust(context)
+    token = base64.b64encode(f"prometheus:{PASSWORD}".encode()).decode()
+
+    def get(url: str, headers: dict[str, str]) -> tuple[int, bytes]:
+        request = urllib.request.Request(url, headers=headers)
+        try:
+            with urllib.request.urlopen(request, timeout=10, context=context) as response:
+                return response.status, response.read()
+        except urllib.error.HTTPError as error:
+            with error:
+                return error.code, error.read()
+
+    tls = TLSConfig(str(tmp_path / "server.pem"), str(tmp_path / "server.key"))
+    names = ["rollout-telemetry-https", "rollout-telemetry-https-cli"]
+    try:
+        registry = start_registry(
+            namespace=NAMESPACE,
+            name=names[0],
+            sweep_seconds=3600,  # nothing listens at the registered port: it must not be swept away
+            tls=tls,
+            auth=BasicAuth.from_file("prometheus", tmp_path / "hash"),
+        )
+        ray.get(registry.register.remote(f"{node_address()}:9464", {}, "http", "driver"), timeout=60)
+        started = subprocess.run(
+            [
+                sys.executable, "-m", "rollout_telemetry", "ray-targets", "--address", cluster.address,
+                "--namespace", NAMESPACE, "--name", names[1], "--start",
+                "--tls-cert", str(tmp_path / "server.pem"), "--tls-key", str(tmp_path / "server.key"),
+                "--basic-auth-user", "prometheus", "--basic-auth-hash-file", str(tmp_path / "hash"),
+                "--file-sd", "sd/targets.json",
+            ],
+            capture_output=True, text=True, timeout=120, check=False, cwd=tmp_path,
+        )  # fmt: skip
+        assert started.returncode == 0, started.stderr
+        assert json.loads((tmp_path / "sd" / "targets.json").read_text()) == []  # relative to the command
+        urls = [registry_url(namespace=NAMESPACE, name=names[0]), started.stdout.strip()]
+        assert urls[1] == registry_url(namespace=NAMESPACE, name=names[1])
+        for url, listed in zip(urls, ([f"{node_address()}:9464"], []), strict=True):
+            assert url.startswith(f"https://{node_address()}:")
+            status, body = get(url, {"Authorization": f"Basic {token}"})
+            assert (status, [a for g in json.loads(body) for a in g["targets"]]) == (200, listed)
+            assert get(url, {})[0] == 401
+    finally:
+        for name in names:
+            stop_registry(namespace=NAMESPACE, name=name)

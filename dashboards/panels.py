@@ -43,6 +43,8 @@ KIND = ("failure_kind",)
 
 GOOD, WARN, BAD, IDLE = "green", "yellow", "red", "blue"
 HEALTHY_SHARE: tuple[Step, ...] = ((None, GOOD), (0.05, WARN), (0.20, BAD))
+FAILING = 0.5
+"""A failed share above 1/2 is failed > completed: where RolloutFailuresExceedCompleted fires."""
 REWARD: tuple[Step, ...] = ((None, BAD), (0.0, GOOD))
 
 
@@ -130,12 +132,13 @@ OVERVIEW = Row(
         ),
         _stat(
             "Failed share",
-            "Share (0-1) of finished rollouts that never reached the output: failed / (completed + failed + "
-            "omitted), rates summed over processes. Yellow from 5%, red from 50% (failures outpace "
-            "completions: the RolloutFailuresExceedCompleted alert).",
+            "Share (0-1) of rollouts that failed (never reached the output) among those that completed or "
+            "failed: failed / (completed + failed), rates summed over processes; omitted rollouts were left "
+            "out on purpose and are in neither term, as in the masked + failed share. Yellow from 5%, red "
+            f"from {FAILING:.0%}: failures outpace completions, where RolloutFailuresExceedCompleted fires.",
             "percentunit",
             failed_share(ALL),
-            ((None, GOOD), (0.05, WARN), (0.5, BAD)),
+            ((None, GOOD), (0.05, WARN), (FAILING, BAD)),
             decimals=1,
         ),
         _stat(

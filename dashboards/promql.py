@@ -152,17 +152,23 @@ def masked_share(scope: Scope) -> str:
     return f"{rate0('rollout_masked_total', scope)} / ({scored})"
 
 
+def _completed_or_failed(scope: Scope) -> str:
+    """The failure shares' denominator: omitted rollouts were left out on purpose and count in neither."""
+    return f"({rate(COMPLETED, scope)} + {rate0('rollout_failed_total', scope)})"
+
+
 def failed_share(scope: Scope) -> str:
-    """Failed among finished rollouts: failed / (completed + failed + omitted)."""
-    failed = rate0("rollout_failed_total", scope)
-    finished = f"{rate(COMPLETED, scope)} + {failed} + {rate0('rollout_omitted_total', scope)}"
-    return f"{failed} / ({finished})"
+    """Failed among completed and failed rollouts: failed / (completed + failed).
+
+    Above 1/2 exactly when failed > completed.
+    """
+    return f"{rate0('rollout_failed_total', scope)} / {_completed_or_failed(scope)}"
 
 
 def lost_share(scope: Scope) -> str:
     """The share lost to infrastructure: (masked + failed) / (completed + failed); omitted in neither term."""
-    failed = rate0("rollout_failed_total", scope)
-    return f"({rate0('rollout_masked_total', scope)} + {failed}) / ({rate(COMPLETED, scope)} + {failed})"
+    lost = f"({rate0('rollout_masked_total', scope)} + {rate0('rollout_failed_total', scope)})"
+    return f"{lost} / {_completed_or_failed(scope)}"
 
 
 def truncated_share(scope: Scope) -> str:

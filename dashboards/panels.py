@@ -26,6 +26,7 @@ from dashboards.promql import (
     truncated_share,
     unmasked_reward,
 )
+from dashboards.rules import MASKED_SHARE_HIGH, STALLED_FOR
 
 __all__ = ["COVERAGE_GAUGES", "NOT_FOLLOWED", "ROWS", "CoverageGauge", "coverage_gauge"]
 
@@ -42,7 +43,8 @@ UNLABELLED = replace(ALL, agent=None)
 KIND = ("failure_kind",)
 
 GOOD, WARN, BAD, IDLE = "green", "yellow", "red", "blue"
-HEALTHY_SHARE: tuple[Step, ...] = ((None, GOOD), (0.05, WARN), (0.20, BAD))
+HEALTHY_SHARE: tuple[Step, ...] = ((None, GOOD), (0.05, WARN), (MASKED_SHARE_HIGH, BAD))
+"""Red where the RolloutMaskedRatioHigh alert fires."""
 FAILING = 0.5
 """A failed share above 1/2 is failed > completed: where RolloutFailuresExceedCompleted fires."""
 REWARD: tuple[Step, ...] = ((None, BAD), (0.0, GOOD))
@@ -124,7 +126,8 @@ OVERVIEW = Row(
             "Share (0-1) of masked rollouts with NeMo Gym's denominator (its masked_pct): masked / (masked + "
             "unmasked rollouts that carry a reward) = rate of rollout_masked_total / (rate of "
             "rollout_completed_total - rate of rollout_unscored_total), summed over processes; an unscored "
-            "rollout is in neither term. Yellow from 5%, red from 20% (the RolloutMaskedRatioHigh alert).",
+            f"rollout is in neither term. Yellow from 5%, red from {MASKED_SHARE_HIGH:.0%} (the "
+            "RolloutMaskedRatioHigh alert).",
             "percentunit",
             masked_share(ALL),
             HEALTHY_SHARE,
@@ -417,7 +420,7 @@ OVER_TIME = Row(
             "Rollouts in flight longer than stall_after (default 600 s), per agent and the stage they are "
             "stuck at, summed over processes: a rollout counts from the moment it crosses until it ends. "
             "GET /rollouts on an exporter lists them, oldest first, with their trace ids. The RolloutStalled "
-            "alert fires after 5 minutes above 0.",
+            f"alert fires after {STALLED_FOR} minutes above 0.",
             "short",
             (Query(stalled_by_stage(AGENTS), "{{agent}} {{stage}}"),),
             no_value=LIFECYCLE_ONLY,

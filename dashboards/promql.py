@@ -3,7 +3,7 @@
 A formula (a family's rate, its fallback to 0, the mean reward, the masked share...) is a function of a
 ``Scope``, which says where it is evaluated: on the dashboard (Grafana's ``$run`` and ``$agent`` variables,
 ``$__rate_interval``, a series per agent) or in the rules (every run and agent, a fixed window, a series per
-run and agent). Whatever shows a number calls its one function, so nothing computes it two ways.
+run and agent). The panels and the rules call the same function, so they cannot compute a number two ways.
 
 Every selector goes through ``series()``, which refuses a name ``rollout_telemetry.series.CATALOGUE`` does
 not publish, so a renamed family fails the generator instead of leaving a panel on "No data" or an alert
@@ -14,7 +14,8 @@ be absent falling back to 0 while the agent completes rollouts.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 
 from rollout_telemetry.series import CATALOGUE, HISTOGRAMS
 
@@ -27,6 +28,7 @@ __all__ = [
     "lost_share",
     "masked_share",
     "mean_reward",
+    "no_signal_share",
     "or_zero",
     "output_tokens_per_rollout",
     "rate",
@@ -50,6 +52,9 @@ COMPLETED = "rollout_completed_total"
 OUTPUT = 'type="output"'
 """The token type of the model's output (reasoning tokens included)."""
 
+NO_SIGNAL_STATES = ("uniform", "insufficient", "fully_masked")
+"""The group states whose advantages are zero or noise (see ``rollout_telemetry.groups``)."""
+
 
 @dataclass(frozen=True, slots=True)
 class Scope:
@@ -63,10 +68,30 @@ class Scope:
     """The regex every selector's ``run`` matches (a Grafana variable); None: no matcher, every run."""
     agent: str | None = None
     """The regex every selector's ``agent`` matches; None: no matcher (every agent, or a family without)."""
+    recorded: Mapping[str, str] = field(default_factory=dict)
+    """Recorded series by the expression they record: a term equal to one reads the series instead."""
 
     def keeping(self, *by: str) -> Scope:
         """This scope with sums that keep ``by`` instead."""
         return replace(self, by=by)
+
+    def reading(self, recorded: Mapping[str, str]) -> Scope:
+        """This scope reading the series of ``recorded`` (expression to series name) where a term is one.
+
+        A recording rule evaluates before the rules after it in its group, at the same time, so reading its
+        series gives the same number as computing the expression again.
+        """
+        return replace(self, recorded=dict(recorded))
+
+
+def _plain(scope: Scope) -> Scope:
+    """The scope without recorded series: a term is looked up whole, so its parts are rendered plain."""
+    return replace(scope, recorded={}) if scope.recorded else scope
+
+
+def _term(scope: Scope, expr: str) -> str:
+    """``expr`` (rendered without recorded series), or the series recorded for it."""
+    return scope.recorded.get(expr, expr)
 
 
 def series(name: str, scope: Scope, *matchers: str) -> str:
@@ -92,7 +117,8 @@ def _sum(labels: tuple[str, ...]) -> str:
 
 def rate(name: str, scope: Scope, *matchers: str, by: tuple[str, ...] = ()) -> str:
     """The per-second rate of a counter, summed over exporter processes by the scope's labels and ``by``."""
-    return f"{_sum(scope.by + by)}(rate({series(name, scope, *matchers)}[{scope.window}]))"
+    plain = f"{_sum(scope.by + by)}(rate({series(name, scope, *matchers)}[{scope.window}]))"
+    return _term(scope, plain)
 
 
 def increase(name: str, scope: Scope, *matchers: str, by: tuple[str, ...] = ()) -> str:
@@ -111,7 +137,8 @@ def or_zero(expr: str, scope: Scope) -> str:
 
 def rate0(name: str, scope: Scope) -> str:
     """The rate of a counter that can be absent, 0 while it is."""
-    return or_zero(rate(name, scope), scope)
+    plain = _plain(scope)
+    return _term(scope, or_zero(rate(name, plain), plain))
 
 
 def mean_reward(scope: Scope) -> str:
@@ -179,6 +206,12 @@ def truncated_share(scope: Scope) -> str:
 def output_tokens_per_rollout(scope: Scope) -> str:
     """Output tokens per completed rollout; rollouts without usage count in the denominator too."""
     return f"{rate('rollout_tokens_total', scope, OUTPUT)} / {rate(COMPLETED, scope)}"
+
+
+def no_signal_share(scope: Scope) -> str:
+    """Groups that give no (or a noisy) learning signal among the groups completed."""
+    states = f'state=~"{"|".join(NO_SIGNAL_STATES)}"'
+    return f"{rate('rollout_groups_total', scope, states)} / {rate('rollout_groups_total', scope)}"
 
 
 def stalled_by_stage(scope: Scope) -> str:

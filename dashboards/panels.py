@@ -6,31 +6,47 @@ fails while the committed JSON differs from what this module builds.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from dashboards.model import Panel, Query, Row, Step
 from dashboards.promql import (
+    COMPLETED,
+    Scope,
     failed_share,
     increase,
+    lost_share,
     masked_share,
     mean_reward,
     or_zero,
+    output_tokens_per_rollout,
     rate,
+    reward_lost,
     series,
+    stalled_by_stage,
+    truncated_share,
     unmasked_reward,
 )
+from dashboards.rules import MASKED_SHARE_HIGH, STALLED_FOR
 
 __all__ = ["COVERAGE_GAUGES", "NOT_FOLLOWED", "ROWS", "CoverageGauge", "coverage_gauge"]
 
-ALL: tuple[str, ...] = ()
-"""Group by nothing: one number over every selected run and agent."""
-AGENT = ("agent",)
-KIND = ("agent", "failure_kind")
-FOLLOWED = "$followed"
-"""The coverage row's repeat variable: the agents that have coverage series."""
+AGENTS = Scope(("agent",), "$__rate_interval", run="$run", agent="$agent")
+"""The dashboard's scope: the run and agent variables, Grafana's rate interval, a series per agent."""
+ALL = AGENTS.keeping()
+"""One number over every selected run and agent."""
+FOLLOWED = replace(AGENTS, agent="$followed")
+"""The coverage row's agent: its repeat variable, the agents that have coverage series."""
+TABLE = replace(ALL, window="$__range")
+"""Increases over the dashboard's time range, for tables."""
+UNLABELLED = replace(ALL, agent=None)
+"""For a family without an agent label: the run variable only."""
+KIND = ("failure_kind",)
 
 GOOD, WARN, BAD, IDLE = "green", "yellow", "red", "blue"
-HEALTHY_SHARE: tuple[Step, ...] = ((None, GOOD), (0.05, WARN), (0.20, BAD))
+HEALTHY_SHARE: tuple[Step, ...] = ((None, GOOD), (0.05, WARN), (MASKED_SHARE_HIGH, BAD))
+"""Red where the RolloutMaskedRatioHigh alert fires."""
+FAILING = 0.5
+"""A failed share above 1/2 is failed > completed: where RolloutFailuresExceedCompleted fires."""
 REWARD: tuple[Step, ...] = ((None, BAD), (0.0, GOOD))
 
 
@@ -70,7 +86,7 @@ OVERVIEW = Row(
             "runs and agents: the rate of rollout_completed_total summed over every exporter process, times "
             "60. Red at 0 (nothing completes: collection is stalled or over), green above.",
             "short",
-            f"{rate('rollout_completed_total', ALL)} * 60",
+            f"{rate(COMPLETED, ALL)} * 60",
             ((None, BAD), (0.001, GOOD)),
             decimals=1,
         ),
@@ -101,7 +117,7 @@ OVERVIEW = Row(
             "failed judges) take off the reported mean. Reward units; 0 in a healthy run; yellow from 0.01, "
             "red from 0.05.",
             "none",
-            f"({unmasked_reward(ALL)}) - ({mean_reward(ALL)})",
+            reward_lost(ALL),
             ((None, GOOD), (0.01, WARN), (0.05, BAD)),
             decimals=3,
         ),
@@ -110,7 +126,8 @@ OVERVIEW = Row(
             "Share (0-1) of masked rollouts with NeMo Gym's denominator (its masked_pct): masked / (masked + "
             "unmasked rollouts that carry a reward) = rate of rollout_masked_total / (rate of "
             "rollout_completed_total - rate of rollout_unscored_total), summed over processes; an unscored "
-            "rollout is in neither term. Yellow from 5%, red from 20% (the RolloutMaskedRatioHigh alert).",
+            f"rollout is in neither term. Yellow from 5%, red from {MASKED_SHARE_HIGH:.0%} (the "
+            "RolloutMaskedRatioHigh alert).",
             "percentunit",
             masked_share(ALL),
             HEALTHY_SHARE,
@@ -118,12 +135,13 @@ OVERVIEW = Row(
         ),
         _stat(
             "Failed share",
-            "Share (0-1) of finished rollouts that never reached the output: failed / (completed + failed + "
-            "omitted), rates summed over processes. Yellow from 5%, red from 50% (failures outpace "
-            "completions: the RolloutFailuresExceedCompleted alert).",
+            "Share (0-1) of rollouts that failed (never reached the output) among those that completed or "
+            "failed: failed / (completed + failed), rates summed over processes; omitted rollouts were left "
+            "out on purpose and are in neither term, as in the masked + failed share. Yellow from 5%, red "
+            f"from {FAILING:.0%}: failures outpace completions, where RolloutFailuresExceedCompleted fires.",
             "percentunit",
             failed_share(ALL),
-            ((None, GOOD), (0.05, WARN), (0.5, BAD)),
+            ((None, GOOD), (0.05, WARN), (FAILING, BAD)),
             decimals=1,
         ),
         _stat(
@@ -131,7 +149,7 @@ OVERVIEW = Row(
             "Rollouts started through the lifecycle API and not finished yet, summed over processes and "
             "selected agents (rollout_in_flight). Blue at 0 (idle or finished), green from 1.",
             "short",
-            f"sum({series('rollout_in_flight')})",
+            f"sum({series('rollout_in_flight', ALL)})",
             ((None, IDLE), (1.0, GOOD)),
             no_value=LIFECYCLE_ONLY,
         ),
@@ -141,7 +159,7 @@ OVERVIEW = Row(
             "agents (rollout_oldest_in_flight_age_seconds); 0 when idle. A growing age is a stalled rollout "
             "(a hung sandbox or judge): yellow from 10 minutes, red from 30.",
             "s",
-            f"max({series('rollout_oldest_in_flight_age_seconds')})",
+            f"max({series('rollout_oldest_in_flight_age_seconds', ALL)})",
             ((None, GOOD), (600, WARN), (1800, BAD)),
             no_value=LIFECYCLE_ONLY,
         ),
@@ -189,8 +207,8 @@ def coverage_gauge(gauge: CoverageGauge) -> Panel:
     Raises:
         ValueError: the catalogue has no family ``gauge.family``.
     """
-    sample = f"sum({series(gauge.family, agent=FOLLOWED)})"
-    fallback = f"sum({series('rollout_run_rollouts', agent=FOLLOWED)}) * 0"
+    sample = f"sum({series(gauge.family, FOLLOWED)})"
+    fallback = f"sum({series('rollout_run_rollouts', FOLLOWED)}) * 0"
     return Panel(
         "stat",
         gauge.title,
@@ -205,8 +223,8 @@ def coverage_gauge(gauge: CoverageGauge) -> Panel:
 
 
 _EXPECTED = (
-    f"(sum by (agent) ({series('rollout_run_expected', agent=FOLLOWED)})"
-    f" or sum by (agent) ({series('rollout_run_rollouts', agent=FOLLOWED)}))"
+    f"(sum by (agent) ({series('rollout_run_expected', FOLLOWED)})"
+    f" or sum by (agent) ({series('rollout_run_rollouts', FOLLOWED)}))"
 )
 
 COVERAGE = Row(
@@ -223,7 +241,7 @@ COVERAGE = Row(
             "percentunit",
             (
                 Query(
-                    f"sum by (agent, disposition) ({series('rollout_run_rollouts', agent=FOLLOWED)})"
+                    f"sum by (agent, disposition) ({series('rollout_run_rollouts', FOLLOWED)})"
                     f" / on (agent) group_left () {_EXPECTED}",
                     "{{disposition}}",
                 ),
@@ -244,7 +262,7 @@ COVERAGE = Row(
             "short",
             (
                 Query(_EXPECTED, "expected"),
-                Query(f"sum by (agent) ({series('rollout_run_rollouts', DONE, agent=FOLLOWED)})", "done"),
+                Query(f"sum by (agent) ({series('rollout_run_rollouts', FOLLOWED, DONE)})", "done"),
             ),
             width=6,
             height=6,
@@ -258,7 +276,7 @@ COVERAGE = Row(
             "summed over followers, times 60). A failed attempt that is retried counts once here and once "
             "in the failed counters; coverage counts only its newest attempt.",
             "short",
-            (Query(f"{rate('rollout_retried_total', AGENT, agent=FOLLOWED)} * 60", "{{agent}}"),),
+            (Query(f"{rate('rollout_retried_total', FOLLOWED)} * 60", "{{agent}}"),),
             width=6,
             height=6,
             no_value=NOT_FOLLOWED,
@@ -271,13 +289,13 @@ COVERAGE = Row(
 
 def _by_kind(name: str, title: str, description: str, *, exemplars: bool = False) -> Panel:
     """A counter per minute, stacked by agent and failure kind; 0 while nothing of the kind happened."""
-    query = Query(or_zero(f"{rate(name, KIND)} * 60"), "{{agent}} {{failure_kind}}", exemplars=exemplars)
+    per_minute = f"{rate(name, AGENTS, by=KIND)} * 60"
+    query = Query(or_zero(per_minute, AGENTS), "{{agent}} {{failure_kind}}", exemplars=exemplars)
     return Panel("timeseries", title, description, "short", (query,), stacked=True)
 
 
 def _top(name: str) -> str:
-    total = f"sum(increase({series('rollout_completed_total')}[$__range]))"
-    return f"sort_desc(topk(10, {increase(name, ('failure_kind',))})) or {total} * 0"
+    return f"sort_desc(topk(10, {increase(name, TABLE, by=KIND)})) or {increase(COMPLETED, TABLE)} * 0"
 
 
 OVER_TIME = Row(
@@ -291,7 +309,10 @@ OVER_TIME = Row(
             "of rollout counters across every exporter process. Reward units. The gap between the two lines "
             "is the score the run lost to its own infrastructure.",
             "none",
-            (Query(mean_reward(), "{{agent}} reward"), Query(unmasked_reward(), "{{agent}} unmasked")),
+            (
+                Query(mean_reward(AGENTS), "{{agent}} reward"),
+                Query(unmasked_reward(AGENTS), "{{agent}} unmasked"),
+            ),
         ),
         Panel(
             "timeseries",
@@ -299,7 +320,7 @@ OVER_TIME = Row(
             "Unmasked mean reward minus mean reward, per agent: how much of the reported score is an "
             "artefact of masked rollouts being averaged in. Reward units; 0 in a healthy run.",
             "none",
-            (Query(f"({unmasked_reward()}) - ({mean_reward()})", "{{agent}}"),),
+            (Query(reward_lost(AGENTS), "{{agent}}"),),
         ),
         Panel(
             "timeseries",
@@ -308,7 +329,7 @@ OVER_TIME = Row(
             "unmasked rollouts that carry a reward) = masked rate / (completed rate - unscored rate), each "
             "summed over processes; an unscored rollout is in neither term. 0 when nothing is masked.",
             "percentunit",
-            (Query(masked_share(), "{{agent}}"),),
+            (Query(masked_share(AGENTS), "{{agent}}"),),
             limits=(0.0, 1.0),
         ),
         Panel(
@@ -317,7 +338,7 @@ OVER_TIME = Row(
             "Rollouts that reached the output (measured, masked or unscored) per minute, per agent, summed "
             "over exporter processes.",
             "short",
-            (Query(f"{rate('rollout_completed_total')} * 60", "{{agent}}"),),
+            (Query(f"{rate(COMPLETED, AGENTS)} * 60", "{{agent}}"),),
         ),
         _by_kind(
             "rollout_failed_total",
@@ -363,7 +384,7 @@ OVER_TIME = Row(
             "s",
             tuple(
                 Query(
-                    f"histogram_quantile({q}, {rate('rollout_duration_seconds_bucket', ('agent', 'le'))})",
+                    f"histogram_quantile({q}, {rate('rollout_duration_seconds_bucket', AGENTS, by=('le',))})",
                     f"{{{{agent}}}} p{round(q * 100)}",
                     exemplars=True,
                 )
@@ -377,7 +398,7 @@ OVER_TIME = Row(
             "Rollouts started through the lifecycle API and not finished yet, per agent, summed over "
             "processes.",
             "short",
-            (Query(f"sum by (agent) ({series('rollout_in_flight')})", "{{agent}}"),),
+            (Query(f"sum by (agent) ({series('rollout_in_flight', AGENTS)})", "{{agent}}"),),
             no_value=LIFECYCLE_ONLY,
         ),
         Panel(
@@ -386,7 +407,11 @@ OVER_TIME = Row(
             "Age in seconds of the oldest rollout still in flight, per agent (the maximum over processes). 0 "
             "when idle; an age that keeps growing is a stalled rollout (a hung sandbox or judge).",
             "s",
-            (Query(f"max by (agent) ({series('rollout_oldest_in_flight_age_seconds')})", "{{agent}}"),),
+            (
+                Query(
+                    f"max by (agent) ({series('rollout_oldest_in_flight_age_seconds', AGENTS)})", "{{agent}}"
+                ),
+            ),
             no_value=LIFECYCLE_ONLY,
         ),
         Panel(
@@ -395,9 +420,9 @@ OVER_TIME = Row(
             "Rollouts in flight longer than stall_after (default 600 s), per agent and the stage they are "
             "stuck at, summed over processes: a rollout counts from the moment it crosses until it ends. "
             "GET /rollouts on an exporter lists them, oldest first, with their trace ids. The RolloutStalled "
-            "alert fires after 5 minutes above 0.",
+            f"alert fires after {STALLED_FOR} minutes above 0.",
             "short",
-            (Query(f"sum by (agent, stage) ({series('rollout_stalled')})", "{{agent}} {{stage}}"),),
+            (Query(stalled_by_stage(AGENTS), "{{agent}} {{stage}}"),),
             no_value=LIFECYCLE_ONLY,
         ),
         Panel(
@@ -408,8 +433,8 @@ OVER_TIME = Row(
             "short",
             (
                 Query(
-                    f"{rate('rollout_telemetry_rejected_total', ('reason',), agent=None)} * 60"
-                    f" or {rate('rollout_completed_total', ALL)} * 0",
+                    f"{rate('rollout_telemetry_rejected_total', UNLABELLED, by=('reason',))} * 60"
+                    f" or {rate(COMPLETED, ALL)} * 0",
                     "{{reason}}",
                 ),
             ),
@@ -417,9 +442,6 @@ OVER_TIME = Row(
     ),
 )
 
-_COMPLETED = rate("rollout_completed_total")
-_OUTPUT = 'type="output"'
-_FAILED = or_zero(rate("rollout_failed_total"))
 NO_USAGE = "No usage: no rollout carried response.usage"
 NO_GROUPS = "No groups: declare a group size, or follow a run with materialized inputs"
 GROUP_COLORS = (
@@ -442,7 +464,10 @@ WHY = Row(
             "with a rising truncated share is truncation (RolloutRewardDropTruncation), with neither is the "
             "policy (RolloutRewardDropPolicy).",
             "none",
-            (Query(mean_reward(), "{{agent}} mean"), Query(unmasked_reward(), "{{agent}} unmasked")),
+            (
+                Query(mean_reward(AGENTS), "{{agent}} mean"),
+                Query(unmasked_reward(AGENTS), "{{agent}} unmasked"),
+            ),
             width=8,
         ),
         Panel(
@@ -453,7 +478,7 @@ WHY = Row(
             "rate of rollout_completed_total, summed over processes. 0 while nothing is truncated. A "
             "truncated answer usually scores 0 whatever the policy's reasoning.",
             "percentunit",
-            (Query(f"{or_zero(rate('rollout_truncated_total'))} / {_COMPLETED}", "{{agent}}"),),
+            (Query(truncated_share(AGENTS), "{{agent}}"),),
             width=8,
             limits=(0.0, 1.0),
         ),
@@ -463,12 +488,7 @@ WHY = Row(
             "Share (0-1) of finished rollouts lost to infrastructure: (masked + failed) / (completed + "
             "failed), rates summed over processes; omitted rollouts are in neither term. 0 in a healthy run.",
             "percentunit",
-            (
-                Query(
-                    f"({or_zero(rate('rollout_masked_total'))} + {_FAILED}) / ({_COMPLETED} + {_FAILED})",
-                    "{{agent}}",
-                ),
-            ),
+            (Query(lost_share(AGENTS), "{{agent}}"),),
             width=8,
             limits=(0.0, 1.0),
         ),
@@ -480,13 +500,7 @@ WHY = Row(
             "usage count in the denominator. A drift up (toward max_output_tokens) or down is an early sign "
             "of many training pathologies. Tokens.",
             "short",
-            (
-                Query(
-                    f"sum by (agent) (rate({series('rollout_tokens_total', _OUTPUT)}[$__rate_interval]))"
-                    f" / {_COMPLETED}",
-                    "{{agent}}",
-                ),
-            ),
+            (Query(output_tokens_per_rollout(AGENTS), "{{agent}}"),),
             width=12,
             no_value=NO_USAGE,
         ),
@@ -498,7 +512,7 @@ WHY = Row(
             "advantage), insufficient (fewer than min_valid_per_group valid members) and fully_masked. "
             "Uniform + insufficient + fully_masked give no learning signal (RolloutGroupsNoSignal). Groups.",
             "short",
-            (Query(f"{rate('rollout_groups_total', ('state',))} * 60", "{{state}}"),),
+            (Query(f"{rate('rollout_groups_total', ALL, by=('state',))} * 60", "{{state}}"),),
             width=12,
             stacked=True,
             colors=GROUP_COLORS,

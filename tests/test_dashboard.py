@@ -68,7 +68,7 @@ def test_every_query_names_a_catalogue_family() -> None:
 def test_the_generator_refuses_a_family_the_catalogue_lacks() -> None:
     """A renamed or missing family fails the generator instead of leaving a panel on "No data"."""
     with pytest.raises(ValueError, match="rollout_renamed_total is not in the catalogue"):
-        series("rollout_renamed_total")
+        series("rollout_renamed_total", panels.AGENTS)
     with pytest.raises(ValueError, match="not in the catalogue"):
         panels.coverage_gauge(panels.CoverageGauge("rollout_not_published_yet", "Later", "Not yet."))
 

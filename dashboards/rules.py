@@ -1,0 +1,324 @@
+"""The Prometheus rules: recording rules with dense per-agent series, the alerts on them, their thresholds.
+
+The recording rules are the dashboard's formulas (``dashboards/promql.py``) rendered in the rules' scope:
+every run and agent, a fixed window, a series per run and agent. ``python -m dashboards.generate`` writes
+them to ``dashboards/prometheus/rules.yml``; the thresholds table at the top of that file and the README's
+alert table are built from the alerts below, so changing a threshold here changes all three.
+"""
+
+from __future__ import annotations
+
+from dashboards.promql import (
+    COMPLETED,
+    NO_SIGNAL_STATES,
+    Scope,
+    increase,
+    lost_share,
+    masked_share,
+    mean_reward,
+    no_signal_share,
+    output_tokens_per_rollout,
+    rate,
+    rate0,
+    series,
+    stalled_by_stage,
+    truncated_share,
+    unmasked_reward,
+)
+from dashboards.rulefile import Alert, Group, Record, comment, recorded, render, threshold_table
+
+__all__ = [
+    "JOB",
+    "MASKED_SHARE_HIGH",
+    "RULES",
+    "STALLED_FOR",
+    "alerting_rules",
+    "recording_rules",
+    "text",
+]
+
+# Thresholds and durations (minutes): every alert, its sentence and the README read them from here.
+WINDOW = 5
+"""The rate window of the recording rules (the ``rate5m`` of their names)."""
+MASKED_SHARE_HIGH = 0.20
+"""Masked share (NeMo Gym's denominator) above which too few of an agent's rewards are measurements."""
+MASKED_FOR = 5
+"""How long the masked share stays above MASKED_SHARE_HIGH before RolloutMaskedRatioHigh fires."""
+FAILURES_FOR = 5
+"""How long failures outpace completions before RolloutFailuresExceedCompleted fires."""
+DOWN_FOR = 2
+"""How long a scrape target is down before RolloutExporterDown fires."""
+NONE_COMPLETED_FOR = 10
+"""Minutes without a completed rollout, and then as long again, before RolloutNoneCompleted fires."""
+STALLED_FOR = 5
+"""How long an agent has a rollout in flight beyond stall_after before RolloutStalled fires."""
+COMPARED = 10
+"""How far back the reward-drop alerts look: the mean reward and the shares against theirs then."""
+REWARD_DROP = 0.1
+"""A fall of the mean reward (reward units) over COMPARED minutes that is a drop."""
+SHARE_RISE = 0.05
+"""A rise of a share (5 points) over COMPARED minutes that is a cause of the drop."""
+DROP_FOR = 2
+"""How long a drop (with or without a cause) holds before a reward-drop alert fires."""
+NO_SIGNAL_HIGH = 0.5
+"""Share of an agent's groups without a learning signal above which RolloutGroupsNoSignal fires."""
+NO_SIGNAL_FOR = 10
+"""How long that share stays above NO_SIGNAL_HIGH before RolloutGroupsNoSignal fires."""
+RETRIES_FOR = 5
+"""How long retries outpace completions before RolloutRetryStorm fires."""
+JOB = "rollout-telemetry"
+"""The scrape job of the exporters (``job_name`` in dashboards/prometheus/prometheus.yml)."""
+
+RULES = Scope(("run", "agent"), f"{WINDOW}m")
+"""The recording rules' scope: every run and agent, a fixed window, a series per run and agent."""
+TARGETS = Scope(("job", "instance"), f"{NONE_COMPLETED_FOR}m")
+"""Per scrape target: what one exporter process completed."""
+
+RATE = f"rate{WINDOW}m"
+COMPLETED_RATE = f"agent:rollout_completed:{RATE}"
+MASKED_RATE = f"agent:rollout_masked:{RATE}"
+FAILED_RATE = f"agent:rollout_failed:{RATE}"
+OMITTED_RATE = f"agent:rollout_omitted:{RATE}"
+TRUNCATED_RATE = f"agent:rollout_truncated:{RATE}"
+MASKED_SHARE = f"agent:rollout_masked:ratio_{RATE}"
+MEAN_REWARD = f"agent:rollout_reward:mean_{RATE}"
+UNMASKED_REWARD = f"agent:rollout_reward_unmasked:mean_{RATE}"
+LOST_SHARE = f"agent:rollout_lost:ratio_{RATE}"
+TRUNCATED_SHARE = f"agent:rollout_truncated:ratio_{RATE}"
+NO_SIGNAL_SHARE = f"agent:rollout_groups_no_signal:ratio_{RATE}"
+REWARD_DROP_SERIES = f"agent:rollout_reward:drop_{COMPARED}m"
+LOST_RISE = f"agent:rollout_lost:rise_{COMPARED}m"
+TRUNCATED_RISE = f"agent:rollout_truncated:rise_{COMPARED}m"
+
+AGENT, RUN, VALUE = "{{ $labels.agent }}", "{{ $labels.run }}", "{{ $value }}"
+"""Alertmanager templates of the annotations."""
+
+
+def _minutes(minutes: int) -> str:
+    return f"{minutes} minute{'' if minutes == 1 else 's'}"
+
+
+def _share(share: float) -> str:
+    return "half" if share == 0.5 else f"{share:.0%}"
+
+
+def _rise(name: str) -> str:
+    """How much the recorded series ``name`` rose over the last COMPARED minutes."""
+    return f"{name} - {name} offset {COMPARED}m"
+
+
+def recording_rules() -> tuple[Record, ...]:
+    """The recording rules in evaluation order (a rule reads only the series recorded before it).
+
+    Raises:
+        ValueError: a formula names a family the catalogue does not publish.
+    """
+    completed = Record(COMPLETED_RATE, rate(COMPLETED, RULES))
+    masked = Record(MASKED_RATE, rate0("rollout_masked_total", RULES))
+    failed = Record(FAILED_RATE, rate0("rollout_failed_total", RULES))
+    truncated = Record(TRUNCATED_RATE, rate0("rollout_truncated_total", RULES))
+    # The shares added with the reward-drop alerts read the rates recorded above: evaluated in the same pass,
+    # they are the same numbers. The masked share and the means read the counters, so each can also be
+    # evaluated alone at any instant (the end-to-end tests compare them with the exporter's account).
+    rates = RULES.reading({rule.expr: rule.name for rule in (completed, masked, failed, truncated)})
+    return (
+        completed,
+        masked,
+        failed,
+        Record(OMITTED_RATE, rate0("rollout_omitted_total", RULES)),
+        recorded(MASKED_SHARE, masked_share, RULES),
+        recorded(MEAN_REWARD, mean_reward, RULES),
+        recorded(UNMASKED_REWARD, unmasked_reward, RULES),
+        Record(
+            f"agent_failure_kind:rollout_failed:{RATE}",
+            # No fallback to 0: a series per failure kind, and none while nothing failed.
+            rate("rollout_failed_total", RULES, by=("failure_kind",)),
+        ),
+        recorded(LOST_SHARE, lost_share, rates),
+        truncated,
+        recorded(TRUNCATED_SHARE, truncated_share, rates),
+        recorded(f"agent:rollout_output_tokens:per_rollout_{RATE}", output_tokens_per_rollout, rates),
+        recorded(NO_SIGNAL_SHARE, no_signal_share, RULES),
+        Record(
+            REWARD_DROP_SERIES,
+            f"{MEAN_REWARD} offset {COMPARED}m - {MEAN_REWARD}",
+            why=f"How far the mean reward fell over the last {COMPARED} minutes (a rise is below 0).",
+        ),
+        Record(LOST_RISE, _rise(LOST_SHARE)),
+        Record(TRUNCATED_RISE, _rise(TRUNCATED_SHARE)),
+    )
+
+
+def alerting_rules() -> tuple[Alert, ...]:
+    """The alerts, each on recorded series or on a formula of ``dashboards/promql.py``.
+
+    Raises:
+        ValueError: a formula names a family the catalogue does not publish.
+    """
+    up = f'up{{job="{JOB}"}}'
+    dropped = f"{REWARD_DROP_SERIES} > {REWARD_DROP:g}"
+    lost_rose = f"{LOST_RISE} > {SHARE_RISE:g}"
+    truncated_rose = f"{TRUNCATED_RISE} > {SHARE_RISE:g}"
+    drop = f"mean reward of agent {AGENT} (run {RUN}) fell by more than {REWARD_DROP:g} in {COMPARED} minutes"
+    rose = f"rose by more than {SHARE_RISE * 100:g} points"
+    fell = (
+        f"an agent's {WINDOW}-minute mean reward is more than {REWARD_DROP:g} below its value {COMPARED} "
+        f"minutes earlier (`{REWARD_DROP_SERIES}`)"
+    )
+    states = [state.replace("_", " ") for state in NO_SIGNAL_STATES]
+    return (
+        Alert(
+            "RolloutMaskedRatioHigh",
+            f"{MASKED_SHARE} > {MASKED_SHARE_HIGH:g}",
+            MASKED_FOR,
+            "warning",
+            summary=f"{AGENT}: {{{{ $value | humanizePercentage }}}} of rollouts are masked",
+            description=f"More than {MASKED_SHARE_HIGH:.0%} of the rollouts of agent {AGENT} (run {RUN}) "
+            "that count for the masked share (masked + unmasked with a reward) came back with "
+            f"mask_sample=True over the last {_minutes(MASKED_FOR)}: their rewards are not valid "
+            "measurements. Check rollout_masked_total by failure_kind for the cause.",
+            when=f"an agent's masked share (`{MASKED_SHARE}`, masked / (completed - unscored)) is above "
+            f"{MASKED_SHARE_HIGH:g} for {_minutes(MASKED_FOR)}",
+        ),
+        Alert(
+            "RolloutFailuresExceedCompleted",
+            f"{FAILED_RATE} > {COMPLETED_RATE}",
+            FAILURES_FOR,
+            "critical",
+            summary=f"{AGENT}: more rollouts fail than complete",
+            description=f"Agent {AGENT} (run {RUN}) has failed faster than it completed for "
+            f"{_minutes(FAILURES_FOR)}: the run is burning its reward signal on infrastructure. Check "
+            "rollout_failed_total by failure_kind.",
+            when=f"an agent's failed rate exceeds its completed rate (its failed share is above 0.5) for "
+            f"{_minutes(FAILURES_FOR)}",
+        ),
+        Alert(
+            "RolloutExporterDown",
+            f"{up} == 0",
+            DOWN_FOR,
+            "critical",
+            summary="rollout-telemetry exporter {{ $labels.instance }} is down",
+            description=f"Prometheus has not scraped {{{{ $labels.instance }}}} for {_minutes(DOWN_FOR)}: "
+            "rollout outcomes from that collector are not being seen.",
+            when=f"a `{JOB}` target is down for {_minutes(DOWN_FOR)}",
+        ),
+        Alert(
+            "RolloutNoneCompleted",
+            # An exporter that has never published the family completes nothing either.
+            f"({increase(COMPLETED, TARGETS)} == 0 and on (job, instance) {up} == 1) or ({up} == 1"
+            f" unless on (job, instance) group by (job, instance) ({series(COMPLETED, TARGETS)}))",
+            NONE_COMPLETED_FOR,
+            "warning",
+            summary=f"no rollout completed on {{{{ $labels.instance }}}} for {_minutes(NONE_COMPLETED_FOR)}",
+            description="The exporter at {{ $labels.instance }} is up but no rollout has completed for "
+            f"{_minutes(NONE_COMPLETED_FOR)}: collection is stalled (check rollout_in_flight and "
+            "rollout_oldest_in_flight_age_seconds).",
+            when=f"an exporter is up but no rollout completed for {_minutes(NONE_COMPLETED_FOR)}",
+        ),
+        Alert(
+            "RolloutRewardDropInfrastructure",
+            f"{dropped} and on (run, agent) {lost_rose}",
+            DROP_FOR,
+            "warning",
+            cause="infrastructure",
+            summary=f"{AGENT}: reward fell while more rollouts are masked or failed",
+            description=f"The {drop} while the masked + failed share {rose}: the infrastructure, not the "
+            "policy. Check rollout_masked_total and rollout_failed_total by failure_kind.",
+            when=f"{fell} while its masked + failed share rose by more than {SHARE_RISE:g} "
+            f"(`{LOST_RISE}`), for {_minutes(DROP_FOR)}",
+        ),
+        Alert(
+            "RolloutRewardDropTruncation",
+            f"{dropped} and on (run, agent) {truncated_rose}",
+            DROP_FOR,
+            "warning",
+            cause="truncation",
+            summary=f"{AGENT}: reward fell while more answers are truncated",
+            description=f"The {drop} while the truncated share {rose}: answers are cut short (check "
+            "rollout_truncated_total by reason and output tokens per rollout against max_output_tokens).",
+            when=f"{fell} while its truncated share rose by more than {SHARE_RISE:g} "
+            f"(`{TRUNCATED_RISE}`), for {_minutes(DROP_FOR)}",
+        ),
+        Alert(
+            "RolloutRewardDropPolicy",
+            f"{dropped} unless on (run, agent) ({lost_rose} or {truncated_rose})",
+            DROP_FOR,
+            "warning",
+            cause="policy",
+            summary=f"{AGENT}: reward fell with no infrastructure or truncation cause",
+            description=f"The {drop} while neither the masked + failed share nor the truncated share rose: "
+            "the policy's score fell. Check the group states and output tokens per rollout.",
+            when=f"{fell} while neither share rose by more than {SHARE_RISE:g}, for {_minutes(DROP_FOR)}",
+        ),
+        Alert(
+            "RolloutGroupsNoSignal",
+            f"{NO_SIGNAL_SHARE} > {NO_SIGNAL_HIGH:g}",
+            NO_SIGNAL_FOR,
+            "warning",
+            summary=f"{AGENT}: most groups give no learning signal",
+            description=f"More than {_share(NO_SIGNAL_HIGH)} of the groups of agent {AGENT} (run {RUN}) "
+            f"completed in the last {_minutes(WINDOW)} were uniform (every valid member got the same "
+            "reward), insufficient (too few valid members) or fully masked: their advantages are zero or "
+            "noise. Check rollout_groups_total by state.",
+            when=f"more than {NO_SIGNAL_HIGH:g} of the groups an agent completed over {_minutes(WINDOW)} are "
+            f"{', '.join(states[:-1])} or {states[-1]} (`{NO_SIGNAL_SHARE}`), for "
+            f"{_minutes(NO_SIGNAL_FOR)}",
+        ),
+        Alert(
+            "RolloutRetryStorm",
+            f"{rate('rollout_retried_total', RULES)} > {COMPLETED_RATE}",
+            RETRIES_FOR,
+            "warning",
+            summary=f"{AGENT}: more retries than completions",
+            description=f"Agent {AGENT} (run {RUN}) retried rollouts faster than it completed them for "
+            f"{_minutes(RETRIES_FOR)}: attempts are burning capacity. Check rollout_failed_total by "
+            "failure_kind.",
+            when="an agent retries rollouts faster than it completes them (`rollout_retried_total`, "
+            f"`serve --follow`), for {_minutes(RETRIES_FOR)}",
+        ),
+        Alert(
+            "RolloutStalled",
+            f"{stalled_by_stage(RULES)} > 0",
+            STALLED_FOR,
+            "warning",
+            summary=f"{AGENT}: {VALUE} rollout(s) stalled at stage {{{{ $labels.stage }}}}",
+            description=f"Agent {AGENT} (run {RUN}) has had rollouts in flight longer than stall_after at "
+            f"stage {{{{ $labels.stage }}}} for {_minutes(STALLED_FOR)}. GET /rollouts on the exporter lists "
+            "them, oldest first, with their trace ids.",
+            when="an agent has a rollout in flight longer than `stall_after` (`rollout_stalled` > 0) for "
+            f"{_minutes(STALLED_FOR)}",
+        ),
+    )
+
+
+INTRO = f"""\
+Recording and alerting rules for rollout-telemetry. GENERATED by `python -m dashboards.generate` from \
+dashboards/rules.py and the formulas of dashboards/promql.py: edit those, then regenerate.
+
+Recording rules give dense per-agent series: they are the dashboard's formulas over {WINDOW}-minute windows \
+for every run and agent. Each ratio is a sum of counter rates divided by a sum of counter rates across \
+every exporter process (never an average of ratios), and each numerator that can be absent (nothing \
+masked, failed or omitted yet) falls back to 0 whenever the agent is completing rollouts, so a healthy run \
+reads 0 rather than nothing.
+
+Why is reward dropping? Each reward-drop alert compares the {WINDOW}-minute mean reward with its value \
+{COMPARED} minutes earlier ({REWARD_DROP_SERIES}) and tells the causes apart by what rose over the same \
+{COMPARED} minutes. A drop is visible for {COMPARED} minutes after it happens, while the earlier window \
+still holds the old mean.
+
+The alerts and their thresholds (set at the top of dashboards/rules.py):"""
+
+
+def text() -> str:
+    """The text of ``dashboards/prometheus/rules.yml``: the recording rules, then the alerts that read them.
+
+    Raises:
+        ValueError: a formula names a family the catalogue does not publish, or a rule reads a recorded
+            series no rule before it records.
+    """
+    alerts = alerting_rules()
+    groups = (
+        Group("rollout_telemetry_recording", recording_rules()),
+        Group("rollout_telemetry_alerts", alerts),
+    )
+    return render([*comment(INTRO), *threshold_table(alerts)], groups)

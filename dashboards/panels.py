@@ -13,6 +13,7 @@ from dashboards.promql import (
     COMPLETED,
     Scope,
     failed_share,
+    finished_rate,
     increase,
     lost_share,
     masked_share,
@@ -82,11 +83,11 @@ OVERVIEW = Row(
     (
         _stat(
             "Rollouts per minute",
-            "Rollouts that reached the output (measured, masked or unscored) per minute, over the selected "
-            "runs and agents: the rate of rollout_completed_total summed over every exporter process, times "
-            "60. Red at 0 (nothing completes: collection is stalled or over), green above.",
+            "Rollouts finished (completed, failed or omitted) per minute, over the selected runs and agents, "
+            "summed over every exporter process: what NeMo Gym's progress/total/rollouts_per_min and top's "
+            "r/min count. Red at 0 (nothing finishes: collection is stalled or over), green above.",
             "short",
-            f"{rate(COMPLETED, ALL)} * 60",
+            f"({finished_rate(ALL)}) * 60",
             ((None, BAD), (0.001, GOOD)),
             decimals=1,
         ),
@@ -334,11 +335,11 @@ OVER_TIME = Row(
         ),
         Panel(
             "timeseries",
-            "Rollouts completed per minute",
-            "Rollouts that reached the output (measured, masked or unscored) per minute, per agent, summed "
-            "over exporter processes.",
+            "Rollouts finished per minute",
+            "Rollouts finished (completed, failed or omitted) per minute, per agent, summed over exporter "
+            "processes: the throughput of each agent.",
             "short",
-            (Query(f"{rate(COMPLETED, AGENTS)} * 60", "{{agent}}"),),
+            (Query(f"({finished_rate(AGENTS)}) * 60", "{{agent}}"),),
         ),
         _by_kind(
             "rollout_failed_total",

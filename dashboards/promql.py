@@ -17,13 +17,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from rollout_telemetry.series import CATALOGUE, HISTOGRAMS
+from rollout_telemetry.groups import NO_SIGNAL
+from rollout_telemetry.series import published
 
 __all__ = [
     "COMPLETED",
-    "NAMES",
     "Scope",
     "failed_share",
+    "finished_rate",
     "increase",
     "lost_share",
     "masked_share",
@@ -40,20 +41,14 @@ __all__ = [
     "unmasked_reward",
 ]
 
-NAMES: frozenset[str] = frozenset(
-    {family.name for family in CATALOGUE}
-    | {f"{h.name}_{suffix}" for h in HISTOGRAMS for suffix in ("bucket", "sum", "count")}
-)
-"""Every series name a collector of this package publishes, histogram series included."""
-
 COMPLETED = "rollout_completed_total"
 """Present for every agent from its first outcome: what a numerator that can be absent falls back on."""
 
 OUTPUT = 'type="output"'
 """The token type of the model's output (reasoning tokens included)."""
 
-NO_SIGNAL_STATES = ("uniform", "insufficient", "fully_masked")
-"""The group states whose advantages are zero or noise (see ``rollout_telemetry.groups``)."""
+NO_SIGNAL_STATES = NO_SIGNAL
+"""The group states whose advantages are zero or noise (``rollout_telemetry.groups.NO_SIGNAL``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,9 +95,7 @@ def series(name: str, scope: Scope, *matchers: str) -> str:
     Raises:
         ValueError: the catalogue has no family of that name.
     """
-    if name not in NAMES:
-        msg = f"{name} is not in the catalogue (rollout_telemetry.series.CATALOGUE)"
-        raise ValueError(msg)
+    published(name)  # a family the catalogue does not publish fails here, not as a blank panel
     labels = [
         *([] if scope.run is None else [f'run=~"{scope.run}"']),
         *([] if scope.agent is None else [f'agent=~"{scope.agent}"']),
@@ -139,6 +132,13 @@ def rate0(name: str, scope: Scope) -> str:
     """The rate of a counter that can be absent, 0 while it is."""
     plain = _plain(scope)
     return _term(scope, or_zero(rate(name, plain), plain))
+
+
+def finished_rate(scope: Scope) -> str:
+    """Rollouts finished (completed, failed or omitted) per second: "rollouts per minute" everywhere (``top``,
+    NeMo Gym's ``progress/total/rollouts_per_min``) are these, times 60 (``snapshot.finished``)."""
+    absent = (rate0("rollout_failed_total", scope), rate0("rollout_omitted_total", scope))
+    return f"{rate(COMPLETED, scope)} + {absent[0]} + {absent[1]}"
 
 
 def mean_reward(scope: Scope) -> str:

@@ -15,6 +15,7 @@ import yaml
 from dashboards import generate, promql, rulefile, rules
 from dashboards.rulefile import Group, Record
 
+from rollout_telemetry import series as catalogue
 from tests.support import require_tool
 
 ROOT = Path(__file__).parent.parent
@@ -125,7 +126,7 @@ def test_a_rule_on_a_family_the_catalogue_lacks_fails_generation(
     family: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A family renamed in the catalogue fails the rules' generation, in a recording rule or an alert."""
-    monkeypatch.setattr(promql, "NAMES", promql.NAMES - {family})
+    monkeypatch.setattr(catalogue, "PUBLISHED", catalogue.PUBLISHED - {family})
     with pytest.raises(ValueError, match=f"{family} is not in the catalogue"):
         rules.text()
     with pytest.raises(ValueError, match="rollout_renamed_total is not in the catalogue"):
@@ -277,7 +278,8 @@ PANELS = {
     if panel["type"] != "row"
 }
 ON_THE_DASHBOARD = {
-    "agent:rollout_completed:rate5m": "Rollouts completed per minute",
+    "agent:rollout_completed:rate5m": "Rollouts finished per minute",
+    "agent:rollout_omitted:rate5m": "Rollouts finished per minute",
     "agent:rollout_masked:rate5m": "Masked + failed share",
     "agent:rollout_failed:rate5m": "Masked + failed share",
     "agent:rollout_masked:ratio_rate5m": "Masked share per agent",

@@ -450,7 +450,7 @@ GROUP_COLORS = (
     ("degraded", "yellow"),
     ("uniform", "blue"),
     ("insufficient", "orange"),
-    ("fully_masked", "red"),
+    ("no_valid", "red"),
 )
 
 WHY = Row(
@@ -510,8 +510,9 @@ WHY = Row(
             "Group states per minute",
             "Groups (the rollouts of one task) completed per minute by state, stacked: valid, degraded (some "
             "members masked, failed or omitted), uniform (every valid member got the same reward: zero "
-            "advantage), insufficient (fewer than min_valid_per_group valid members) and fully_masked. "
-            "Uniform + insufficient + fully_masked give no learning signal (RolloutGroupsNoSignal). Groups.",
+            "advantage), insufficient (fewer than min_valid_per_group valid members) and no_valid (no valid "
+            "member). Uniform + insufficient + no_valid give no learning signal (RolloutGroupsNoSignal). "
+            "Groups.",
             "short",
             (Query(f"{rate('rollout_groups_total', ALL, by=('state',))} * 60", "{{state}}"),),
             width=12,

@@ -165,7 +165,7 @@ def alerting_rules() -> tuple[Alert, ...]:
         f"an agent's {WINDOW}-minute mean reward is more than {REWARD_DROP:g} below its value {COMPARED} "
         f"minutes earlier (`{REWARD_DROP_SERIES}`)"
     )
-    states = [state.replace("_", " ") for state in NO_SIGNAL_STATES]
+    states = [f"`{state}`" for state in NO_SIGNAL_STATES]
     return (
         Alert(
             "RolloutMaskedRatioHigh",
@@ -258,8 +258,8 @@ def alerting_rules() -> tuple[Alert, ...]:
             summary=f"{AGENT}: most groups give no learning signal",
             description=f"More than {_share(NO_SIGNAL_HIGH)} of the groups of agent {AGENT} (run {RUN}) "
             f"completed in the last {_minutes(WINDOW)} were uniform (every valid member got the same "
-            "reward), insufficient (too few valid members) or fully masked: their advantages are zero or "
-            "noise. Check rollout_groups_total by state.",
+            "reward), insufficient (too few valid members) or without a valid member: their advantages are "
+            "zero or noise. Check rollout_groups_total by state.",
             when=f"more than {NO_SIGNAL_HIGH:g} of the groups an agent completed over {_minutes(WINDOW)} are "
             f"{', '.join(states[:-1])} or {states[-1]} (`{NO_SIGNAL_SHARE}`), for "
             f"{_minutes(NO_SIGNAL_FOR)}",

@@ -33,7 +33,7 @@ def _states(telemetry: RolloutTelemetry, agent: str = "math") -> dict[str, float
         ([1.0, 1.0, 1.0, 1.0], "uniform"),
         ([0.0, 0.0, None, None], "uniform"),
         ([1.0, None, None, None], "insufficient"),
-        ([None, None, None, None], "fully_masked"),
+        ([None, None, None, None], "no_valid"),
     ],
 )
 def test_group_state(rewards: list[float | None], state: str) -> None:
@@ -57,14 +57,14 @@ def test_every_state_through_the_facade(telemetry: RolloutTelemetry) -> None:
     telemetry.record("math", {"reward": 1.0}, task_index=2, rollout_index=0)
     telemetry.record_failure("math", "session_lost", task_index=2, rollout_index=1)  # insufficient
     telemetry.record("math", {"reward": 0.0, "mask_sample": True}, task_index=3, rollout_index=0)
-    telemetry.record_omission("math", "cancelled", task_index=3, rollout_index=1)  # fully masked
+    telemetry.record_omission("math", "cancelled", task_index=3, rollout_index=1)  # no valid member
     with telemetry.rollout("math", task_index=4, rollout_index=0) as rollout:
         rollout.complete({"reward": 1.0})
     assert _states(telemetry) == dict.fromkeys(GROUP_STATES, 0) | {
         "valid": 1,
         "uniform": 1,
         "insufficient": 1,
-        "fully_masked": 1,
+        "no_valid": 1,
     }
     with telemetry.rollout("math", task_index=4, rollout_index=1) as rollout:
         rollout.fail("session_lost")
@@ -180,9 +180,9 @@ def test_report_shows_the_groups_of_the_fixture_run(capsys: pytest.CaptureFixtur
     zero = dict.fromkeys(GROUP_STATES, 0)
     # math task 0: one measured, one masked member: one valid member is insufficient.
     assert groups["math_agent"] == zero | {"insufficient": 1, "open": 0}
-    # code task 1: failed at attempt 0, measured at attempt 1 (insufficient); task 2: unscored (fully masked).
-    assert groups["code_agent"] == zero | {"insufficient": 1, "fully_masked": 1, "open": 0}
-    # browser task 3: a failure and an omission (fully masked); task 4 never arrived (open).
-    assert groups["browser_agent"] == zero | {"fully_masked": 1, "open": 1}
+    # code task 1: failed at attempt 0, measured at attempt 1 (insufficient); task 2: unscored (none valid).
+    assert groups["code_agent"] == zero | {"insufficient": 1, "no_valid": 1, "open": 0}
+    # browser task 3: a failure and an omission (no valid member); task 4 never arrived (open).
+    assert groups["browser_agent"] == zero | {"no_valid": 1, "open": 1}
     assert main(["report", str(FIXTURES / "run.jsonl")]) == 0
     assert "Groups by agent" in capsys.readouterr().out

@@ -3,7 +3,8 @@
 The rollouts of one (agent, task index) form a group. A member is *valid* when it completed unmasked with a
 reward (the ``measured`` disposition). Once every member has an outcome the group is classified, once:
 
-- ``fully_masked``: no valid member (every one masked, unscored, failed or omitted);
+- ``no_valid``: no valid member (every one masked, unscored, failed or omitted). Not NeMo Gym's "fully
+  masked" task, whose rows in the main output are all masked: the coverage account counts that one;
 - ``insufficient``: fewer than ``min_valid`` valid members: a noisy advantage estimate;
 - ``uniform``: every valid member got the same reward: zero advantage, no learning signal;
 - ``degraded``: some members are not valid, enough are, and their rewards differ;
@@ -42,9 +43,9 @@ __all__ = [
     "group_state",
 ]
 
-GroupState = Literal["valid", "degraded", "uniform", "insufficient", "fully_masked"]
-GROUP_STATES: tuple[GroupState, ...] = ("valid", "degraded", "uniform", "insufficient", "fully_masked")
-NO_SIGNAL: tuple[GroupState, ...] = ("uniform", "insufficient", "fully_masked")
+GroupState = Literal["valid", "degraded", "uniform", "insufficient", "no_valid"]
+GROUP_STATES: tuple[GroupState, ...] = ("valid", "degraded", "uniform", "insufficient", "no_valid")
+NO_SIGNAL: tuple[GroupState, ...] = ("uniform", "insufficient", "no_valid")
 """The states of a group that gives the policy no (or only a noisy) learning signal."""
 
 DEFAULT_MIN_VALID = 2
@@ -60,7 +61,7 @@ def group_state(rewards: Sequence[float | None], min_valid: int = DEFAULT_MIN_VA
     """Classify a complete group from its members' rewards, ``None`` for a member that is not valid."""
     valid = [reward for reward in rewards if reward is not None]
     if not valid:
-        return "fully_masked"
+        return "no_valid"
     if len(valid) < min_valid:
         return "insufficient"
     if min(valid) == max(valid):

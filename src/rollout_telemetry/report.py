@@ -10,7 +10,7 @@ Two kinds of count sit side by side, and the report keeps them apart:
   Gym's progress keys are.
 
 With materialized inputs the rollouts of each task also form a **group**, classified once every member has
-an outcome (valid, degraded, uniform, insufficient, fully_masked; see ``groups``); groups still waiting for a
+an outcome (valid, degraded, uniform, insufficient, no_valid; see ``groups``); groups still waiting for a
 member are ``open``.
 """
 

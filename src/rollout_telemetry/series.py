@@ -350,7 +350,7 @@ GROUP_FAMILIES: tuple[Family[GroupsSnapshot], ...] = (
         "Groups (the rollouts of one task, as GRPO compares them) classified once every member has an "
         "outcome: valid, degraded (some members masked, failed or omitted), uniform (every valid member "
         "got the same reward: no learning signal), insufficient (fewer valid members than "
-        "min_valid_per_group, default 2) or fully_masked (none valid).",
+        "min_valid_per_group, default 2) or no_valid (none valid).",
         _group_states,
     ),
 )  # fmt: skip

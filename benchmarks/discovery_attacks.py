@@ -41,7 +41,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the attacker child imports nothing of the package
-    from rollout_telemetry.discovery import TargetRegistry
+    from rollout_telemetry._serve.discovery import TargetRegistry
 
 KINDS = ("slowloris", "readers")
 ATTACKS = {  # name: (kind, connections or reader threads)
@@ -206,7 +206,7 @@ def open_descriptors() -> int:
 
 def full_registry() -> TargetRegistry:
     """A registry holding ``MAX_TARGETS`` targets with the labels ``serve_on_ray`` gives."""
-    from rollout_telemetry.discovery import MAX_TARGETS, Target, TargetRegistry
+    from rollout_telemetry._serve.discovery import MAX_TARGETS, Target, TargetRegistry
 
     registry = TargetRegistry()
     node = "8f" * 28  # a Ray node id is 56 hex digits
@@ -234,8 +234,8 @@ def read(url: str, *, timeout: float) -> float | None:
 def measure(name: str, kind: str, connections: int, reads: int) -> str:
     """Run one attack against a fresh discovery server; return a line of figures."""
     from rollout_telemetry import BasicAuth, hash_password
-    from rollout_telemetry._http import MAX_CONNECTIONS
-    from rollout_telemetry.discovery import DiscoveryServer
+    from rollout_telemetry._serve.discovery import DiscoveryServer
+    from rollout_telemetry._serve.http import MAX_CONNECTIONS
 
     registry = full_registry()
     server = DiscoveryServer(registry, auth=BasicAuth("prometheus", hash_password(PASSWORD)))

@@ -29,10 +29,10 @@ from pathlib import Path
 from prometheus_client import generate_latest
 
 from rollout_telemetry import Disposition, RolloutTelemetry
-from rollout_telemetry.coverage import Coverage
+from rollout_telemetry._contract.outcome import classify
+from rollout_telemetry._sources.follow import RunFiles, RunFollower
+from rollout_telemetry._store.coverage import Coverage
 from rollout_telemetry.exporters.prometheus import CoverageCollector
-from rollout_telemetry.follow import RunFiles, RunFollower
-from rollout_telemetry.outcome import classify
 
 AGENTS = ("math_agent", "code_agent", "browser_agent")
 

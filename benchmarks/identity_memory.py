@@ -19,7 +19,7 @@ import tracemalloc
 from pathlib import Path
 
 from rollout_telemetry import RolloutTelemetry
-from rollout_telemetry.follow import RunFiles, RunFollower
+from rollout_telemetry._sources.follow import RunFiles, RunFollower
 
 GOAL = 100 * 2**20
 AGENT = '{"name": "agent"}'

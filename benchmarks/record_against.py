@@ -38,11 +38,11 @@ import tempfile
 import timeit
 from collections.abc import Mapping
 from pathlib import Path
-from types import ModuleType
+from types import SimpleNamespace
 
 from record import ROWS  # this directory's record.py: the same rows
 from rollout_telemetry import RolloutTelemetry
-from rollout_telemetry._args import at_least_one  # the CLI's check, and its message
+from rollout_telemetry._cli.args import at_least_one  # the CLI's check, and its message
 
 BEFORE_USAGE = "afb5812"
 """main just before tokens, truncation and groups were merged."""
@@ -58,8 +58,9 @@ STATEMENTS = {
 }
 
 
-def package_at(rev: str, into: Path) -> ModuleType:
-    """Import ``rollout_telemetry.telemetry`` as it was at ``rev``, beside the one already imported."""
+def package_at(rev: str, into: Path) -> SimpleNamespace:
+    """``RolloutTelemetry`` as it was at ``rev``, imported beside the one already imported (through the public
+    name, so the revision's module layout does not matter)."""
     archive = into / "src.tar"
     repo = Path(__file__).resolve().parent.parent
     subprocess.run(
@@ -76,17 +77,18 @@ def package_at(rev: str, into: Path) -> ModuleType:
         del sys.modules[name]
     sys.path.insert(0, str(into / "src"))
     try:
-        other = importlib.import_module("rollout_telemetry.telemetry")  # the package loads names lazily
+        # The package loads its names lazily: resolve the class now, while the other revision is importable.
+        telemetry = importlib.import_module("rollout_telemetry").RolloutTelemetry
         theirs = [name for name in sys.modules if name.partition(".")[0] == "rollout_telemetry"]
         for name in theirs:
             sys.modules[f"_at_{rev}_{name}"] = sys.modules.pop(name)
     finally:
         sys.path.remove(str(into / "src"))
         sys.modules.update(ours)
-    if Path(other.__file__ or "").parent.parent != into / "src":  # not imported from the other revision
+    if not Path(telemetry.record.__code__.co_filename).is_relative_to(into / "src"):  # not the other revision
         msg = f"the package at {rev} was not the one imported"
         raise RuntimeError(msg)
-    return other
+    return SimpleNamespace(RolloutTelemetry=telemetry)
 
 
 def names_for(telemetry: object) -> dict[str, object]:

@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from rollout_telemetry.groups import NO_SIGNAL
-from rollout_telemetry.series import published
+from rollout_telemetry._store.groups import NO_SIGNAL
+from rollout_telemetry._views.series import published
 
 __all__ = [
     "COMPLETED",

@@ -7,10 +7,10 @@ import threading
 
 import pytest
 
-from rollout_telemetry.account import Account
+from rollout_telemetry._contract.outcome import Disposition, absent, classify
+from rollout_telemetry._store.account import Account
+from rollout_telemetry._store.names import Names
 from rollout_telemetry.failure_kinds import OTHER
-from rollout_telemetry.names import Names
-from rollout_telemetry.outcome import Disposition, absent, classify
 from tests.support import FakeClock
 
 FAILED, OMITTED = Disposition.FAILED, Disposition.OMITTED

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from rollout_telemetry.auth import Authenticator, BasicAuth, ServeError, Verdict, credentials, hash_password
+from rollout_telemetry._serve.auth import Authenticator, BasicAuth, Verdict, credentials, hash_password
+from rollout_telemetry.errors import ConfigError
 from tests.support import FakeClock
 
 PASSWORD = "correct horse battery staple"
@@ -63,8 +64,8 @@ def test_a_non_utf8_password_is_compared_as_bytes() -> None:
     ["plaintext", "scrypt$1$2$3$c2FsdA==", "scrypt$x$8$1$c2FsdA==$aGFzaA==", "scrypt$16384$8$1$!!$aGFzaA=="],
 )
 def test_a_malformed_password_hash_is_refused_at_start(password_hash: str) -> None:
-    """A hash not made by hash-password is a ServeError when the configuration is built, not at a request."""
-    with pytest.raises(ServeError, match="hash-password"):
+    """A hash not made by hash-password is a ConfigError when the configuration is built, not at a request."""
+    with pytest.raises(ConfigError, match="hash-password"):
         BasicAuth("prometheus", password_hash)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rollout_telemetry.cli import main
+from rollout_telemetry._cli.main import main
 
 
 def test_help_describes_the_tool(capsys: pytest.CaptureFixture[str]) -> None:

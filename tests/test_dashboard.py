@@ -18,7 +18,7 @@ import pytest
 from dashboards import generate, panels
 from dashboards.promql import series
 
-from rollout_telemetry.series import CATALOGUE, FAMILIES, HISTOGRAMS
+from rollout_telemetry._views.series import CATALOGUE, FAMILIES, HISTOGRAMS
 from tests.support import require_tool
 
 ROOT = Path(__file__).parent.parent

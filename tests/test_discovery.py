@@ -24,17 +24,17 @@ import pytest
 import trustme
 
 from rollout_telemetry import BasicAuth, TLSConfig, hash_password
-from rollout_telemetry.discovery import (
+from rollout_telemetry._contract.outcome import MAX_LABEL_LENGTH
+from rollout_telemetry._serve.discovery import (
     MAX_TARGETS,
     DiscoveryServer,
     FileSD,
     NodeAddresses,
     Target,
-    TargetRefused,
     TargetRegistry,
     listening,
 )
-from rollout_telemetry.outcome import MAX_LABEL_LENGTH
+from rollout_telemetry.errors import TargetRefused
 from tests.support import FakeClock
 
 LABELS = {"ray_node_id": "n1", "ray_actor": "Worker", "pid": "41"}
@@ -275,7 +275,7 @@ def test_ray_stays_out_of_every_other_import_path() -> None:
     """The package, its CLI and the discovery module import without loading ray."""
     code = (
         "import sys\n"
-        "import rollout_telemetry, rollout_telemetry.cli, rollout_telemetry.discovery\n"
+        "import rollout_telemetry, rollout_telemetry._cli.main, rollout_telemetry._serve.discovery\n"
         "from rollout_telemetry import RolloutTelemetry, TLSConfig, BasicAuth\n"
         "RolloutTelemetry()\n"
         "print(sorted(m for m in sys.modules if m == 'ray' or m.startswith('ray.')))\n"
@@ -295,7 +295,7 @@ def test_missing_ray_extra_names_the_pip_install() -> None:
         "    import rollout_telemetry.ray\n"
         "except ImportError as exc:\n"
         "    print(exc)\n"
-        "from rollout_telemetry.cli import main\n"
+        "from rollout_telemetry._cli.main import main\n"
         "print(main(['ray-targets', '--address', '127.0.0.1:1', '--namespace', 'x']))\n"
     )
     result = subprocess.run(

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rollout_telemetry import _serving, auth, discovery, server
-from rollout_telemetry.series import CATALOGUE
-from rollout_telemetry.spans import ATTRIBUTES
+from rollout_telemetry._recording.spans import ATTRIBUTES
+from rollout_telemetry._serve import auth, discovery, server
+from rollout_telemetry._serve import serving as _serving
+from rollout_telemetry._views.series import CATALOGUE
 
 README = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
 

@@ -262,7 +262,7 @@ def test_follow_file_directory_disappearing_in_the_background(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The background follower keeps running when its directory vanishes and picks the file up again."""
-    from rollout_telemetry.follow import RunFiles, RunFollower
+    from rollout_telemetry._sources.follow import RunFiles, RunFollower
 
     folder = tmp_path / "run"
     folder.mkdir()

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from rollout_telemetry import Disposition, RolloutTelemetry
-from rollout_telemetry.coverage import Coverage
+from rollout_telemetry._sources.follow import RunFiles, RunFollower
+from rollout_telemetry._store.coverage import Coverage
 from rollout_telemetry.exporters.prometheus import CoverageCollector
-from rollout_telemetry.follow import RunFiles, RunFollower
 from tests.support import FakeClock, exposition, samples, value, wait_until
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -393,7 +393,7 @@ def test_lines_longer_than_the_read_buffer_and_cut_by_it(
     tmp_path: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Rows larger than the read chunk, and rows cut by a chunk's end, are read whole, each once."""
-    from rollout_telemetry import follow
+    from rollout_telemetry._sources import follow
 
     monkeypatch.setattr(follow, "_CHUNK", 64)
     main = tmp_path / "run.jsonl"

@@ -11,8 +11,8 @@ import pytest
 from pydantic import BaseModel
 
 from rollout_telemetry import OutcomeError, RolloutTelemetry
-from rollout_telemetry.follow import RunFiles, RunFollower
-from rollout_telemetry.outcome import check_generation, classify
+from rollout_telemetry._contract.outcome import check_generation, classify
+from rollout_telemetry._sources.follow import RunFiles, RunFollower
 from tests.support import exposition, sample_names, value
 
 GYM_ROWS = Path(__file__).parent / "fixtures" / "gym" / "run.jsonl"

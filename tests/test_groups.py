@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from rollout_telemetry import Disposition, RolloutTelemetry
-from rollout_telemetry.cli import main
-from rollout_telemetry.follow import RunFiles, RunFollower
-from rollout_telemetry.groups import GROUP_STATES, group_state
-from rollout_telemetry.outcome import absent, classify
+from rollout_telemetry._cli.main import main
+from rollout_telemetry._contract.outcome import absent, classify
+from rollout_telemetry._sources.follow import RunFiles, RunFollower
+from rollout_telemetry._store.groups import GROUP_STATES, group_state
 from tests.support import exposition, sample_names, samples, value
 
 FIXTURES = Path(__file__).parent / "fixtures"

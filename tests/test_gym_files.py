@@ -21,10 +21,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rollout_telemetry import Disposition, RolloutTelemetry
-from rollout_telemetry.cli import main
-from rollout_telemetry.coverage import Coverage
-from rollout_telemetry.follow import RunFiles, RunFollower
-from rollout_telemetry.report import build_report
+from rollout_telemetry._cli.main import main
+from rollout_telemetry._sources.follow import RunFiles, RunFollower
+from rollout_telemetry._store.coverage import Coverage
+from rollout_telemetry._views.report import build_report
 
 GYM = Path(__file__).parent / "fixtures" / "gym"
 FILES = ("run_materialized_inputs.jsonl", "run.jsonl", "run_failures.jsonl")

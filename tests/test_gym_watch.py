@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from rollout_telemetry.cli import main
-from rollout_telemetry.gym_watch import GymCommand, GymCommandError, describe_status, exit_status
+from rollout_telemetry._cli.main import main
+from rollout_telemetry._sources.gym import GymCommand, describe_status, exit_status
+from rollout_telemetry.errors import ConfigError
 
 PYTHON = sys.executable
 
@@ -49,7 +50,7 @@ def test_the_output_and_resume_are_read_as_gym_reads_them(argv: list[str], outpu
 )
 def test_a_command_that_cannot_be_watched_is_refused(argv: list[str], message: str) -> None:
     """No command, no output file, or a program that is not there: one clear error."""
-    with pytest.raises(GymCommandError, match=message):
+    with pytest.raises(ConfigError, match=message):
         GymCommand.parse(argv)
 
 

@@ -20,10 +20,10 @@ import pytest
 from prometheus_client import generate_latest
 
 from rollout_telemetry import Disposition, RolloutTelemetry
-from rollout_telemetry.cli import main
-from rollout_telemetry.coverage import Coverage
-from rollout_telemetry.follow import RunFiles, RunFollower
-from rollout_telemetry.outcome import MAX_TOKENS, classify
+from rollout_telemetry._cli.main import main
+from rollout_telemetry._contract.outcome import MAX_TOKENS, classify
+from rollout_telemetry._sources.follow import RunFiles, RunFollower
+from rollout_telemetry._store.coverage import Coverage
 
 ROW = {"reward": 1.0, "agent_ref": {"name": "a"}}
 

@@ -8,7 +8,7 @@ import logging
 import pytest
 
 from rollout_telemetry import AgentSnapshot, Disposition, RolloutTelemetry
-from rollout_telemetry.lifecycle import NO_OUTCOME
+from rollout_telemetry._recording.lifecycle import NO_OUTCOME
 from tests.support import FakeClock, exposition, sample_names, value
 
 

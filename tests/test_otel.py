@@ -18,8 +18,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 
 from rollout_telemetry import RolloutTelemetry
+from rollout_telemetry._store.snapshot import AccountSnapshot
 from rollout_telemetry.exporters.otel import instrument_meter
-from rollout_telemetry.snapshot import AccountSnapshot
 from tests.support import FakeClock
 
 

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from rollout_telemetry import RolloutTelemetry
-from rollout_telemetry.cli import main
+from rollout_telemetry._cli.main import main
 from rollout_telemetry.exporters.otel import instrument_meter, otlp_providers
 from tests.otlp_receiver import OTLPReceiver
 from tests.support import free_port, wait_until

@@ -10,15 +10,15 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, ValidationError
 
-from rollout_telemetry.outcome import (
+from rollout_telemetry._contract.outcome import (
     Disposition,
-    OutcomeError,
     VerifyResponse,
     absent,
     check_outcome,
     label_value,
     outcome_of,
 )
+from rollout_telemetry.errors import OutcomeError
 
 
 class GymLikeVerifyResponse(BaseModel):

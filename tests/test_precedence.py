@@ -7,8 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rollout_telemetry import Disposition, RolloutTelemetry
-from rollout_telemetry.coverage import Coverage
-from rollout_telemetry.outcome import Classified, absent, classify
+from rollout_telemetry._contract.outcome import Classified, absent, classify
+from rollout_telemetry._store.coverage import Coverage
 
 REACHED = (Disposition.MEASURED, Disposition.MASKED, Disposition.UNSCORED)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from rollout_telemetry import RolloutTelemetry
-from rollout_telemetry.series import ALWAYS_PRESENT
+from rollout_telemetry._views.series import ALWAYS_PRESENT
 from tests.support import FakeClock, exposition, promtool_check_metrics, sample_names, samples, value
 
 HEALTHY = {
@@ -129,7 +129,7 @@ def test_collectors_describe_their_families_so_a_second_registration_fails(
     """describe() names every family: registering the same kind of collector twice raises."""
     from prometheus_client import CollectorRegistry
 
-    from rollout_telemetry.coverage import Coverage
+    from rollout_telemetry._store.coverage import Coverage
     from rollout_telemetry.exporters.prometheus import AccountCollector, CoverageCollector, SpanStatsCollector
 
     with pytest.raises(ValueError, match="Duplicated timeseries"):

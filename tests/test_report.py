@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from rollout_telemetry.cli import main
+from rollout_telemetry._cli.main import main
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -79,9 +79,9 @@ def test_a_long_agent_name_is_one_row_and_one_label(
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
     from rollout_telemetry import RolloutTelemetry
-    from rollout_telemetry.coverage import Coverage
+    from rollout_telemetry._sources.follow import RunFiles, RunFollower
+    from rollout_telemetry._store.coverage import Coverage
     from rollout_telemetry.exporters.prometheus import CoverageCollector
-    from rollout_telemetry.follow import RunFiles, RunFollower
     from tests.support import exposition, samples
 
     agent = "agent_" + "x" * 194

@@ -15,7 +15,7 @@ import yaml
 from dashboards import generate, promql, rulefile, rules
 from dashboards.rulefile import Group, Record
 
-from rollout_telemetry import series as catalogue
+from rollout_telemetry._views import series as catalogue
 from tests.support import require_tool
 
 ROOT = Path(__file__).parent.parent

@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 import trustme
 
-from rollout_telemetry import BasicAuth, RolloutTelemetry, ServeError, TLSConfig, hash_password
-from rollout_telemetry.auth import FAILURE_BURST
-from rollout_telemetry.cli import main
-from rollout_telemetry.server import HEAD_TIMEOUT, IDLE_TIMEOUT, MetricsServer
+from rollout_telemetry import BasicAuth, ConfigError, RolloutTelemetry, TLSConfig, hash_password
+from rollout_telemetry._cli.main import main
+from rollout_telemetry._serve.auth import FAILURE_BURST
+from rollout_telemetry._serve.server import HEAD_TIMEOUT, IDLE_TIMEOUT, MetricsServer
 from tests.support import raw_request, samples
 
 PASSWORD = "correct horse battery staple"
@@ -134,9 +134,9 @@ def test_password_hash_from_a_file_or_the_environment(
     assert from_env.check(header)
     assert not from_env.check(_basic("p", "nope")["Authorization"])
     monkeypatch.delenv("METRICS_PASSWORD_HASH")
-    with pytest.raises(ServeError, match="METRICS_PASSWORD_HASH"):
+    with pytest.raises(ConfigError, match="METRICS_PASSWORD_HASH"):
         BasicAuth.from_env("p", "METRICS_PASSWORD_HASH")
-    with pytest.raises(ServeError, match="hash-password"):
+    with pytest.raises(ConfigError, match="hash-password"):
         BasicAuth("p", "plaintext")
 
 

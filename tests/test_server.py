@@ -15,7 +15,7 @@ import pytest
 from prometheus_client import Counter, Metric
 
 from rollout_telemetry import RolloutTelemetry, ServeError
-from rollout_telemetry._http import Busy, Workers
+from rollout_telemetry._serve.http import Busy, Workers
 from tests.support import raw_request, sample_names, samples
 
 

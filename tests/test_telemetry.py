@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from rollout_telemetry import Disposition, OutcomeError, RolloutTelemetry, VerifyResponse
-from rollout_telemetry.account import Account
+from rollout_telemetry._store.account import Account
 from tests.support import FakeClock, exposition, value
 
 BAD_INPUTS: list[tuple[str, Any, Any, str]] = [

@@ -7,9 +7,8 @@ import io
 import pytest
 from rich.console import Console
 
-from rollout_telemetry.cli import main
-from rollout_telemetry.top import age, render, sparkline
-from rollout_telemetry.top_model import (
+from rollout_telemetry._cli.main import main
+from rollout_telemetry._cli.top_model import (
     AgentRow,
     AgentTotals,
     InFlightRollout,
@@ -17,6 +16,7 @@ from rollout_telemetry.top_model import (
     TopView,
     TrendPoint,
 )
+from rollout_telemetry._cli.top_screen import age, render, sparkline
 
 NOW = 10_000.0
 

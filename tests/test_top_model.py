@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rollout_telemetry.top_model import (
+from rollout_telemetry._cli.top_model import (
     AgentTotals,
     InFlightRollout,
     Reading,
@@ -58,7 +58,7 @@ def test_rollouts_per_minute_are_finished_ones_as_in_gyms_key() -> None:
 
 def test_top_names_series_through_the_catalogue() -> None:
     """A series name the catalogue does not publish is refused where it is named (top reads through this)."""
-    from rollout_telemetry.series import published
+    from rollout_telemetry._views.series import published
 
     assert published("rollout_completed_total") == "rollout_completed_total"
     with pytest.raises(ValueError, match="not in the catalogue"):

@@ -12,12 +12,8 @@ import pytest
 import trustme
 
 from rollout_telemetry import failure_kinds
-from rollout_telemetry.coverage import Coverage
-from rollout_telemetry.follow import RunFiles, RunFollower
-from rollout_telemetry.server import BasicAuth, TLSConfig, hash_password
-from rollout_telemetry.telemetry import RolloutTelemetry
-from rollout_telemetry.top_model import AgentTotals, Reading
-from rollout_telemetry.top_sources import (
+from rollout_telemetry._cli.top_model import AgentTotals, Reading
+from rollout_telemetry._cli.top_sources import (
     ClientSecurity,
     ExporterSource,
     FollowSource,
@@ -26,6 +22,10 @@ from rollout_telemetry.top_sources import (
     parse_metrics,
     parse_rollouts,
 )
+from rollout_telemetry._recording.telemetry import RolloutTelemetry
+from rollout_telemetry._serve.server import BasicAuth, TLSConfig, hash_password
+from rollout_telemetry._sources.follow import RunFiles, RunFollower
+from rollout_telemetry._store.coverage import Coverage
 from tests.support import FakeClock, exposition, free_port
 
 FIXTURES = Path(__file__).parent / "fixtures"

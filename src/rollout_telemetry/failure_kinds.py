@@ -18,7 +18,7 @@ import logging
 import re
 from typing import Final
 
-from rollout_telemetry import _fork
+from rollout_telemetry._store import fork as _fork
 
 __all__ = [
     "ADMISSION",

@@ -39,23 +39,22 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess witho
     msg = "rollout_telemetry.ray needs Ray: pip install 'rollout-telemetry[ray]'"
     raise ImportError(msg) from exc
 
-from rollout_telemetry.discovery import (
+from rollout_telemetry._serve.discovery import (
     DEFAULT_LEASE_SECONDS,
     MAX_TARGETS,
     DiscoveryServer,
     FileSD,
     NodeAddresses,
-    RefusalReason,
     Target,
     TargetGroup,
-    TargetRefused,
     TargetRegistry,
     listening,
 )
+from rollout_telemetry.errors import RefusalReason, TargetRefused
 
 if TYPE_CHECKING:
     from rollout_telemetry import BasicAuth, MetricsServer, TLSConfig
-    from rollout_telemetry.telemetry import RolloutTelemetry
+    from rollout_telemetry._recording.telemetry import RolloutTelemetry
 
 __all__ = [
     "REGISTRY_NAME",
@@ -232,7 +231,7 @@ def start_registry(
         max_targets: targets the registry holds at most.
 
     Raises:
-        ServeError: a TLS file cannot be loaded.
+        ConfigError: a TLS file cannot be loaded.
     """
     if tls is not None:
         tls.context()  # a wrong file is named here, not in the actor's log

@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import ray
 
 from rollout_telemetry import RolloutTelemetry
-from rollout_telemetry.discovery import TargetRefused
+from rollout_telemetry.errors import TargetRefused
 from rollout_telemetry.ray import serve_on_ray, start_registry
 from tests.e2e import fleet_member
 

@@ -25,7 +25,7 @@ import trustme
 from prometheus_client.core import GaugeMetricFamily
 
 from rollout_telemetry import BasicAuth, RolloutTelemetry, TLSConfig, hash_password
-from rollout_telemetry.server import MAX_CONNECTIONS, MetricsServer
+from rollout_telemetry._serve.server import MAX_CONNECTIONS, MetricsServer
 from tests.support import stop_process, wait_until
 
 pytestmark = pytest.mark.e2e

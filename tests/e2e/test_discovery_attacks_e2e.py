@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 
 from rollout_telemetry import BasicAuth, hash_password
-from rollout_telemetry.discovery import MAX_TARGETS, DiscoveryServer, Target, TargetRegistry
-from rollout_telemetry.server import MAX_CONNECTIONS
+from rollout_telemetry._serve.discovery import MAX_TARGETS, DiscoveryServer, Target, TargetRegistry
+from rollout_telemetry._serve.server import MAX_CONNECTIONS
 from tests.support import stop_process, wait_until
 
 pytestmark = pytest.mark.e2e

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from rollout_telemetry import Disposition, RolloutTelemetry
-from rollout_telemetry.series import FAMILIES
+from rollout_telemetry._views.series import FAMILIES
 from tests.e2e import fleet_member
 from tests.e2e.prometheus import Prometheus
 from tests.support import free_port, free_port_range, require_tool, samples, stop_process, wait_until

@@ -36,7 +36,8 @@ from ray.cluster_utils import Cluster
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from rollout_telemetry import BasicAuth, TLSConfig, hash_password
-from rollout_telemetry.discovery import DEFAULT_LEASE_SECONDS, TargetRefused
+from rollout_telemetry._serve.discovery import DEFAULT_LEASE_SECONDS
+from rollout_telemetry.errors import TargetRefused
 from rollout_telemetry.ray import (
     REGISTRY_NAME,
     refusals,
@@ -342,7 +343,7 @@ def test_ray_targets_prints_the_target_groups(cluster: RayCluster) -> None:
         assert refused.returncode == 2
         assert refused.stderr.splitlines() == [
             "rollout-telemetry ray-targets: the target registry did not start: "
-            f"rollout_telemetry.auth.ServeError: cannot serve service discovery on {node}:{port}: "
+            f"rollout_telemetry.errors.ServeError: cannot serve service discovery on {node}:{port}: "
             f"port {port} is already in use"
         ]
     finally:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from rollout_telemetry.demo import SCENARIOS
+from rollout_telemetry._cli.simulation import SCENARIOS
 from tests.e2e.processes import Exporter
 from tests.e2e.prometheus import RULES, Prometheus
 

@@ -22,16 +22,22 @@ from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
 from prometheus_client.registry import Collector
 
+from rollout_telemetry._store.groups import GroupsSnapshot
+from rollout_telemetry._store.snapshot import AccountSnapshot, AgentSnapshot
+from rollout_telemetry._views.series import (
+    DURATION_HISTOGRAM,
+    FAMILIES,
+    GROUP_FAMILIES,
+    Family,
+    duration_buckets,
+)
 from rollout_telemetry.exporters.prometheus import SpanStatsCollector
-from rollout_telemetry.groups import GroupsSnapshot
-from rollout_telemetry.series import DURATION_HISTOGRAM, FAMILIES, GROUP_FAMILIES, Family, duration_buckets
-from rollout_telemetry.snapshot import AccountSnapshot, AgentSnapshot
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.metrics import MeterProvider as SDKMeterProvider
     from opentelemetry.sdk.trace import TracerProvider as SDKTracerProvider
 
-    from rollout_telemetry.telemetry import RolloutTelemetry
+    from rollout_telemetry._recording.telemetry import RolloutTelemetry
 
 __all__ = ["OTLPExport", "SpanExportStats", "instrument_meter", "otlp_providers"]
 

@@ -16,10 +16,11 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 from prometheus_client.samples import Exemplar
 
-from rollout_telemetry.coverage import Coverage, CoverageSnapshot
-from rollout_telemetry.groups import GroupsSnapshot
-from rollout_telemetry.outcome import Disposition
-from rollout_telemetry.series import (
+from rollout_telemetry._contract.outcome import Disposition
+from rollout_telemetry._store.coverage import Coverage, CoverageSnapshot
+from rollout_telemetry._store.groups import GroupsSnapshot
+from rollout_telemetry._store.snapshot import AccountSnapshot
+from rollout_telemetry._views.series import (
     COVERAGE_FAMILIES,
     DURATION_HISTOGRAM,
     FAMILIES,
@@ -28,7 +29,6 @@ from rollout_telemetry.series import (
     Family,
     duration_buckets,
 )
-from rollout_telemetry.snapshot import AccountSnapshot
 
 __all__ = ["AccountCollector", "CoverageCollector", "GroupsCollector", "SpanStatsCollector"]
 

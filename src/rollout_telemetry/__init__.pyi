@@ -1,0 +1,45 @@
+"""rollout-telemetry: live progress telemetry for RL rollout collection.
+
+The public API, written once: ``__init__.py`` loads each name from here on first use (``lazy_loader``), so
+``import rollout_telemetry.failure_kinds`` (the vocabulary, for data tooling) pulls in nothing heavy.
+"""
+
+from ._contract.outcome import Disposition, Outcome, VerifyResponse, outcome_of
+from ._recording.lifecycle import RolloutContext
+from ._recording.telemetry import RolloutTelemetry
+from ._serve.auth import BasicAuth, hash_password
+from ._serve.server import MetricsServer, TLSConfig
+from ._store.snapshot import AccountSnapshot, AgentSnapshot
+from .errors import (
+    ConfigError,
+    OutcomeError,
+    PushError,
+    Rejection,
+    RolloutTelemetryError,
+    RolloutUsageError,
+    ServeError,
+    TargetRefused,
+)
+
+__all__ = [
+    "AccountSnapshot",
+    "AgentSnapshot",
+    "BasicAuth",
+    "ConfigError",
+    "Disposition",
+    "MetricsServer",
+    "Outcome",
+    "OutcomeError",
+    "PushError",
+    "Rejection",
+    "RolloutContext",
+    "RolloutTelemetry",
+    "RolloutTelemetryError",
+    "RolloutUsageError",
+    "ServeError",
+    "TLSConfig",
+    "TargetRefused",
+    "VerifyResponse",
+    "hash_password",
+    "outcome_of",
+]

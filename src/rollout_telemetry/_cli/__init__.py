@@ -1,0 +1,1 @@
+"""The rollout-telemetry command line: one module per command."""

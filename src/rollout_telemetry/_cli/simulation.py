@@ -1,0 +1,228 @@
+"""A simulated rollout collection: several agents, some masked, failed and omitted rollouts, real time.
+
+It drives the lifecycle API exactly as a collector would, so the exporter it feeds shows everything a real
+run shows: counts by failure kind, rewards (negative ones too), durations and in-flight work, token usage
+and truncated answers (each rollout completes with a Responses API ``response``), and groups: each task is
+``group_size`` rollouts, and a share of tasks is easy (every member scores 1: a uniform group).
+
+A ``scenario`` makes the reward fall after ``drop_after`` seconds for one cause, so each reward-drop alert
+can be seen firing:
+
+- ``healthy``: nothing changes;
+- ``infrastructure``: 20 more points of rollouts fail, and 40% of the unmasked ones score 0 (an environment
+  that errors without masking);
+- ``truncation``: half of the answers hit max_output_tokens and score 0;
+- ``policy``: every reward is multiplied by 0.4, nothing else changes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from rollout_telemetry import failure_kinds
+from rollout_telemetry._recording.telemetry import RolloutTelemetry
+from rollout_telemetry.errors import ConfigError
+
+__all__ = ["SCENARIOS", "DemoConfig", "Scenario", "run_demo", "summary_lines"]
+
+Scenario = Literal["healthy", "infrastructure", "truncation", "policy"]
+SCENARIOS: tuple[Scenario, ...] = ("healthy", "infrastructure", "truncation", "policy")
+
+_MASK_KINDS = (failure_kinds.JUDGE_FAILED, failure_kinds.JUDGE_UNPARSEABLE, failure_kinds.VERIFIER_ERROR)
+_FAIL_KINDS = (
+    failure_kinds.SESSION_LOST,
+    failure_kinds.TRANSPORT_TIMEOUT,
+    failure_kinds.PROVIDER_OOM_KILLED,
+    failure_kinds.ENVIRONMENT_SERVER_FAILED,
+)
+_OMIT_KINDS = (failure_kinds.CANCELLED, failure_kinds.COHORT_INCOMPLETE)
+
+
+@dataclass(frozen=True, slots=True)
+class DemoConfig:
+    """What the simulated run looks like."""
+
+    agents: Sequence[str] = ("math_agent", "code_agent", "browser_agent")
+    rate: float = 20.0
+    """Rollouts started per second, over all agents."""
+    duration: float = 0.0
+    """Seconds to run; 0 runs until interrupted."""
+    masked: float = 0.1
+    failed: float = 0.05
+    omitted: float = 0.02
+    seed: int | None = None
+    negative_rewards: bool = True
+    max_rollout_seconds: float = 2.0
+    concurrency: int = 256
+    stalled: float = 0.01
+    """Share of rollouts that hang at verification for longer than ``stall_after``."""
+    stall_after: float = 5.0
+    group_size: int = 4
+    """Rollouts per task (a GRPO group)."""
+    uniform: float = 0.1
+    """Share of easy tasks: every member scores 1.0, a uniform group."""
+    truncated: float = 0.03
+    """Share of completed rollouts whose answer hits ``max_output_tokens`` and scores 0."""
+    max_output_tokens: int = 2048
+    scenario: Scenario | None = None
+    """A reward-drop cause switched on after ``drop_after`` seconds; ``None`` (or healthy) changes nothing."""
+    drop_after: float = 30.0
+
+    def __post_init__(self) -> None:
+        for name in ("masked", "failed", "omitted", "stalled", "uniform", "truncated"):
+            share = getattr(self, name)
+            if not 0.0 <= share <= 1.0:
+                msg = f"--{name} must be a share between 0 and 1, got {share}"
+                raise ConfigError(msg)
+        if self.masked + self.failed + self.omitted > 1.0:
+            msg = "--masked + --failed + --omitted must not exceed 1"
+            raise ConfigError(msg)
+        if self.stall_after <= 0:
+            msg = f"--stall-after must be a positive number of seconds, got {self.stall_after}"
+            raise ConfigError(msg)
+        if self.rate <= 0 or not self.agents:
+            msg = "--rate must be positive and at least one agent given"
+            raise ConfigError(msg)
+        if self.group_size < 1:
+            msg = f"--group-size must be at least 1, got {self.group_size}"
+            raise ConfigError(msg)
+
+
+@dataclass(frozen=True, slots=True)
+class _Phase:
+    """The shares and scoring of one phase of the run: before the scenario's cause, or after."""
+
+    failed: float
+    truncated: float
+    zeroed: float  # share of unmasked rollouts that score 0 anyway (infrastructure leaking into scores)
+    scale: float  # every reward multiplied by this (the policy getting worse)
+
+
+def _phases(config: DemoConfig) -> tuple[_Phase, _Phase]:
+    before = _Phase(config.failed, config.truncated, 0.0, 1.0)
+    after = {
+        "infrastructure": _Phase(
+            min(config.failed + 0.2, 1.0 - config.masked - config.omitted), config.truncated, 0.4, 1.0
+        ),
+        "truncation": _Phase(config.failed, 0.5, 0.0, 1.0),
+        "policy": _Phase(config.failed, config.truncated, 0.0, 0.4),
+    }.get(config.scenario or "healthy", before)
+    return before, after
+
+
+def _response(rng: random.Random, config: DemoConfig, truncated: bool) -> dict[str, Any]:
+    """A Responses API object as NeMo Gym's verify responses carry it: status, usage, incomplete_details."""
+    output = config.max_output_tokens if truncated else rng.randint(100, config.max_output_tokens // 2)
+    prompt = rng.randint(300, 1500)
+    return {
+        "status": "incomplete" if truncated else "completed",
+        "incomplete_details": {"reason": "max_output_tokens"} if truncated else None,
+        "usage": {
+            "input_tokens": prompt,
+            "input_tokens_details": {"cached_tokens": rng.randint(0, prompt // 2)},
+            "output_tokens": output,
+            "output_tokens_details": {"reasoning_tokens": int(output * rng.uniform(0.1, 0.5))},
+            "total_tokens": prompt + output,
+        },
+    }
+
+
+async def _one_rollout(
+    telemetry: RolloutTelemetry,
+    config: DemoConfig,
+    rng: random.Random,
+    member: tuple[str, int, int, bool],
+    phase: _Phase,
+) -> None:
+    agent, task, index, easy = member
+    draw = rng.random()
+    seconds = rng.uniform(0.01, config.max_rollout_seconds)
+    low = -0.2 if config.negative_rewards else 0.0
+    reward = round(rng.uniform(low, 1.0) * phase.scale, 3)
+    truncated = rng.random() < phase.truncated
+    if easy:
+        reward = 1.0
+    if truncated or rng.random() < phase.zeroed:
+        reward = 0.0
+    stalls = rng.random() < config.stalled
+    async with telemetry.rollout(agent, task_index=task, rollout_index=index, attempt=0) as rollout:
+        await asyncio.sleep(0.7 * seconds)  # the agent's turn (a new rollout is at stage "agent")
+        rollout.stage("verification")
+        # A hung judge: in flight past stall_after, so the stall series, /rollouts and the alert show it.
+        await asyncio.sleep(config.stall_after + 2.0 if stalls else 0.3 * seconds)
+        if draw < phase.failed:
+            rollout.fail(rng.choice(_FAIL_KINDS), reason=f"simulated failure after {seconds:.2f}s")
+        elif draw < phase.failed + config.omitted:
+            rollout.omit(rng.choice(_OMIT_KINDS), reason="simulated omission")
+        elif draw < phase.failed + config.omitted + config.masked:
+            kind = rng.choice(_MASK_KINDS)
+            rollout.complete({"reward": 0.0, "mask_sample": True, "failure_kind": kind})
+        else:
+            rollout.complete({"reward": reward, "response": _response(rng, config, truncated)})
+
+
+async def run_demo(
+    telemetry: RolloutTelemetry,
+    config: DemoConfig,
+    *,
+    on_tick: Callable[[], None] | None = None,
+    tick_seconds: float = 5.0,
+) -> int:
+    """Run the simulated collection; return how many rollouts were started."""
+    rng = random.Random(config.seed)
+    telemetry.declare(*config.agents)  # counters exist from 0, so increase() sees every rollout
+    telemetry.declare_groups(*config.agents, group_size=config.group_size)
+    before, after = _phases(config)
+    easy = False
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    next_tick = start + tick_seconds
+    interval = 1.0 / config.rate
+    limit = asyncio.Semaphore(config.concurrency)
+    tasks: set[asyncio.Task[None]] = set()
+    started = 0
+
+    async def guarded(member: tuple[str, int, int, bool], phase: _Phase) -> None:
+        async with limit:
+            await _one_rollout(telemetry, config, rng, member, phase)
+
+    while config.duration <= 0 or loop.time() - start < config.duration:
+        # A group's members start one after another: agent and task by block, rollout index within it.
+        block, index = divmod(started, config.group_size)
+        if index == 0:
+            easy = rng.random() < config.uniform
+        member = (config.agents[block % len(config.agents)], block // len(config.agents), index, easy)
+        phase = before if loop.time() - start < config.drop_after else after
+        task = asyncio.create_task(guarded(member, phase))
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+        started += 1
+        if on_tick is not None and loop.time() >= next_tick:
+            on_tick()
+            next_tick += tick_seconds
+        # Pace against the schedule, not the last sleep, so the rate holds on a busy machine.
+        await asyncio.sleep(max(start + started * interval - loop.time(), 0.0))
+    if tasks:
+        await asyncio.gather(*tasks)
+    return started
+
+
+def summary_lines(telemetry: RolloutTelemetry) -> list[str]:
+    """One line per agent: completed, mean and unmasked reward, masked share, failed, omitted, in flight."""
+    lines = []
+    for agent in telemetry.snapshot().agents:
+        mean = agent.mean_reward
+        unmasked = agent.mean_reward_unmasked
+        ratio = agent.masked_ratio
+        lines.append(
+            f"{agent.agent:<16} completed={agent.completed:<6} "
+            f"reward={'-' if mean is None else f'{mean:+.3f}'} "
+            f"unmasked={'-' if unmasked is None else f'{unmasked:+.3f}'} "
+            f"masked={0.0 if ratio is None else 100 * ratio:.1f}% "
+            f"failed={agent.failed} omitted={agent.omitted} in_flight={agent.in_flight}"
+        )
+    return lines

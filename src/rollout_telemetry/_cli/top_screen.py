@@ -1,0 +1,355 @@
+"""``rollout-telemetry top``: a live terminal view of exporters, or of a run's files.
+
+Built on rich (already a dependency, for ``report``): :class:`rich.live.Live` redraws the screen, and keys are
+read with termios and select. Textual was the other candidate; it would add a framework with its own app loop,
+CSS and widgets for a read-only screen that needs one key. Here the screen is a pure function,
+:func:`render`, of a :class:`~rollout_telemetry.top_model.TopView` and the terminal's size, so it is tested
+without a terminal; everything it shows is also spelled out in text (``DOWN``, ``!``, ``stalled``), so it
+reads the same without colour (rich honours ``NO_COLOR``) and fits 80 columns by 24 lines.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.text import Text
+
+from rollout_telemetry._cli.top_model import (
+    HISTORY_SECONDS,
+    AgentRow,
+    InFlightRollout,
+    SourceView,
+    TopView,
+    top_kind,
+    windowed_means,
+)
+from rollout_telemetry._cli.top_sources import Poller
+
+__all__ = ["render", "run_top"]
+
+_SPARK_UNICODE = "▁▂▃▄▅▆▇█"
+_SPARK_ASCII = "_.-~=+*#"
+_SPARK_MIN_SPAN = 0.1
+# Columns of the agent table: name, minimum width, how far each round of spare width may grow it.
+_FIXED = {"r/min": 5, "mean": 5, "unmsk": 5, "mask%": 5, "infl": 4, "oldest": 6}
+_GROWING = {"agent": 11, "failed": 9, "omitted": 9, "trend": 7}
+_ROUNDS = (
+    {"agent": 14, "failed": 12, "omitted": 12, "trend": 30},
+    {"failed": 24, "omitted": 24, "agent": 24, "trend": 60},
+)
+_ORDER = ("agent", "r/min", "mean", "unmsk", "mask%", "failed", "omitted", "infl", "oldest", "trend")
+_RIGHT = {"r/min", "mean", "unmsk", "mask%", "infl", "oldest"}
+# The in-flight list: heading, width, right-aligned; then the trace id (or the source) in what is left.
+_IN_FLIGHT = (
+    ("agent", 16, False),
+    ("task", 6, True),
+    ("roll", 4, True),
+    ("att", 3, True),
+    ("stage", 14, False),
+    ("age", 7, True),
+    ("", 7, False),
+)
+
+
+def _widths(width: int) -> dict[str, int]:
+    widths = {**_FIXED, **_GROWING}
+    spare = width - 1 - sum(widths.values()) - (len(widths) - 1)  # the last column is left free
+    for caps in _ROUNDS:
+        for column, cap in caps.items():
+            grow = max(0, min(spare, cap - widths[column]))
+            widths[column] += grow
+            spare -= grow
+    return widths
+
+
+def _fit(text: str, width: int, *, right: bool = False, ellipsis: str = "~") -> str:
+    if len(text) > width:
+        text = text[: max(width - 1, 0)] + ellipsis if width > 1 else text[:width]
+    return text.rjust(width) if right else text.ljust(width)
+
+
+def _count(value: float) -> str:
+    if value < 10_000:
+        return f"{value:.0f}"
+    if value < 10_000_000:
+        return f"{value / 1000:.0f}k"
+    return f"{value / 1_000_000:.0f}M"
+
+
+def _rate(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.1f}" if value < 100 else _count(value)
+
+
+def _reward(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:+.2f}" if abs(value) < 10 else f"{value:+.0f}"
+
+
+def _share(value: float | None) -> str:
+    if value is None:
+        return "-"
+    percent = 100 * value
+    return f"{percent:.0f}%" if percent >= 99.95 else f"{percent:.1f}%"
+
+
+def age(seconds: float) -> str:
+    """A short age: ``42s``, ``3m05``, ``2h10``, ``3d``."""
+    whole = int(seconds)
+    if whole < 60:
+        return f"{seconds:.0f}s" if seconds >= 10 else f"{seconds:.1f}s"
+    if whole < 3600:
+        return f"{whole // 60}m{whole % 60:02d}"
+    if whole < 86400:
+        return f"{whole // 3600}h{whole // 60 % 60:02d}"
+    return f"{whole // 86400}d"
+
+
+def _failures(by_kind: dict[str, float], width: int, ellipsis: str) -> str:
+    total = sum(by_kind.values())
+    kind = top_kind(by_kind)
+    if kind is None:
+        return _count(total)
+    return _fit(f"{_count(total)} {kind}", width, ellipsis=ellipsis).rstrip()
+
+
+def sparkline(values: Sequence[float | None], *, unicode: bool = True) -> str:
+    """One character per value, scaled from the lowest value to the highest; blank for none.
+
+    The scale spans at least :data:`_SPARK_MIN_SPAN`, so a steady reward draws a level line, not noise.
+    """
+    ramp = _SPARK_UNICODE if unicode else _SPARK_ASCII
+    known = [v for v in values if v is not None]
+    if not known:
+        return " " * len(values)
+    low, high = min(known), max(known)
+    if high - low < _SPARK_MIN_SPAN:
+        middle = (high + low) / 2
+        low, high = middle - _SPARK_MIN_SPAN / 2, middle + _SPARK_MIN_SPAN / 2
+    step = (high - low) / len(ramp)
+    chars = []
+    for value in values:
+        if value is None:
+            chars.append(" ")
+        else:
+            chars.append(ramp[min(int((value - low) / step), len(ramp) - 1)])
+    return "".join(chars)
+
+
+def _agent_line(row: AgentRow, widths: dict[str, int], now: float, unicode: bool) -> Text:
+    totals = row.totals
+    ellipsis = "…" if unicode else "~"
+    stalled = (totals.stalled or 0) > 0
+    oldest = "-" if totals.oldest_age is None else age(totals.oldest_age) + ("!" if stalled else "")
+    trend = windowed_means(row.trend, now=now, span=HISTORY_SECONDS, buckets=widths["trend"])
+    cells = {
+        "agent": totals.agent,
+        "r/min": _rate(row.per_minute),
+        "mean": _reward(totals.mean_reward),
+        "unmsk": _reward(totals.unmasked_reward),
+        "mask%": _share(totals.masked_ratio),
+        "failed": _failures(dict(totals.failed), widths["failed"], ellipsis),
+        "omitted": _failures(dict(totals.omitted), widths["omitted"], ellipsis),
+        "infl": "-" if totals.in_flight is None else _count(totals.in_flight),
+        "oldest": oldest,
+        "trend": sparkline(trend, unicode=unicode),
+    }
+    line = Text(no_wrap=True, overflow="crop")
+    for index, column in enumerate(_ORDER):
+        if index:
+            line.append(" ")
+        text = _fit(cells[column], widths[column], right=column in _RIGHT, ellipsis=ellipsis)
+        style = ""
+        if column == "oldest" and stalled:
+            style = "bold red"
+        elif column in ("failed", "omitted") and cells[column] != "0":
+            style = "yellow"
+        elif column == "trend":
+            style = "cyan"
+        line.append(text, style=style)
+    return line
+
+
+def _header(widths: dict[str, int]) -> Text:
+    cells = [_fit(c, widths[c], right=c in _RIGHT) for c in _ORDER]
+    return Text(" ".join(cells), style="bold", no_wrap=True, overflow="crop")
+
+
+def _source_line(source: SourceView) -> Text:
+    line = Text(no_wrap=True, overflow="crop")
+    if source.waiting:
+        line.append(source.label, style="bold")
+        line.append("  connecting…", style="dim")
+        return line
+    if not source.up:
+        line.append(source.label, style="bold")
+        line.append("  DOWN", style="bold red")
+        line.append(f"  {source.error}")
+        if source.down_for is not None:
+            line.append(f"  (last read {age(source.down_for)} ago)", style="dim")
+        return line
+    line.append(source.label, style="bold")
+    line.append("  up", style="green")
+    in_flight = [a.totals.in_flight for a in source.agents if a.totals.in_flight is not None]
+    stalled = sum(a.totals.stalled or 0 for a in source.agents)
+    line.append(f"  {len(source.agents)} agent{'' if len(source.agents) == 1 else 's'}")
+    if in_flight:
+        line.append(f"  {_count(sum(in_flight))} in flight")
+    if stalled:
+        bound = "" if source.stall_after_seconds is None else f" (over {age(source.stall_after_seconds)})"
+        line.append(f"  {_count(stalled)} stalled{bound}", style="bold red")
+    return line
+
+
+def _in_flight_line(rollout: InFlightRollout, width: int, with_source: bool, unicode: bool) -> Text:
+    def number(value: int | None) -> str:
+        return "-" if value is None else str(value)
+
+    ellipsis = "…" if unicode else "~"
+    values = (
+        rollout.agent,
+        number(rollout.task_index),
+        number(rollout.rollout_index),
+        number(rollout.attempt),
+        rollout.stage,
+        age(rollout.age_seconds) + ("!" if rollout.stalled else " "),
+        "stalled" if rollout.stalled else "",
+    )
+    cells = [
+        _fit(value, size, right=right, ellipsis=ellipsis)
+        for value, (_, size, right) in zip(values, _IN_FLIGHT, strict=True)
+    ]
+    tail = rollout.source if with_source else (rollout.trace_id or "")
+    line = Text(" ".join(cells), no_wrap=True, overflow="crop", style="bold red" if rollout.stalled else "")
+    line.append(" " + _fit(tail, max(width - 1 - line.cell_len - 1, 0), ellipsis=ellipsis), style="dim")
+    return line
+
+
+def render(view: TopView, *, width: int = 80, height: int = 24, unicode: bool = True) -> Group:
+    """The screen for ``view`` in a terminal of ``width`` x ``height``: a pure function, for tests.
+
+    From the top: a title, the column header, each source (its state line, then one line per agent),
+    and in the lines left, the oldest rollouts in flight over every source that lists them.
+    """
+    widths = _widths(width)
+    plural = "s" if len(view.sources) != 1 else ""
+    title = Text(no_wrap=True, overflow="crop")
+    title.append("rollout-telemetry top", style="bold")
+    title.append(
+        f"  {len(view.sources)} source{plural}, every {view.interval:g}s, "
+        f"trend over {HISTORY_SECONDS / 60:.0f}m, q quits",
+        style="dim",
+    )
+    lines: list[Text] = [title, _header(widths)]
+    for source in view.sources:
+        lines.append(_source_line(source))
+        lines.extend(_agent_line(row, widths, view.now, unicode) for row in source.agents)
+    if len(lines) > height:
+        hidden = len(lines) - height + 1
+        lines = [*lines[: height - 1], Text(f"… {hidden} more lines: a taller terminal shows them")]
+    room = height - len(lines) - 2
+    if view.has_in_flight_lists and room > 0:
+        with_source = sum(1 for s in view.sources if s.in_flight is not None) > 1
+        stall_bounds = {s.stall_after_seconds for s in view.sources if s.up and s.stall_after_seconds}
+        note = f", ! = stalled past {age(min(stall_bounds))}" if stall_bounds else ", ! = stalled"
+        lines.append(Text(f"oldest in flight{note}", style="bold", no_wrap=True, overflow="crop"))
+        heading = [_fit(name, size, right=right) for name, size, right in _IN_FLIGHT]
+        heading.append("source" if with_source else "trace")
+        lines.append(Text(" ".join(heading), style="dim", no_wrap=True, overflow="crop"))
+        rollouts = view.oldest_in_flight(room)
+        for rollout in rollouts:
+            lines.append(_in_flight_line(rollout, width, with_source, unicode))
+        if not rollouts:
+            lines.append(Text("  none", style="dim"))
+    return Group(*lines)
+
+
+class _Keys:
+    """Single key presses from a terminal's standard input, unechoed; none when it is not a terminal."""
+
+    def __init__(self) -> None:
+        self._fd = sys.stdin.fileno() if sys.stdin is not None and sys.stdin.isatty() else None
+
+    def wait(self, seconds: float) -> str | None:
+        """The next key pressed within ``seconds``, or ``None``."""
+        if self._fd is None:
+            time.sleep(seconds)
+            return None
+        ready, _, _ = select.select([self._fd], [], [], seconds)
+        if not ready:
+            return None
+        data = os.read(self._fd, 32)
+        return data.decode("utf-8", errors="replace")[:1] if data else None
+
+    @contextmanager
+    def cbreak(self) -> Iterator[_Keys]:
+        """Keys arrive one at a time, unechoed; Ctrl-C still interrupts; the terminal is restored after."""
+        if self._fd is None:
+            yield self
+            return
+        import termios
+        import tty
+
+        saved = termios.tcgetattr(self._fd)
+        try:
+            tty.setcbreak(self._fd)
+            yield self
+        finally:
+            termios.tcsetattr(self._fd, termios.TCSADRAIN, saved)
+
+
+def view_of(pollers: Sequence[Poller], interval: float, now: float) -> TopView:
+    """The current view over every poller, in the order given."""
+    return TopView(tuple(p.view for p in pollers), interval, now)
+
+
+def run_top(
+    pollers: Sequence[Poller],
+    interval: float,
+    *,
+    console: Console | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> int:
+    """Show the pollers' views until ``q`` (or Ctrl-C); return the exit status: 0, or 2 without a terminal."""
+    console = console or Console()
+    if not console.is_terminal:
+        print(
+            "rollout-telemetry: top needs a terminal (for figures to keep: report, or /metrics)",
+            file=sys.stderr,
+        )
+        return 2
+    unicode = console.encoding.lower().startswith("utf")
+
+    def screen() -> Group:
+        size = console.size
+        view = view_of(pollers, interval, clock())
+        return render(view, width=size.width, height=size.height, unicode=unicode)
+
+    for poller in pollers:
+        poller.start()
+    keys = _Keys()
+    try:
+        with keys.cbreak(), Live(screen(), console=console, screen=True, auto_refresh=False) as live:
+            next_draw = clock() + min(interval, 0.25)  # the first readings land soon after the start
+            while True:
+                key = keys.wait(max(next_draw - clock(), 0.0))
+                if key in ("q", "Q"):
+                    break
+                if clock() >= next_draw:
+                    live.update(screen(), refresh=True)
+                    next_draw = clock() + interval
+    except KeyboardInterrupt:
+        pass
+    finally:
+        for poller in pollers:
+            poller.stop()
+    return 0

@@ -1,0 +1,1 @@
+"""The recording facade users hold (RolloutTelemetry), the rollout lifecycle, and spans."""

@@ -1,0 +1,270 @@
+"""``telemetry.rollout(...)``: one rollout tracked from start to outcome, as a sync or async context manager.
+
+The rollout is in flight from entering the block until its outcome is recorded; both happen in the one
+account under its one lock, so a rollout is never counted twice and never lost:
+
+- ``complete(response)`` / ``fail(kind, reason=...)`` / ``omit(kind)`` record the outcome once; a second
+  one, or one given outside the block, is a counted rejection (raised with ``strict=True``);
+- an exception escaping the block records a failure (``agent_run_error`` unless the exception type maps
+  to another kind) and re-raises;
+- leaving the block without an outcome records a failure of kind ``rollout_telemetry:no_outcome``.
+
+Whatever a user hook does (``redact_reason`` raising, say), the span is ended and its context detached.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+from rollout_telemetry import failure_kinds
+from rollout_telemetry._contract.identity import Member, member
+from rollout_telemetry._contract.outcome import Classified, Disposition, absent, classify
+from rollout_telemetry.errors import OutcomeError, RolloutUsageError
+
+if TYPE_CHECKING:
+    from rollout_telemetry._recording.spans import OpenSpan, SpanRecorder
+    from rollout_telemetry._store.account import Account, InFlight
+    from rollout_telemetry._store.rejections import Rejections
+
+__all__ = ["EXCEPTION_KINDS", "NO_OUTCOME", "RolloutContext", "Shared", "kind_of_exception"]
+
+NO_OUTCOME = "rollout_telemetry:no_outcome"
+"""The failure kind of a rollout block left without complete(), fail() or omit()."""
+
+EXCEPTION_KINDS: Mapping[type[BaseException], str] = {
+    asyncio.CancelledError: failure_kinds.CANCELLED,
+    TimeoutError: failure_kinds.AGENT_TIMEOUT,
+    KeyboardInterrupt: failure_kinds.SHUTDOWN,
+    SystemExit: failure_kinds.SHUTDOWN,
+    ConnectionError: failure_kinds.TRANSPORT_PEER_DROP,
+}
+"""Exception types (matched along the MRO) and the failure kind an escaping one records."""
+
+
+def kind_of_exception(exc: BaseException) -> str:
+    """The failure kind an exception escaping a rollout block records."""
+    for cls in type(exc).__mro__:
+        kind = EXCEPTION_KINDS.get(cls)
+        if kind is not None:
+            return kind
+    return failure_kinds.AGENT_RUN_ERROR
+
+
+# The states of a rollout context.
+_NEW, _IN_FLIGHT, _DONE, _NOT_TRACKED = 0, 1, 2, 3
+
+Settle = Callable[[str, Classified, "InFlight | None", "Member | None", "tuple[str, str] | None"], None]
+"""The facade's one path for an outcome: count it (ending its flight), then give it to its group."""
+
+
+@dataclass(frozen=True, slots=True)
+class Shared:
+    """What every rollout context of one telemetry records through: made once, referenced by each context.
+
+    One object rather than five arguments: a class called with keyword arguments is one of CPython 3.11's
+    slowest calls, and every rollout makes a context.
+    """
+
+    account: Account
+    settle: Settle
+    spans: SpanRecorder
+    rejections: Rejections
+    clock: Callable[[], float]
+
+
+class RolloutContext:
+    """One rollout in flight. Use as ``with`` or ``async with``; record its outcome inside the block."""
+
+    __slots__ = (
+        "_handle",
+        "_member",
+        "_shared",
+        "_span",
+        "_state",
+        "agent",
+        "attempt",
+        "rollout_index",
+        "task_index",
+    )
+
+    def __init__(
+        self,
+        shared: Shared,
+        agent: str,
+        task_index: int | None = None,
+        rollout_index: int | None = None,
+        attempt: int | None = None,
+    ) -> None:
+        self._shared = shared
+        self.agent = agent
+        self.task_index = task_index
+        self.rollout_index = rollout_index
+        self.attempt = attempt
+        self._handle: InFlight | None = None
+        self._member: Member | None = None  # its identity, checked when it starts
+        self._span: OpenSpan | None = None
+        self._state = _NEW
+
+    # -- entering and leaving -----------------------------------------------------------------------
+
+    def __enter__(self) -> RolloutContext:
+        if self._state != _NEW:
+            self._shared.rejections.reject(
+                RolloutUsageError("rollout_reentered", f"rollout of {self.agent!r} entered twice")
+            )
+            return self
+        clock = self._shared.clock  # called from a local: 3.11 cannot specialise a call of an attribute
+        now = clock()
+        if self.task_index is not None or self.attempt is not None:
+            try:  # checked before anything is counted: a bad identity is rejected, the rollout goes ungrouped
+                self._member = member(self.task_index, self.rollout_index, self.attempt)
+            except OutcomeError as exc:
+                self._shared.rejections.reject(exc)
+        try:
+            self._handle = self._shared.account.begin(self.agent, now, self)
+        except Exception as exc:
+            self._state = _NOT_TRACKED  # nothing went in flight: its outcome has nothing to finish
+            self._shared.rejections.reject(exc)
+            return self
+        self._state = _IN_FLIGHT
+        try:
+            spans = self._shared.spans
+            self._span = spans.start(self.agent, self.task_index, self.rollout_index, self.attempt, now)
+        except Exception as exc:  # a broken tracer provider: the rollout is tracked without a span
+            self._shared.rejections.reject(exc)
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._state != _IN_FLIGHT:
+            return
+        if exc is not None:
+            self._finish(absent(Disposition.FAILED, kind_of_exception(exc), f"{type(exc).__name__}: {exc}"))
+        else:
+            self._finish(absent(Disposition.FAILED, NO_OUTCOME, "rollout block exited without an outcome"))
+
+    async def __aenter__(self) -> RolloutContext:
+        return self.__enter__()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.__exit__(exc_type, exc, tb)
+
+    # -- where it is ---------------------------------------------------------------------------------
+
+    def stage(self, stage: str) -> None:
+        """Say where the rollout is: NeMo Gym's stages (``admission``, ``seed``, ``agent``,
+        ``verification``, ``cleanup``) or ``<server>:<stage>``; a new rollout is at ``agent``. Outside the
+        block it is ignored."""
+        if self._state != _IN_FLIGHT:
+            return
+        handle = self._handle
+        assert handle is not None
+        try:
+            self._shared.account.set_stage(handle, stage)
+        except Exception as exc:
+            self._shared.rejections.reject(exc)
+
+    @property
+    def span_ids(self) -> tuple[str, str] | None:
+        """(trace id, span id) in hex of the rollout's span, when it has one."""
+        span = self._span
+        if span is None:
+            return None
+        context = span.span.get_span_context()
+        return format(context.trace_id, "032x"), format(context.span_id, "016x")
+
+    def stalled(self, age: float, stage: str) -> None:
+        """The rollout was found stalled: a ``rollout.stalled`` event on its open span. Never raises."""
+        span = self._span
+        if span is None or self._state != _IN_FLIGHT:
+            return
+        try:
+            attributes: dict[str, str | float] = {"rollout.stage": stage, "rollout.age_seconds": age}
+            self._shared.spans.event(span, "rollout.stalled", attributes)
+        except Exception as exc:
+            self._shared.rejections.reject(exc)
+
+    # -- outcomes -----------------------------------------------------------------------------------
+
+    def complete(self, response: object) -> None:
+        """Record the rollout's verify response: measured, masked or unscored.
+
+        A response that fails the contract is counted as rejected and the rollout as failed with kind
+        ``protocol_violation`` (raised with ``strict=True``, leaving the rollout in flight), so it is still
+        counted once.
+        """
+        if self._state != _IN_FLIGHT:
+            self._refuse("complete")
+            return
+        try:
+            outcome = classify(response)
+        except OutcomeError as exc:
+            self._shared.rejections.reject(exc)
+            outcome = absent(Disposition.FAILED, failure_kinds.PROTOCOL_VIOLATION, str(exc))
+        self._finish(outcome)
+
+    def fail(self, failure_kind: str | None = None, *, reason: str | None = None) -> None:
+        """Record that the rollout never reached the output."""
+        self._absent(Disposition.FAILED, failure_kind, reason)
+
+    def omit(self, failure_kind: str | None = None, *, reason: str | None = None) -> None:
+        """Record that the rollout was left out on purpose."""
+        self._absent(Disposition.OMITTED, failure_kind, reason)
+
+    def _absent(self, disposition: Disposition, failure_kind: object, reason: object) -> None:
+        if self._state != _IN_FLIGHT:
+            self._refuse(disposition.value)
+            return
+        try:
+            outcome = absent(disposition, failure_kind, reason)
+        except OutcomeError as exc:
+            self._shared.rejections.reject(exc)
+            outcome = absent(Disposition.FAILED, failure_kinds.PROTOCOL_VIOLATION, str(exc))
+        self._finish(outcome)
+
+    def _refuse(self, what: str) -> None:
+        if self._state == _NOT_TRACKED:
+            return  # entering was refused and counted; its outcome has nothing to add
+        if self._state == _NEW:
+            reason = "outcome_outside_block"
+            msg = (
+                f"{what}() on a rollout of {self.agent!r} outside its with block: the outcome is not counted"
+            )
+        else:
+            reason = "duplicate_outcome"
+            msg = f"rollout of {self.agent!r} already has an outcome; {what}() ignored"
+        self._shared.rejections.reject(RolloutUsageError(reason, msg))
+
+    def _finish(self, outcome: Classified) -> None:
+        handle = self._handle
+        assert handle is not None  # in flight
+        span = self._span
+        self._state = _DONE
+        settle = self._shared.settle  # called from a local: 3.11 cannot specialise a call of an attribute
+        try:
+            try:
+                settle(
+                    self.agent,
+                    outcome,
+                    handle,
+                    self._member,
+                    None if span is None else self.span_ids,
+                )
+            finally:
+                if span is not None:
+                    self._shared.spans.finish(span, outcome)
+        except Exception as exc:  # a raising hook: counted; the span was ended and its context detached
+            self._shared.rejections.reject(exc)

@@ -1,0 +1,448 @@
+"""The facade a collector holds: ``record*``, ``rollout()``, ``serve()`` and ``progress_metrics()``.
+
+Every recording path writes the one account; the exporters read it when asked. Recording never raises
+into the collector (unless ``strict=True``): bad input is logged once per cause and counted in
+``rollout_telemetry_rejected_total{reason}``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
+
+from prometheus_client import push_to_gateway, pushadd_to_gateway
+from prometheus_client.registry import CollectorRegistry
+
+from rollout_telemetry._contract.identity import Member, member
+from rollout_telemetry._contract.outcome import Classified, Disposition, check_outcome, classify
+from rollout_telemetry._recording import watch as _watch
+from rollout_telemetry._recording.lifecycle import RolloutContext, Shared
+from rollout_telemetry._recording.spans import DEFAULT_REASON_LIMIT, SpanMode, SpanRecorder
+from rollout_telemetry._serve.auth import BasicAuth
+from rollout_telemetry._serve.server import MAX_ROLLOUTS_LIMIT, MetricsServer, TLSConfig
+from rollout_telemetry._store.account import Account, InFlight
+from rollout_telemetry._store.groups import DEFAULT_MIN_VALID, Groups
+from rollout_telemetry._store.names import DEFAULT_MAX_AGENTS, DEFAULT_MAX_KINDS_PER_AGENT, Names
+from rollout_telemetry._store.rejections import Rejections
+from rollout_telemetry._store.snapshot import AccountSnapshot
+from rollout_telemetry._views.progress import progress_metrics
+from rollout_telemetry.errors import ConfigError, OutcomeError, PushError
+from rollout_telemetry.exporters.prometheus import AccountCollector, GroupsCollector
+from rollout_telemetry.failure_kinds import KindValidator
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import TracerProvider
+
+
+__all__ = ["RolloutTelemetry"]
+
+
+_log = logging.getLogger("rollout_telemetry")
+
+_FAILED, _OMITTED = Disposition.FAILED, Disposition.OMITTED
+
+DEFAULT_STALL_AFTER = 600.0
+"""Seconds in flight after which a rollout counts as stalled, unless told otherwise."""
+
+
+class RolloutTelemetry:
+    """Live telemetry for one rollout collection: record outcomes, serve them, view them.
+
+    Args:
+        run: the run's name, added as a ``run`` label on every series.
+        registry: the prometheus_client registry to register with; a new one by default.
+        const_labels: more labels for every series.
+        strict: raise bad input to the caller instead of counting and logging it.
+        expected: rollouts expected per agent, for ``reward_lower_bound``.
+        clock: monotonic seconds, injectable for tests.
+        max_agents: cap on distinct ``agent`` labels; further ones are counted as ``_other``.
+        max_kinds_per_agent: cap on distinct ``failure_kind`` labels per agent.
+        tracer_provider: where rollout spans go; the global one by default.
+        span_mode: ``"span"`` (one span per rollout), ``"annotate"`` (attributes on the current span) or
+            ``"off"``.
+        reason_limit: ``failure_reason`` on spans is truncated to this many characters.
+        redact_reason: optional hook applied to ``failure_reason`` before it goes on a span.
+        stall_after: seconds a rollout may be in flight (lifecycle API) before it counts as stalled; ``None``
+            turns stall detection off.
+        stall_after_by_agent: per-agent overrides of ``stall_after``.
+        min_valid_per_group: valid members a group needs to be more than ``insufficient`` (see ``groups``).
+    """
+
+    def __init__(
+        self,
+        run: str | None = None,
+        *,
+        registry: CollectorRegistry | None = None,
+        const_labels: Mapping[str, str] | None = None,
+        strict: bool = False,
+        expected: Mapping[str, int] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        max_agents: int = DEFAULT_MAX_AGENTS,
+        max_kinds_per_agent: int = DEFAULT_MAX_KINDS_PER_AGENT,
+        tracer_provider: TracerProvider | None = None,
+        span_mode: SpanMode = "span",
+        reason_limit: int = DEFAULT_REASON_LIMIT,
+        redact_reason: Callable[[str], str] | None = None,
+        stall_after: float | None = DEFAULT_STALL_AFTER,
+        stall_after_by_agent: Mapping[str, float] | None = None,
+        min_valid_per_group: int = DEFAULT_MIN_VALID,
+    ) -> None:
+        self._clock = clock
+        self._started = clock()
+        self.names = Names(
+            max_agents=max_agents, max_kinds_per_agent=max_kinds_per_agent, validator=KindValidator()
+        )
+        """The one resolution of agent and failure-kind labels (cut, capped) that every store uses."""
+        if stall_after is not None and stall_after <= 0:
+            msg = f"stall_after must be a positive number of seconds or None, got {stall_after}"
+            raise ConfigError(msg)
+        self._stall_after = stall_after
+        self._stall_after_by_label = {
+            self.names.agent(agent)[0]: seconds for agent, seconds in (stall_after_by_agent or {}).items()
+        }
+        bound = self._stall_bound if stall_after is not None or stall_after_by_agent else None
+        self._account = Account(names=self.names, clock=clock, stall_after=bound)
+        self._watching = False
+        self.rejections = Rejections(self._account.reject, strict=strict)
+        """The rejection policy (count by reason, warn once per cause, raise under ``strict``)."""
+        self.groups = Groups(self.names, min_valid=min_valid_per_group)
+        """The groups of the run (GRPO-style): fed by ``_settle``, with every outcome that has an identity."""
+        self._expected: dict[str, int] = {}
+        labels: dict[str, str] = {}
+        if run is not None:
+            labels["run"] = run
+        labels.update(const_labels or {})
+        self.const_labels: Mapping[str, str] = labels
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self._collector = AccountCollector(self.snapshot, labels)
+        self.registry.register(self._collector)
+        self.registry.register(GroupsCollector(self.groups.snapshot, labels))
+        self.spans = SpanRecorder(
+            tracer_provider=tracer_provider,
+            mode=span_mode,
+            reason_limit=reason_limit,
+            redact=redact_reason,
+            clock=clock,
+            names=self.names,
+        )
+        self._shared = Shared(self._account, self._settle, self.spans, self.rejections, clock)
+        for agent, count in (expected or {}).items():
+            self.expect(agent, count)
+
+    @property
+    def strict(self) -> bool:
+        """Whether bad input raises to the caller instead of being counted and logged."""
+        return self.rejections.strict
+
+    # -- recording ----------------------------------------------------------------------------------
+
+    def record(
+        self,
+        agent: str,
+        response: object,
+        task_index: int | None = None,
+        rollout_index: int | None = None,
+    ) -> None:
+        """Record one completed rollout from its verify response (dict, pydantic model or object).
+
+        ``mask_sample=True`` makes it masked, a missing or ``None`` reward makes it unscored, otherwise it
+        is measured; ``response.usage`` and truncation are counted when present. With ``task_index`` and
+        ``rollout_index`` the rollout is a member of its task's group (see ``declare_groups``). Bad input is
+        counted and logged (raised with ``strict=True``).
+        """
+        # task_index and rollout_index are not keyword-only: CPython 3.11 calls a function with keyword-only
+        # defaults measurably slower, and this is the hot path. The account's method is looked up on the
+        # account each time: a bound method kept in an attribute is a call 3.11 cannot specialise.
+        try:
+            if task_index is None:  # the common call: straight to the account
+                self._account.count(agent, classify(response))
+            else:
+                outcome = classify(response)
+                self._settle(agent, outcome, None, self._member(task_index, rollout_index))
+        except Exception as exc:  # the collector must never be taken down by its telemetry
+            self.rejections.reject(exc)
+
+    def _member(self, task_index: object, rollout_index: object, attempt: int | None = None) -> Member | None:
+        """A rollout's identity, checked before its outcome is counted (``_blocks.check_identity``); a bad one
+        is a counted rejection (``invalid_task_index``, ...) and the outcome is counted without it."""
+        try:
+            return member(task_index, rollout_index, attempt)
+        except OutcomeError as exc:
+            self.rejections.reject(exc)
+            return None
+
+    def _settle(
+        self,
+        agent: str,
+        outcome: Classified,
+        in_flight: InFlight | None = None,
+        member: Member | None = None,
+        exemplar: tuple[str, str] | None = None,
+    ) -> None:
+        """Count one outcome, then give it to its group: the one path of an outcome that has an identity.
+
+        ``member`` is (task index, rollout index, attempt or ``None``), checked before anything was counted
+        (``_member``, the follower for a row, the lifecycle when the rollout starts); a bad one was rejected
+        and is ``None`` here. ``exemplar`` is the (trace id, span id) of the rollout's span, if any.
+        """
+        self._account.count(agent, outcome, in_flight, exemplar)
+        if member is not None and self.groups.active:
+            self.groups.observe(agent, member[0], member[1], outcome, member[2])
+
+    def record_failure(
+        self,
+        agent: str,
+        failure_kind: str | None = None,
+        *,
+        reason: str | None = None,
+        task_index: int | None = None,
+        rollout_index: int | None = None,
+    ) -> None:
+        """Record one rollout that never reached the output; ``reason`` goes to the log, never a label."""
+        self._record_absent(_FAILED, agent, failure_kind, reason, task_index, rollout_index)
+
+    def record_omission(
+        self,
+        agent: str,
+        failure_kind: str | None = None,
+        *,
+        reason: str | None = None,
+        task_index: int | None = None,
+        rollout_index: int | None = None,
+    ) -> None:
+        """Record one rollout left out of the output on purpose; ``reason`` goes to the log."""
+        self._record_absent(_OMITTED, agent, failure_kind, reason, task_index, rollout_index)
+
+    def _record_absent(  # noqa: PLR0917 - the identity as two plain arguments: no tuple per failure
+        self,
+        disposition: Disposition,
+        agent: str,
+        failure_kind: str | None,
+        reason: str | None,
+        task_index: int | None,
+        rollout_index: int | None,
+    ) -> None:
+        try:
+            outcome = check_outcome(disposition, None, None, failure_kind, reason)
+            if task_index is None:  # the common call: straight to the account
+                self._account.count(agent, outcome)
+            else:
+                self._settle(agent, outcome, None, self._member(task_index, rollout_index))
+            if reason is not None:
+                self._log_reason(agent, disposition, failure_kind, reason)
+        except Exception as exc:
+            self.rejections.reject(exc)
+
+    def _log_reason(self, agent: str, disposition: Disposition, kind: str | None, reason: str) -> None:
+        # The reason is free text about one occurrence: a debug log line, never a label.
+        if _log.isEnabledFor(logging.DEBUG):
+            cleaned = self.spans.clean_reason(reason)
+            _log.debug("rollout of %s %s (%s): %s", agent, disposition.value, kind, cleaned)
+
+    def record_classified(
+        self,
+        agent: str,
+        outcome: Classified,
+        identity: tuple[int, int] | None = None,
+        attempt: int | None = None,
+    ) -> None:
+        """Record an outcome already checked by ``outcome.classify`` or ``outcome.absent``.
+
+        For readers that need the classification themselves (the file follower gives the same one to the
+        coverage account). ``identity`` is (task index, rollout index): the rollout joins its group, where a
+        higher ``attempt`` replaces a lower one. Its
+        ``failure_reason`` goes to a debug log line, never a label.
+
+        Raises:
+            OutcomeError: the agent name is not a non-empty string.
+        """
+        if identity is None:
+            self._account.count(agent, outcome)
+        else:
+            self._settle(agent, outcome, None, (identity[0], identity[1], attempt))
+        if outcome[3] is not None:
+            self._log_reason(agent, outcome[0], outcome[2], outcome[3])
+
+    def rollout(
+        self,
+        agent: str,
+        *,
+        task_index: int | None = None,
+        rollout_index: int | None = None,
+        attempt: int | None = None,
+    ) -> RolloutContext:
+        """Track one rollout from start to outcome: ``with`` or ``async with``.
+
+        Inside the block call ``complete(response)``, ``fail(kind, reason=...)`` or ``omit(kind)``. An
+        exception escaping the block records a failure and re-raises; leaving without an outcome records
+        a failure of kind ``rollout_telemetry:no_outcome``. An outcome given outside the block is a counted
+        rejection (``outcome_outside_block``), raised with ``strict=True``.
+        """
+        if not self._watching:
+            self._watch_stalls()
+        return RolloutContext(self._shared, agent, task_index, rollout_index, attempt)
+
+    # -- reading ------------------------------------------------------------------------------------
+
+    @property
+    def account(self) -> Account:
+        """The account every view reads."""
+        return self._account
+
+    def snapshot(self) -> AccountSnapshot:
+        """A consistent copy of every count, after a check for rollouts that stalled since the last one."""
+        self.check_stalls()
+        return self._account.snapshot()
+
+    def _stall_bound(self, agent_label: str) -> float:
+        return self._stall_after_by_label.get(agent_label, self._stall_after or float("inf"))
+
+    def check_stalls(self) -> int:
+        """Flag the rollouts in flight longer than ``stall_after`` that were not flagged yet; return how many.
+
+        Each is counted once in ``rollout_stalls_total``, gets a ``rollout.stalled`` event on its span and one
+        warning line naming it. Runs at every scrape and on a timer while rollouts are tracked; never raises.
+        """
+        try:
+            stalled = self._account.check_stalls()
+        except Exception as exc:
+            self.rejections.reject(exc)
+            return 0
+        for agent, stage, flight, age in stalled:
+            identity = (
+                ""
+                if flight is None
+                else f" (task {flight.task_index}, rollout {flight.rollout_index}, attempt {flight.attempt})"
+            )
+            _log.warning(
+                "rollout of %s%s stalled: in flight for %.0f s, at stage %s", agent, identity, age, stage
+            )
+            if flight is not None:
+                flight.stalled(age, stage)
+        return len(stalled)
+
+    def rollouts_in_flight(self, limit: int = 100) -> dict[str, object]:
+        """The rollouts in flight, oldest first, as ``GET /rollouts`` serves them (``limit`` at most 1000).
+
+        Identity, stage, age, whether stalled, and the trace and span ids when the rollout has a span; never
+        free text.
+        """
+        self.check_stalls()
+        total, records = self._account.in_flight(max(0, min(limit, MAX_ROLLOUTS_LIMIT)))
+        return {
+            "in_flight": total,
+            "stall_after_seconds": self._stall_after,
+            "rollouts": [dataclasses.asdict(record) for record in records],
+        }
+
+    def _watch_stalls(self) -> None:
+        # Between scrapes the process's one watcher thread checks for stalls, at a quarter of the bound
+        # (at most every 30 s); started by the first rollout() call, when there is something to watch.
+        self._watching = True
+        if not self._account.stalls_off:
+            _watch.watch(self, min(30.0, (self._stall_after or 600.0) / 4))
+
+    def new_run(self) -> None:
+        """A new run of the source begins: its groups start again; every count goes on, never backwards."""
+        self.groups.new_run()
+
+    def declare(self, *agents: str) -> None:
+        """Publish ``agents`` with zero counts before their first rollout.
+
+        Counters that exist from 0 let PromQL's ``increase()`` see every rollout, the first included.
+        """
+        for agent in agents:
+            self._account.declare(agent)  # raises OutcomeError for an invalid agent
+
+    def expect(self, agent: str, count: int, *, group_size: int | None = None) -> None:
+        """Declare ``agent`` and how many rollouts it is expected to produce in total.
+
+        With ``group_size`` each of its tasks has that many rollouts: see ``declare_groups``.
+        """
+        if count < 0:
+            msg = f"expected count for {agent!r} must be >= 0, got {count}"
+            raise ConfigError(msg)
+        self.declare(agent)
+        self._expected[agent] = count
+        if group_size is not None:
+            self.declare_groups(agent, group_size=group_size)
+
+    def declare_groups(self, *agents: str, group_size: int) -> None:
+        """Each task of ``agents`` has ``group_size`` rollouts: outcomes recorded with a ``task_index`` and
+        ``rollout_index`` (``record``, ``rollout()``) form groups, classified once all members have one.
+
+        Raises:
+            ConfigError: ``group_size`` is not an integer from 1 to 65,535.
+        """
+        for agent in agents:
+            self.declare(agent)
+            self.groups.declare(agent, group_size)
+
+    def progress_metrics(self) -> dict[str, float]:
+        """NeMo Gym's ``progress/...`` keys, ready for ``wandb.log``."""
+        return progress_metrics(
+            self._account.snapshot(),
+            elapsed_seconds=self._clock() - self._started,
+            expected=self._expected,
+        )
+
+    def serve(
+        self,
+        port: int = 9464,
+        host: str = "127.0.0.1",
+        *,
+        tls: TLSConfig | None = None,
+        auth: BasicAuth | None = None,
+        port_range: int = 1,
+    ) -> MetricsServer:
+        """Serve ``/metrics``, ``/rollouts`` and ``/healthz`` in the background; returns the running server.
+
+        With ``port_range=N`` the first free port of ``port .. port+N-1`` is used (one per process).
+
+        Raises:
+            ServeError: the port is taken or the host cannot be bound.
+        """
+        return MetricsServer(
+            self.registry,
+            port=port,
+            host=host,
+            tls=tls,
+            auth=auth,
+            port_range=port_range,
+            rollouts=self.rollouts_in_flight,
+        )
+
+    def push(
+        self,
+        gateway: str,
+        job: str,
+        *,
+        grouping_key: Mapping[str, str] | None = None,
+        replace: bool = True,
+        timeout: float = 10.0,
+    ) -> None:
+        """Push the current state to a Prometheus Pushgateway, for short-lived batch jobs.
+
+        Uses prometheus_client's ``push_to_gateway`` (``replace=True``: the group is replaced) or
+        ``pushadd_to_gateway`` (``replace=False``). Give each process its own ``grouping_key`` (for example
+        ``{"instance": hostname_pid}``) so pushes from several processes do not overwrite each other.
+
+        Raises:
+            PushError: the gateway cannot be reached, timed out or refused the push; the message names it.
+        """
+        push = push_to_gateway if replace else pushadd_to_gateway
+        try:
+            push(
+                gateway,
+                job=job,
+                registry=self.registry,
+                grouping_key=dict(grouping_key or {}),
+                timeout=timeout,
+            )
+        except OSError as exc:  # urllib's URLError and HTTPError, timeouts, refused connections
+            reason = getattr(exc, "reason", None) or exc
+            msg = f"cannot push to the Pushgateway at {gateway}: {reason}"
+            raise PushError(msg) from exc

@@ -1,0 +1,1 @@
+"""The HTTP endpoint (/metrics, /rollouts, /healthz) and service discovery on one hardened stack."""

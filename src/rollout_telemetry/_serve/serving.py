@@ -1,0 +1,94 @@
+"""What the package's HTTP endpoints share on top of ``_http``: binding their port and the gate in front.
+
+``/metrics`` (``server``) and service discovery's ``/targets`` (``discovery``) are answered by different
+handlers on the same stack; how a port is taken, what is answered before a request reaches the content (an
+unknown path, another method, ``/healthz``, missing credentials) and how credentials are judged is one rule
+for both, written here.
+"""
+
+from __future__ import annotations
+
+import errno
+import functools
+import socket
+from collections.abc import Sequence
+
+from rollout_telemetry._serve.auth import Authenticator, Verdict
+from rollout_telemetry._serve.http import Request, Response, Workers
+from rollout_telemetry.errors import ServeError
+
+__all__ = ["LISTEN_BACKLOG", "bind", "screen"]
+
+_ADDRESS_IN_USE = {errno.EADDRINUSE, 48, 10048}  # Linux, macOS, Windows
+_CHALLENGE = ("WWW-Authenticate", 'Basic realm="rollout-telemetry", charset="UTF-8"')
+
+LISTEN_BACKLOG = 1024
+"""Connections the kernel queues until they are accepted (capped by ``net.core.somaxconn``, 4096 on current
+Linux). When the queue is full the kernel drops a new client's SYN and the client retries after 1 s, then
+3 s: a flood of reopened connections would time out an authorised scraper before the connection cap, which
+makes room by closing the longest-waiting connection, ever saw it (with 128, under a slowloris of 1,000
+reopened connections, 2 of 5 authorised reads of ``/targets`` took over 1 s, the worst over 3 s)."""
+
+
+def bind(host: str, port: int, port_range: int, *, what: str) -> socket.socket:
+    """A listening socket on the first free port of ``port .. port+port_range-1``.
+
+    Raises:
+        ServeError: no port of the range can be bound; the message says it cannot serve ``what`` there.
+    """
+    if port_range < 1:
+        msg = f"port_range must be at least 1, got {port_range}"
+        raise ServeError(msg)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    candidates = [port] if port == 0 else list(range(port, port + port_range))
+    for candidate in candidates:
+        listener = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            listener.bind((host, candidate))
+            listener.listen(LISTEN_BACKLOG)
+        except OSError as exc:
+            listener.close()
+            if exc.errno in _ADDRESS_IN_USE and candidate != candidates[-1]:
+                continue
+            msg = f"cannot serve {what} on {host}:{candidate}: {exc.strerror or exc}"
+            if exc.errno in _ADDRESS_IN_USE:
+                taken = f"port {port} is" if len(candidates) == 1 else f"ports {port}-{candidates[-1]} are"
+                msg = f"cannot serve {what} on {host}:{candidate}: {taken} already in use"
+            raise ServeError(msg) from exc
+        return listener
+    raise AssertionError("unreachable: the last candidate returns or raises")
+
+
+async def screen(
+    request: Request, *, paths: Sequence[str], auth: Authenticator | None, workers: Workers
+) -> Response | None:
+    """The answer to a request that the endpoint's content need not see, or None to let it through.
+
+    A path that is neither one of ``paths`` nor ``/healthz`` is 404 (naming the first path to try), a method
+    other than GET or HEAD 405; ``/healthz`` is ``ok`` without credentials (it says nothing else: left open
+    for liveness probes); with ``auth``, a request without the credentials is 401 or 429.
+    """
+    if request.path not in paths and request.path != "/healthz":
+        return Response.text(404, f"not found: try {paths[0]}\n")
+    if request.method not in ("GET", "HEAD"):
+        return Response.text(405, "GET or HEAD only\n", ("Allow", "GET, HEAD"))
+    if request.path == "/healthz":
+        return Response.text(200, "ok\n")
+    return await _authenticate(auth, workers, request) if auth is not None else None
+
+
+async def _authenticate(auth: Authenticator, workers: Workers, request: Request) -> Response | None:
+    """None if the request's credentials are the configured ones; else the 401 or 429 to answer.
+
+    What can be decided cheaply is decided on the event loop; scrypt runs on a worker thread.
+    """
+    header = request.headers.get("authorization")
+    verdict = auth.screen(header, request.source)
+    if verdict is None:
+        verdict = await workers.run(functools.partial(auth.verify, header, request.source))
+    if verdict is Verdict.LIMITED:
+        return Response.text(429, "too many failed attempts\n", ("Retry-After", "1"), _CHALLENGE)
+    if verdict is Verdict.DENIED:
+        return Response.text(401, "unauthorized\n", _CHALLENGE)
+    return None

@@ -1,0 +1,552 @@
+"""The in-memory account: the one store every view is computed from.
+
+Every outcome, whichever way it arrives (``record*``, the lifecycle, a followed file), is counted by one
+method, ``count``, under one lock. Each agent has one cell per disposition holding its counts by failure kind
+and its reward sums, so counting is the same few dictionary and float updates for every disposition.
+
+``snapshot()`` holds the lock only to copy what it needs (dictionary and list copies, made at C speed);
+totals, labels and everything else are derived from the copy after the lock is released, so a scrape never
+holds up recording for longer than the copy takes.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol, TypeVar
+
+from rollout_telemetry._contract.outcome import Classified, Disposition, Generation
+from rollout_telemetry._store import fork as _fork
+from rollout_telemetry._store.names import Names, cacheable
+from rollout_telemetry._store.snapshot import AccountSnapshot, AgentSnapshot
+from rollout_telemetry.failure_kinds import AGENT, OTHER
+
+__all__ = ["DURATION_BUCKETS", "Account", "Flight", "FlightRecord", "InFlight"]
+
+_log = logging.getLogger("rollout_telemetry.account")
+
+DURATION_BUCKETS: tuple[float, ...] = (
+    0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0,
+)  # fmt: skip
+"""Upper bounds (seconds) of the rollout duration histogram, sub-second to an hour; +Inf is implied."""
+
+_DISPOSITIONS = tuple(Disposition)
+# A count's key: a name (a failure kind may be None, unspecified) or its label.
+_Key = TypeVar("_Key", str, str | None)
+_MEASURED = Disposition.MEASURED
+
+
+class _Cell:
+    """The counts of one disposition of one agent; only touched under the account lock."""
+
+    __slots__ = ("kinds", "negative", "positive", "unrewarded")
+
+    def __init__(self) -> None:
+        # Counts by failure kind. A kind whose label is the kind itself is its own key, so the common
+        # record is `kinds[kind] += 1`; a cut or folded kind is keyed by its label (see _AgentState.labels).
+        self.kinds: dict[str | None, int] = {}
+        self.positive = 0.0
+        self.negative = 0.0  # magnitudes, so both sums only grow
+        self.unrewarded = 0
+
+
+class _AgentState:
+    """Mutable per-agent counts; only touched under the account lock."""
+
+    __slots__ = (
+        "bucket_exemplars",
+        "cells",
+        "duration_buckets",
+        "duration_count",
+        "duration_sum",
+        "exemplars",
+        "flights",
+        "free_slots",
+        "label",
+        "labels",
+        "lifecycle",
+        "reasons",
+        "stage_labels",
+        "stages",
+        "stalled",
+        "stalls",
+        "starts",
+        "tokens",
+        "truncated",
+    )
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.cells = {disposition: _Cell() for disposition in _DISPOSITIONS}
+        self.cells[_MEASURED].kinds[None] = 0  # measured rollouts are counted under None, never resolved
+        self.labels: dict[str | None, str] = {}  # kind key -> its label, resolved once
+        self.lifecycle = False
+        # In-flight rollouts: one slot each, across parallel lists: its start time (None when free), its
+        # stage, what began it (for /rollouts and stall notices) and whether it was found stalled. Slots are
+        # reused, so starting and finishing allocate nothing; a snapshot copies the lists.
+        self.starts: list[float | None] = []
+        self.stages: list[str | None] = []
+        self.flights: list[Flight | None] = []
+        self.stalled: list[bool] = []
+        self.free_slots: list[int] = []
+        self.stage_labels: set[str] = set()  # every stage seen: their gauges read 0 when nothing is there
+        self.stalls: dict[str, int] = {}  # rollouts that crossed the stall bound, by the stage they were in
+        self.exemplars: dict[tuple[Disposition, str | None], tuple[str, str]] = {}  # latest trace per kind
+        self.bucket_exemplars: dict[int, tuple[str, str, float]] = {}  # latest trace per duration bucket
+        self.duration_buckets = [0] * (len(DURATION_BUCKETS) + 1)
+        self.duration_sum = 0.0
+        self.duration_count = 0
+        self.tokens: list[int] | None = None  # input, output, cached, reasoning; None until a usage
+        # Truncations by reason, keyed like the kinds of a cell: the reason itself, or its label if cut or
+        # folded; ``reasons`` maps each key to its label.
+        self.truncated: dict[str, int] = {}
+        self.reasons: dict[str, str] = {}
+
+
+InFlight = tuple[_AgentState, int, float]
+"""What ``Account.begin`` returns and ``Account.count`` takes to end that flight: opaque to callers."""
+
+
+class Flight(Protocol):
+    """What began a rollout in flight (the lifecycle's rollout context): read for ``/rollouts``."""
+
+    task_index: int | None
+    rollout_index: int | None
+    attempt: int | None
+
+    @property
+    def span_ids(self) -> tuple[str, str] | None:
+        """(trace id, span id) in hex, when the rollout has a span."""
+
+    def stalled(self, age: float, stage: str) -> None:
+        """The rollout was found stalled: note it (on its span); never raises."""
+
+
+@dataclass(frozen=True, slots=True)
+class FlightRecord:
+    """One rollout in flight, as ``/rollouts`` shows it."""
+
+    agent: str
+    task_index: int | None
+    rollout_index: int | None
+    attempt: int | None
+    stage: str
+    age_seconds: float
+    stalled: bool
+    trace_id: str | None
+    span_id: str | None
+
+
+class Account:
+    """Per-agent rollout counts, reward sums and in-flight work, recorded in O(1) under one lock.
+
+    Args:
+        names: resolves agent names and failure kinds to labels (cut, capped); shared with every store.
+        clock: monotonic seconds, injectable for tests.
+        stall_after: seconds in flight after which a rollout of an agent (by label) is stalled; none by
+            default.
+    """
+
+    def __init__(
+        self,
+        *,
+        names: Names,
+        clock: Callable[[], float],
+        stall_after: Callable[[str], float] | None = None,
+    ) -> None:
+        self._lock = _fork.lock_for(self)
+        self._clock = clock
+        self._stall_after = stall_after
+        self.names = names
+        self._by_label: dict[str, _AgentState] = {}
+        # Raw agent name -> state, so the hot path does one dict lookup. Folded names are never entered,
+        # so each of their records takes the slow path and is counted as an overflow.
+        self._by_name: dict[str, _AgentState] = {}
+        self._rejected: dict[str, int] = {}
+        self._overflow: dict[str, int] = {}
+        self._overflow_warned: set[str] = set()
+
+    # -- resolving labels ---------------------------------------------------------------------------
+
+    def _state(self, agent: str) -> _AgentState:
+        """The state of an agent not in ``_by_name`` yet (or folded); raises ``OutcomeError`` if invalid."""
+        label, folded = self.names.agent(agent)
+        if type(agent) is not str:  # a str subclass: cached by its plain value, its own methods never run
+            agent = str.__str__(agent)
+        with self._lock:
+            state = self._by_label.get(label)
+            if state is None:
+                state = self._by_label[label] = _AgentState(label)
+            if folded:
+                self._overflowed("agent")
+            elif len(self._by_name) < 4 * self.names.max_agents and cacheable(agent):
+                self._by_name[agent] = state
+        return state
+
+    def _new_kind(self, state: _AgentState, cell: _Cell, kind: str | None) -> None:
+        # Called under the lock when ``kind`` is not a key of ``cell.kinds``.
+        label, folded = self.names.kind(state.label, kind)
+        self._first_count(cell.kinds, state.labels, kind, label=label, folded=folded, what="failure_kind")
+
+    def _first_count(
+        self,
+        counts: dict[_Key, int],
+        labels: dict[_Key, str],
+        name: _Key,
+        *,
+        label: str,
+        folded: bool,
+        what: str,
+    ) -> None:
+        # Called under the lock for a name not yet a key of ``counts``, with its resolved label. A name that
+        # is its own label becomes its own key, so its next records are `counts[name] += 1`; a cut or folded
+        # one is keyed by its label (a folded one is never made a key: every record of it is counted here).
+        if folded:
+            self._overflowed(what)
+        key = name if label == (name or label) else label
+        counts[key] = counts.get(key, 0) + 1
+        labels[key] = label
+
+    def _generated(self, state: _AgentState, generation: Generation) -> None:
+        # Called under the lock: the usage and truncation of one model response.
+        tokens, truncated = generation
+        if tokens is not None:
+            counts = state.tokens
+            if counts is None:
+                counts = state.tokens = [0, 0, 0, 0]
+            counts[0] += tokens[0]
+            counts[1] += tokens[1]
+            counts[2] += tokens[2]
+            counts[3] += tokens[3]
+        if truncated is not None:
+            try:
+                state.truncated[truncated] += 1
+            except KeyError:
+                self._truncated(state, truncated)
+
+    def _truncated(self, state: _AgentState, reason: str) -> None:
+        # Called under the lock when ``reason`` is not a key of ``state.truncated``.
+        label, folded = self.names.truncation(state.label, reason)
+        self._first_count(
+            state.truncated, state.reasons, reason, label=label, folded=folded, what="truncation_reason"
+        )
+
+    def _overflowed(self, label: str) -> None:
+        # Called under the lock.
+        self._overflow[label] = self._overflow.get(label, 0) + 1
+        if label not in self._overflow_warned:
+            self._overflow_warned.add(label)
+            _log.warning(
+                "more distinct %s values than the cap allows; further ones are counted as %r", label, OTHER
+            )
+
+    # -- recording ----------------------------------------------------------------------------------
+
+    def count(  # noqa: PLR0912 - the one counting step, each case inline: a call costs more than a case
+        self,
+        agent: str,
+        outcome: Classified,
+        in_flight: InFlight | None = None,
+        exemplar: tuple[str, str] | None = None,
+    ) -> None:
+        """Count one classified outcome of ``agent`` (from ``outcome.classify`` or ``outcome.absent``).
+
+        This is the one place a count changes. With ``in_flight`` (the handle ``begin`` returned) the same
+        step takes that rollout out of flight and records its duration, under the same lock, so no
+        snapshot sees a rollout both in flight and counted. ``exemplar`` (trace id, span id) is kept as the
+        latest occurrence of the outcome's kind and duration bucket.
+
+        Raises:
+            OutcomeError: the agent name is not a non-empty string.
+        """
+        if in_flight is None:
+            try:
+                state = self._by_name[agent]
+            except Exception:  # a new agent, not a hashable one, or a str subclass whose hash raises
+                state = self._state(agent)
+        else:
+            state, slot, started = in_flight
+            clock = self._clock  # called from a local: 3.11 cannot specialise a call of an attribute
+            duration = max(clock() - started, 0.0)
+        disposition, reward, kind, _, generation = outcome
+        if disposition is _MEASURED:
+            kind = None  # a measured rollout is not counted by kind: its kind is no label
+        # acquire/release rather than `with`: on CPython 3.11 the statement costs more than the counting.
+        lock = self._lock
+        lock.acquire()
+        try:
+            if in_flight is not None:  # the lifecycle: out of flight in the same step
+                state.starts[slot] = None
+                state.flights[slot] = None
+                state.stalled[slot] = False
+                state.free_slots.append(slot)
+                bucket = bisect.bisect_left(DURATION_BUCKETS, duration)
+                state.duration_buckets[bucket] += 1
+                state.duration_sum += duration
+                state.duration_count += 1
+                if exemplar is not None:  # the latest trace of its (disposition, kind) and duration bucket
+                    state.bucket_exemplars[bucket] = (*exemplar, duration)
+                    state.exemplars[(disposition, kind)] = exemplar
+            cell = state.cells[disposition]
+            try:
+                cell.kinds[kind] += 1
+            except KeyError:
+                self._new_kind(state, cell, kind)
+            # A zero reward (common: masked rollouts usually score 0) changes no sum: one test skips the adds.
+            if reward:
+                if reward > 0.0:
+                    cell.positive += reward
+                elif reward < 0.0:  # not NaN, should an unchecked one arrive: it changes no sum
+                    cell.negative -= reward
+            elif reward is None:
+                cell.unrewarded += 1
+            if generation is not None:
+                self._generated(state, generation)
+        finally:
+            lock.release()
+
+    def declare(self, agent: str) -> None:
+        """Make ``agent`` known with zero counts, so its always-present series start at 0."""
+        self._state(agent)
+
+    def reject(self, reason: str) -> None:
+        """Count one rejected input under ``reason`` (a small closed set of names)."""
+        with self._lock:
+            self._rejected[reason] = self._rejected.get(reason, 0) + 1
+
+    # -- lifecycle ----------------------------------------------------------------------------------
+
+    def begin(self, agent: str, now: float, flight: Flight | None = None) -> InFlight:
+        """Mark one rollout of ``agent`` in flight since ``now``, at stage ``agent``; return the handle that
+        ``set_stage`` and ``count`` take. ``flight`` is what ``/rollouts`` and stall notices read."""
+        try:
+            state = self._by_name[agent]
+        except Exception:  # as in count()
+            state = self._state(agent)
+        lock = self._lock
+        lock.acquire()
+        try:
+            if state.free_slots:
+                slot = state.free_slots.pop()
+                state.starts[slot] = now
+                state.stages[slot] = AGENT
+                state.flights[slot] = flight
+            else:  # more rollouts in flight than ever before
+                slot = len(state.starts)
+                state.starts.append(now)
+                state.stages.append(AGENT)
+                state.flights.append(flight)
+                state.stalled.append(False)
+            if not state.lifecycle:
+                state.lifecycle = True
+                state.stage_labels.add(AGENT)
+        finally:
+            lock.release()
+        return state, slot, now
+
+    def set_stage(self, handle: InFlight, stage: str) -> None:
+        """Say which stage a rollout in flight (by the handle ``begin`` returned) is at.
+
+        Raises:
+            OutcomeError: the stage is not a non-empty string.
+        """
+        state, slot, _ = handle
+        if stage in state.stage_labels:  # a stage seen before is its own label: nothing to resolve
+            label, folded = stage, False
+        else:
+            label, folded = self.names.stage(state.label, stage)
+        with self._lock:
+            if folded:
+                self._overflowed("stage")
+            state.stages[slot] = label
+            state.stage_labels.add(label)
+
+    @property
+    def stalls_off(self) -> bool:
+        """Whether stall detection is off (no ``stall_after``)."""
+        return self._stall_after is None
+
+    def check_stalls(self) -> list[tuple[str, str, Flight | None, float]]:
+        """Find the rollouts in flight longer than their agent's ``stall_after`` that were not found yet.
+
+        Each is flagged, counted once in its stage's stalls, and returned as (agent, stage, flight, age), so
+        the caller can say so outside the lock. The one place the stall rule is applied.
+        """
+        bound = self._stall_after
+        if bound is None:
+            return []
+        stalled: list[tuple[str, str, Flight | None, float]] = []
+        with self._lock:
+            now = self._clock()
+            for state in self._by_label.values():
+                if not state.lifecycle:
+                    continue
+                limit = bound(state.label)
+                for slot, start in enumerate(state.starts):
+                    if start is None or state.stalled[slot] or now - start <= limit:
+                        continue
+                    state.stalled[slot] = True
+                    stage = state.stages[slot] or AGENT
+                    state.stalls[stage] = state.stalls.get(stage, 0) + 1
+                    stalled.append((state.label, stage, state.flights[slot], now - start))
+        return stalled
+
+    def in_flight(self, limit: int) -> tuple[int, list[FlightRecord]]:
+        """The number of rollouts in flight and the ``limit`` oldest of them, oldest first."""
+        with self._lock:
+            now = self._clock()
+            live = [
+                (start, state.label, state.stages[slot], state.flights[slot], state.stalled[slot])
+                for state in self._by_label.values()
+                for slot, start in enumerate(state.starts)
+                if start is not None
+            ]
+        live.sort(key=lambda item: item[0])
+        records = []
+        for start, label, stage, flight, stalled in live[:limit]:
+            ids = flight.span_ids if flight is not None else None
+            records.append(
+                FlightRecord(
+                    agent=label,
+                    task_index=flight.task_index if flight is not None else None,
+                    rollout_index=flight.rollout_index if flight is not None else None,
+                    attempt=flight.attempt if flight is not None else None,
+                    stage=stage or AGENT,
+                    age_seconds=max(now - start, 0.0),
+                    stalled=stalled,
+                    trace_id=ids[0] if ids else None,
+                    span_id=ids[1] if ids else None,
+                )
+            )
+        return len(live), records
+
+    # -- reading ------------------------------------------------------------------------------------
+
+    def snapshot(self) -> AccountSnapshot:
+        """Copy every count atomically; everything derived is computed after the lock is released."""
+        with self._lock:
+            now = self._clock()
+            copies = [
+                (
+                    s.label,
+                    [(d, c.kinds.copy(), c.positive, c.negative, c.unrewarded) for d, c in s.cells.items()],
+                    s.labels.copy(),
+                    s.lifecycle,
+                    s.starts.copy(),
+                    s.stages.copy(),
+                    s.stalled.copy(),
+                    tuple(s.stage_labels),
+                    s.stalls.copy(),
+                    s.exemplars.copy(),
+                    s.bucket_exemplars.copy(),
+                    tuple(s.duration_buckets),
+                    s.duration_sum,
+                    s.duration_count,
+                    None if s.tokens is None else tuple(s.tokens),
+                    s.truncated.copy(),
+                    s.reasons.copy(),
+                )
+                for s in self._by_label.values()
+            ]
+            rejected = self._rejected.copy()
+            overflow = self._overflow.copy()
+        return AccountSnapshot(
+            agents=tuple(_agent_snapshot(copy) for copy in copies),
+            rejected=rejected,
+            overflow=overflow,
+            taken_at=now,
+        )
+
+
+_CellCopy = tuple[Disposition, dict[str | None, int], float, float, int]
+
+
+_StateCopy = tuple[
+    str,
+    list[_CellCopy],
+    dict[str | None, str],
+    bool,
+    list[float | None],
+    list[str | None],
+    list[bool],
+    tuple[str, ...],
+    dict[str, int],
+    dict[tuple[Disposition, str | None], tuple[str, str]],
+    dict[int, tuple[str, str, float]],
+    tuple[int, ...],
+    float,
+    int,
+    tuple[int, ...] | None,
+    dict[str, int],
+    dict[str, str],
+]
+
+
+def _agent_snapshot(copy: _StateCopy) -> AgentSnapshot:
+    """Derive one agent's snapshot from what was copied under the lock."""
+    (
+        label, cells, labels, lifecycle, starts, stages, stalled, stage_labels, stalls, exemplars,
+        bucket_exemplars, duration_buckets, duration_sum, duration_count, tokens, truncated_by_key, reasons,
+    ) = copy  # fmt: skip
+    truncated: dict[str, int] = {}
+    for reason_key, count in truncated_by_key.items():
+        reason = reasons[reason_key]
+        truncated[reason] = truncated.get(reason, 0) + count
+    kinds: dict[Disposition, dict[str, int]] = {}
+    totals: dict[Disposition, int] = {}
+    unrewarded: dict[Disposition, int] = {}
+    positive: dict[Disposition, float] = {}
+    negative: dict[Disposition, float] = {}
+    for disposition, counts, pos, neg, unrew in cells:
+        totals[disposition] = sum(counts.values())
+        unrewarded[disposition] = unrew
+        positive[disposition] = pos
+        negative[disposition] = neg
+        if disposition is not _MEASURED:
+            # Keyed by label: a dict of strings and ints, which the garbage collector does not track.
+            by_label = kinds[disposition] = {}
+            for key, count in counts.items():
+                kind = labels[key]
+                by_label[kind] = by_label.get(kind, 0) + count
+    in_flight = dict.fromkeys(stage_labels, 0)
+    stalled_now = dict.fromkeys(stage_labels, 0)
+    oldest: dict[str, float] = {}
+    for slot, start in enumerate(starts):
+        if start is not None:
+            stage = stages[slot] or AGENT
+            in_flight[stage] = in_flight.get(stage, 0) + 1
+            stalled_now[stage] = stalled_now.get(stage, 0) + stalled[slot]
+            if start < oldest.get(stage, start + 1.0):
+                oldest[stage] = start
+    absent = (Disposition.FAILED, Disposition.OMITTED)
+    return AgentSnapshot(
+        agent=label,
+        measured=totals[_MEASURED],
+        masked=totals[Disposition.MASKED],
+        masked_rewarded=totals[Disposition.MASKED] - unrewarded[Disposition.MASKED],
+        unscored=totals[Disposition.UNSCORED],
+        failed=totals[Disposition.FAILED],
+        omitted=totals[Disposition.OMITTED],
+        measured_positive=positive[_MEASURED],
+        measured_negative=negative[_MEASURED],
+        masked_positive=positive[Disposition.MASKED],
+        masked_negative=negative[Disposition.MASKED],
+        absent_rewarded=sum(totals[d] - unrewarded[d] for d in absent),
+        absent_positive=sum(positive[d] for d in absent),
+        absent_negative=sum(negative[d] for d in absent),
+        kinds=kinds,
+        lifecycle=lifecycle,
+        in_flight_by_stage=in_flight,
+        oldest_start_by_stage=oldest,
+        stalled_by_stage=stalled_now,
+        stalls=stalls,
+        exemplars={(d, labels[key]): ids for (d, key), ids in exemplars.items() if key in labels},
+        bucket_exemplars=bucket_exemplars,
+        duration_buckets=duration_buckets,
+        duration_sum=duration_sum,
+        duration_count=duration_count,
+        tokens=tokens,
+        truncated=truncated,
+    )

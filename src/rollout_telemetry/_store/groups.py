@@ -1,0 +1,283 @@
+"""Groups: the rollouts of one task, compared with each other as GRPO-style training compares them.
+
+The rollouts of one (agent, task index) form a group. A member is *valid* when it completed unmasked with a
+reward (the ``measured`` disposition). Once every member has an outcome the group is classified, once:
+
+- ``no_valid``: no valid member (every one masked, unscored, failed or omitted). Not NeMo Gym's "fully
+  masked" task, whose rows in the main output are all masked: the coverage account counts that one;
+- ``insufficient``: fewer than ``min_valid`` valid members: a noisy advantage estimate;
+- ``uniform``: every valid member got the same reward: zero advantage, no learning signal;
+- ``degraded``: some members are not valid, enough are, and their rewards differ;
+- ``valid``: every member valid and their rewards differ.
+
+The checks run in that order (``group_state``), so a group with one valid member is insufficient, not
+uniform. The size of a group comes from ``declare(agent, group_size)`` (every task of the agent has that
+many rollouts) or, in follow mode, from the materialized inputs (``expect``: one call per expected
+rollout). A member is keyed by its rollout index, so a retried member replaces its earlier attempt while the
+group is open; once complete, a group's members are dropped and a bounded record that it completed is kept,
+so a late retry never completes it again.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from rollout_telemetry._contract.identity import MAX_ROLLOUT_INDEX, Blocks, check_identity, rank, supersedes
+from rollout_telemetry._contract.outcome import Classified, Disposition
+from rollout_telemetry._store import fork as _fork
+from rollout_telemetry._store.names import Names
+from rollout_telemetry._store.snapshot import by_agent
+from rollout_telemetry.errors import ConfigError
+
+__all__ = [
+    "DEFAULT_MIN_VALID",
+    "GROUP_STATES",
+    "NO_SIGNAL",
+    "AgentGroups",
+    "GroupState",
+    "Groups",
+    "GroupsSnapshot",
+    "group_state",
+]
+
+GroupState = Literal["valid", "degraded", "uniform", "insufficient", "no_valid"]
+GROUP_STATES: tuple[GroupState, ...] = ("valid", "degraded", "uniform", "insufficient", "no_valid")
+NO_SIGNAL: tuple[GroupState, ...] = ("uniform", "insufficient", "no_valid")
+"""The states of a group that gives the policy no (or only a noisy) learning signal."""
+
+DEFAULT_MIN_VALID = 2
+
+_MEASURED = Disposition.MEASURED
+_ABSENT = (Disposition.FAILED, Disposition.OMITTED)
+
+
+def group_state(rewards: Sequence[float | None], min_valid: int = DEFAULT_MIN_VALID) -> GroupState:
+    """Classify a complete group from its members' rewards, ``None`` for a member that is not valid."""
+    valid = [reward for reward in rewards if reward is not None]
+    if not valid:
+        return "no_valid"
+    if len(valid) < min_valid:
+        return "insufficient"
+    if min(valid) == max(valid):
+        return "uniform"
+    if len(valid) < len(rewards):
+        return "degraded"
+    return "valid"
+
+
+# A member's state, packed in an int of a Blocks column (see _blocks): 0 is a member not known yet.
+_HAS_OUTCOME = 1
+_EXPECTED = 2  # among the materialized inputs
+_RANK_SHIFT = 2  # the rank (_blocks.rank) of the outcome that stands
+_COMPLETED = 1  # a task's flag: classified once; a late retry changes nothing
+
+
+class _Agent:
+    """One agent's groups: every member in ``Blocks``, the open groups; only touched under the lock."""
+
+    __slots__ = ("blocks", "expected", "expected_done", "flags", "open", "outcomes", "rewards", "states")
+
+    def __init__(self) -> None:
+        # Per member: its packed state and its reward when valid (NaN otherwise). Per task: the completed
+        # flag, members with an outcome, expected members, and expected members with an outcome.
+        self.blocks = Blocks(
+            {"state": "L", "reward": "d"},
+            {"flags": "B", "outcomes": "H", "expected": "H", "expected_done": "H"},  # at most 65,535 members
+        )
+        # The columns, at hand (they grow in place, never replaced).
+        self.states, self.rewards = self.blocks.member["state"], self.blocks.member["reward"]
+        task = self.blocks.task
+        self.flags, self.outcomes = task["flags"], task["outcomes"]
+        self.expected, self.expected_done = task["expected"], task["expected_done"]
+        self.open = 0
+
+
+@dataclass(frozen=True, slots=True)
+class AgentGroups:
+    """One agent's completed groups by state, and how many are still open."""
+
+    agent: str
+    states: Mapping[GroupState, int]
+    open: int
+
+    @property
+    def completed(self) -> int:
+        """Groups classified so far."""
+        return sum(self.states.values())
+
+
+@dataclass(frozen=True, slots=True)
+class GroupsSnapshot:
+    """Every agent's groups, taken atomically."""
+
+    agents: tuple[AgentGroups, ...] = ()
+
+    def agent(self, name: str) -> AgentGroups | None:
+        """The groups of one agent (by its label), or ``None``."""
+        return by_agent(self.agents, name)
+
+
+class Groups:
+    """Group state per (agent label, task index), fed the classified outcomes the account counts.
+
+    Args:
+        names: resolves agent names to labels, as the account does.
+        min_valid: valid members a group needs to give more than a noisy signal (``min_valid_per_group``).
+    """
+
+    def __init__(self, names: Names, *, min_valid: int = DEFAULT_MIN_VALID) -> None:
+        if min_valid < 1:
+            msg = f"min_valid_per_group must be at least 1, got {min_valid}"
+            raise ConfigError(msg)
+        self._names = names
+        self.min_valid = min_valid
+        self._lock = _fork.lock_for(self)
+        self._sizes: dict[str, int] = {}  # agent label -> declared group size
+        self._states: dict[str, dict[GroupState, int]] = {}  # completed groups by state: a counter, every run
+        self.new_run()
+
+    def new_run(self) -> None:
+        """A new run begins (the files being read started over): forget the open and completed groups.
+
+        The counts of completed groups go on (``rollout_groups_total`` is a counter); declared sizes stay.
+        """
+        with self._lock:
+            self._agents: dict[str, _Agent] = {}
+            self._from_inputs = False
+            self.active = bool(self._sizes)
+            """Whether any group size is known (declared, or from inputs): until then nothing is grouped."""
+
+    def declare(self, agent: str, group_size: int) -> None:
+        """Every task of ``agent`` has ``group_size`` rollouts (rollout indices 0 .. group_size - 1).
+
+        Raises:
+            ConfigError: ``group_size`` is not an integer from 1 to 65,535.
+            OutcomeError: the agent name is not a non-empty string.
+        """
+        if type(group_size) is not int or not 1 <= group_size <= MAX_ROLLOUT_INDEX + 1:
+            msg = f"group_size must be an integer from 1 to {MAX_ROLLOUT_INDEX + 1}, got {group_size!r}"
+            raise ConfigError(msg)
+        label = self._names.agent(agent)[0]
+        with self._lock:
+            self._sizes[label] = group_size
+            self.active = True
+
+    def _agent(self, label: str) -> _Agent:
+        agent = self._agents.get(label)
+        if agent is None:
+            agent = self._agents[label] = _Agent()
+        return agent
+
+    def _member(self, state: _Agent, task: int, rollout: int) -> tuple[int, int]:
+        """(task number, slot) of a member; a task seen for the first time opens a group."""
+        blocks = state.blocks
+        known = blocks.tasks
+        number = blocks.add_task(task)
+        if blocks.tasks > known:
+            state.open += 1
+        return number, blocks.slot(number, rollout)
+
+    def expect(self, agent: str, task_index: int, rollout_index: int) -> None:
+        """One rollout the run is expected to produce (a materialized inputs row): a member of its task."""
+        check_identity(task_index, rollout_index)
+        label = self._names.agent(agent)[0]
+        with self._lock:
+            self._from_inputs = True
+            self.active = True
+            state = self._agent(label)
+            number, slot = self._member(state, task_index, rollout_index)
+            member = state.states[slot]
+            if state.flags[number] & _COMPLETED or member & _EXPECTED:
+                return
+            state.states[slot] = member | _EXPECTED
+            state.expected[number] += 1
+            state.expected_done[number] += bool(member & _HAS_OUTCOME)
+            self._complete_if_done(label, state, number)
+
+    def observe(
+        self,
+        agent: str,
+        task_index: int,
+        rollout_index: int,
+        outcome: Classified,
+        attempt: int | None = None,
+    ) -> None:
+        """Give one member's outcome to its group; a retried member replaces its earlier attempt.
+
+        The precedence is the coverage account's (``_blocks.supersedes``): a higher ``attempt`` wins, and at
+        the same attempt (or with none given) an outcome that reached the output wins over a failure or
+        omission, then the later one wins.
+
+        The identity is the caller's to check (``_blocks.check_identity``), before the outcome is counted.
+
+        Raises:
+            OutcomeError: the agent name is invalid.
+        """
+        if not self.active:
+            # No group size known for any agent: nothing to group (read without the lock: sizes are
+            # declared before the rollouts they size, and inputs are read before the rows they expect).
+            return
+        label = self._names.agent(agent)[0]
+        new_rank = rank(attempt, outcome[0] not in _ABSENT)
+        reward = outcome[1] if outcome[0] is _MEASURED and outcome[1] is not None else math.nan
+        with self._lock:
+            state = self._agents.get(label)
+            if label not in self._sizes and (
+                state is None or state.blocks.number(task_index) < 0 or not self._from_inputs
+            ):
+                return  # no size known for this agent, and its task is not among the inputs: no group
+            if state is None:
+                state = self._agent(label)
+            number, slot = self._member(state, task_index, rollout_index)
+            if state.flags[number] & _COMPLETED:
+                return  # a late retry: the group was classified once already
+            member = state.states[slot]
+            if member & _HAS_OUTCOME:
+                if not supersedes(new_rank, member >> _RANK_SHIFT):
+                    return
+            else:
+                state.outcomes[number] += 1
+                state.expected_done[number] += bool(member & _EXPECTED)
+            state.states[slot] = member & _EXPECTED | _HAS_OUTCOME | new_rank << _RANK_SHIFT
+            state.rewards[slot] = reward
+            self._complete_if_done(label, state, number)
+
+    def _complete_if_done(self, label: str, state: _Agent, number: int) -> None:
+        # Called under the lock. Inputs give the members of a task; otherwise the agent's declared size.
+        expected = state.expected[number]
+        if expected:
+            done = state.expected_done[number] == expected
+        else:
+            size = self._sizes.get(label)
+            done = size is not None and state.outcomes[number] >= size
+        if not done:
+            return
+        states, rewards = state.states, state.rewards
+        valid = [
+            None if math.isnan(reward) else reward
+            for slot in state.blocks.block(number)
+            if states[slot] & _HAS_OUTCOME and ((reward := rewards[slot]) or True)
+        ]
+        classified = group_state(valid, self.min_valid)
+        counts = self._states.get(label)
+        if counts is None:
+            counts = self._states[label] = dict.fromkeys(GROUP_STATES, 0)
+        counts[classified] += 1
+        state.flags[number] |= _COMPLETED
+        state.open -= 1
+
+    def snapshot(self) -> GroupsSnapshot:
+        """Copy every agent's group counts."""
+        with self._lock:
+            agents = tuple(
+                AgentGroups(
+                    agent=label,
+                    states=dict(counts),
+                    open=state.open if (state := self._agents.get(label)) is not None else 0,
+                )
+                for label, counts in sorted(self._states.items())
+            )
+        return GroupsSnapshot(agents=agents)

@@ -1,0 +1,66 @@
+"""The Gym-compatible progress view: NeMo Gym's ``progress/...`` keys, computed from a snapshot.
+
+The dict can go straight to ``wandb.log`` or MLflow. A healthy run (nothing masked, failed or omitted)
+yields exactly the keys it would without this library; the extra keys appear only once something happens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from rollout_telemetry._store.snapshot import AccountSnapshot, finished
+
+__all__ = ["progress_metrics"]
+
+
+def _pct(numerator: float, denominator: int) -> float:
+    return round(100 * numerator / denominator, 2)
+
+
+def progress_metrics(
+    snapshot: AccountSnapshot,
+    *,
+    elapsed_seconds: float,
+    expected: Mapping[str, int] | None = None,
+) -> dict[str, float]:
+    """Return the ``progress/<agent>/...`` keys and ``progress/total/rollouts_per_min``, as NeMo Gym 0.7.0.
+
+    - ``reward``: round(100 x mean, 2) over every rollout that carries a reward, masked ones and failure
+      records that carry one included (a follower leaves out the no-result failure classes' rewards);
+    - ``reward_lower_bound``: round(100 x sum of rewards / (rewarded + still expected), 2), with ``expected``;
+    - ``masked_pct``: round(100 x masked / (masked + measured), 2), only once something is masked: an
+      unscored rollout (no reward) and a failure record are in neither part;
+    - ``reward_unmasked``: round(100 x mean over measured rollouts, 2), only once something is masked,
+      failed or omitted (and something is measured);
+    - ``failed``, ``omitted``: integer counts, only when above 0;
+    - ``progress/total/rollouts_per_min``: rollouts finished (completed, failed or omitted) per minute.
+
+    Args:
+        snapshot: the account snapshot to read.
+        elapsed_seconds: time since the telemetry started, for the rollout rate.
+        expected: rollouts expected per agent in total; gives ``reward_lower_bound``.
+    """
+    keys: dict[str, float] = {}
+    total = 0
+    for agent in snapshot.agents:
+        prefix = f"progress/{agent.agent}/"
+        done = finished(agent.completed, agent.failed, agent.omitted)
+        total += done
+        # Percentages as NeMo Gym writes them: round(100 * sum / count, 2), from the sums themselves.
+        if agent.rewarded:
+            keys[prefix + "reward"] = _pct(agent.reward_sum, agent.rewarded)
+        if expected is not None and agent.agent in expected:
+            denominator = agent.rewarded + max(expected[agent.agent] - done, 0)
+            if denominator > 0:
+                keys[prefix + "reward_lower_bound"] = _pct(agent.reward_sum, denominator)
+        if agent.masked_ratio is not None:
+            keys[prefix + "masked_pct"] = _pct(agent.masked, agent.masked_denominator)
+        if agent.mean_reward_unmasked is not None:
+            keys[prefix + "reward_unmasked"] = _pct(agent.measured_sum, agent.measured)
+        if agent.failed:
+            keys[prefix + "failed"] = agent.failed
+        if agent.omitted:
+            keys[prefix + "omitted"] = agent.omitted
+    minutes = elapsed_seconds / 60.0
+    keys["progress/total/rollouts_per_min"] = total / minutes if minutes > 0 else 0.0
+    return keys

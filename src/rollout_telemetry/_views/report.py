@@ -1,0 +1,199 @@
+"""The end-of-run report of a run's files: what became of each rollout, what the rows said, and Gym's keys.
+
+Two kinds of count sit side by side, and the report keeps them apart:
+
+- **rollouts** are identities (agent, task, rollout index): each counted once, by the disposition of its
+  newest attempt; with materialized inputs, ``expected = measured + masked + unscored + failed + omitted +
+  unknown``;
+- **events** are rows: every success and every failure row read (a failed attempt later retried is still one
+  failure event). The mean rewards, the masked share and the failure kinds are computed from events, as NeMo
+  Gym's progress keys are.
+
+With materialized inputs the rollouts of each task also form a **group**, classified once every member has
+an outcome (valid, degraded, uniform, insufficient, no_valid; see ``groups``); groups still waiting for a
+member are ``open``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from rollout_telemetry._contract.outcome import Disposition
+from rollout_telemetry._store.coverage import CoverageSnapshot, coverage_metrics
+from rollout_telemetry._store.groups import GROUP_STATES, GroupsSnapshot
+from rollout_telemetry._store.snapshot import AccountSnapshot, AgentSnapshot
+from rollout_telemetry._views.progress import progress_metrics
+
+__all__ = ["build_report", "render_table"]
+
+_ROLLOUT_COLUMNS = (
+    "expected", "measured", "masked", "unscored", "failed", "retryable", "omitted", "unknown", "retried",
+    "unidentified",
+)  # fmt: skip
+_EVENT_COLUMNS = ("measured", "masked", "unscored", "failed", "omitted")
+
+
+def build_report(
+    account: AccountSnapshot,
+    coverage: CoverageSnapshot,
+    groups: GroupsSnapshot | None = None,
+    *,
+    top: int = 3,
+) -> dict[str, Any]:
+    """The report as plain data (what ``--format json`` prints).
+
+    Per agent, ``rollouts`` holds identity counts and ``events`` row counts; ``gym_coverage`` holds NeMo
+    Gym's end-of-run ``coverage/...`` keys and ``gym_progress`` its ``progress/<agent>/...`` keys for the run;
+    ``groups`` holds, per agent with groups, the completed groups by state and the ``open`` ones.
+    """
+    agents: list[dict[str, Any]] = []
+    names = sorted({a.agent for a in account.agents} | {c.agent for c in coverage.agents})
+    for name in names:
+        events = account.agent(name)
+        covered = coverage.agent(name)
+        kinds: Counter[str] = Counter()
+        if events is not None:
+            for disposition, counts in events.kinds.items():
+                for kind, count in counts.items():
+                    kinds[f"{disposition.value}:{kind}"] += count
+        rollouts: dict[str, int | None] = {
+            "expected": covered.expected if covered else None,
+            **{d.value: covered.rollouts[d] if covered else 0 for d in Disposition},
+            "retryable": covered.retryable if covered else 0,
+            "unknown": covered.unknown if covered else None,
+            "retried": covered.retried if covered else 0,
+            "unidentified": covered.unidentified if covered else 0,
+        }
+        agents.append(
+            {
+                "agent": name,
+                "rollouts": rollouts,
+                "events": {
+                    **{d: events.count(Disposition(d)) if events else 0 for d in _EVENT_COLUMNS},
+                    "mean_reward": events.mean_reward if events else None,
+                    "mean_reward_unmasked": _unmasked(events),
+                    "masked_share": (events.masked_ratio if events else None) or 0.0,
+                    # Most frequent first, ties by name: the same report whatever order the rows came in.
+                    "top_failure_kinds": dict(sorted(kinds.items(), key=lambda kv: (-kv[1], kv[0]))[:top]),
+                },
+            }
+        )
+    expected = {a.agent: a.expected for a in coverage.agents if a.expected is not None}
+    progress = progress_metrics(account, elapsed_seconds=0.0, expected=expected)
+    progress.pop("progress/total/rollouts_per_min")  # a rate of the live run, not of its files
+    return {
+        "agents": agents,
+        "gym_coverage": coverage_metrics(coverage),
+        "gym_progress": progress,
+        "rows_without_identity": sum(a.unidentified for a in coverage.agents),
+        "rejected": dict(account.rejected),
+        "groups": {
+            agent.agent: {**{state: agent.states[state] for state in GROUP_STATES}, "open": agent.open}
+            for agent in (groups.agents if groups is not None else ())
+        },
+    }
+
+
+def _unmasked(events: AgentSnapshot | None) -> float | None:
+    # With nothing masked, failed or omitted the unmasked mean is the mean (Gym publishes no key then).
+    if events is None:
+        return None
+    return events.mean_reward_unmasked if events.troubled else events.mean_reward
+
+
+def _number(value: object, pattern: str = "{:d}") -> str:
+    if value is None:
+        return "-"
+    return pattern.format(value)
+
+
+_WIDE = 110
+"""Columns the two tables need; a narrower terminal gets the same figures agent by agent, as lines."""
+
+
+def _by_agent_lines(report: dict[str, Any]) -> list[str]:
+    """The two tables as labelled lines per agent, for terminals narrower than the tables."""
+    lines = []
+    for row in report["agents"]:
+        counts, seen = row["rollouts"], row["events"]
+        kinds = ", ".join(f"{kind} ({count})" for kind, count in seen["top_failure_kinds"].items())
+        lines += [
+            row["agent"],
+            "  rollouts (identities, newest attempt): "
+            + ", ".join(f"{column} {_number(counts[column])}" for column in _ROLLOUT_COLUMNS),
+            "  events (every row): "
+            + ", ".join(f"{column} {_number(seen[column])}" for column in _EVENT_COLUMNS)
+            + f"; reward {_number(seen['mean_reward'], '{:+.4f}')}, unmasked "
+            + f"{_number(seen['mean_reward_unmasked'], '{:+.4f}')}, "
+            + f"masked {100 * seen['masked_share']:.1f} %",
+            f"  top failure kinds: {kinds or '-'}",
+        ]
+    return lines
+
+
+def render_table(report: dict[str, Any], width: int = _WIDE) -> Any:
+    """A rich renderable of the report: the rollouts table, the events table, then Gym's keys.
+
+    Narrower than the tables need (``width``), the figures are the same, as lines per agent.
+    """
+    from rich.console import Group
+    from rich.table import Table
+
+    rollouts = Table(
+        title="Rollouts by agent: distinct identities, each by the disposition of its newest attempt",
+        title_justify="left",
+    )
+    # The agent's name is never cut; in a narrow terminal the number columns' headings wrap instead.
+    agent_width = min(max((len(row["agent"]) for row in report["agents"]), default=5), 40)
+    rollouts.add_column("agent", no_wrap=True, min_width=agent_width)
+    for column in _ROLLOUT_COLUMNS:
+        rollouts.add_column(column, justify="right")
+    events = Table(
+        title="Events by agent: every row read (a retried failure is still one failed event)",
+        title_justify="left",
+    )
+    events.add_column("agent", no_wrap=True, min_width=agent_width)
+    for column in (*_EVENT_COLUMNS, "reward", "unmasked", "masked %"):
+        events.add_column(column, justify="right")
+    events.add_column("top failure kinds")
+    for row in report["agents"]:
+        counts, seen = row["rollouts"], row["events"]
+        rollouts.add_row(row["agent"], *(_number(counts[c]) for c in _ROLLOUT_COLUMNS))
+        kinds = ", ".join(f"{kind} ({count})" for kind, count in seen["top_failure_kinds"].items())
+        events.add_row(
+            row["agent"],
+            *(_number(seen[c]) for c in _EVENT_COLUMNS),
+            _number(seen["mean_reward"], "{:+.4f}"),
+            _number(seen["mean_reward_unmasked"], "{:+.4f}"),
+            f"{100 * seen['masked_share']:.1f}",
+            kinds or "-",
+        )
+    parts: list[Any] = [rollouts, events] if width >= _WIDE else _by_agent_lines(report)
+    if report.get("groups"):
+        by_state = Table(
+            title="Groups by agent: the rollouts of one task, classified once every member has an outcome",
+            title_justify="left",
+        )
+        by_state.add_column("agent", no_wrap=True)
+        for column in (*GROUP_STATES, "open"):
+            by_state.add_column(column, justify="right", no_wrap=True)
+        for agent, counts in report["groups"].items():
+            by_state.add_row(agent, *(_number(counts[c]) for c in (*GROUP_STATES, "open")))
+        parts.append(by_state)
+    for title, section in (("Gym coverage keys", "gym_coverage"), ("Gym progress keys", "gym_progress")):
+        if report[section]:
+            keys = Table(title=title, title_justify="left")
+            keys.add_column("key")
+            keys.add_column("value", justify="right")
+            for key, value in report[section].items():
+                keys.add_row(key, str(value))
+            parts.append(keys)
+    if report["rows_without_identity"]:
+        parts.append(
+            f"rows without an identity (counted, matched to nothing): {report['rows_without_identity']}"
+        )
+    if report["rejected"]:
+        rejected = ", ".join(f"{reason}: {count}" for reason, count in sorted(report["rejected"].items()))
+        parts.append(f"rejected rows: {rejected}")
+    return Group(*parts)

@@ -1,0 +1,416 @@
+"""The catalogue of published series, and how each is computed from a snapshot.
+
+Every family any collector publishes is here: the account's (``FAMILIES``, ``HISTOGRAMS``), the run coverage
+account's (``COVERAGE_FAMILIES``) and the span export statistics (``SPAN_FAMILIES``); ``CATALOGUE`` is all of
+them, and the README's metric table and the dashboard tests are checked against it. The exporters format
+what this module computes, so names, meanings and the appear-only-when rules live in one place. A family
+with no samples is not published at all: a healthy run publishes only the always-present set.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Generic, Literal, TypeVar
+
+from rollout_telemetry._contract.outcome import TOKEN_TYPES, Disposition
+from rollout_telemetry._store.account import DURATION_BUCKETS
+from rollout_telemetry._store.coverage import CoverageSnapshot
+from rollout_telemetry._store.groups import GROUP_STATES, GroupsSnapshot
+from rollout_telemetry._store.snapshot import AccountSnapshot, AgentSnapshot
+
+__all__ = [
+    "ALWAYS_PRESENT",
+    "CATALOGUE",
+    "COVERAGE_FAMILIES",
+    "FAMILIES",
+    "GROUP_FAMILIES",
+    "HISTOGRAMS",
+    "PUBLISHED",
+    "SPAN_FAMILIES",
+    "Family",
+    "Sample",
+    "duration_buckets",
+    "published",
+]
+
+S = TypeVar("S")
+
+Sample = tuple[tuple[str, ...], float]
+"""Label values (after any constant labels) and the value."""
+
+FamilyType = Literal["counter", "gauge", "histogram"]
+
+
+@dataclass(frozen=True, slots=True)
+class Family(Generic[S]):
+    """One published metric family, computed from a snapshot of type ``S``."""
+
+    name: str
+    """The Prometheus name; counters end in ``_total``."""
+    type: FamilyType
+    labels: tuple[str, ...]
+    unit: str
+    """The OpenTelemetry unit (UCUM): ``{rollout}``, ``1`` or ``s``."""
+    appears: str
+    """When the family has series, for the README."""
+    help: str
+    sample: Callable[[S], Iterator[Sample]]
+
+    @property
+    def otel_name(self) -> str:
+        """The OpenTelemetry instrument name: the Prometheus name without ``_total``."""
+        return self.name.removesuffix("_total")
+
+
+def _each(value: Callable[[AgentSnapshot], float | None]) -> Callable[[AccountSnapshot], Iterator[Sample]]:
+    def sample(snap: AccountSnapshot) -> Iterator[Sample]:
+        for agent in snap.agents:
+            result = value(agent)
+            if result is not None:
+                yield (agent.agent,), result
+
+    return sample
+
+
+def _masked_only(value: Callable[[AgentSnapshot], float]) -> Callable[[AccountSnapshot], Iterator[Sample]]:
+    return _each(lambda agent: value(agent) if agent.masked else None)
+
+
+def _by_kind(disposition: Disposition) -> Callable[[AccountSnapshot], Iterator[Sample]]:
+    def sample(snap: AccountSnapshot) -> Iterator[Sample]:
+        for agent in snap.agents:
+            for kind, count in agent.kinds.get(disposition, {}).items():
+                yield (agent.agent, kind), count
+
+    return sample
+
+
+def _by_stage(
+    value: Callable[[AgentSnapshot], Mapping[str, float]],
+) -> Callable[[AccountSnapshot], Iterator[Sample]]:
+    def sample(snap: AccountSnapshot) -> Iterator[Sample]:
+        for agent in snap.agents:
+            if agent.lifecycle:
+                for stage, number in value(agent).items():
+                    yield (agent.agent, stage), number
+
+    return sample
+
+
+def _tokens(snap: AccountSnapshot) -> Iterator[Sample]:
+    for agent in snap.agents:
+        if agent.tokens is not None:
+            for token_type, count in zip(TOKEN_TYPES, agent.tokens, strict=True):
+                yield (agent.agent, token_type), count
+
+
+def _truncated(snap: AccountSnapshot) -> Iterator[Sample]:
+    for agent in snap.agents:
+        for reason, count in agent.truncated.items():
+            yield (agent.agent, reason), count
+
+
+def _in_flight_age(snap: AccountSnapshot) -> Iterator[Sample]:
+    for agent in snap.agents:
+        if agent.lifecycle:
+            for stage in agent.in_flight_by_stage:
+                start = agent.oldest_start_by_stage.get(stage)
+                yield (agent.agent, stage), 0.0 if start is None else max(snap.taken_at - start, 0.0)
+
+
+def _mapping(attribute: str) -> Callable[[AccountSnapshot], Iterator[Sample]]:
+    def sample(snap: AccountSnapshot) -> Iterator[Sample]:
+        for key, count in sorted(getattr(snap, attribute).items()):
+            yield (key,), count
+
+    return sample
+
+
+_AGENT = ("agent",)
+_KIND = ("agent", "failure_kind")
+_STAGE = ("agent", "stage")
+_ALWAYS = "always, per agent"
+_TROUBLE = "once something is masked, failed or omitted for the agent"
+
+FAMILIES: tuple[Family[AccountSnapshot], ...] = (
+    Family(
+        "rollout_completed_total", "counter", _AGENT, "{rollout}", _ALWAYS,
+        "Rollouts that reached the output: measured + masked + unscored.",
+        _each(lambda a: a.completed),
+    ),
+    Family(
+        "rollout_rewarded_total", "counter", _AGENT, "{rollout}", _ALWAYS,
+        "Completed rollouts that carried a reward, masked ones included: the denominator of the mean reward.",
+        _each(lambda a: a.rewarded),
+    ),
+    Family(
+        "rollout_reward_positive_total", "counter", _AGENT, "1", _ALWAYS,
+        "Sum of the positive rewards (masked included). Mean reward over a window = "
+        "(increase(positive) - increase(negative)) / increase(rollout_rewarded_total).",
+        _each(lambda a: a.reward_positive),
+    ),
+    Family(
+        "rollout_reward_negative_total", "counter", _AGENT, "1", _ALWAYS,
+        "Sum of the magnitudes of the negative rewards (masked included); kept apart from the positive ones "
+        "so that both are monotonic counters.",
+        _each(lambda a: a.reward_negative),
+    ),
+    Family(
+        "rollout_reward", "gauge", _AGENT, "1", "per agent, once it has a reward",
+        "Mean reward since the exporter started, over every rewarded rollout, masked ones included.",
+        _each(lambda a: a.mean_reward),
+    ),
+    Family(
+        "rollout_reward_unmasked", "gauge", _AGENT, "1", _TROUBLE + ", if an unmasked one has a reward",
+        "Mean reward over unmasked rollouts. The gap to rollout_reward is the score lost to infrastructure.",
+        _each(lambda a: a.mean_reward_unmasked),
+    ),
+    Family(
+        "rollout_masked_ratio", "gauge", _AGENT, "1", "once something is masked",
+        "Share (0-1) of masked rollouts among those that count for it, as NeMo Gym computes masked_pct: "
+        "masked / (masked + unmasked rollouts that carry a reward); an unscored rollout is in neither.",
+        _each(lambda a: a.masked_ratio),
+    ),
+    Family(
+        "rollout_masked_rewarded_total", "counter", _AGENT, "{rollout}", "once something is masked",
+        "Masked rollouts that carried a reward; subtract from rollout_rewarded_total for the unmasked "
+        "denominator.",
+        _masked_only(lambda a: a.masked_rewarded),
+    ),
+    Family(
+        "rollout_masked_reward_positive_total", "counter", _AGENT, "1", "once something is masked",
+        "Sum of the positive rewards of masked rollouts.",
+        _masked_only(lambda a: a.masked_positive),
+    ),
+    Family(
+        "rollout_masked_reward_negative_total", "counter", _AGENT, "1", "once something is masked",
+        "Sum of the magnitudes of the negative rewards of masked rollouts.",
+        _masked_only(lambda a: a.masked_negative),
+    ),
+    Family(
+        "rollout_masked_total", "counter", _KIND, "{rollout}", "once a rollout of that kind is masked",
+        "Completed rollouts returned with mask_sample=True: their reward is not a valid measurement.",
+        _by_kind(Disposition.MASKED),
+    ),
+    Family(
+        "rollout_unscored_total", "counter", _KIND, "{rollout}", "once a rollout of that kind is unscored",
+        "Completed rollouts that carried no numeric reward.",
+        _by_kind(Disposition.UNSCORED),
+    ),
+    Family(
+        "rollout_failed_total", "counter", _KIND, "{rollout}", "once a rollout of that kind fails",
+        "Rollouts that never reached the output (environment, judge, transport or provider failure).",
+        _by_kind(Disposition.FAILED),
+    ),
+    Family(
+        "rollout_omitted_total", "counter", _KIND, "{rollout}", "once a rollout of that kind is omitted",
+        "Rollouts left out of the output on purpose (cancelled, shut down, incomplete cohort).",
+        _by_kind(Disposition.OMITTED),
+    ),
+    Family(
+        "rollout_tokens_total", "counter", ("agent", "type"), "{token}",
+        "per agent, from its first rollout that carries usage (response.usage)",
+        "Tokens of the model responses, by type: input, output, cached (input_tokens_details) and reasoning "
+        "(output_tokens_details), from response.usage of rollouts that carry it. Output tokens per rollout "
+        "drifting up or down is an early sign of many training pathologies.",
+        _tokens,
+    ),
+    Family(
+        "rollout_truncated_total", "counter", ("agent", "reason"), "{rollout}",
+        "once a response of the agent is truncated for that reason",
+        "Completed rollouts whose model response was incomplete, by incomplete_details.reason (for example "
+        "max_output_tokens; 'unspecified' when status is incomplete without one). A truncated answer "
+        "usually scores 0 for a reason that is neither the environment nor the policy's reasoning.",
+        _truncated,
+    ),
+    Family(
+        "rollout_in_flight", "gauge", _STAGE, "{rollout}", "per agent and stage that used the lifecycle API",
+        "Rollouts started through the lifecycle API and not finished yet, by the stage they are at "
+        "(rollout.stage(); 'agent' unless told).",
+        _by_stage(lambda a: a.in_flight_by_stage),
+    ),
+    Family(
+        "rollout_oldest_in_flight_age_seconds", "gauge", _STAGE, "s",
+        "per agent and stage that used the lifecycle API",
+        "Age of the oldest rollout still in flight at that stage; 0 when none is. An age that keeps growing "
+        "is a stalled rollout.",
+        _in_flight_age,
+    ),
+    Family(
+        "rollout_stalled", "gauge", _STAGE, "{rollout}", "per agent and stage that used the lifecycle API",
+        "Rollouts in flight now for longer than stall_after, by the stage they are at.",
+        _by_stage(lambda a: a.stalled_by_stage),
+    ),
+    Family(
+        "rollout_stalls_total", "counter", _STAGE, "{rollout}", "once a rollout of the agent stalls",
+        "Rollouts that stayed in flight longer than stall_after, each counted once when it crossed, by the "
+        "stage it was at then.",
+        _by_stage(lambda a: a.stalls),
+    ),
+    Family(
+        "rollout_telemetry_rejected_total", "counter", ("reason",), "{input}", "once an input is rejected",
+        "Inputs the telemetry refused (bad reward, malformed row, internal error), by reason; nothing else "
+        "is lost.",
+        _mapping("rejected"),
+    ),
+    Family(
+        "rollout_telemetry_label_overflow_total", "counter", ("label",), "{record}",
+        "once a cardinality cap is exceeded",
+        "Records whose agent or failure_kind exceeded the cardinality cap and were counted under '_other'.",
+        _mapping("overflow"),
+    ),
+)  # fmt: skip
+"""Every scalar family, in exposition order."""
+
+DURATION_HISTOGRAM: Family[AccountSnapshot] = Family(
+    "rollout_duration_seconds", "histogram", _AGENT, "s", "per agent that used the lifecycle API",
+    "Wall time of rollouts recorded through the lifecycle API, from start to outcome.",
+    _each(lambda a: a.duration_sum if a.lifecycle else None),
+)  # fmt: skip
+
+HISTOGRAMS: tuple[Family[AccountSnapshot], ...] = (DURATION_HISTOGRAM,)
+
+ALWAYS_PRESENT: tuple[str, ...] = (*tuple(f.name for f in FAMILIES if f.appears == _ALWAYS), "rollout_reward")
+"""The families a healthy run (rewards, nothing masked, failed or omitted) publishes."""
+
+
+def _coverage_rollouts(snap: CoverageSnapshot) -> Iterator[Sample]:
+    for agent in snap.agents:
+        for disposition, count in agent.rollouts.items():
+            yield (agent.agent, disposition.value), count
+        if agent.unknown is not None:
+            yield (agent.agent, "unknown"), agent.unknown
+
+
+def _coverage_each(
+    value: Callable[[Any], float | None],
+) -> Callable[[CoverageSnapshot], Iterator[Sample]]:
+    def sample(snap: CoverageSnapshot) -> Iterator[Sample]:
+        for agent in snap.agents:
+            result = value(agent)
+            if result is not None:
+                yield (agent.agent,), result
+
+    return sample
+
+
+def _coverage_restarts(snap: CoverageSnapshot) -> Iterator[Sample]:
+    if snap.restarts:
+        yield (), snap.restarts
+
+
+_FOLLOW = "in follow mode (serve --follow), per agent"
+
+COVERAGE_FAMILIES: tuple[Family[CoverageSnapshot], ...] = (
+    Family(
+        "rollout_run_rollouts", "gauge", ("agent", "disposition"), "{rollout}", _FOLLOW,
+        "Distinct rollouts of the run (agent, task, rollout index) by the disposition of their newest "
+        "attempt; 'unknown' is expected but not seen yet (only with materialized inputs).",
+        _coverage_rollouts,
+    ),
+    Family(
+        "rollout_run_expected", "gauge", _AGENT, "{rollout}", _FOLLOW + ", with materialized inputs",
+        "Rollouts the run is expected to produce, from the materialized inputs (plus any seen outside "
+        "them): the sum of rollout_run_rollouts over dispositions.",
+        _coverage_each(lambda a: a.expected),
+    ),
+    Family(
+        "rollout_retried_total", "counter", _AGENT, "{attempt}", _FOLLOW,
+        "Attempts beyond the first of a rollout identity.",
+        _coverage_each(lambda a: a.retried),
+    ),
+    Family(
+        "rollout_run_retryable", "gauge", _AGENT, "{rollout}", _FOLLOW,
+        "Failed rollouts NeMo Gym will dispatch again on resume: no success written, no terminal failure "
+        "row, fewer attempts used than NEMO_GYM_MAX_ROLLOUT_ATTEMPTS. The rest of the failed are final.",
+        _coverage_each(lambda a: a.retryable),
+    ),
+    Family(
+        "rollout_run_restarts_total", "counter", (), "{run}", "in follow mode, once a followed file restarts",
+        "Times the followed run's files started over: a file recreated (NeMo Gym's fresh run over the same "
+        "output), truncated or rewritten in place. The rollout_run_* gauges then describe the new run; every "
+        "counter goes on from where it was.",
+        _coverage_restarts,
+    ),
+)  # fmt: skip
+"""The run coverage account's families (``serve --follow``)."""
+
+
+def _group_states(snap: GroupsSnapshot) -> Iterator[Sample]:
+    for agent in snap.agents:
+        for state in GROUP_STATES:
+            yield (agent.agent, state), agent.states[state]
+
+
+GROUP_FAMILIES: tuple[Family[GroupsSnapshot], ...] = (
+    Family(
+        "rollout_groups_total", "counter", ("agent", "state"), "{group}",
+        "once a group of the agent completes (every state then)",
+        "Groups (the rollouts of one task, as GRPO compares them) classified once every member has an "
+        "outcome: valid, degraded (some members masked, failed or omitted), uniform (every valid member "
+        "got the same reward: no learning signal), insufficient (fewer valid members than "
+        "min_valid_per_group, default 2) or no_valid (none valid).",
+        _group_states,
+    ),
+)  # fmt: skip
+"""The groups' families."""
+
+
+def _span_results(counts: Mapping[str, int]) -> Iterator[Sample]:
+    for result in ("exported", "failed", "dropped"):
+        yield (result,), counts.get(result, 0)
+
+
+SPAN_FAMILIES: tuple[Family[Mapping[str, int]], ...] = (
+    Family(
+        "rollout_telemetry_spans_total", "counter", ("result",), "{span}", "with OTLP span export",
+        "Rollout spans handed to OTLP export, by result: exported, failed (endpoint down, refusing or too "
+        "slow) or dropped (the export queue was full, or export was shut down; recording never waits).",
+        _span_results,
+    ),
+)  # fmt: skip
+"""The OTLP span export statistics' families."""
+
+CATALOGUE: tuple[Family[Any], ...] = (
+    *FAMILIES,
+    *HISTOGRAMS,
+    *COVERAGE_FAMILIES,
+    *GROUP_FAMILIES,
+    *SPAN_FAMILIES,
+)
+"""Every family any collector of this package publishes."""
+
+PUBLISHED: frozenset[str] = frozenset(
+    {family.name for family in CATALOGUE}
+    | {f"{h.name}_{suffix}" for h in HISTOGRAMS for suffix in ("bucket", "sum", "count")}
+)
+"""Every series name a collector of this package publishes, a histogram's series included."""
+
+
+def published(name: str) -> str:
+    """``name``, checked to be a series this package publishes (``PUBLISHED``).
+
+    What reads an exposition (``top``, the dashboard's queries) names series through this, so a renamed
+    family fails where it is named instead of reading nothing.
+
+    Raises:
+        ValueError: no collector of this package publishes that name.
+    """
+    if name not in PUBLISHED:
+        msg = f"{name} is not in the catalogue (rollout_telemetry.series.CATALOGUE)"
+        raise ValueError(msg)
+    return name
+
+
+BUCKET_BOUNDS: tuple[str, ...] = (*tuple(str(bound) for bound in DURATION_BUCKETS), "+Inf")
+
+
+def duration_buckets(agent: AgentSnapshot) -> list[tuple[str, float]]:
+    """Cumulative ``(le, count)`` pairs of an agent's duration histogram, ``+Inf`` last."""
+    running = 0
+    buckets: list[tuple[str, float]] = []
+    for bound, count in zip(BUCKET_BOUNDS, agent.duration_buckets, strict=True):
+        running += count
+        buckets.append((bound, running))
+    return buckets

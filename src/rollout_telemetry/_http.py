@@ -1,17 +1,18 @@
 """A small HTTP/1.1 server on asyncio for an endpoint that must stay up while a local process attacks it.
 
-Built on the standard library's asyncio rather than aiohttp: the endpoint serves two GET paths and never
+Built on the standard library's asyncio rather than aiohttp: the endpoint serves a few GET paths and never
 reads a body, so the parsing it needs is a request line and a few headers under a size cap, while the
-defences it needs (a deadline on the whole request head from its first byte, a connection cap that evicts
-the longest-waiting idle connection, a bounded queue in front of the worker threads) are not aiohttp's
-either and would be written here all the same. The TLS handshake timeout is asyncio's own.
+defences it needs (a deadline on the whole request head from its first byte, connection caps per source
+and in all, eviction of connections idle past a minimum age, a cap on response bytes being written, a
+bounded queue in front of the worker threads) are not aiohttp's either and would be written here all the
+same. Sockets are read and written directly, TLS included (``rollout_telemetry._streams`` says why).
 
 One event-loop thread owns every connection: it accepts, runs the TLS handshake, reads the request head and
 writes the response, each under its own deadline, holding no thread per connection. Only a complete request
 reaches the handler, which sends slow work (scrypt, rendering the exposition) to ``Workers``: a fixed set of
 threads behind a bounded queue; beyond it the answer is 503. Each connection carries one request and is
-closed after the response (``Connection: close``): no body is read and no second request parsed, so there
-is nothing to smuggle.
+closed as soon as its response is written (``Connection: close``): no body is read and no second request
+parsed, so there is nothing to smuggle.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import ipaddress
 import logging
 import queue
 import re
@@ -27,16 +29,25 @@ import ssl
 import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import Any, TypeVar
+
+from rollout_telemetry._streams import RECV_SIZE, PlainStream, TlsStream
 
 _log = logging.getLogger("rollout_telemetry.server")
 
 T = TypeVar("T")
 
 MAX_CONNECTIONS = 512
-"""Connections held at once; when full, the longest-waiting one without a complete request is closed."""
+"""Connections held at once; when full, one idle past ``EVICT_AFTER`` is closed for the newcomer."""
+MAX_PER_SOURCE = 128
+"""Connections one source (an IPv4 address, an IPv6 /64) may hold; beyond, its own oldest idle one goes."""
+EVICT_AFTER = 1.0
+"""Seconds a connection is safe from eviction (a remote client's request takes a round trip or a
+handshake to arrive), and a response from being cut short for the output cap."""
+LISTEN_BACKLOG = 4096
+"""Connections the kernel queues before they are accepted (Linux caps it at ``net.core.somaxconn``)."""
 HANDSHAKE_TIMEOUT = 2.0
 """Seconds a TLS handshake may take."""
 IDLE_TIMEOUT = 3.0
@@ -44,17 +55,35 @@ IDLE_TIMEOUT = 3.0
 HEAD_TIMEOUT = 2.0
 """Seconds from the first byte of a request to the end of its headers."""
 MAX_HEAD = 16 * 1024
-"""Bytes a request line and headers may take together (431 beyond)."""
+"""Bytes a request line and headers may take together, the blank line included (431 beyond)."""
 MAX_QUEUED = 32
 """Requests that may wait for a worker thread (503 beyond)."""
 WRITE_TIMEOUT = 10.0
 """Seconds to write a response; a client reading slower is disconnected."""
+MAX_OUTPUT = 32 * 1024 * 1024
+"""Bytes of responses being written at once, counted per response; beyond, the longest-running writes
+(past ``EVICT_AFTER``) are cut short, or the newcomer gets 503."""
 LINGER = 1.0
 """Seconds to drain what a client still sends after its response, so the close does not reset it."""
 _LINGER_BYTES = 1 << 20
-_CHUNK = 256 * 1024
 _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
-_QUIET = (OSError, TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ssl.SSLError)
+_QUIET = (OSError, TimeoutError, ssl.SSLError)
+
+
+def source_of(address: str) -> str:
+    """The source a client address counts as for caps and fairness: the IPv4 address, or the IPv6 /64.
+
+    One host on IPv6 usually has a whole /64 to pick addresses from; an IPv4-mapped address is its IPv4.
+    """
+    try:
+        ip = ipaddress.ip_address(address.partition("%")[0])
+    except ValueError:
+        return address
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return str(ip.ipv4_mapped)
+        return str(ipaddress.IPv6Network((ip, 64), strict=False))
+    return str(ip)
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,6 +230,20 @@ def parse_head(head: bytes, source: str) -> Request | Response:
     return Request(parts[0], path, query, headers, source)
 
 
+@dataclass(eq=False, slots=True)
+class _Connection:
+    """What the loop knows of one connection: whose it is, since when, and what it is doing."""
+
+    sock: socket.socket
+    address: str
+    source: str
+    opened: float
+    task: asyncio.Task[None] | None = None
+    waiting: bool = True  # no complete request yet: it may be evicted
+    output: int = 0  # bytes of the response being written, counted against MAX_OUTPUT
+    writing_since: float = field(default=0.0)
+
+
 class HttpServer:
     """Serve ``handler`` on a bound, listening socket from an event loop in a thread of its own."""
 
@@ -212,8 +255,12 @@ class HttpServer:
         self._log = ThrottledLog()
         self._loop = asyncio.new_event_loop()
         self._loop.set_exception_handler(self._loop_error)
-        self._connections: set[asyncio.Task[None]] = set()
-        self._waiting: dict[asyncio.Task[None], None] = {}  # no complete request yet, oldest first
+        # Each dict keeps its connections oldest first; all are touched only on the loop's thread.
+        self._connections: dict[_Connection, None] = {}
+        self._waiting: dict[_Connection, None] = {}
+        self._by_source: dict[str, dict[_Connection, None]] = {}
+        self._writing: dict[_Connection, None] = {}
+        self._output = 0
         self._stopping = asyncio.Event()
         self._thread = threading.Thread(target=self._run, name="rollout-telemetry-http", daemon=True)
         self._thread.start()
@@ -239,135 +286,192 @@ class HttpServer:
         accepting = asyncio.create_task(self._accept())
         await self._stopping.wait()
         accepting.cancel()
-        for task in self._connections:
+        tasks = [c.task for c in self._connections if c.task is not None]
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(accepting, *self._connections, return_exceptions=True)
+        await asyncio.gather(accepting, *tasks, return_exceptions=True)
         self._listener.close()
 
     async def _accept(self) -> None:
         while True:
             try:
-                connection, address = await self._loop.sock_accept(self._listener)
+                sock, address = await self._loop.sock_accept(self._listener)
             except OSError as exc:  # out of file descriptors, say: wait for some to come back
                 self._log(logging.WARNING, "cannot accept a connection: %s", exc)
                 await asyncio.sleep(0.1)
                 continue
-            if len(self._connections) >= MAX_CONNECTIONS and not self._evict():
-                connection.close()
+            connection = _Connection(sock, str(address[0]), source_of(str(address[0])), time.monotonic())
+            if not self._make_room(connection.source, connection.opened):
+                sock.close()
                 continue
-            task = asyncio.create_task(self._serve_connection(connection, str(address[0])))
-            task.add_done_callback(functools.partial(self._forget, connection=connection))
-            self._connections.add(task)
-            self._waiting[task] = None
+            self._connections[connection] = None
+            self._waiting[connection] = None
+            self._by_source.setdefault(connection.source, {})[connection] = None
+            connection.task = asyncio.create_task(self._serve_connection(connection))
+            connection.task.add_done_callback(functools.partial(self._forget, connection))
             await asyncio.sleep(0)  # let the connections already accepted read before the next accept
 
-    def _evict(self) -> bool:
-        """Close the connection that has waited longest without a complete request."""
-        if not self._waiting:
+    def _make_room(self, source: str, now: float) -> bool:
+        """Whether a newcomer from ``source`` may be held, closing an idle connection for it if need be.
+
+        A source at its cap gives up its own oldest idle connection, whatever its age (it competes only
+        with itself). A full server gives up its oldest idle connection only past ``EVICT_AFTER``: a client
+        whose request is a round trip or a TLS handshake away is not evicted by a flood of newcomers.
+        """
+        mine = self._by_source.get(source, {})
+        if len(mine) >= MAX_PER_SOURCE:
+            victim = next((c for c in mine if c.waiting), None)
+        elif len(self._connections) >= MAX_CONNECTIONS:
+            victim = next(iter(self._waiting), None)
+            if victim is not None and now - victim.opened < EVICT_AFTER:
+                victim = None
+        else:
+            return True
+        if victim is None:
             return False
-        oldest = next(iter(self._waiting))
-        del self._waiting[oldest]
-        self._connections.discard(oldest)
-        oldest.cancel()
+        self._drop(victim)
         return True
 
-    def _forget(self, task: asyncio.Task[None], connection: socket.socket) -> None:
-        self._connections.discard(task)
-        self._waiting.pop(task, None)
-        connection.close()  # its transport is closed or was never made
+    def _drop(self, connection: _Connection) -> None:
+        """Close a connection now: it leaves every count at once; its task, cancelled, closes the socket
+        once its pending reads and writes have let go of it (the descriptor may be reused at once)."""
+        self._untrack(connection)
+        if connection.task is not None:
+            connection.task.cancel()
 
-    async def _serve_connection(self, connection: socket.socket, source: str) -> None:
-        task = asyncio.current_task()
-        assert task is not None  # each connection is served by a task of its own
-        writer: asyncio.StreamWriter | None = None
-        finished = False
+    def _forget(self, connection: _Connection, _: object = None) -> None:
+        self._untrack(connection)
+        connection.sock.close()
+
+    def _untrack(self, connection: _Connection) -> None:
+        self._connections.pop(connection, None)
+        self._waiting.pop(connection, None)
+        mine = self._by_source.get(connection.source)
+        if mine is not None:
+            mine.pop(connection, None)
+            if not mine:
+                del self._by_source[connection.source]
+        self._end_output(connection)
+
+    def _start_output(self, connection: _Connection, size: int) -> bool:
+        """Count ``size`` bytes against ``MAX_OUTPUT``, cutting short the longest writes past
+        ``EVICT_AFTER`` if that makes room; False if it cannot (the response is then a short 503).
+
+        A response larger than the cap on its own is written when nothing else is.
+        """
+        now = time.monotonic()
+        while self._output + size > MAX_OUTPUT and self._writing:
+            oldest = next(iter(self._writing))
+            if now - oldest.writing_since < EVICT_AFTER:
+                break
+            self._drop(oldest)
+        if self._output + size > MAX_OUTPUT and self._writing:
+            return False
+        connection.output, connection.writing_since = size, now
+        self._writing[connection] = None
+        self._output += size
+        return True
+
+    def _end_output(self, connection: _Connection) -> None:
+        if connection in self._writing:
+            del self._writing[connection]
+            self._output -= connection.output
+            connection.output = 0
+
+    async def _serve_connection(self, connection: _Connection) -> None:
         try:
-            reader = asyncio.StreamReader(limit=MAX_HEAD)
-            protocol = asyncio.StreamReaderProtocol(reader)
-            transport, _ = await self._loop.connect_accepted_socket(
-                lambda: protocol,
-                connection,
-                ssl=self._tls,
-                ssl_handshake_timeout=HANDSHAKE_TIMEOUT if self._tls is not None else None,
-            )
-            writer = asyncio.StreamWriter(transport, protocol, reader, self._loop)
-            received = await self._read_request(reader, source)
-            self._waiting.pop(task, None)  # from here on it is not idle: it cannot be evicted
-            if received is None:
-                return
-            if isinstance(received, Request):
-                response = await self._answer(received)
-                head_only = received.method == "HEAD"
-            else:
-                response, head_only = received, False
-            await self._write(reader, writer, response, head_only=head_only)
-            finished = True
+            stream: PlainStream = PlainStream(self._loop, connection.sock)
+            if self._tls is not None:
+                stream = TlsStream(self._loop, connection.sock, self._tls)
+                async with asyncio.timeout(HANDSHAKE_TIMEOUT):
+                    await stream.handshake()
+            if await self._exchange(connection, stream):
+                # Answered: the response was let go of on return, so a lingering client holds none of it.
+                connection.sock.shutdown(socket.SHUT_WR)
+                await _discard(stream)
         except _QUIET as exc:
-            _log.debug("connection from %s closed: %r", source, exc)
+            _log.debug("connection from %s closed: %r", connection.address, exc)
         except Exception as exc:
             self._log(logging.ERROR, "error serving a connection: %r", exc)
-        finally:
-            if writer is not None and not finished:
-                writer.transport.abort()
 
-    async def _read_request(self, reader: asyncio.StreamReader, source: str) -> Request | Response | None:
+    async def _exchange(self, connection: _Connection, stream: PlainStream) -> bool:
+        """Read one request and write its response; False if no request came."""
+        received = await self._read_request(stream, connection.address)
+        self._waiting.pop(connection, None)  # from here on it is not idle: it cannot be evicted
+        connection.waiting = False
+        if received is None:
+            return False
+        if isinstance(received, Request):
+            response = await self._answer(received)
+            head_only = received.method == "HEAD"
+        else:
+            response, head_only = received, False
+        await self._write(connection, stream, response, head_only=head_only)
+        return True
+
+    async def _read_request(self, stream: PlainStream, address: str) -> Request | Response | None:
         """The request, a response refusing it, or None for a connection that sent none in time."""
         try:
             async with asyncio.timeout(IDLE_TIMEOUT):
-                first = await reader.read(1)
-            if not first:
+                head = bytearray(await stream.recv())
+            if not head:
                 return None
+            searched = 0
             async with asyncio.timeout(HEAD_TIMEOUT):
-                head = first + await reader.readuntil(b"\r\n\r\n")
-        except asyncio.LimitOverrunError:
-            return Response.text(431, "request head too large\n")
-        except (TimeoutError, asyncio.IncompleteReadError):
+                while (end := head.find(b"\r\n\r\n", searched)) < 0:
+                    if len(head) >= MAX_HEAD:
+                        return Response.text(431, "request head too large\n")
+                    searched = max(0, len(head) - 3)
+                    chunk = await stream.recv(min(RECV_SIZE, MAX_HEAD + 1 - len(head)))
+                    if not chunk:
+                        return None
+                    head += chunk
+        except TimeoutError:
             return None
-        return parse_head(head, source)
+        if end + 4 > MAX_HEAD:
+            return Response.text(431, "request head too large\n")
+        return parse_head(bytes(head[: end + 4]), address)
 
     async def _answer(self, request: Request) -> Response:
         try:
             return await self._handler(request)
         except Busy:
-            return Response.text(503, "busy: try again\n", ("Retry-After", "1"))
+            return _BUSY
         except Exception as exc:
             self._log(logging.ERROR, "error answering %s %s: %r", request.method, request.path, exc)
             return Response.text(500, "internal error\n")
 
     async def _write(
-        self,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-        response: Response,
-        *,
-        head_only: bool,
+        self, connection: _Connection, stream: PlainStream, response: Response, *, head_only: bool
     ) -> None:
-        """Write the response and close, all within ``WRITE_TIMEOUT``; drain what the client still sends.
+        """Write the response within ``WRITE_TIMEOUT`` (TLS: and close_notify).
 
-        The body goes out in chunks, each sent before the next is queued: a slow reader holds a view of
-        the (shared) rendering, not a copy of it.
+        The body is sent from the response's own bytes (often one rendering shared by many scrapes), never
+        copied per connection; what it may hold is counted against ``MAX_OUTPUT`` until it is sent.
         """
-        writer.transport.set_write_buffer_limits(high=0)  # drain() then waits until everything is sent
-        body = memoryview(b"" if head_only else response.body)
+        body = b"" if head_only else response.body
+        if not self._start_output(connection, len(body)):
+            response, body = _BUSY, _BUSY.body
         async with asyncio.timeout(WRITE_TIMEOUT):
-            writer.write(response.head())
-            for start in range(0, len(body), _CHUNK):
-                writer.write(body[start : start + _CHUNK])
-                await writer.drain()
-            await writer.drain()
-            if writer.can_write_eof():  # plain TCP: half-close, then read until the client closes too
-                writer.write_eof()
-                await _discard(reader)
-            writer.close()
-            await writer.wait_closed()
+            head = response.head()
+            if len(body) <= RECV_SIZE:
+                await stream.send(head + body)
+            else:
+                await stream.send(head)
+                await stream.send(body)
+            await stream.finish()
+        self._end_output(connection)
 
 
-async def _discard(reader: asyncio.StreamReader) -> None:
+_BUSY = Response(
+    503, (("Content-Type", "text/plain; charset=utf-8"), ("Retry-After", "1")), b"busy: try again\n"
+)
+
+
+async def _discard(stream: PlainStream) -> None:
     """Read and drop up to ``_LINGER_BYTES`` for ``LINGER`` seconds or until the client closes."""
     read = 0
-    try:
+    with contextlib.suppress(TimeoutError, *_QUIET):
         async with asyncio.timeout(LINGER):
-            while read < _LINGER_BYTES and (chunk := await reader.read(65536)):
+            while read < _LINGER_BYTES and (chunk := await stream.recv(65536)):
                 read += len(chunk)
-    except TimeoutError:
-        pass

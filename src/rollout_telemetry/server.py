@@ -25,11 +25,15 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import CollectorRegistry
 
 from rollout_telemetry._http import (
+    EVICT_AFTER,
     HANDSHAKE_TIMEOUT,
     HEAD_TIMEOUT,
     IDLE_TIMEOUT,
+    LISTEN_BACKLOG,
     MAX_CONNECTIONS,
     MAX_HEAD,
+    MAX_OUTPUT,
+    MAX_PER_SOURCE,
     MAX_QUEUED,
     WRITE_TIMEOUT,
     HttpServer,
@@ -41,11 +45,15 @@ from rollout_telemetry.auth import Authenticator, BasicAuth, ServeError, Verdict
 
 __all__ = [
     "DEFAULT_ROLLOUTS_LIMIT",
+    "EVICT_AFTER",
     "HANDSHAKE_TIMEOUT",
     "HEAD_TIMEOUT",
     "IDLE_TIMEOUT",
+    "LISTEN_BACKLOG",
     "MAX_CONNECTIONS",
     "MAX_HEAD",
+    "MAX_OUTPUT",
+    "MAX_PER_SOURCE",
     "MAX_QUEUED",
     "MAX_ROLLOUTS_LIMIT",
     "WRITE_TIMEOUT",
@@ -82,6 +90,7 @@ class TLSConfig:
         """
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         context.minimum_version = ssl.TLSVersion.TLSv1_2
+        context.options |= ssl.OP_NO_RENEGOTIATION  # a client could make the server redo handshakes
         try:
             context.load_cert_chain(self.certfile, self.keyfile)
         except OSError as exc:  # ssl.SSLError is an OSError too
@@ -202,7 +211,7 @@ def _bind(host: str, port: int, port_range: int) -> socket.socket:
         try:
             listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             listener.bind((host, candidate))
-            listener.listen(128)
+            listener.listen(LISTEN_BACKLOG)
         except OSError as exc:
             listener.close()
             if exc.errno in _ADDRESS_IN_USE and candidate != candidates[-1]:
@@ -221,7 +230,8 @@ class MetricsServer:
 
     With ``port_range=N`` the first free port of ``port .. port+N-1`` is taken: the documented way for
     several collector processes on one node to get a port each without coordinating. ``threads`` worker
-    threads render the exposition and check passwords; the connections themselves hold no thread.
+    threads render the exposition and check passwords (scrapes asking for the same exposition share one
+    rendering, and each thread keeps a heap of its own, so few are best); connections hold no thread.
 
     Raises:
         ServeError: the address cannot be bound (every port in the range is taken, the host is unknown).
@@ -235,7 +245,7 @@ class MetricsServer:
         host: str = "127.0.0.1",
         tls: TLSConfig | None = None,
         auth: BasicAuth | None = None,
-        threads: int = 8,
+        threads: int = 2,
         port_range: int = 1,
         rollouts: Callable[[int], Mapping[str, object]] | None = None,
     ) -> None:

@@ -40,8 +40,16 @@ from rollout_telemetry._http import (
     Request,
     Response,
     Workers,
+    source_of,
 )
-from rollout_telemetry.auth import Authenticator, BasicAuth, ServeError, Verdict, hash_password
+from rollout_telemetry.auth import (
+    Authenticator,
+    BasicAuth,
+    PasswordChecks,
+    ServeError,
+    Verdict,
+    hash_password,
+)
 
 __all__ = [
     "DEFAULT_ROLLOUTS_LIMIT",
@@ -122,13 +130,13 @@ class _Endpoint:
     def __init__(
         self,
         registry: CollectorRegistry,
-        auth: Authenticator | None,
+        checks: tuple[Authenticator, PasswordChecks] | None,
         workers: Workers,
         rollouts: Callable[[int], Mapping[str, object]] | None = None,
     ) -> None:
         self._registry = registry
         self._rollouts = rollouts
-        self._auth = auth
+        self._checks = checks
         self._workers = workers
         self._renderings: dict[_Rendering, asyncio.Future[tuple[bytes, str]]] = {}
 
@@ -141,8 +149,8 @@ class _Endpoint:
             return Response.text(405, "GET or HEAD only\n", ("Allow", "GET, HEAD"))
         if request.path == "/healthz":  # says nothing but "ok": left open for liveness probes
             return Response.text(200, "ok\n")
-        if self._auth is not None:
-            refusal = await self._authenticate(self._auth, request)
+        if self._checks is not None:
+            refusal = await self._authenticate(*self._checks, request)
             if refusal is not None:
                 return refusal
         if request.path == "/rollouts" and self._rollouts is not None:
@@ -162,13 +170,15 @@ class _Endpoint:
         body = json.dumps(listing, separators=(",", ":")).encode()
         return Response(200, (("Content-Type", "application/json"),), body)
 
-    async def _authenticate(self, auth: Authenticator, request: Request) -> Response | None:
+    async def _authenticate(
+        self, authenticator: Authenticator, checks: PasswordChecks, request: Request
+    ) -> Response | None:
         header = request.headers.get("authorization")
-        verdict = auth.screen(header, request.source)
+        verdict = authenticator.screen(header)
         if verdict is None:
-            verdict = await self._workers.run(functools.partial(auth.verify, header, request.source))
+            verdict = await checks.check(header, source_of(request.source))
         if verdict is Verdict.LIMITED:
-            return Response.text(429, "too many failed attempts\n", ("Retry-After", "1"), _CHALLENGE)
+            return Response.text(429, "too many attempts: try again\n", ("Retry-After", "1"), _CHALLENGE)
         if verdict is Verdict.DENIED:
             return Response.text(401, "unauthorized\n", _CHALLENGE)
         return None
@@ -230,8 +240,8 @@ class MetricsServer:
 
     With ``port_range=N`` the first free port of ``port .. port+N-1`` is taken: the documented way for
     several collector processes on one node to get a port each without coordinating. ``threads`` worker
-    threads render the exposition and check passwords (scrapes asking for the same exposition share one
-    rendering, and each thread keeps a heap of its own, so few are best); connections hold no thread.
+    threads render the exposition (scrapes asking for the same one share it, and each thread keeps a heap
+    of its own, so few are best); password checks have threads of their own, and connections hold none.
 
     Raises:
         ServeError: the address cannot be bound (every port in the range is taken, the host is unknown).
@@ -255,8 +265,12 @@ class MetricsServer:
         self.host = host
         self.port: int = listener.getsockname()[1]
         self._workers = Workers(threads)
-        authenticator = Authenticator(auth) if auth is not None else None
-        endpoint = _Endpoint(registry, authenticator, self._workers, rollouts)
+        checks = None
+        if auth is not None:
+            authenticator = Authenticator(auth)
+            checks = (authenticator, PasswordChecks(authenticator))
+        self._checks = checks[1] if checks is not None else None
+        endpoint = _Endpoint(registry, checks, self._workers, rollouts)
         self._http = HttpServer(listener, endpoint, tls=context)
 
     @property
@@ -270,6 +284,8 @@ class MetricsServer:
         """Stop serving and release the port."""
         self._http.stop()
         self._workers.close()
+        if self._checks is not None:
+            self._checks.close()
 
     def __enter__(self) -> MetricsServer:
         return self

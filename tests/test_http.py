@@ -2,17 +2,27 @@
 
 from __future__ import annotations
 
+import contextlib
+import shutil
 import socket
 import ssl
+import subprocess
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import trustme
 from prometheus_client.core import GaugeMetricFamily
 
 from rollout_telemetry import RolloutTelemetry, TLSConfig
-from rollout_telemetry.server import MAX_HEAD
+from rollout_telemetry.server import (
+    EVICT_AFTER,
+    LISTEN_BACKLOG,
+    MAX_CONNECTIONS,
+    MAX_HEAD,
+    MAX_PER_SOURCE,
+)
 from tests.support import raw_request, wait_until
 
 MB = 1 << 20
@@ -179,3 +189,93 @@ def test_tls_memory_is_given_back_after_churn(
             timeout=10,
             what=f"RSS back within 100 MB (it grew {(rss() - before) / MB:.0f} MB)",
         )
+
+
+def _connect_from(port: int, source: str) -> socket.socket:
+    return socket.create_connection(("127.0.0.1", port), timeout=5, source_address=(source, 0))
+
+
+def _closed(connection: socket.socket, within: float) -> bool:
+    """Whether the server closes ``connection`` within ``within`` seconds."""
+    connection.settimeout(within)
+    try:
+        return connection.recv(1) == b""
+    except TimeoutError:
+        return False
+    except OSError:
+        return True
+
+
+def test_a_flood_of_newcomers_does_not_evict_a_connection_about_to_send(recorded: RolloutTelemetry) -> None:
+    """With every slot taken, 600 newcomers do not evict a client whose request is still on its way."""
+    with recorded.serve(port=0) as server:
+        held = [_connect_from(server.port, f"127.0.{8 + i // 250}.{1 + i % 250}") for i in range(511)]
+        scraper = _connect_from(server.port, "127.0.0.2")  # the newest of MAX_CONNECTIONS
+        flood = []
+        try:
+            for i in range(600):
+                with contextlib.suppress(OSError):  # refused at once: the test is whether it evicts
+                    flood.append(_connect_from(server.port, f"127.0.{12 + i // 250}.{1 + i % 250}"))
+            scraper.sendall(b"GET /healthz HTTP/1.1\r\n\r\n")
+            scraper.settimeout(5)
+            assert scraper.recv(4096).startswith(b"HTTP/1.1 200 OK")
+        finally:
+            for connection in [*held, *flood, scraper]:
+                connection.close()
+
+
+def test_a_source_at_its_cap_gives_up_its_own_oldest_idle_connection(recorded: RolloutTelemetry) -> None:
+    """A source holds at most MAX_PER_SOURCE connections: its next one closes its oldest idle one, and
+    another source's connections are untouched."""
+    with recorded.serve(port=0) as server:
+        other = _connect_from(server.port, "127.0.20.2")
+        mine = [_connect_from(server.port, "127.0.20.1") for _ in range(MAX_PER_SOURCE)]
+        try:
+            newest = _connect_from(server.port, "127.0.20.1")
+            mine.append(newest)
+            assert _closed(mine[0], within=2)
+            assert not _closed(mine[1], within=0.2)
+            assert not _closed(other, within=0.2)
+            newest.sendall(b"GET /healthz HTTP/1.1\r\n\r\n")
+            newest.settimeout(5)
+            assert newest.recv(4096).startswith(b"HTTP/1.1 200 OK")
+        finally:
+            for connection in [*mine, other]:
+                connection.close()
+
+
+def test_a_full_server_evicts_only_connections_idle_past_evict_after(recorded: RolloutTelemetry) -> None:
+    """With every slot taken by young connections a newcomer is closed at once; past EVICT_AFTER the
+    oldest idle one makes room for it instead."""
+    with recorded.serve(port=0) as server:
+        started = time.monotonic()
+        held = [
+            _connect_from(server.port, f"127.0.{24 + i // 250}.{1 + i % 250}") for i in range(MAX_CONNECTIONS)
+        ]
+        newcomers = []
+        try:
+            if time.monotonic() - started < EVICT_AFTER / 2:  # a busy machine may take longer to fill
+                newcomers.append(_connect_from(server.port, "127.0.30.1"))
+                assert _closed(newcomers[-1], within=EVICT_AFTER / 2)
+            time.sleep(max(0.0, started + EVICT_AFTER - time.monotonic()) + 0.1)
+            newcomers.append(_connect_from(server.port, "127.0.30.2"))
+            assert _closed(held[0], within=2)
+            newcomers[-1].sendall(b"GET /healthz HTTP/1.1\r\n\r\n")
+            newcomers[-1].settimeout(5)
+            assert newcomers[-1].recv(4096).startswith(b"HTTP/1.1 200 OK")
+        finally:
+            for connection in [*held, *newcomers]:
+                connection.close()
+
+
+def test_the_listen_backlog_is_large(recorded: RolloutTelemetry) -> None:
+    """The listening socket queues LISTEN_BACKLOG connections (as far as net.core.somaxconn allows)."""
+    ss = shutil.which("ss")
+    if ss is None:
+        pytest.skip("ss (iproute2) is not installed")
+    somaxconn = int(Path("/proc/sys/net/core/somaxconn").read_text())
+    with recorded.serve(port=0) as server:
+        listing = subprocess.run(
+            [ss, "-ltnH", f"sport = :{server.port}"], capture_output=True, text=True, check=True, timeout=10
+        ).stdout.split()
+    assert int(listing[2]) == min(LISTEN_BACKLOG, somaxconn)

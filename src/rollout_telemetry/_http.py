@@ -261,6 +261,7 @@ class HttpServer:
         self._by_source: dict[str, dict[_Connection, None]] = {}
         self._writing: dict[_Connection, None] = {}
         self._output = 0
+        self._tasks: set[asyncio.Task[None]] = set()  # evicted ones too, until they end
         self._stopping = asyncio.Event()
         self._thread = threading.Thread(target=self._run, name="rollout-telemetry-http", daemon=True)
         self._thread.start()
@@ -286,7 +287,7 @@ class HttpServer:
         accepting = asyncio.create_task(self._accept())
         await self._stopping.wait()
         accepting.cancel()
-        tasks = [c.task for c in self._connections if c.task is not None]
+        tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
         await asyncio.gather(accepting, *tasks, return_exceptions=True)
@@ -309,6 +310,7 @@ class HttpServer:
             self._by_source.setdefault(connection.source, {})[connection] = None
             connection.task = asyncio.create_task(self._serve_connection(connection))
             connection.task.add_done_callback(functools.partial(self._forget, connection))
+            self._tasks.add(connection.task)
             await asyncio.sleep(0)  # let the connections already accepted read before the next accept
 
     def _make_room(self, source: str, now: float) -> bool:
@@ -339,7 +341,8 @@ class HttpServer:
         if connection.task is not None:
             connection.task.cancel()
 
-    def _forget(self, connection: _Connection, _: object = None) -> None:
+    def _forget(self, connection: _Connection, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
         self._untrack(connection)
         connection.sock.close()
 

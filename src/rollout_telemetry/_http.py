@@ -26,10 +26,11 @@ import queue
 import re
 import socket
 import ssl
+import struct
 import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any, TypeVar
 
@@ -44,8 +45,8 @@ MAX_CONNECTIONS = 512
 MAX_PER_SOURCE = 128
 """Connections one source (an IPv4 address, an IPv6 /64) may hold; beyond, its own oldest idle one goes."""
 EVICT_AFTER = 1.0
-"""Seconds a connection is safe from eviction (a remote client's request takes a round trip or a
-handshake to arrive), and a response from being cut short for the output cap."""
+"""Seconds a connection is safe from eviction by a newcomer to a full server: a remote client's request
+takes a round trip or a TLS handshake to arrive."""
 LISTEN_BACKLOG = 4096
 """Connections the kernel queues before they are accepted (Linux caps it at ``net.core.somaxconn``)."""
 HANDSHAKE_TIMEOUT = 2.0
@@ -62,10 +63,11 @@ WRITE_TIMEOUT = 10.0
 """Seconds to write a response; a client reading slower is disconnected."""
 MAX_OUTPUT = 32 * 1024 * 1024
 """Bytes of responses being written at once, counted per response; beyond, the longest-running writes
-(past ``EVICT_AFTER``) are cut short, or the newcomer gets 503."""
+are cut short (their connections reset) to make room for the newest."""
 LINGER = 1.0
 """Seconds to drain what a client still sends after its response, so the close does not reset it."""
 _LINGER_BYTES = 1 << 20
+_RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() resets the connection
 _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 _QUIET = (OSError, TimeoutError, ssl.SSLError)
 
@@ -241,7 +243,7 @@ class _Connection:
     task: asyncio.Task[None] | None = None
     waiting: bool = True  # no complete request yet: it may be evicted
     output: int = 0  # bytes of the response being written, counted against MAX_OUTPUT
-    writing_since: float = field(default=0.0)
+    cut: bool = False  # its response was cut short: reset, not closed
 
 
 class HttpServer:
@@ -295,6 +297,9 @@ class HttpServer:
 
     async def _accept(self) -> None:
         while True:
+            # Let the connections already accepted run before the next accept: an accept that finds a
+            # connection waiting does not yield, and a flood refused at once would otherwise hold the loop.
+            await asyncio.sleep(0)
             try:
                 sock, address = await self._loop.sock_accept(self._listener)
             except OSError as exc:  # out of file descriptors, say: wait for some to come back
@@ -311,7 +316,6 @@ class HttpServer:
             connection.task = asyncio.create_task(self._serve_connection(connection))
             connection.task.add_done_callback(functools.partial(self._forget, connection))
             self._tasks.add(connection.task)
-            await asyncio.sleep(0)  # let the connections already accepted read before the next accept
 
     def _make_room(self, source: str, now: float) -> bool:
         """Whether a newcomer from ``source`` may be held, closing an idle connection for it if need be.
@@ -337,12 +341,18 @@ class HttpServer:
     def _drop(self, connection: _Connection) -> None:
         """Close a connection now: it leaves every count at once; its task, cancelled, closes the socket
         once its pending reads and writes have let go of it (the descriptor may be reused at once)."""
+        connection.cut = connection in self._writing
         self._untrack(connection)
         if connection.task is not None:
             connection.task.cancel()
 
     def _forget(self, connection: _Connection, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
+        # A response cut short (for the output cap, or at the write deadline) ends in a reset, so what the
+        # kernel still holds of it is dropped at once.
+        if connection.cut or connection in self._writing:
+            with contextlib.suppress(OSError):
+                connection.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET)
         self._untrack(connection)
         connection.sock.close()
 
@@ -356,24 +366,18 @@ class HttpServer:
                 del self._by_source[connection.source]
         self._end_output(connection)
 
-    def _start_output(self, connection: _Connection, size: int) -> bool:
-        """Count ``size`` bytes against ``MAX_OUTPUT``, cutting short the longest writes past
-        ``EVICT_AFTER`` if that makes room; False if it cannot (the response is then a short 503).
+    def _start_output(self, connection: _Connection, size: int) -> None:
+        """Count ``size`` bytes against ``MAX_OUTPUT``, first cutting short the longest-running writes
+        while the newest would not fit (one response larger than the cap is written alone).
 
-        A response larger than the cap on its own is written when nothing else is.
+        A client that reads its response promptly is done in milliseconds: those still writing when room
+        is needed are the ones that read slowest, or not at all (or the kernel's buffers are full).
         """
-        now = time.monotonic()
         while self._output + size > MAX_OUTPUT and self._writing:
-            oldest = next(iter(self._writing))
-            if now - oldest.writing_since < EVICT_AFTER:
-                break
-            self._drop(oldest)
-        if self._output + size > MAX_OUTPUT and self._writing:
-            return False
-        connection.output, connection.writing_since = size, now
+            self._drop(next(iter(self._writing)))
+        connection.output = size
         self._writing[connection] = None
         self._output += size
-        return True
 
     def _end_output(self, connection: _Connection) -> None:
         if connection in self._writing:
@@ -453,8 +457,7 @@ class HttpServer:
         copied per connection; what it may hold is counted against ``MAX_OUTPUT`` until it is sent.
         """
         body = b"" if head_only else response.body
-        if not self._start_output(connection, len(body)):
-            response, body = _BUSY, _BUSY.body
+        self._start_output(connection, len(body))
         async with asyncio.timeout(WRITE_TIMEOUT):
             head = response.head()
             if len(body) <= RECV_SIZE:

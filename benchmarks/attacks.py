@@ -108,6 +108,7 @@ class _Behaviour:
     read_per_second: int | None = None  # None: read whatever comes (to notice the close) at once; 0: never
     lifetime: float | None = None  # reopen after this many seconds even if still open
     tls: bool = False  # a full TLS handshake first
+    pace: float | None = None  # connections opened per second at most (None: all at once)
 
 
 BEHAVIOURS = {
@@ -120,8 +121,8 @@ BEHAVIOURS = {
     "slow-reader": _Behaviour(
         b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", read_per_second=1024, lifetime=6.0
     ),
-    "non-reader": _Behaviour(
-        b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", read_per_second=0, lifetime=12.0
+    "non-reader": _Behaviour(  # one at a time, so each gets a rendering of its own
+        b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", read_per_second=0, lifetime=12.0, pace=50
     ),
     "tls-handshake": _Behaviour(PARTIAL_CLIENT_HELLO),
     "tls-idle": _Behaviour(tls=True),
@@ -214,17 +215,26 @@ class _Connections:
 
 def socket_attack(port: int, kind: str, connections: int, stop: threading.Event, *, rotate: bool) -> None:
     """Hold ``connections`` connections doing ``kind`` until ``stop``; reopen each one the server closes."""
-    attackers = _Connections(port, BEHAVIOURS[kind], rotate=rotate)
-    for _ in range(connections):
-        attackers.open()
+    behaviour = BEHAVIOURS[kind]
+    attackers = _Connections(port, behaviour, rotate=rotate)
+    if behaviour.pace is None:
+        for _ in range(connections):
+            attackers.open()
     print("ready", flush=True)
     next_tick = time.monotonic() + 1
+    due, last = 0.0, time.monotonic()  # opens the pace allows
     while not stop.is_set():
         attackers.read_what_came()
-        if time.monotonic() >= next_tick:
+        now = time.monotonic()
+        if now >= next_tick:
             next_tick += 1
             attackers.tick()
-        for _ in range(min(connections - len(attackers.live), 50)):
+        opens = min(connections - len(attackers.live), 50)
+        if behaviour.pace is not None:
+            due, last = min(due + (now - last) * behaviour.pace, 50.0), now
+            opens = min(opens, int(due))
+            due -= max(opens, 0)
+        for _ in range(opens):
             attackers.open()
     for connection in list(attackers.live.values()):
         attackers.close(connection)
@@ -515,11 +525,13 @@ def _take_hold(attack: Attack, descriptors: int) -> None:
 
 
 def _first_success(target: Target, within: float) -> float | None:
-    """Seconds until a scrape succeeded, trying again until ``within`` seconds have passed."""
+    """Seconds until a scrape succeeded, trying every 0.5 s (as a scraper would, not back to back) until
+    ``within`` seconds have passed."""
     started = time.monotonic()
     while (left := within - (time.monotonic() - started)) > 0:
         if target.scrape(timeout=left) is not None:
             return time.monotonic() - started
+        time.sleep(0.5)
     return None
 
 

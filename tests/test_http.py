@@ -16,6 +16,7 @@ import trustme
 from prometheus_client.core import GaugeMetricFamily
 
 from rollout_telemetry import RolloutTelemetry, TLSConfig
+from rollout_telemetry._http import source_of
 from rollout_telemetry.server import (
     EVICT_AFTER,
     LISTEN_BACKLOG,
@@ -279,3 +280,20 @@ def test_the_listen_backlog_is_large(recorded: RolloutTelemetry) -> None:
             [ss, "-ltnH", f"sport = :{server.port}"], capture_output=True, text=True, check=True, timeout=10
         ).stdout.split()
     assert int(listing[2]) == min(LISTEN_BACKLOG, somaxconn)
+
+
+@pytest.mark.parametrize(
+    ("address", "source"),
+    [
+        ("127.0.0.1", "127.0.0.1"),
+        ("10.1.2.3", "10.1.2.3"),
+        ("2001:db8:1:2:aaaa::1", "2001:db8:1:2::/64"),
+        ("2001:db8:1:2:bbbb::9", "2001:db8:1:2::/64"),
+        ("fe80::1%eth0", "fe80::/64"),
+        ("::ffff:192.0.2.7", "192.0.2.7"),
+        ("not an address", "not an address"),
+    ],
+)
+def test_a_source_is_an_ipv4_address_or_an_ipv6_slash_64(address: str, source: str) -> None:
+    """Caps and fair turns count an IPv6 host's whole /64 as one source, and a mapped IPv4 as its IPv4."""
+    assert source_of(address) == source

@@ -70,6 +70,7 @@ def test_the_security_section_states_each_bound_as_built() -> None:
         f"Worker threads are started with the server and never more: {_default_threads()} render",
         f"{auth.AUTH_THREADS} check passwords",
         f"shares for {server.READ_INTERVAL:g} s",
+        f"may be up to {server.READ_INTERVAL:g} s old",
     ]
     flat = " ".join(README.split())  # phrases may wrap across lines
     for phrase in prose:

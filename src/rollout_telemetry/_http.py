@@ -241,7 +241,6 @@ class _Connection:
     source: str
     opened: float
     task: asyncio.Task[None] | None = None
-    waiting: bool = True  # no complete request yet: it may be evicted
     output: int = 0  # bytes of the response being written, counted against MAX_OUTPUT
     cut: bool = False  # its response was cut short: reset, not closed
 
@@ -259,7 +258,7 @@ class HttpServer:
         self._loop.set_exception_handler(self._loop_error)
         # Each dict keeps its connections oldest first; all are touched only on the loop's thread.
         self._connections: dict[_Connection, None] = {}
-        self._waiting: dict[_Connection, None] = {}
+        self._waiting: dict[_Connection, None] = {}  # no complete request yet: may be evicted
         self._by_source: dict[str, dict[_Connection, None]] = {}
         self._writing: dict[_Connection, None] = {}
         self._output = 0
@@ -326,7 +325,7 @@ class HttpServer:
         """
         mine = self._by_source.get(source, {})
         if len(mine) >= MAX_PER_SOURCE:
-            victim = next((c for c in mine if c.waiting), None)
+            victim = next((c for c in mine if c in self._waiting), None)
         elif len(self._connections) >= MAX_CONNECTIONS:
             victim = next(iter(self._waiting), None)
             if victim is not None and now - victim.opened < EVICT_AFTER:
@@ -405,7 +404,6 @@ class HttpServer:
         """Read one request and write its response; False if no request came."""
         received = await self._read_request(stream, connection.address)
         self._waiting.pop(connection, None)  # from here on it is not idle: it cannot be evicted
-        connection.waiting = False
         if received is None:
             return False
         if isinstance(received, Request):

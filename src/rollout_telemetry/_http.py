@@ -388,8 +388,12 @@ class HttpServer:
         try:
             stream: PlainStream = PlainStream(self._loop, connection.sock)
             if self._tls is not None:
-                stream = TlsStream(self._loop, connection.sock, self._tls)
                 async with asyncio.timeout(HANDSHAKE_TIMEOUT):
+                    # No TLS state until the client sends something: OpenSSL's allocations for each of a
+                    # flood of idle connections, freed as they go, left glibc's heap fragmented and large.
+                    if not (hello := await self._loop.sock_recv(connection.sock, RECV_SIZE)):
+                        return
+                    stream = TlsStream(self._loop, connection.sock, self._tls, hello)
                     await stream.handshake()
             if await self._exchange(connection, stream):
                 # Answered: the response was let go of on return, so a lingering client holds none of it.

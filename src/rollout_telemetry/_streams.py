@@ -43,10 +43,14 @@ class PlainStream:
 class TlsStream(PlainStream):
     """A TLS stream: an ``ssl.SSLObject`` between the socket and the caller."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, sock: socket.socket, context: ssl.SSLContext) -> None:
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, sock: socket.socket, context: ssl.SSLContext, received: bytes
+    ) -> None:
+        """A server's side of TLS on ``sock``, whose client has sent ``received`` so far."""
         super().__init__(loop, sock)
         self._incoming = ssl.MemoryBIO()
         self._outgoing = ssl.MemoryBIO()
+        self._incoming.write(received)
         self._tls = context.wrap_bio(self._incoming, self._outgoing, server_side=True)
 
     async def handshake(self) -> None:

@@ -1,14 +1,17 @@
 """Attacks on the endpoint from the same host, and whether an authorised scrape still answers within 1 s.
 
-Each attack runs in a child process (``attack`` mode below), so its threads do not share an interpreter with
-the server or the scraper, against a server in this process on 127.0.0.1. While it runs, an authorised
-scrape is made every 0.5 s (after the previous one answered or gave up at 3 s). Prints, per attack, how
-many scrapes answered within 1 s, the worst latency, and how long this process's file descriptors and
-threads took to return to their baseline (measured with the server warmed, before the attack) after the
-attacker was stopped. Figures, not assertions: the
-assertions are in tests/e2e/test_attacks_e2e.py.
+The one attack driver: ``benchmarks/attacks.py`` prints figures, ``tests/e2e/test_attacks_e2e.py`` imports
+``ATTACKS`` and ``run_attack`` from here and asserts on them. Each attack runs in a child process
+(``attack`` mode below), so its threads do not share an interpreter with the server or the scraper, against
+a server in this process on 127.0.0.1 while a thread of this process records a rollout every 2 ms (as a
+collector would). While the attack runs, an authorised scrape is made every 0.5 s (after the previous one
+answered or gave up at 3 s); a scraper "restarted" has not been verified before the attack, and its first
+scrape may take up to 5 s. Per attack: how many scrapes answered within 1 s, the worst latency, this
+process's RSS before the attack, at its peak and 10 s after the attacker stopped, the worst ``record()``
+call before and during the attack, and how long file descriptors and threads took to return to their
+baseline.
 
-    .venv/bin/python benchmarks/attacks.py [--scrapes 8] [--only slowloris-8 wrong-password-64]
+    .venv/bin/python benchmarks/attacks.py [--scrapes 5] [--only slowloris-8 wrong-password-64]
     .venv/bin/python benchmarks/attacks.py attack slowloris --port 9464 --connections 8 [--seconds 30]
 
 Then, unless ``--only`` is given, the attacks on service discovery's ``GET /targets``
@@ -30,29 +33,70 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.error
-import urllib.request
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-import discovery_attacks  # this directory's discovery_attacks.py: the attacks on GET /targets
-
-KINDS = ("slowloris", "idle", "one-byte", "big-body", "slow-reader", "tls-handshake", "wrong-password")
-ATTACKS = {  # name: (kind, connections)
-    "slowloris-8": ("slowloris", 8),
-    "slowloris-300": ("slowloris", 300),
-    "idle-reopened-300": ("idle", 300),
-    "one-byte-1000": ("one-byte", 1000),
-    "big-body-50": ("big-body", 50),
-    "slow-readers-16": ("slow-reader", 16),
-    "tls-handshakes-100": ("tls-handshake", 100),
-    "wrong-password-64": ("wrong-password", 64),
-}
 PASSWORD = "correct horse battery staple"
+MB = 1 << 20
 # A TLS record header announcing a 512-byte handshake message, then the first bytes of a ClientHello.
 PARTIAL_CLIENT_HELLO = b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + b"\x00" * 16
+
+
+@dataclass(frozen=True)
+class Attack:
+    """One attack: what the attacker does, the server it is against, and how the authorised scraper asks."""
+
+    kind: str  # the attacker's behaviour (KINDS)
+    connections: int  # connections held, clients, or (tls-request) connections opened per second
+    tls: bool = False
+    auth: bool = False
+    rotate: bool = False  # each of the attacker's connections from another address of 127/8
+    verified: bool = True  # False: the scraper's credential was not verified before (a restarted server)
+    holds: bool = True  # the attack holds connections on the server (wait for them before scraping)
+    scraper_source: str = "127.0.0.1"
+    scraper_delay: float = 0.0  # seconds from connect to request: a remote Prometheus, a TLS handshake away
+    padding_mb: float = 0.0  # a larger exposition
+    in_flight: int = 0  # rollouts in flight on the server (/rollouts lists up to 1,000 of them)
+
+
+ATTACKS = {
+    "slowloris-8": Attack("slowloris", 8),
+    "slowloris-300": Attack("slowloris", 300),
+    "idle-reopened-300": Attack("idle", 300),
+    "one-byte-1000": Attack("one-byte", 1000),
+    "big-body-50": Attack("big-body", 50, holds=False),
+    "slow-readers-16": Attack("slow-reader", 16, padding_mb=2.5),
+    "tls-handshakes-100": Attack("tls-handshake", 100, tls=True),
+    "wrong-password-64": Attack("wrong-password", 64, auth=True, holds=False),
+    # Each a finding of the attacker pass: TLS connections kept to the write deadline (4) ...
+    "tls-requests-52/s": Attack("tls-request", 52, tls=True, holds=False),
+    "tls-auth-requests-52/s": Attack("tls-request", 52, tls=True, auth=True, holds=False),
+    # ... guesses from rotating addresses, and a scraper restarted beside 64 guessers on its address (5) ...
+    "wrong-password-rotating-64": Attack("wrong-password", 64, auth=True, rotate=True, holds=False),
+    "wrong-password-restarted-64": Attack("wrong-password", 64, auth=True, verified=False, holds=False),
+    # ... expensive unauthenticated reads (6) ...
+    "rollouts-readers-50": Attack("rollouts-reader", 50, holds=False, in_flight=10_000),
+    "filtered-readers-50": Attack("filtered-reader", 50, holds=False, in_flight=10_000),
+    # ... a reconnect flood against a remote TLS scraper (7), memory (8).
+    "reconnect-flood-2000": Attack("idle", 2000, tls=True, scraper_source="127.0.0.2", scraper_delay=0.1),
+    "tls-churn-400": Attack("tls-idle", 400, tls=True, rotate=True),
+    "non-readers-600": Attack("non-reader", 600, rotate=True, padding_mb=2.5, holds=False),
+}
+
+
+def rotating_source(n: int) -> str:
+    """The ``n``-th of many loopback addresses, none in 127.0.0.0/24 (where the scrapers are)."""
+    return f"127.{1 + n // 62_500 % 250}.{1 + n // 250 % 250}.{1 + n % 250}"
+
+
+def _careless_tls() -> ssl.SSLContext:
+    """An attacker's TLS context: it checks nothing."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    return context
 
 
 # --- the attacker (a child process) --------------------------------------------------------------------
@@ -64,8 +108,10 @@ class _Behaviour:
 
     opening: bytes = b""
     trickle: bytes = b""  # then one byte of this per second, cycling
-    read_per_second: int | None = None  # None: read whatever comes (to notice the close) at once
+    read_per_second: int | None = None  # None: read whatever comes (to notice the close) at once; 0: never
     lifetime: float | None = None  # reopen after this many seconds even if still open
+    tls: bool = False  # a full TLS handshake first
+    pace: float | None = None  # connections opened per second at most (None: all at once)
 
 
 BEHAVIOURS = {
@@ -78,17 +124,31 @@ BEHAVIOURS = {
     "slow-reader": _Behaviour(
         b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", read_per_second=1024, lifetime=6.0
     ),
+    "non-reader": _Behaviour(  # one at a time, so each gets a rendering of its own
+        b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", read_per_second=0, lifetime=12.0, pace=50
+    ),
     "tls-handshake": _Behaviour(PARTIAL_CLIENT_HELLO),
+    "tls-idle": _Behaviour(tls=True),
 }
+REQUESTERS = ("wrong-password", "rollouts-reader", "filtered-reader")
+KINDS = (*BEHAVIOURS, "tls-request", *REQUESTERS)
 
 
 class _Connection:
-    def __init__(self, port: int, behaviour: _Behaviour) -> None:
+    def __init__(self, port: int, behaviour: _Behaviour, source: str | None) -> None:
         self.opened = time.monotonic()
         self.sent = 0
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=2)
+        address = (source, 0) if source is not None else None
+        sock = socket.create_connection(("127.0.0.1", port), timeout=2, source_address=address)
         if behaviour.read_per_second is not None:
-            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        if behaviour.tls:
+            try:
+                sock = _careless_tls().wrap_socket(sock)
+            except OSError:
+                sock.close()
+                raise
+        self.sock = sock
         if behaviour.opening:
             self.sock.sendall(behaviour.opening)
         self.sock.setblocking(False)
@@ -97,36 +157,44 @@ class _Connection:
 class _Connections:
     """The attacker's connections, each doing one behaviour; a closed one is forgotten (and reopened)."""
 
-    def __init__(self, port: int, behaviour: _Behaviour) -> None:
+    def __init__(self, port: int, behaviour: _Behaviour, *, rotate: bool) -> None:
         self.port = port
         self.behaviour = behaviour
+        self.rotate = rotate
+        self.opened = 0
         self.selector = selectors.DefaultSelector()
         self.live: dict[socket.socket, _Connection] = {}
 
     def open(self) -> None:
+        self.opened += 1
         try:
-            connection = _Connection(self.port, self.behaviour)
+            source = rotating_source(self.opened) if self.rotate else None
+            connection = _Connection(self.port, self.behaviour, source)
         except OSError:
             return
         self.live[connection.sock] = connection
-        self.selector.register(connection.sock, selectors.EVENT_READ, connection)
+        if self.behaviour.read_per_second is None:  # others would make select() return at once, always
+            self.selector.register(connection.sock, selectors.EVENT_READ, connection)
 
     def close(self, connection: _Connection) -> None:
-        self.selector.unregister(connection.sock)
+        if self.behaviour.read_per_second is None:
+            self.selector.unregister(connection.sock)
         del self.live[connection.sock]
         connection.sock.close()
 
     def read_what_came(self) -> None:
         """Read whatever the server sent (to notice it closing), unless this is a slow reader."""
-        for key, _ in self.selector.select(timeout=0.05) if self.live else []:
-            if self.behaviour.read_per_second is None:
-                try:
-                    if not key.data.sock.recv(65536):
-                        self.close(key.data)
-                except BlockingIOError:
-                    pass
-                except OSError:
+        if not self.selector.get_map():
+            time.sleep(0.05)
+            return
+        for key, _ in self.selector.select(timeout=0.05):
+            try:
+                if not key.data.sock.recv(65536):
                     self.close(key.data)
+            except (BlockingIOError, ssl.SSLWantReadError):
+                pass
+            except OSError:
+                self.close(key.data)
 
     def tick(self) -> None:
         """Once a second: a byte more of the trickle, a slow read; reopen those past their lifetime."""
@@ -137,9 +205,9 @@ class _Connections:
                     byte = behaviour.trickle[connection.sent % len(behaviour.trickle)]
                     connection.sock.send(bytes([byte]))
                     connection.sent += 1
-                if behaviour.read_per_second is not None:
+                if behaviour.read_per_second:
                     connection.sock.recv(behaviour.read_per_second)
-            except BlockingIOError:
+            except (BlockingIOError, ssl.SSLWantReadError):
                 pass
             except OSError:
                 self.close(connection)
@@ -148,42 +216,100 @@ class _Connections:
                 self.close(connection)
 
 
-def socket_attack(port: int, kind: str, connections: int, stop: threading.Event) -> None:
+def socket_attack(port: int, kind: str, connections: int, stop: threading.Event, *, rotate: bool) -> None:
     """Hold ``connections`` connections doing ``kind`` until ``stop``; reopen each one the server closes."""
-    attackers = _Connections(port, BEHAVIOURS[kind])
-    for _ in range(connections):
-        attackers.open()
+    behaviour = BEHAVIOURS[kind]
+    attackers = _Connections(port, behaviour, rotate=rotate)
+    if behaviour.pace is None:
+        for _ in range(connections):
+            attackers.open()
     print("ready", flush=True)
     next_tick = time.monotonic() + 1
+    due, last = 0.0, time.monotonic()  # opens the pace allows
     while not stop.is_set():
         attackers.read_what_came()
-        if time.monotonic() >= next_tick:
+        now = time.monotonic()
+        if now >= next_tick:
             next_tick += 1
             attackers.tick()
-        for _ in range(min(connections - len(attackers.live), 50)):
+        opens = min(connections - len(attackers.live), 50)
+        if behaviour.pace is not None:
+            due, last = min(due + (now - last) * behaviour.pace, 50.0), now
+            opens = min(opens, int(due))
+            due -= max(opens, 0)
+        for _ in range(opens):
             attackers.open()
-        if not attackers.live:
-            time.sleep(0.05)
     for connection in list(attackers.live.values()):
         attackers.close(connection)
 
 
-def wrong_password_attack(port: int, clients: int, stop: threading.Event) -> None:
-    """``clients`` threads, each sending requests with a wrong password as fast as it is answered."""
-    header = "Basic " + base64.b64encode(b"prometheus:wrong-guess").decode()
-
-    def client() -> None:
-        while not stop.is_set():
-            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+def tls_request_attack(port: int, per_second: int, stop: threading.Event) -> None:
+    """Open ``per_second`` TLS connections a second, each asking /metrics without credentials with
+    ``Connection: close`` and reading until the server closes it."""
+    request = b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    selector = selectors.DefaultSelector()
+    context = _careless_tls()
+    print("ready", flush=True)
+    next_open = time.monotonic()
+    while not stop.is_set():
+        while time.monotonic() >= next_open:
+            next_open += 1 / per_second
             try:
-                connection.request("GET", "/metrics", headers={"Authorization": header})
+                sock = context.wrap_socket(socket.create_connection(("127.0.0.1", port), timeout=2))
+                sock.sendall(request)
+                sock.setblocking(False)
+                selector.register(sock, selectors.EVENT_READ, sock)
+            except OSError:
+                pass
+        for key, _ in selector.select(timeout=0.01) if selector.get_map() else []:
+            sock = key.data
+            try:
+                if sock.recv(65536):
+                    continue
+            except ssl.SSLWantReadError:
+                continue
+            except OSError:
+                pass
+            selector.unregister(sock)
+            sock.close()
+        if not selector.get_map():
+            time.sleep(0.01)
+    for key in list(selector.get_map().values()):
+        key.data.close()
+
+
+def _request_of(kind: str, client: int, attempt: int) -> tuple[str, dict[str, str]]:
+    """The path and headers of one request of a requesting attacker: each guess and filter is new."""
+    if kind == "wrong-password":
+        token = base64.b64encode(f"prometheus:guess-{client}-{attempt}".encode()).decode()
+        return "/metrics", {"Authorization": f"Basic {token}"}
+    if kind == "rollouts-reader":
+        return "/rollouts?limit=1000", {}
+    return f"/metrics?name[]=rollout_completed_total&name[]=other_{client}_{attempt}", {}
+
+
+def request_attack(port: int, kind: str, clients: int, stop: threading.Event, *, rotate: bool) -> None:
+    """``clients`` threads, each sending requests of ``kind`` as fast as they are answered."""
+    sources = iter(range(1 << 30))
+    lock = threading.Lock()
+
+    def client(number: int) -> None:
+        attempt = 0
+        while not stop.is_set():
+            attempt += 1
+            with lock:
+                source = (rotating_source(next(sources)), 0) if rotate else None
+            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5, source_address=source)
+            try:
+                path, headers = _request_of(kind, number, attempt)
+                connection.request("GET", path, headers=headers)
                 connection.getresponse().read()
             except (OSError, http.client.HTTPException):
                 time.sleep(0.01)
             finally:
                 connection.close()
 
-    threads = [threading.Thread(target=client, daemon=True) for _ in range(clients)]
+    threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(clients)]
     for thread in threads:
         thread.start()
     print("ready", flush=True)
@@ -192,23 +318,26 @@ def wrong_password_attack(port: int, clients: int, stop: threading.Event) -> Non
         thread.join(timeout=10)
 
 
-def attack(port: int, kind: str, connections: int, seconds: float) -> None:
+def attack(port: int, kind: str, connections: int, seconds: float, *, rotate: bool) -> None:
     """Run one attack until SIGTERM or ``seconds``."""
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     threading.Timer(seconds, stop.set).start()
-    if kind == "wrong-password":
-        wrong_password_attack(port, connections, stop)
+    if kind in REQUESTERS:
+        request_attack(port, kind, connections, stop, rotate=rotate)
+    elif kind == "tls-request":
+        tls_request_attack(port, connections, stop)
     else:
-        socket_attack(port, kind, connections, stop)
+        socket_attack(port, kind, connections, stop, rotate=rotate)
     os._exit(0)  # the timer thread may still be waiting
 
 
 @contextmanager
-def attacker(port: int, kind: str, connections: int, *, seconds: float = 60) -> Iterator[None]:
+def attacker(port: int, attack: Attack, *, seconds: float = 120) -> Iterator[None]:
     """Run an attack in a child process while the block runs; it is ready when the block starts."""
-    command = [sys.executable, __file__, "attack", kind, "--port", str(port)]
-    command += ["--connections", str(connections), "--seconds", str(seconds)]
+    command = [sys.executable, __file__, "attack", attack.kind, "--port", str(port)]
+    command += ["--connections", str(attack.connections), "--seconds", str(seconds)]
+    command += ["--rotate"] if attack.rotate else []
     process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
     try:
         assert process.stdout is not None
@@ -222,6 +351,8 @@ def attacker(port: int, kind: str, connections: int, *, seconds: float = 60) -> 
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(timeout=10)
+        if process.stdout is not None:
+            process.stdout.close()
 
 
 # --- the target and the measurement --------------------------------------------------------------------
@@ -232,27 +363,14 @@ def open_descriptors() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
-def scrape(url: str, *, context: ssl.SSLContext | None, auth: bool, timeout: float) -> float | None:
-    """Seconds an authorised scrape took, or None if it failed or took longer than ``timeout``."""
-    headers = {}
-    if auth:
-        headers["Authorization"] = "Basic " + base64.b64encode(f"prometheus:{PASSWORD}".encode()).decode()
-    started = time.monotonic()
-    try:
-        with urllib.request.urlopen(
-            urllib.request.Request(url, headers=headers), timeout=timeout, context=context
-        ) as response:
-            response.read()
-            if response.status != 200:
-                return None
-    except (OSError, http.client.HTTPException):
-        return None
-    elapsed = time.monotonic() - started
-    return elapsed if elapsed <= timeout else None
+def rss() -> int:
+    """Resident memory of this process, in bytes."""
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
 class _Padding:
-    """A collector of about ``megabytes`` MB of samples with long label values: large, cheap to render."""
+    """About ``megabytes`` MB of samples with long label values: a large exposition, cheap to render."""
 
     def __init__(self, megabytes: float) -> None:
         from prometheus_client.core import GaugeMetricFamily
@@ -265,56 +383,217 @@ class _Padding:
         yield self._family
 
 
-def measure(name: str, kind: str, connections: int, scrapes: int, folder: Path) -> str:
-    """Run one attack against a fresh server; return a line of figures."""
-    from rollout_telemetry import BasicAuth, RolloutTelemetry, TLSConfig, hash_password
+class _Sampler:
+    """A thread that records a rollout every 2 ms (timing each call) and samples RSS (keeping its peak)."""
 
-    telemetry = RolloutTelemetry(run="attack")
-    telemetry.record("math", {"reward": 1.0})
-    if kind == "slow-reader":
-        telemetry.registry.register(_Padding(2.5))  # type: ignore[arg-type]
-    tls, context = None, None
-    if kind == "tls-handshake":
-        import trustme
+    def __init__(self, record: Callable[[], None]) -> None:
+        self._record = record
+        self._stop = threading.Event()
+        self.worst_record = 0.0
+        self.peak_rss = rss()
+        self._thread = threading.Thread(target=self._run, name="attack-sampler", daemon=True)
+        self._thread.start()
 
-        ca = trustme.CA()
-        cert = ca.issue_cert("127.0.0.1")
-        cert.cert_chain_pems[0].write_to_path(str(folder / "server.pem"))
-        cert.private_key_pem.write_to_path(str(folder / "server.key"))
-        tls = TLSConfig(str(folder / "server.pem"), str(folder / "server.key"))
-        context = ssl.create_default_context()
-        ca.configure_trust(context)
-    auth = BasicAuth("prometheus", hash_password(PASSWORD)) if kind == "wrong-password" else None
-    with telemetry.serve(port=0, tls=tls, auth=auth) as server:
-        url = server.url
+    def _run(self) -> None:
+        samples = 0
+        while not self._stop.wait(0.002):
+            started = time.perf_counter()
+            self._record()
+            self.worst_record = max(self.worst_record, time.perf_counter() - started)
+            samples += 1
+            if samples % 25 == 0:
+                self.peak_rss = max(self.peak_rss, rss())
 
-        def once() -> float | None:
-            return scrape(url, context=context, auth=auth is not None, timeout=3)
+    def reset(self) -> tuple[float, int]:
+        """The worst record() and peak RSS so far, both then started again."""
+        figures = (self.worst_record, self.peak_rss)
+        self.worst_record, self.peak_rss = 0.0, rss()
+        return figures
 
-        once()
-        baseline = (open_descriptors(), threading.active_count())
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+
+@dataclass
+class Outcome:
+    """What one attack did to the server and its scraper."""
+
+    latencies: list[float | None]  # each scrape during the attack: seconds, None if failed or over 3 s
+    rss: tuple[int, int, int]  # bytes before the attack, at its peak, 10 s after it (or when back)
+    worst_record: tuple[float, float]  # seconds: the worst record() call before and during the attack
+    descriptors: tuple[tuple[int, int], tuple[int, int]]  # (fds, threads) before and after
+    recovered: float | None  # seconds until fds and threads were back to their baseline
+    verified_after: float | None = None  # a restarted scraper: seconds until its first 200
+
+    @property
+    def held(self) -> int:
+        """Scrapes that answered within 1 s."""
+        return sum(1 for latency in self.latencies if latency is not None and latency <= 1)
+
+    def line(self, name: str) -> str:
+        """One line of figures."""
+        worst = max((3.0 if latency is None else latency) for latency in self.latencies)
+        before, peak, after = (value / MB for value in self.rss)
+        verified = f", verified in {self.verified_after:.1f} s" if self.verified_after is not None else ""
+        back = f"{self.recovered:.1f} s" if self.recovered is not None else "NOT back"
+        return (
+            f"{name:28} {self.held}/{len(self.latencies)} within 1 s, worst {worst:5.2f} s"
+            f"{'+' if worst >= 3 else ' '}{verified}; RSS {before:4.0f} -> peak {peak:4.0f}"
+            f" -> {after:4.0f} MB after; record() worst {self.worst_record[0] * 1000:5.1f}"
+            f" -> {self.worst_record[1] * 1000:6.1f} ms; fds/threads back in {back}"
+        )
+
+
+class Target:
+    """A server set up for one attack in this process, and an authorised scraper of it."""
+
+    def __init__(self, attack: Attack, folder: Path) -> None:
+        from rollout_telemetry import BasicAuth, RolloutTelemetry, TLSConfig, hash_password
+
+        self.attack = attack
+        self.telemetry = RolloutTelemetry(run="attacked")
+        self.telemetry.record("math", {"reward": 1.0})
+        if attack.padding_mb:
+            self.telemetry.registry.register(_Padding(attack.padding_mb))  # type: ignore[arg-type]
+        self._stack = ExitStack()
+        for i in range(attack.in_flight):
+            self._stack.enter_context(self.telemetry.rollout("browser", task_index=i, rollout_index=0))
+        tls, self.context = None, None
+        if attack.tls:
+            import trustme
+
+            ca = trustme.CA()
+            cert = ca.issue_cert("127.0.0.1")
+            cert.cert_chain_pems[0].write_to_path(str(folder / "server.pem"))
+            cert.private_key_pem.write_to_path(str(folder / "server.key"))
+            tls = TLSConfig(str(folder / "server.pem"), str(folder / "server.key"))
+            self.context = ssl.create_default_context()
+            ca.configure_trust(self.context)
+        auth = BasicAuth("prometheus", hash_password(PASSWORD)) if attack.auth else None
+        self.server = self.telemetry.serve(port=0, tls=tls, auth=auth)
+        self._authorization = b""
+        if attack.auth:
+            token = base64.b64encode(f"prometheus:{PASSWORD}".encode())
+            self._authorization = b"Authorization: Basic " + token + b"\r\n"
+
+    def scrape(self, *, timeout: float = 3.0, path: str = "/metrics") -> float | None:
+        """Seconds an authorised scrape took, or None if it failed or took longer than ``timeout``.
+
+        From the attack's scraper address, waiting its delay between connect and request.
+        """
+        request = f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n".encode() + self._authorization + b"\r\n"
+        started = time.monotonic()
+        reply = b""
+        try:
+            with socket.create_connection(
+                ("127.0.0.1", self.server.port),
+                timeout=timeout,
+                source_address=(self.attack.scraper_source, 0),
+            ) as raw:
+                time.sleep(self.attack.scraper_delay)
+                sock = (
+                    raw
+                    if self.context is None
+                    else self.context.wrap_socket(raw, server_hostname="127.0.0.1")
+                )
+                with sock:
+                    sock.sendall(request)
+                    while time.monotonic() - started < timeout and (chunk := sock.recv(65536)):
+                        reply += chunk
+        except OSError:
+            return None
+        elapsed = time.monotonic() - started
+        expected = b"rollout_completed_total" if path == "/metrics" else b"ok"
+        if not reply.startswith(b"HTTP/1.1 200 ") or expected not in reply or elapsed > timeout:
+            return None
+        return elapsed
+
+    def close(self) -> None:
+        self.server.stop()
+        self._stack.close()
+
+
+def _take_hold(attack: Attack, descriptors: int) -> None:
+    """Wait until the attack holds connections here (up to 30 s), or a second for one that holds none."""
+    from rollout_telemetry._serve.server import MAX_CONNECTIONS, MAX_PER_SOURCE
+
+    if not attack.holds:
+        time.sleep(1)
+        return
+    held = min(attack.connections, MAX_CONNECTIONS if attack.rotate else MAX_PER_SOURCE) // 2
+    deadline = time.monotonic() + 30
+    while open_descriptors() < descriptors + held and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
+def _first_success(target: Target, within: float) -> float | None:
+    """Seconds until a scrape succeeded, trying every 0.5 s (as a scraper would, not back to back) until
+    ``within`` seconds have passed."""
+    started = time.monotonic()
+    while (left := within - (time.monotonic() - started)) > 0:
+        if target.scrape(timeout=left) is not None:
+            return time.monotonic() - started
+        time.sleep(0.5)
+    return None
+
+
+def _aftermath(
+    base: tuple[int, int], baseline_rss: int, settle: float, early: bool
+) -> tuple[float | None, int]:
+    """Seconds until descriptors and threads were back (at most 30), and RSS ``settle`` seconds after
+    (``early``: as soon as it is within 100 MB of ``baseline_rss`` with the rest back)."""
+    stopped = time.monotonic()
+    recovered = None
+    while True:
+        elapsed = time.monotonic() - stopped
+        if recovered is None and open_descriptors() <= base[0] and threading.active_count() <= base[1]:
+            recovered = elapsed
+        after_rss = rss()
+        if early and recovered is not None and after_rss - baseline_rss < 100 * MB:
+            return recovered, after_rss
+        if elapsed >= settle and (recovered is not None or elapsed >= 30):
+            return recovered, after_rss
+        time.sleep(0.1)
+
+
+def run_attack(
+    attack: Attack, folder: Path, *, scrapes: int = 5, settle: float = 10.0, early: bool = False
+) -> Outcome:
+    """Run one attack against a fresh server; ``settle`` seconds after it (or, ``early``, as soon as
+    descriptors, threads and RSS are back) measure what it left."""
+    target = Target(attack, folder)
+    sampler = _Sampler(lambda: target.telemetry.record("math", {"reward": 1.0}))
+    try:
+        for _ in range(3):  # warm: the threads exist and have rendered (a verified scraper: verified)
+            target.scrape(path="/metrics" if attack.verified else "/healthz")
+        time.sleep(1)
+        base = (open_descriptors(), threading.active_count())
+        record_before, _ = sampler.reset()
+        baseline_rss = rss()
         latencies: list[float | None] = []
-        with attacker(server.port, kind, connections):
-            time.sleep(1)  # let the attack take hold
+        verified_after = None
+        with attacker(target.server.port, attack):
+            _take_hold(attack, base[0])
+            if not attack.verified:
+                verified_after = _first_success(target, within=5)
             for _ in range(scrapes):
-                latencies.append(once())
+                latencies.append(target.scrape())
                 time.sleep(0.5)
-        stopped = time.monotonic()
-        recovered = None
-        while time.monotonic() - stopped < 30:
-            if open_descriptors() <= baseline[0] and threading.active_count() <= baseline[1]:
-                recovered = time.monotonic() - stopped
-                break
-            time.sleep(0.1)
-        after = (open_descriptors(), threading.active_count())
-    answered = sum(1 for latency in latencies if latency is not None and latency <= 1)
-    worst = max((3.0 if latency is None else latency) for latency in latencies)
-    back = f"back to baseline in {recovered:.1f} s" if recovered is not None else "NOT back after 30 s"
-    return (
-        f"{name:20} {answered:3}/{len(latencies):<3} within 1 s, worst {worst:5.2f} s"
-        f"{'+' if worst >= 3 else ' '}; fds/threads {baseline[0]}/{baseline[1]}"
-        f" -> {after[0]}/{after[1]}, {back}"
-    )
+            record_during, peak = sampler.reset()
+        recovered, after_rss = _aftermath(base, baseline_rss, settle, early)
+        peak = max(peak, sampler.reset()[1])
+        return Outcome(
+            latencies,
+            (baseline_rss, max(peak, after_rss), after_rss),
+            (record_before, record_during),
+            (base, (open_descriptors(), threading.active_count())),
+            recovered,
+            verified_after,
+        )
+    finally:
+        sampler.stop()
+        target.close()
 
 
 def main() -> None:
@@ -327,19 +606,22 @@ def main() -> None:
     one.add_argument("--port", type=int, required=True)
     one.add_argument("--connections", type=int, required=True)
     one.add_argument("--seconds", type=float, default=60)
-    parser.add_argument("--scrapes", type=int, default=8, help="authorised scrapes during each attack")
+    one.add_argument("--rotate", action="store_true", help="each connection from another 127/8 address")
+    parser.add_argument("--scrapes", type=int, default=5, help="authorised scrapes during each attack")
     parser.add_argument("--only", nargs="*", choices=sorted(ATTACKS), help="run only these attacks")
     args = parser.parse_args()
     if args.command == "attack":
-        attack(args.port, args.kind, args.connections, args.seconds)
+        attack(args.port, args.kind, args.connections, args.seconds, rotate=args.rotate)
         return
-    print("attack               scrapes answered      worst   (3.00+ = failed or over 3 s)")
+    print("attack                       scrapes within 1 s (3.00+ = failed or over 3 s); RSS before ->")
+    print("                             peak -> 10 s after; worst record() before -> during the attack")
     with tempfile.TemporaryDirectory() as folder:
         for name in args.only or list(ATTACKS):
-            kind, connections = ATTACKS[name]
-            print(measure(name, kind, connections, args.scrapes, Path(folder)), flush=True)
+            print(run_attack(ATTACKS[name], Path(folder), scrapes=args.scrapes).line(name), flush=True)
     # --- service discovery (benchmarks/discovery_attacks.py) ---
     if not args.only:
+        from benchmarks import discovery_attacks  # imported here: the attacker child needs none of it
+
         print()
         discovery_attacks.run(None, reads=5)
 

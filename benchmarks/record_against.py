@@ -40,7 +40,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import SimpleNamespace
 
-from record import ROWS  # this directory's record.py: the same rows
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/ is a package of the checkout
+
+from benchmarks.record import ROWS  # this directory's record.py: the same rows
 from rollout_telemetry import RolloutTelemetry
 from rollout_telemetry._cli.args import at_least_one  # the CLI's check, and its message
 

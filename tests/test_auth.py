@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
+import threading
 from typing import Any
 
 import pytest
 
-from rollout_telemetry._serve.auth import Authenticator, BasicAuth, Verdict, credentials, hash_password
+from rollout_telemetry._serve.auth import (
+    MAX_VERIFIED,
+    Authenticator,
+    BasicAuth,
+    PasswordChecks,
+    Verdict,
+    credentials,
+    hash_password,
+)
 from rollout_telemetry.errors import ConfigError
 from tests.support import FakeClock
 
@@ -49,7 +59,7 @@ def test_a_malformed_header_is_refused_without_raising(header: str | None) -> No
     """Any header that is not well-formed basic auth parses to None, and the authenticator denies it."""
     assert credentials(header) is None
     assert not AUTH.check(header)
-    assert Authenticator(AUTH).screen(header, "127.0.0.1") is Verdict.DENIED
+    assert Authenticator(AUTH).screen(header) is Verdict.DENIED
 
 
 def test_a_non_utf8_password_is_compared_as_bytes() -> None:
@@ -73,49 +83,129 @@ def test_a_verified_credential_is_remembered() -> None:
     """After one scrypt success, the same credential is allowed at screening, with no scrypt."""
     gate = Authenticator(AUTH)
     header = _header("prometheus", PASSWORD)
-    assert gate.screen(header, "10.0.0.1") is None
+    assert gate.screen(header) is None
     assert gate.verify(header, "10.0.0.1") is Verdict.ALLOWED
-    assert gate.screen(header, "10.0.0.1") is Verdict.ALLOWED
-    assert gate.screen(header, "10.0.0.2") is Verdict.ALLOWED
-    assert gate.screen(_header("prometheus", PASSWORD + "x"), "10.0.0.1") is None  # a near miss is not a hit
+    assert gate.screen(header) is Verdict.ALLOWED
+    assert gate.screen(_header("prometheus", PASSWORD + "x")) is None  # a near miss is not a hit
+    assert gate.screen(_header("prometheus:" + PASSWORD[:3], PASSWORD[3:])) is None  # nor another split
 
 
-def test_failures_are_limited_per_source(clock: FakeClock) -> None:
-    """A source gets ``burst`` scrypt attempts, then one per ``1/refill`` s; other sources are unaffected."""
-    gate = Authenticator(AUTH, clock=clock, burst=3, refill=0.5)
+def test_a_refused_credential_is_remembered() -> None:
+    """A wrong credential checked once is refused at screening after, with no scrypt."""
+    gate = Authenticator(AUTH)
     wrong = _header("prometheus", "guess")
-    for _ in range(3):
-        assert gate.screen(wrong, "10.0.0.1") is None
-        assert gate.verify(wrong, "10.0.0.1") is Verdict.DENIED
-    assert gate.screen(wrong, "10.0.0.1") is Verdict.LIMITED
-    assert gate.screen(wrong, "10.0.0.2") is None
+    assert gate.screen(wrong) is None
+    assert gate.verify(wrong, "10.0.0.1") is Verdict.DENIED
+    assert gate.screen(wrong) is Verdict.DENIED
+    assert gate.screen(_header("prometheus", "guess2")) is None
+
+
+def test_the_verified_credentials_remembered_are_bounded() -> None:
+    """At most MAX_VERIFIED verified credentials are remembered, the least recently used forgotten first."""
+    configs = [BasicAuth(f"user{i}", AUTH.password_hash) for i in range(MAX_VERIFIED + 1)]
+    gate = Authenticator(AUTH)
+    headers = [_header(config.username, PASSWORD) for config in configs]
+
+    class _AnyUser(BasicAuth):
+        def verify(self, username: bytes, password: bytes) -> bool:
+            return password == PASSWORD.encode()
+
+    gate.auth = _AnyUser("prometheus", AUTH.password_hash)
+    for header in headers:
+        assert gate.verify(header, "10.0.0.1") is Verdict.ALLOWED
+    assert gate.screen(headers[0]) is None  # the first, least recently used, was forgotten
+    assert all(gate.screen(header) is Verdict.ALLOWED for header in headers[2:])
+
+
+def test_attempts_are_limited_per_source(clock: FakeClock) -> None:
+    """A source gets ``burst`` attempts, then one per ``1/refill`` s; other sources are unaffected."""
+    gate = Authenticator(AUTH, clock=clock, burst=3, refill=0.5)
+    assert [gate.take_attempt("10.0.0.1") for _ in range(4)] == [True, True, True, False]
+    assert gate.take_attempt("10.0.0.2")
     clock.advance(1.9)
-    assert gate.screen(wrong, "10.0.0.1") is Verdict.LIMITED
+    assert not gate.take_attempt("10.0.0.1")
     clock.advance(0.1)
-    assert gate.screen(wrong, "10.0.0.1") is None
-    assert gate.screen(wrong, "10.0.0.1") is Verdict.LIMITED
+    assert gate.take_attempt("10.0.0.1")
+    assert not gate.take_attempt("10.0.0.1")
 
 
-def test_the_remembered_credential_passes_a_limited_source(clock: FakeClock) -> None:
-    """An authorised scraper sharing an address with a guesser is not locked out once it has been verified."""
+def test_a_success_gives_its_attempt_back(clock: FakeClock) -> None:
+    """A verified credential returns the attempt its check took."""
     gate = Authenticator(AUTH, clock=clock, burst=1)
-    right = _header("prometheus", PASSWORD)
-    assert gate.screen(right, "10.0.0.1") is None
-    assert gate.verify(right, "10.0.0.1") is Verdict.ALLOWED  # gives its attempt back
-    assert gate.screen(_header("prometheus", "guess"), "10.0.0.1") is None
-    assert gate.screen(_header("prometheus", "guess"), "10.0.0.1") is Verdict.LIMITED
-    assert gate.screen(right, "10.0.0.1") is Verdict.ALLOWED
+    assert gate.take_attempt("10.0.0.1")
+    assert gate.verify(_header("prometheus", PASSWORD), "10.0.0.1") is Verdict.ALLOWED
+    assert gate.take_attempt("10.0.0.1")
 
 
 def test_the_source_table_is_bounded(clock: FakeClock) -> None:
-    """The rate limiter remembers at most ``max_sources`` addresses, forgetting the least recently seen."""
+    """The attempt limiter remembers at most ``max_sources`` sources, forgetting the least recently seen."""
     gate = Authenticator(AUTH, clock=clock, burst=1, max_sources=100)
-    wrong = _header("prometheus", "guess")
     for i in range(1000):
-        gate.screen(wrong, f"10.0.{i // 256}.{i % 256}")
+        gate.take_attempt(f"10.0.{i // 256}.{i % 256}")
     assert gate.sources == 100
-    assert gate.screen(wrong, "10.0.0.0") is None  # forgotten, so it has its attempt again
-    assert gate.screen(wrong, "10.0.3.231") is Verdict.LIMITED  # the most recent is still remembered
+    assert gate.take_attempt("10.0.0.0")  # forgotten, so it has its attempt again
+    assert not gate.take_attempt("10.0.3.231")  # the most recent is still remembered
+
+
+class _Held(Authenticator):
+    """An authenticator whose checks wait for the test, recording the order of the sources checked."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        super().__init__(AUTH, clock=clock, burst=1, refill=0.001)
+        self.release = threading.Semaphore(0)
+        self.order: list[str] = []
+
+    def verify(self, header: str | None, source: str) -> Verdict:
+        self.order.append(source)
+        assert self.release.acquire(timeout=10)
+        return Verdict.DENIED
+
+
+def test_password_checks_take_sources_in_turn(clock: FakeClock) -> None:
+    """One thread, busy: waiting attempts are then checked a source at a time, oldest first within one,
+    sources with attempts left before those without."""
+    held = _Held(clock)
+    assert held.take_attempt("spent")  # its one attempt is used up
+    checks = PasswordChecks(held, threads=1, wait=30)
+
+    async def run() -> list[Verdict]:
+        first = asyncio.ensure_future(checks.check("h", "a"))
+        await asyncio.sleep(0.05)  # "a" holds the thread
+        sources = ["spent", "a", "a", "b", "c", "b"]
+        waiting = []
+        for source in sources:
+            waiting.append(asyncio.ensure_future(checks.check("h", source)))
+            await asyncio.sleep(0)
+        for _ in range(len(sources) + 1):
+            held.release.release()
+        return await asyncio.gather(first, *waiting)
+
+    try:
+        verdicts = asyncio.run(run())
+    finally:
+        checks.close()
+    assert verdicts == [Verdict.DENIED] * 7
+    # "a" used its one attempt first, so after "b" and "c" (attempts left) the rest go in turn.
+    assert held.order == ["a", "b", "c", "spent", "a", "b", "a"]
+
+
+def test_an_attempt_without_a_turn_in_time_is_limited(clock: FakeClock) -> None:
+    """An attempt that waits longer than its wait for a free thread is LIMITED, without a check."""
+    held = _Held(clock)
+    checks = PasswordChecks(held, threads=1, wait=0.2)
+
+    async def run() -> tuple[Verdict, Verdict]:
+        first = asyncio.ensure_future(checks.check("h", "a"))
+        await asyncio.sleep(0.05)
+        second = await checks.check("h", "b")
+        held.release.release()
+        return await first, second
+
+    try:
+        assert asyncio.run(run()) == (Verdict.DENIED, Verdict.LIMITED)
+    finally:
+        checks.close()
+    assert held.order == ["a"]
 
 
 def test_a_wrong_user_costs_the_same_scrypt(monkeypatch: pytest.MonkeyPatch) -> None:

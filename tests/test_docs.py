@@ -3,11 +3,11 @@ the two commands."""
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 
 from rollout_telemetry._recording.spans import ATTRIBUTES
 from rollout_telemetry._serve import auth, discovery, server
-from rollout_telemetry._serve import serving as _serving
 from rollout_telemetry._views.series import CATALOGUE
 
 README = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
@@ -42,20 +42,46 @@ def test_the_security_section_states_each_bound_as_built() -> None:
 
     rows = {
         "MAX_CONNECTIONS": str(server.MAX_CONNECTIONS),
+        "MAX_PER_SOURCE": str(server.MAX_PER_SOURCE),
+        "EVICT_AFTER": seconds(server.EVICT_AFTER),
+        "LISTEN_BACKLOG": str(server.LISTEN_BACKLOG),
         "HANDSHAKE_TIMEOUT": seconds(server.HANDSHAKE_TIMEOUT),
         "IDLE_TIMEOUT": seconds(server.IDLE_TIMEOUT),
         "HEAD_TIMEOUT": seconds(server.HEAD_TIMEOUT),
         "MAX_HEAD": f"{server.MAX_HEAD // 1024} KiB",
         "MAX_QUEUED": str(server.MAX_QUEUED),
+        "MAX_READS_QUEUED": str(server.MAX_READS_QUEUED),
+        "MAX_OUTPUT": f"{server.MAX_OUTPUT // (1 << 20)} MiB",
         "WRITE_TIMEOUT": seconds(server.WRITE_TIMEOUT),
-        "LISTEN_BACKLOG": str(_serving.LISTEN_BACKLOG),
     }
     for name, value in rows.items():
         row = next(line for line in README.splitlines() if f"(`{name}`)" in line)
         assert f"| {value} " in row, (name, value, row)
-    assert f"has {auth.FAILURE_BURST} attempts" in README
-    assert f"at {auth.FAILURE_REFILL:g} per second" in README
-    assert f"at most {auth.MAX_SOURCES:,} addresses" in README
+    assert server.MAX_HEAD == 16 * 1024  # "16 KiB" exactly
+    prose = [
+        f"last {auth.MAX_VERIFIED} verified",
+        f"last {auth.MAX_REFUSED:,} refused",
+        f"one of {auth.AUTH_THREADS} threads of its own",
+        f"some of their {auth.FAILURE_BURST} attempts",
+        f"given back at {auth.FAILURE_REFILL:g} per second",
+        f"at most {auth.MAX_SOURCES:,} sources",
+        f"within {auth.AUTH_WAIT:g} s gets `429",
+        f"share those {auth.AUTH_THREADS} threads",
+        f"Worker threads are started with the server and never more: {_default_threads()} render",
+        f"{auth.AUTH_THREADS} check passwords",
+        f"shares for {server.READ_INTERVAL:g} s",
+        f"may be up to {server.READ_INTERVAL:g} s old",
+    ]
+    flat = " ".join(README.split())  # phrases may wrap across lines
+    for phrase in prose:
+        assert phrase in flat, phrase
+
+
+def _default_threads() -> int:
+    """The default of ``MetricsServer(threads=)``."""
+    default = inspect.signature(server.MetricsServer).parameters["threads"].default
+    assert isinstance(default, int)
+    return default
 
 
 def test_the_ray_section_states_what_the_registry_accepts_as_built() -> None:

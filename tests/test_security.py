@@ -4,6 +4,7 @@ idle and slow clients, request bodies."""
 from __future__ import annotations
 
 import base64
+import hashlib
 import http.client
 import json
 import socket
@@ -14,6 +15,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trustme
@@ -229,7 +231,7 @@ def test_a_malformed_authorization_header_is_401_and_quiet(
     """Any bytes in Authorization get 401 (never 500), and nothing is written to stderr."""
     auth = BasicAuth("prometheus", hash_password(PASSWORD))
     with recorded.serve(port=0, auth=auth) as server:
-        for _ in range(FAILURE_BURST):  # one well-formed case spends an attempt each time
+        for _ in range(FAILURE_BURST):  # a well-formed case is checked once, then remembered
             request = b"GET /metrics HTTP/1.1\r\nHost: x\r\nAuthorization: " + authorization + b"\r\n\r\n"
             status, headers, body = raw_request(server.port, request)
             assert status == 401
@@ -247,9 +249,10 @@ def test_the_scheme_name_is_case_insensitive(recorded: RolloutTelemetry) -> None
             assert _get(server.url, headers={"Authorization": f"{scheme} {token}"})[0] == 200
 
 
-def test_wrong_passwords_are_rate_limited_per_address(recorded: RolloutTelemetry) -> None:
-    """After FAILURE_BURST wrong passwords an address gets 429 without a check; others and the verified
-    scraper are unaffected."""
+def test_a_guess_repeated_costs_no_scrypt(
+    recorded: RolloutTelemetry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A wrong password sent again is refused without scrypt; the verified scraper is not checked again."""
     auth = BasicAuth("prometheus", hash_password(PASSWORD))
     wrong = "GET /metrics HTTP/1.1\r\nAuthorization: {}\r\n\r\n".format(
         _basic("prometheus", "guess")["Authorization"]
@@ -257,18 +260,20 @@ def test_wrong_passwords_are_rate_limited_per_address(recorded: RolloutTelemetry
     right = "GET /metrics HTTP/1.1\r\nAuthorization: {}\r\n\r\n".format(
         _basic("prometheus", PASSWORD)["Authorization"]
     )
+    checks: list[bytes] = []
+    scrypt = hashlib.scrypt
+
+    def counting(password: bytes, **kwargs: Any) -> bytes:
+        checks.append(password)
+        return scrypt(password, **kwargs)
+
+    monkeypatch.setattr(hashlib, "scrypt", counting)
     with recorded.serve(port=0, auth=auth) as server:
+        assert [raw_request(server.port, right.encode())[0] for _ in range(3)] == [200] * 3
+        statuses = [raw_request(server.port, wrong.encode())[0] for _ in range(FAILURE_BURST * 2)]
+        assert statuses == [401] * FAILURE_BURST * 2
         assert raw_request(server.port, right.encode())[0] == 200
-        statuses = [raw_request(server.port, wrong.encode())[0] for _ in range(FAILURE_BURST)]
-        assert statuses == [401] * FAILURE_BURST
-        status, headers, _ = raw_request(server.port, wrong.encode())
-        assert status == 429
-        assert headers["retry-after"] == "1"
-        started = time.monotonic()
-        assert raw_request(server.port, wrong.encode())[0] == 429
-        assert time.monotonic() - started < 0.5  # no scrypt behind a 429 (one takes ~40 ms; margin for CI)
-        assert raw_request(server.port, right.encode())[0] == 200  # remembered: no attempt needed
-        assert raw_request(server.port, wrong.encode(), source="127.0.0.2")[0] == 401
+    assert checks == [PASSWORD.encode(), b"guess"]
 
 
 def test_the_request_head_has_one_deadline(server: MetricsServer) -> None:
@@ -331,3 +336,74 @@ def test_rollouts_in_flight_over_https_with_basic_auth(tls_files: dict[str, Path
     finally:
         for block in blocks:
             block.__exit__(None, None, None)
+
+
+def _guess(port: int, source: str, password: str) -> int:
+    """The status of one request with a wrong password from ``source``."""
+    header = _basic("prometheus", password)["Authorization"]
+    try:
+        return raw_request(
+            port, f"GET /metrics HTTP/1.1\r\nAuthorization: {header}\r\n\r\n".encode(), source=source
+        )[0]
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+class _Guessers:
+    """Clients guessing passwords back to back, each a new one, until stopped; from given addresses."""
+
+    def __init__(self, port: int, sources: list[str]) -> None:
+        self._stop = threading.Event()
+        self._threads = [
+            threading.Thread(target=self._guess, args=(port, source, i), daemon=True)
+            for i, source in enumerate(sources)
+        ]
+
+    def _guess(self, port: int, source: str, client: int) -> None:
+        attempt = 0
+        while not self._stop.is_set():
+            attempt += 1
+            _guess(port, source, f"guess-{client}-{attempt}")
+
+    def __enter__(self) -> _Guessers:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=10)
+
+
+def test_password_checks_never_delay_a_verified_scrape(recorded: RolloutTelemetry) -> None:
+    """64 guessers, each from an address of its own, do not make a verified scraper's scrape wait or 503."""
+    auth = BasicAuth("prometheus", hash_password(PASSWORD))
+    with recorded.serve(port=0, auth=auth) as server:
+        assert _get(server.url, headers=_basic("prometheus", PASSWORD))[0] == 200  # verified once
+        with _Guessers(server.port, [f"127.0.4.{2 + i}" for i in range(64)]):
+            time.sleep(0.5)  # the guesses are queued
+            statuses = []
+            for _ in range(5):
+                started = time.monotonic()
+                status = _get(server.url, headers=_basic("prometheus", PASSWORD))[0]
+                statuses.append((status, time.monotonic() - started < 1))
+        assert statuses == [(200, True)] * 5, statuses
+
+
+def test_a_restarted_scraper_is_verified_within_five_seconds_under_guessing(
+    recorded: RolloutTelemetry,
+) -> None:
+    """A scraper not yet verified that shares 127.0.0.1 with 64 guessers gets its 200 within 5 s."""
+    auth = BasicAuth("prometheus", hash_password(PASSWORD))
+    with recorded.serve(port=0, auth=auth) as server, _Guessers(server.port, ["127.0.0.1"] * 64):
+        time.sleep(1)  # the guessers have spent the address's attempts
+        started = time.monotonic()
+        statuses = []
+        while time.monotonic() - started < 5:
+            status = _get(server.url, headers=_basic("prometheus", PASSWORD))[0]
+            statuses.append(status)
+            if status == 200:
+                break
+            time.sleep(0.2)
+        assert statuses[-1] == 200, statuses

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import json
 import logging
 import socket
 import threading
@@ -12,10 +13,12 @@ import urllib.request
 from collections.abc import Iterator
 
 import pytest
-from prometheus_client import Counter, Metric
+from prometheus_client import CollectorRegistry, Counter, Metric
+from prometheus_client.core import CounterMetricFamily
 
 from rollout_telemetry import RolloutTelemetry, ServeError
 from rollout_telemetry._serve.http import Busy, Workers
+from rollout_telemetry._serve.server import MetricsServer
 from tests.support import raw_request, sample_names, samples
 
 
@@ -209,3 +212,78 @@ def test_errors_are_logged_throttled_without_a_traceback(
     assert "broken collector" in errors[0].getMessage()
     assert all(record.exc_info is None for record in caplog.records)
     assert capfd.readouterr().err == ""
+
+
+def _get_all(urls: list[str]) -> list[tuple[int, str]]:
+    """GET each URL at once, each from its own thread."""
+    results: list[tuple[int, str]] = [(0, "")] * len(urls)
+    barrier = threading.Barrier(len(urls))
+
+    def fetch(i: int) -> None:
+        barrier.wait(10)
+        results[i] = _get(urls[i])
+
+    threads = [threading.Thread(target=fetch, args=(i,)) for i in range(len(urls))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    return results
+
+
+def test_fifty_readers_of_rollouts_share_one_listing() -> None:
+    """50 clients asking /rollouts at once, each with another limit, cost one listing, each sliced right."""
+    calls: list[int] = []
+
+    def rollouts(limit: int) -> dict[str, object]:
+        calls.append(limit)
+        listing = [{"task_index": i} for i in range(limit)]
+        return {"in_flight": 10_000, "stall_after_seconds": None, "rollouts": listing}
+
+    with MetricsServer(CollectorRegistry(), port=0, rollouts=rollouts) as server:
+        base = server.url.removesuffix("/metrics")
+        results = _get_all([f"{base}/rollouts?limit={951 + i}" for i in range(50)])
+    for i, (status, body) in enumerate(results):
+        assert status == 200
+        listing = json.loads(body)
+        assert listing["in_flight"] == 10_000
+        assert [r["task_index"] for r in listing["rollouts"]] == list(range(951 + i))
+    assert len(calls) <= 2, len(calls)
+
+
+class _Counting:
+    """A collector of two counters that counts how often it is collected."""
+
+    def __init__(self) -> None:
+        self.collected = 0
+
+    def describe(self) -> Iterator[Metric]:
+        yield from self._families()
+
+    def collect(self) -> Iterator[Metric]:
+        self.collected += 1
+        yield from self._families()
+
+    def _families(self) -> Iterator[Metric]:
+        for name in ("first", "second"):
+            family = CounterMetricFamily(f"{name}_events", "Events.", labels=["i"])
+            for i in range(50):
+                family.add_metric([str(i)], float(i))
+            yield family
+
+
+def test_fifty_distinct_name_filters_share_one_collection() -> None:
+    """50 clients each asking /metrics with another name[] set cost one collection of the registry."""
+    registry = CollectorRegistry()
+    counting = _Counting()
+    registry.register(counting)
+    with MetricsServer(registry, port=0) as server:
+        counting.collected = 0
+        urls = [f"{server.url}?name[]=first_events_total&name[]=unknown_{i}" for i in range(25)] + [
+            f"{server.url}?name[]=second_events_total&name[]=other_{i}" for i in range(25)
+        ]
+        results = _get_all(urls)
+    for i, (status, body) in enumerate(results):
+        assert status == 200
+        assert sample_names(body) == {"first_events_total" if i < 25 else "second_events_total"}
+    assert counting.collected <= 2, counting.collected

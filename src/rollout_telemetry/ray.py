@@ -42,6 +42,7 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess witho
 from rollout_telemetry._serve.discovery import (
     DEFAULT_LEASE_SECONDS,
     MAX_TARGETS,
+    RESERVED_LABELS,
     DiscoveryServer,
     FileSD,
     NodeAddresses,
@@ -57,8 +58,11 @@ if TYPE_CHECKING:
     from rollout_telemetry._recording.telemetry import RolloutTelemetry
 
 __all__ = [
+    "MAX_TARGETS",
     "REGISTRY_NAME",
+    "RESERVED_LABELS",
     "RayTarget",
+    "TargetRefused",
     "refusals",
     "registry_url",
     "serve_on_ray",

@@ -4,19 +4,25 @@
 16 MiB per check, which is what makes a stolen hash expensive to crack). ``Authenticator`` is what one
 running server holds in front of it:
 
-- the credential it last verified is remembered as an HMAC under a key made at start, so an authorised
-  scraper pays for scrypt once per server, not once per scrape; a hit is compared in constant time;
-- each source address has a bucket of ``FAILURE_BURST`` attempts that refills at ``FAILURE_REFILL`` per
-  second; an attempt that needs scrypt takes one (a success gives it back), and an address with none left
-  is answered at once without scrypt. The table holds at most ``MAX_SOURCES`` addresses, the least recently
-  seen forgotten first;
-- a header that is not well-formed basic auth, of any kind, is refused before anything is computed.
+- a credential checked before is decided without scrypt: the last ``MAX_VERIFIED`` verified and the last
+  ``MAX_REFUSED`` refused are remembered as HMACs under a key made at start (never the password itself), so
+  an authorised scraper pays for scrypt once per server and a guess repeated costs nothing;
+- a header that is not well-formed basic auth, of any kind, is refused before anything is computed;
+- each source has a bucket of ``FAILURE_BURST`` attempts that refills at ``FAILURE_REFILL`` per second (a
+  success gives its attempt back); ``PasswordChecks`` serves sources with attempts left before those
+  without. The table holds at most ``MAX_SOURCES`` sources, the least recently seen forgotten first.
+
+``PasswordChecks`` runs what is left on threads of its own (``AUTH_THREADS``), never those that render, in a
+fair order: one source after another (a source is an IPv4 address or an IPv6 /64), oldest first within
+one. An attempt that has not had its turn within ``AUTH_WAIT`` seconds is refused (429), having held a
+connection but no thread. The threads bound the guesses of every address together, however many there are.
 
 Whether the user name exists does not change the work done: every attempt that reaches scrypt runs it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import hashlib
@@ -25,20 +31,26 @@ import os
 import secrets
 import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
+from rollout_telemetry._serve.http import Workers
 from rollout_telemetry.errors import ConfigError
 
 __all__ = [
+    "AUTH_THREADS",
+    "AUTH_WAIT",
     "FAILURE_BURST",
     "FAILURE_REFILL",
+    "MAX_REFUSED",
     "MAX_SOURCES",
+    "MAX_VERIFIED",
     "Authenticator",
     "BasicAuth",
+    "PasswordChecks",
     "Verdict",
     "credentials",
     "hash_password",
@@ -49,7 +61,15 @@ FAILURE_BURST = 10
 FAILURE_REFILL = 1.0
 """Attempts given back to each source address per second."""
 MAX_SOURCES = 4096
-"""Source addresses the rate limiter remembers; the least recently seen is forgotten first."""
+"""Sources whose attempts are remembered; the least recently seen is forgotten first."""
+MAX_VERIFIED = 16
+"""Verified credentials remembered (as HMACs), the least recently used forgotten first."""
+MAX_REFUSED = 4096
+"""Refused credentials remembered (as HMACs), the least recently used forgotten first."""
+AUTH_THREADS = 2
+"""Threads that check passwords with scrypt, apart from those that render: every guess shares them."""
+AUTH_WAIT = 4.0
+"""Seconds an attempt may wait for its turn at a password check before it is answered 429."""
 
 _SCRYPT_N, _SCRYPT_R, _SCRYPT_P = 2**14, 8, 1
 
@@ -59,7 +79,7 @@ class Verdict(StrEnum):
 
     ALLOWED = "allowed"
     DENIED = "denied"
-    LIMITED = "limited"  # the source has no attempts left: answered without scrypt
+    LIMITED = "limited"  # no turn at a password check in time: answered without scrypt
 
 
 def hash_password(password: str, *, salt: bytes | None = None) -> str:
@@ -148,11 +168,36 @@ class BasicAuth:
         return parsed is not None and self.verify(*parsed)
 
 
-class Authenticator:
-    """One server's gate in front of a ``BasicAuth``: a cache of the verified credential, a limit on guesses.
+class _Remembered:
+    """A bounded set of HMACs, the least recently used forgotten first. Thread-safe."""
 
-    ``screen()`` decides whatever can be decided cheaply (on the event loop); what is left goes to
-    ``verify()`` (scrypt, on a worker thread). Thread-safe.
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._macs: OrderedDict[bytes, None] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __contains__(self, mac: bytes) -> bool:
+        # A dict lookup is not constant-time, but the key is an HMAC under a secret key: its timing tells
+        # nothing about any password.
+        with self._lock:
+            if mac not in self._macs:
+                return False
+            self._macs.move_to_end(mac)
+            return True
+
+    def add(self, mac: bytes) -> None:
+        with self._lock:
+            self._macs[mac] = None
+            self._macs.move_to_end(mac)
+            while len(self._macs) > self._size:
+                self._macs.popitem(last=False)
+
+
+class Authenticator:
+    """One server's gate in front of a ``BasicAuth``: credentials checked before, attempts per source.
+
+    ``screen()`` decides whatever can be decided without scrypt (on the event loop); what is left goes to
+    ``verify()`` (scrypt, on a worker thread), in the order ``PasswordChecks`` gives. Thread-safe.
     """
 
     def __init__(
@@ -170,36 +215,40 @@ class Authenticator:
         self._refill = refill
         self._max_sources = max_sources
         self._key = secrets.token_bytes(32)
-        self._verified = self._mac(secrets.token_bytes(32))  # matches nothing until a success
+        self._verified = _Remembered(MAX_VERIFIED)
+        self._refused = _Remembered(MAX_REFUSED)
         self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()  # source -> (attempts, when)
         self._lock = threading.Lock()
 
-    def _mac(self, credential: bytes) -> bytes:
+    def _mac(self, username: bytes, password: bytes) -> bytes:
+        credential = len(username).to_bytes(4, "big") + username + password  # unambiguous where ':' is
         return hmac.new(self._key, credential, hashlib.sha256).digest()
 
-    def screen(self, header: str | None, source: str) -> Verdict | None:
+    def screen(self, header: str | None) -> Verdict | None:
         """Decide without scrypt if possible; None means the request needs ``verify()``.
 
-        A malformed or missing header is DENIED, the remembered credential ALLOWED, and a source with no
-        attempts left LIMITED; otherwise one of the source's attempts is taken.
+        A malformed or missing header is DENIED, a credential verified before ALLOWED, one refused before
+        DENIED.
         """
         parsed = credentials(header)
         if parsed is None:
             return Verdict.DENIED
-        username, password = parsed
-        if hmac.compare_digest(self._mac(username + b":" + password), self._verified):
+        mac = self._mac(*parsed)
+        if mac in self._verified:
             return Verdict.ALLOWED
-        return None if self._take_attempt(source) else Verdict.LIMITED
+        if mac in self._refused:
+            return Verdict.DENIED
+        return None
 
     def verify(self, header: str | None, source: str) -> Verdict:
-        """Check the header with scrypt after ``screen()`` returned None; remember a success."""
+        """Check the header with scrypt after ``screen()`` returned None; remember the outcome."""
         parsed = credentials(header)
         if parsed is None:
             return Verdict.DENIED
-        username, password = parsed
-        if not self.auth.verify(username, password):
+        if not self.auth.verify(*parsed):
+            self._refused.add(self._mac(*parsed))
             return Verdict.DENIED
-        self._verified = self._mac(username + b":" + password)
+        self._verified.add(self._mac(*parsed))
         self._give_back_attempt(source)
         return Verdict.ALLOWED
 
@@ -207,7 +256,8 @@ class Authenticator:
         attempts, when = self._buckets.get(source, (self._burst, now))
         return min(self._burst, attempts + (now - when) * self._refill)
 
-    def _take_attempt(self, source: str) -> bool:
+    def take_attempt(self, source: str) -> bool:
+        """Take one of ``source``'s attempts; False (nothing taken) if it has none left."""
         with self._lock:
             now = self._clock()
             attempts = self._attempts(source, now)
@@ -227,5 +277,77 @@ class Authenticator:
 
     @property
     def sources(self) -> int:
-        """Source addresses the rate limiter currently remembers."""
+        """Sources the attempt limiter currently remembers."""
         return len(self._buckets)
+
+
+class PasswordChecks:
+    """Run the checks ``Authenticator.screen()`` left undecided, in a fair order, on threads of their own.
+
+    Lives on one event loop (not thread-safe): attempts wait in a queue per source; a free thread takes the
+    oldest attempt of the next source in turn, preferring sources that still have attempts in their bucket
+    (spent there), so a guesser that rotates through addresses or floods one address takes its share of
+    the threads, not the others'. Waiting holds a connection, no thread.
+    """
+
+    def __init__(
+        self, authenticator: Authenticator, *, threads: int = AUTH_THREADS, wait: float = AUTH_WAIT
+    ) -> None:
+        self._authenticator = authenticator
+        self._wait = wait
+        self._workers = Workers(threads, max_queued=threads)
+        self._free = threads
+        self._queues: OrderedDict[str, deque[asyncio.Future[None]]] = OrderedDict()  # sources in turn order
+
+    async def check(self, header: str | None, source: str) -> Verdict:
+        """The verdict of scrypt on ``header``, or LIMITED if its turn did not come within ``AUTH_WAIT``."""
+        if self._free and not self._queues:
+            self._free -= 1
+            self._authenticator.take_attempt(source)
+        else:
+            turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._queues.setdefault(source, deque()).append(turn)
+            try:
+                async with asyncio.timeout(self._wait):
+                    await asyncio.shield(turn)
+            except BaseException as exc:  # no turn in time, or the server stops
+                if turn.done():  # given its turn just as the wait ended: pass the turn on
+                    self._done()
+                else:
+                    turn.cancel()
+                    self._leave(source, turn)
+                if isinstance(exc, TimeoutError):
+                    return Verdict.LIMITED
+                raise
+        try:
+            return await self._workers.run(lambda: self._authenticator.verify(header, source))
+        finally:
+            self._done()
+
+    def _done(self) -> None:
+        """A thread is free: give it to the next waiting attempt in turn."""
+        self._free += 1
+        while self._free and self._queues:
+            source = next(
+                (s for s in self._queues if self._authenticator.take_attempt(s)), next(iter(self._queues))
+            )
+            waiting = self._queues[source]
+            turn = waiting.popleft()
+            if waiting:
+                self._queues.move_to_end(source)
+            else:
+                del self._queues[source]
+            if not turn.done():  # not given up meanwhile
+                self._free -= 1
+                turn.set_result(None)
+
+    def _leave(self, source: str, turn: asyncio.Future[None]) -> None:
+        waiting = self._queues.get(source)
+        if waiting is not None:
+            waiting.remove(turn)
+            if not waiting:
+                del self._queues[source]
+
+    def close(self) -> None:
+        """Stop the threads."""
+        self._workers.close()

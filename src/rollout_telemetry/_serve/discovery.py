@@ -43,9 +43,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from rollout_telemetry._contract.outcome import MAX_LABEL_LENGTH, label_value
-from rollout_telemetry._serve.auth import Authenticator
 from rollout_telemetry._serve.http import HttpServer, Request, Response, Workers
-from rollout_telemetry._serve.serving import bind, screen
+from rollout_telemetry._serve.serving import Gate, bind, screen
 from rollout_telemetry._views.series import CATALOGUE
 from rollout_telemetry.errors import ConfigError, RefusalReason, TargetRefused
 
@@ -471,14 +470,14 @@ class FileSD:
 class _Endpoint:
     """What discovery answers: ``/targets`` (behind auth, if any), ``/healthz``, 404 and 405 otherwise."""
 
-    def __init__(self, registry: TargetRegistry, auth: Authenticator | None, workers: Workers) -> None:
+    def __init__(self, registry: TargetRegistry, gate: Gate | None, workers: Workers) -> None:
         self._registry = registry
-        self._auth = auth
+        self._gate = gate
         self._workers = workers
         self._rendering: asyncio.Future[bytes] | None = None
 
     async def __call__(self, request: Request) -> Response:
-        refusal = await screen(request, paths=("/targets",), auth=self._auth, workers=self._workers)
+        refusal = await screen(request, paths=("/targets",), gate=self._gate)
         if refusal is not None:
             return refusal
         return Response(200, (("Content-Type", "application/json"),), await self._document())
@@ -502,13 +501,14 @@ class _Endpoint:
 class DiscoveryServer:
     """Serves a registry as Prometheus HTTP service discovery: ``GET /targets`` (and ``/healthz``).
 
-    On the same stack as ``/metrics`` (``rollout_telemetry.server``): one event-loop thread holds every
-    connection under its deadlines and the connection cap, ``threads`` worker threads render ``/targets`` and
-    check passwords. ``tls`` and ``auth`` are those of ``RolloutTelemetry.serve``; ``/healthz`` stays open.
+    On the same stack as ``/metrics`` (``_serve.http``): one event-loop thread holds every connection under
+    its deadlines and the connection cap, ``threads`` worker threads render ``/targets``, and passwords are
+    checked on threads of their own (``serving.Gate``). ``tls`` and ``auth`` are those of
+    ``RolloutTelemetry.serve``; ``/healthz`` stays open.
 
     Raises:
         ServeError: the address cannot be bound.
-            ConfigError: a TLS file cannot be loaded.
+        ConfigError: a TLS file cannot be loaded.
     """
 
     def __init__(
@@ -527,8 +527,8 @@ class DiscoveryServer:
         self.port: int = listener.getsockname()[1]
         self._tls = tls
         self._workers = Workers(threads)
-        authenticator = Authenticator(auth) if auth is not None else None
-        self._http = HttpServer(listener, _Endpoint(registry, authenticator, self._workers), tls=context)
+        self._gate = Gate(auth) if auth is not None else None
+        self._http = HttpServer(listener, _Endpoint(registry, self._gate, self._workers), tls=context)
 
     @property
     def url(self) -> str:
@@ -541,3 +541,5 @@ class DiscoveryServer:
         """Stop serving and release the port."""
         self._http.stop()
         self._workers.close()
+        if self._gate is not None:
+            self._gate.close()

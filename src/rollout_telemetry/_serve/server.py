@@ -3,9 +3,10 @@ as JSON) and ``/healthz``, nothing else.
 
 Binds 127.0.0.1 unless told otherwise. Optional TLS (certificate, key, optional client-certificate
 verification) and optional HTTP basic auth (``rollout_telemetry.auth``). Connections, deadlines and worker
-threads are ``rollout_telemetry._http``'s; this module says what is answered. Rendering the exposition runs
-on a worker thread, never on the event loop, and scrapes asking for the same thing at the same time share
-one rendering.
+threads are ``rollout_telemetry._http``'s; this module says what is answered. Rendering runs on worker
+threads, never on the event loop: scrapes asking for the same exposition at the same time share one
+rendering, and ``/rollouts`` and filtered ``/metrics`` are shared for ``READ_INTERVAL`` on a thread of their
+own, so that many readers cost what one does.
 """
 
 from __future__ import annotations
@@ -15,20 +16,27 @@ import functools
 import gzip
 import json
 import ssl
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import Callable, Hashable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 from urllib.parse import parse_qs
 
 from prometheus_client.exposition import choose_encoder
-from prometheus_client.registry import CollectorRegistry
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector, CollectorRegistry
 
-from rollout_telemetry._serve.auth import Authenticator, BasicAuth, hash_password
+from rollout_telemetry._serve.auth import BasicAuth, hash_password
 from rollout_telemetry._serve.http import (
+    EVICT_AFTER,
     HANDSHAKE_TIMEOUT,
     HEAD_TIMEOUT,
     IDLE_TIMEOUT,
+    LISTEN_BACKLOG,
     MAX_CONNECTIONS,
     MAX_HEAD,
+    MAX_OUTPUT,
+    MAX_PER_SOURCE,
     MAX_QUEUED,
     WRITE_TIMEOUT,
     HttpServer,
@@ -36,18 +44,24 @@ from rollout_telemetry._serve.http import (
     Response,
     Workers,
 )
-from rollout_telemetry._serve.serving import bind, screen
+from rollout_telemetry._serve.serving import Gate, bind, screen
 from rollout_telemetry.errors import ConfigError
 
 __all__ = [
     "DEFAULT_ROLLOUTS_LIMIT",
+    "EVICT_AFTER",
     "HANDSHAKE_TIMEOUT",
     "HEAD_TIMEOUT",
     "IDLE_TIMEOUT",
+    "LISTEN_BACKLOG",
     "MAX_CONNECTIONS",
     "MAX_HEAD",
+    "MAX_OUTPUT",
+    "MAX_PER_SOURCE",
     "MAX_QUEUED",
+    "MAX_READS_QUEUED",
     "MAX_ROLLOUTS_LIMIT",
+    "READ_INTERVAL",
     "WRITE_TIMEOUT",
     "BasicAuth",
     "MetricsServer",
@@ -60,6 +74,11 @@ _Rendering = tuple[str, tuple[str, ...], bool]  # Accept's choice, name[] filter
 DEFAULT_ROLLOUTS_LIMIT = 100
 """Rollouts ``GET /rollouts`` lists unless ``?limit=`` says otherwise."""
 MAX_ROLLOUTS_LIMIT = 1000
+"""The most rollouts ``?limit=`` may ask for."""
+READ_INTERVAL = 1.0
+"""Seconds one listing of ``/rollouts`` and one collection for ``/metrics?name[]=`` are shared for."""
+MAX_READS_QUEUED = 64
+"""Renders of ``/rollouts`` and ``/metrics?name[]=`` that may wait for their thread (503 beyond)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +98,7 @@ class TLSConfig:
         """
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         context.minimum_version = ssl.TLSVersion.TLSv1_2
+        context.options |= ssl.OP_NO_RENEGOTIATION  # a client could make the server redo handshakes
         try:
             context.load_cert_chain(self.certfile, self.keyfile)
         except OSError as exc:  # ssl.SSLError is an OSError too
@@ -104,25 +124,99 @@ def _tls_problem(exc: OSError, *, ca: bool = False) -> str:
     return exc.strerror or str(exc)
 
 
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+
+class _Shared(Generic[K, V]):
+    """Results of slow work on ``workers``, by key: whoever asks for a key while its work runs shares it,
+    and, with ``fresh_for`` > 0, so does whoever asks within that many seconds after it began.
+
+    Lives on the event loop. Entries are forgotten once stale, so it holds at most what was asked for in
+    the last ``fresh_for`` seconds.
+    """
+
+    def __init__(
+        self, workers: Workers, fresh_for: float, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._workers = workers
+        self._fresh_for = fresh_for
+        self._clock = clock
+        self._entries: dict[K, tuple[float, asyncio.Future[V]]] = {}  # oldest first
+
+    async def get(self, key: K, work: Callable[[], V]) -> V:
+        """The shared result of ``work`` for ``key``, made now if there is none fresh.
+
+        Raises:
+            Busy: the work had to be made and the workers' queue is full.
+        """
+        now = self._clock()
+        while self._entries:  # forget what is stale, oldest first
+            oldest = next(iter(self._entries))
+            began, future = self._entries[oldest]
+            if not future.done() or now - began < self._fresh_for:
+                break
+            del self._entries[oldest]
+        entry = self._entries.get(key)
+        if entry is None or (entry[1].done() and now - entry[0] >= self._fresh_for):
+            entry = (now, self._workers.run(work))
+            self._entries.pop(key, None)
+            self._entries[key] = entry
+            if self._fresh_for <= 0:
+                entry[1].add_done_callback(lambda done: self._forget(key, done))
+        return await asyncio.shield(entry[1])
+
+    def _forget(self, key: K, future: asyncio.Future[V]) -> None:
+        entry = self._entries.get(key)
+        if entry is not None and entry[1] is future:
+            del self._entries[key]
+
+
+class _Families(Collector):
+    """Metric families collected once, restricted to some sample names, for an encoder to read."""
+
+    def __init__(self, families: list[Metric], names: frozenset[str]) -> None:
+        self._families = families
+        self._names = names
+
+    def collect(self) -> Iterator[Metric]:
+        """prometheus_client's name filter: a family keeps the samples with one of the names, if any."""
+        for family in self._families:
+            samples = [sample for sample in family.samples if sample.name in self._names]
+            if samples:
+                kept = Metric(family.name, family.documentation, family.type, family.unit)
+                kept.samples = samples
+                yield kept
+
+
 class _Endpoint:
-    """What is answered: ``/metrics`` (behind auth, if any), ``/healthz``, 404 and 405 otherwise."""
+    """What is answered: ``/metrics`` and ``/rollouts`` (behind auth, if any), ``/healthz``, 404 and 405.
+
+    The full exposition is rendered afresh for each scrape (those asking at the same time share one) on
+    the render threads. ``/rollouts`` and ``/metrics?name[]=`` are shared for ``READ_INTERVAL`` on a
+    thread of their own: one collection of the registry and one listing of the rollouts in flight per
+    interval, whatever the readers ask, so many readers cost what one does and never delay a scrape.
+    """
 
     def __init__(
         self,
         registry: CollectorRegistry,
-        auth: Authenticator | None,
+        gate: Gate | None,
         workers: Workers,
+        reads: Workers,
         rollouts: Callable[[int], Mapping[str, object]] | None = None,
     ) -> None:
         self._registry = registry
         self._rollouts = rollouts
-        self._auth = auth
-        self._workers = workers
-        self._renderings: dict[_Rendering, asyncio.Future[tuple[bytes, str]]] = {}
+        self._gate = gate
+        self._renderings: _Shared[_Rendering, tuple[bytes, str]] = _Shared(workers, 0)
+        self._collections: _Shared[str, list[Metric]] = _Shared(reads, READ_INTERVAL)
+        self._filtered: _Shared[_Rendering, tuple[bytes, str]] = _Shared(reads, READ_INTERVAL)
+        self._listings: _Shared[str, tuple[bytes, list[bytes]]] = _Shared(reads, READ_INTERVAL)
         self._paths = ("/metrics", "/rollouts") if rollouts is not None else ("/metrics",)
 
     async def __call__(self, request: Request) -> Response:
-        refusal = await screen(request, paths=self._paths, auth=self._auth, workers=self._workers)
+        refusal = await screen(request, paths=self._paths, gate=self._gate)
         if refusal is not None:
             return refusal
         if request.path == "/rollouts" and self._rollouts is not None:
@@ -138,34 +232,44 @@ class _Endpoint:
             limit = -1
         if not 1 <= limit <= MAX_ROLLOUTS_LIMIT:
             return Response.text(400, f"limit must be a whole number from 1 to {MAX_ROLLOUTS_LIMIT}\n")
-        listing = await self._workers.run(functools.partial(rollouts, limit))
-        body = json.dumps(listing, separators=(",", ":")).encode()
+        opening, records = await self._listings.get("rollouts", functools.partial(_listing, rollouts))
+        body = opening + b",".join(records[:limit]) + b"]}"  # a copy of encoded bytes: cheap on the loop
         return Response(200, (("Content-Type", "application/json"),), body)
 
     async def _metrics(self, request: Request) -> Response:
-        _, content_type = choose_encoder(request.headers.get("accept", ""))
-        names = tuple(sorted(parse_qs(request.query).get("name[]", [])))
+        accept = request.headers.get("accept", "")
+        _, content_type = choose_encoder(accept)
+        names = tuple(sorted(set(parse_qs(request.query).get("name[]", []))))
         gzipped = "gzip" in request.headers.get("accept-encoding", "").lower()
         key = (content_type, names, gzipped)
-        rendering = self._renderings.get(key)
-        if rendering is None:  # the first asking renders; those asking meanwhile share its result
-            rendering = self._workers.run(
-                functools.partial(self._render, request.headers.get("accept", ""), names, gzipped)
-            )
-            self._renderings[key] = rendering
-            rendering.add_done_callback(lambda _: self._renderings.pop(key, None))
-        body, content_type = await asyncio.shield(rendering)
+        if names:
+            families = await self._collections.get("registry", lambda: list(self._registry.collect()))
+            work = functools.partial(_encode, _Families(families, frozenset(names)), accept, gzipped)
+            body, content_type = await self._filtered.get(key, work)
+        else:
+            work = functools.partial(_encode, self._registry, accept, gzipped)
+            body, content_type = await self._renderings.get(key, work)
         headers = [("Content-Type", content_type)]
         if gzipped:
             headers.append(("Content-Encoding", "gzip"))
         return Response(200, tuple(headers), body)
 
-    def _render(self, accept: str, names: tuple[str, ...], gzipped: bool) -> tuple[bytes, str]:
-        """prometheus_client's exposition of the registry (on a worker thread)."""
-        encoder, content_type = choose_encoder(accept)
-        registry = self._registry.restricted_registry(names) if names else self._registry
-        body = encoder(registry)
-        return (gzip.compress(body) if gzipped else body), content_type
+
+def _encode(collector: Collector, accept: str, gzipped: bool) -> tuple[bytes, str]:
+    """prometheus_client's exposition of what ``collector`` collects (on a worker thread)."""
+    encoder, content_type = choose_encoder(accept)
+    body = encoder(collector)
+    return (gzip.compress(body) if gzipped else body), content_type
+
+
+def _listing(rollouts: Callable[[int], Mapping[str, object]]) -> tuple[bytes, list[bytes]]:
+    """The longest listing of rollouts in flight, encoded once: its opening and each rollout's JSON, so a
+    response for any ``limit`` is a join of bytes already made."""
+    listing = dict(rollouts(MAX_ROLLOUTS_LIMIT))
+    records = listing.pop("rollouts", [])
+    assert isinstance(records, list)
+    opening = json.dumps(listing, separators=(",", ":"))[:-1] + ("," if listing else "") + '"rollouts":['
+    return opening.encode(), [json.dumps(record, separators=(",", ":")).encode() for record in records]
 
 
 class MetricsServer:
@@ -173,7 +277,9 @@ class MetricsServer:
 
     With ``port_range=N`` the first free port of ``port .. port+N-1`` is taken: the documented way for
     several collector processes on one node to get a port each without coordinating. ``threads`` worker
-    threads render the exposition and check passwords; the connections themselves hold no thread.
+    threads render the exposition (scrapes asking for the same one share it, and each thread keeps a heap
+    of its own, so few are best); password checks and ``/rollouts`` have threads of their own, and the
+    connections themselves hold none.
 
     Raises:
         ServeError: the address cannot be bound (every port in the range is taken, the host is unknown).
@@ -187,7 +293,7 @@ class MetricsServer:
         host: str = "127.0.0.1",
         tls: TLSConfig | None = None,
         auth: BasicAuth | None = None,
-        threads: int = 8,
+        threads: int = 2,
         port_range: int = 1,
         rollouts: Callable[[int], Mapping[str, object]] | None = None,
     ) -> None:
@@ -197,8 +303,9 @@ class MetricsServer:
         self.host = host
         self.port: int = listener.getsockname()[1]
         self._workers = Workers(threads)
-        authenticator = Authenticator(auth) if auth is not None else None
-        endpoint = _Endpoint(registry, authenticator, self._workers, rollouts)
+        self._reads = Workers(1, max_queued=MAX_READS_QUEUED)
+        self._gate = Gate(auth) if auth is not None else None
+        endpoint = _Endpoint(registry, self._gate, self._workers, self._reads, rollouts)
         self._http = HttpServer(listener, endpoint, tls=context)
 
     @property
@@ -212,6 +319,9 @@ class MetricsServer:
         """Stop serving and release the port."""
         self._http.stop()
         self._workers.close()
+        self._reads.close()
+        if self._gate is not None:
+            self._gate.close()
 
     def __enter__(self) -> MetricsServer:
         return self

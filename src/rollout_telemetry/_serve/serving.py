@@ -9,25 +9,17 @@ for both, written here.
 from __future__ import annotations
 
 import errno
-import functools
 import socket
 from collections.abc import Sequence
 
-from rollout_telemetry._serve.auth import Authenticator, Verdict
-from rollout_telemetry._serve.http import Request, Response, Workers
+from rollout_telemetry._serve.auth import Authenticator, BasicAuth, PasswordChecks, Verdict
+from rollout_telemetry._serve.http import LISTEN_BACKLOG, Request, Response, source_of
 from rollout_telemetry.errors import ServeError
 
-__all__ = ["LISTEN_BACKLOG", "bind", "screen"]
+__all__ = ["Gate", "bind", "screen"]
 
 _ADDRESS_IN_USE = {errno.EADDRINUSE, 48, 10048}  # Linux, macOS, Windows
 _CHALLENGE = ("WWW-Authenticate", 'Basic realm="rollout-telemetry", charset="UTF-8"')
-
-LISTEN_BACKLOG = 1024
-"""Connections the kernel queues until they are accepted (capped by ``net.core.somaxconn``, 4096 on current
-Linux). When the queue is full the kernel drops a new client's SYN and the client retries after 1 s, then
-3 s: a flood of reopened connections would time out an authorised scraper before the connection cap, which
-makes room by closing the longest-waiting connection, ever saw it (with 128, under a slowloris of 1,000
-reopened connections, 2 of 5 authorised reads of ``/targets`` took over 1 s, the worst over 3 s)."""
 
 
 def bind(host: str, port: int, port_range: int, *, what: str) -> socket.socket:
@@ -60,14 +52,37 @@ def bind(host: str, port: int, port_range: int, *, what: str) -> socket.socket:
     raise AssertionError("unreachable: the last candidate returns or raises")
 
 
-async def screen(
-    request: Request, *, paths: Sequence[str], auth: Authenticator | None, workers: Workers
-) -> Response | None:
+class Gate:
+    """The credentials an endpoint asks for: the cheap checks on the event loop, scrypt (for a credential not
+    seen before) on ``PasswordChecks``' own threads, never the threads that render. ``close()`` stops them."""
+
+    def __init__(self, auth: BasicAuth) -> None:
+        self._authenticator = Authenticator(auth)
+        self._checks = PasswordChecks(self._authenticator)
+
+    async def refusal(self, request: Request) -> Response | None:
+        """None if the request's credentials are the configured ones; else the 401 or 429 to answer."""
+        header = request.headers.get("authorization")
+        verdict = self._authenticator.screen(header)
+        if verdict is None:
+            verdict = await self._checks.check(header, source_of(request.source))
+        if verdict is Verdict.LIMITED:
+            return Response.text(429, "too many attempts: try again\n", ("Retry-After", "1"), _CHALLENGE)
+        if verdict is Verdict.DENIED:
+            return Response.text(401, "unauthorized\n", _CHALLENGE)
+        return None
+
+    def close(self) -> None:
+        """Stop the password-check threads."""
+        self._checks.close()
+
+
+async def screen(request: Request, *, paths: Sequence[str], gate: Gate | None) -> Response | None:
     """The answer to a request that the endpoint's content need not see, or None to let it through.
 
     A path that is neither one of ``paths`` nor ``/healthz`` is 404 (naming the first path to try), a method
     other than GET or HEAD 405; ``/healthz`` is ``ok`` without credentials (it says nothing else: left open
-    for liveness probes); with ``auth``, a request without the credentials is 401 or 429.
+    for liveness probes); behind a ``gate``, a request without the credentials is 401 or 429.
     """
     if request.path not in paths and request.path != "/healthz":
         return Response.text(404, f"not found: try {paths[0]}\n")
@@ -75,20 +90,4 @@ async def screen(
         return Response.text(405, "GET or HEAD only\n", ("Allow", "GET, HEAD"))
     if request.path == "/healthz":
         return Response.text(200, "ok\n")
-    return await _authenticate(auth, workers, request) if auth is not None else None
-
-
-async def _authenticate(auth: Authenticator, workers: Workers, request: Request) -> Response | None:
-    """None if the request's credentials are the configured ones; else the 401 or 429 to answer.
-
-    What can be decided cheaply is decided on the event loop; scrypt runs on a worker thread.
-    """
-    header = request.headers.get("authorization")
-    verdict = auth.screen(header, request.source)
-    if verdict is None:
-        verdict = await workers.run(functools.partial(auth.verify, header, request.source))
-    if verdict is Verdict.LIMITED:
-        return Response.text(429, "too many failed attempts\n", ("Retry-After", "1"), _CHALLENGE)
-    if verdict is Verdict.DENIED:
-        return Response.text(401, "unauthorized\n", _CHALLENGE)
-    return None
+    return await gate.refusal(request) if gate is not None else None

@@ -1,0 +1,299 @@
+"""The connection layer under abuse, with real clients on loopback: head cap, TLS closes, memory bounds."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import socket
+import ssl
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import trustme
+from prometheus_client.core import GaugeMetricFamily
+
+from rollout_telemetry import RolloutTelemetry, TLSConfig
+from rollout_telemetry._serve.http import source_of
+from rollout_telemetry._serve.server import (
+    EVICT_AFTER,
+    LISTEN_BACKLOG,
+    MAX_CONNECTIONS,
+    MAX_HEAD,
+    MAX_PER_SOURCE,
+)
+from tests.support import raw_request, wait_until
+
+MB = 1 << 20
+
+
+def rss() -> int:
+    """Resident memory of this process, in bytes."""
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * 4096
+
+
+@pytest.fixture(scope="module")
+def ca() -> trustme.CA:
+    """A test certificate authority."""
+    return trustme.CA()
+
+
+@pytest.fixture(scope="module")
+def tls(ca: trustme.CA, tmp_path_factory: pytest.TempPathFactory) -> TLSConfig:
+    """A server certificate for 127.0.0.1, as files."""
+    folder = tmp_path_factory.mktemp("tls")
+    cert = ca.issue_cert("127.0.0.1")
+    cert.cert_chain_pems[0].write_to_path(str(folder / "server.pem"))
+    cert.private_key_pem.write_to_path(str(folder / "server.key"))
+    return TLSConfig(str(folder / "server.pem"), str(folder / "server.key"))
+
+
+@pytest.fixture(scope="module")
+def trusting(ca: trustme.CA) -> ssl.SSLContext:
+    """A client context that trusts the test CA."""
+    context = ssl.create_default_context()
+    ca.configure_trust(context)
+    return context
+
+
+@pytest.fixture
+def recorded() -> RolloutTelemetry:
+    """Telemetry with one rollout."""
+    telemetry = RolloutTelemetry(run="http")
+    telemetry.record("math", {"reward": 1.0})
+    return telemetry
+
+
+def _head_of(size: int) -> bytes:
+    """A GET /metrics request head of exactly ``size`` bytes, its blank line included."""
+    start, end = b"GET /metrics HTTP/1.1\r\nX-Pad: ", b"\r\n\r\n"
+    return start + b"a" * (size - len(start) - len(end)) + end
+
+
+@pytest.mark.parametrize(("size", "status"), [(MAX_HEAD, 200), (MAX_HEAD + 1, 431), (MAX_HEAD + 5, 431)])
+def test_the_head_cap_is_exactly_max_head_bytes(recorded: RolloutTelemetry, size: int, status: int) -> None:
+    """A request head of MAX_HEAD (16 KiB) bytes is read; one byte more is a 431."""
+    assert MAX_HEAD == 16384
+    with recorded.serve(port=0) as server:
+        assert raw_request(server.port, _head_of(size))[0] == status
+
+
+def _tls_exchange(port: int, context: ssl.SSLContext, request: bytes, *, timeout: float) -> bytes:
+    """Send ``request`` over TLS and read until the server closes; fails if that takes over ``timeout``."""
+    with (
+        socket.create_connection(("127.0.0.1", port), timeout=timeout) as raw,
+        context.wrap_socket(raw, server_hostname="127.0.0.1") as tls,
+    ):
+        tls.sendall(request)
+        reply = b""
+        while chunk := tls.recv(65536):
+            reply += chunk
+        return reply
+
+
+def test_a_tls_connection_is_closed_as_soon_as_the_response_is_written(
+    recorded: RolloutTelemetry, tls: TLSConfig, trusting: ssl.SSLContext
+) -> None:
+    """Over TLS the server closes right after its response, not at the write deadline."""
+    with recorded.serve(port=0, tls=tls) as server:
+        for connection in ("close", "keep-alive"):
+            started = time.monotonic()
+            request = f"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: {connection}\r\n\r\n".encode()
+            reply = _tls_exchange(server.port, trusting, request, timeout=3)
+            assert reply.startswith(b"HTTP/1.1 200 OK\r\n")
+            assert b"rollout_completed_total" in reply
+            assert time.monotonic() - started < 2
+
+
+def test_held_tls_connections_take_little_memory(
+    recorded: RolloutTelemetry, tls: TLSConfig, trusting: ssl.SSLContext
+) -> None:
+    """400 TLS connections that finished their handshake and wait cost the server well under 100 MB."""
+    with recorded.serve(port=0, tls=tls) as server:
+        before = rss()
+        held: list[ssl.SSLSocket] = []
+        try:
+            for i in range(400):  # each from its own address: no per-address cap applies
+                raw = socket.create_connection(
+                    ("127.0.0.1", server.port),
+                    timeout=5,
+                    source_address=(f"127.0.{1 + i // 200}.{2 + i % 200}", 0),
+                )
+                held.append(trusting.wrap_socket(raw, server_hostname="127.0.0.1"))
+            grown = rss() - before
+        finally:
+            for connection in held:
+                connection.close()
+        assert grown < 100 * MB, f"{grown / MB:.0f} MB"
+
+
+class _Padding:
+    """About 2.5 MB of exposition that is cheap to render: few samples with long label values."""
+
+    def __init__(self) -> None:
+        self.family = GaugeMetricFamily("padding_value", "Makes the exposition large.", labels=["i"])
+        for i in range(500):
+            self.family.add_metric([f"{i:05000d}"], float(i))
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        yield self.family
+
+
+def test_clients_that_never_read_a_large_exposition_hold_bounded_memory(recorded: RolloutTelemetry) -> None:
+    """150 clients that ask for a 2.5 MB /metrics one after another and never read it grow RSS < 100 MB."""
+    recorded.registry.register(_Padding())
+    with recorded.serve(port=0) as server:
+        before = rss()
+        readers: list[socket.socket] = []
+        try:
+            for i in range(150):
+                reader = socket.socket()
+                reader.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+                reader.settimeout(5)
+                reader.bind((f"127.0.1.{2 + i}", 0))
+                reader.connect(("127.0.0.1", server.port))
+                reader.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+                reader.recv(16)  # the response has started: its body is rendered; the rest is never read
+                readers.append(reader)
+            grown = rss() - before
+        finally:
+            for reader in readers:
+                reader.close()
+        assert grown < 100 * MB, f"{grown / MB:.0f} MB"
+
+
+def test_tls_memory_is_given_back_after_churn(
+    recorded: RolloutTelemetry, tls: TLSConfig, trusting: ssl.SSLContext
+) -> None:
+    """Three waves of 400 TLS clients each asking once: RSS is back within 100 MB of before soon after."""
+    with recorded.serve(port=0, tls=tls) as server:
+        before = rss()
+        for wave in range(3):
+            held: list[ssl.SSLSocket] = []
+            try:
+                for i in range(400):
+                    source = (f"127.0.{3 + wave}.{2 + i % 200}", 0)
+                    raw = socket.create_connection(
+                        ("127.0.0.1", server.port), timeout=5, source_address=source
+                    )
+                    held.append(trusting.wrap_socket(raw, server_hostname="127.0.0.1"))
+                for connection in held:
+                    connection.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            finally:
+                for connection in held:
+                    connection.close()
+        wait_until(
+            lambda: rss() - before < 100 * MB,
+            timeout=10,
+            what=f"RSS back within 100 MB (it grew {(rss() - before) / MB:.0f} MB)",
+        )
+
+
+def _connect_from(port: int, source: str) -> socket.socket:
+    return socket.create_connection(("127.0.0.1", port), timeout=5, source_address=(source, 0))
+
+
+def _closed(connection: socket.socket, within: float) -> bool:
+    """Whether the server closes ``connection`` within ``within`` seconds."""
+    connection.settimeout(within)
+    try:
+        return connection.recv(1) == b""
+    except TimeoutError:
+        return False
+    except OSError:
+        return True
+
+
+def test_a_flood_of_newcomers_does_not_evict_a_connection_about_to_send(recorded: RolloutTelemetry) -> None:
+    """With every slot taken, 600 newcomers do not evict a client whose request is still on its way."""
+    with recorded.serve(port=0) as server:
+        held = [_connect_from(server.port, f"127.0.{8 + i // 250}.{1 + i % 250}") for i in range(511)]
+        scraper = _connect_from(server.port, "127.0.0.2")  # the newest of MAX_CONNECTIONS
+        flood = []
+        try:
+            for i in range(600):
+                with contextlib.suppress(OSError):  # refused at once: the test is whether it evicts
+                    flood.append(_connect_from(server.port, f"127.0.{12 + i // 250}.{1 + i % 250}"))
+            scraper.sendall(b"GET /healthz HTTP/1.1\r\n\r\n")
+            scraper.settimeout(5)
+            assert scraper.recv(4096).startswith(b"HTTP/1.1 200 OK")
+        finally:
+            for connection in [*held, *flood, scraper]:
+                connection.close()
+
+
+def test_a_source_at_its_cap_gives_up_its_own_oldest_idle_connection(recorded: RolloutTelemetry) -> None:
+    """A source holds at most MAX_PER_SOURCE connections: its next one closes its oldest idle one, and
+    another source's connections are untouched."""
+    with recorded.serve(port=0) as server:
+        other = _connect_from(server.port, "127.0.20.2")
+        mine = [_connect_from(server.port, "127.0.20.1") for _ in range(MAX_PER_SOURCE)]
+        try:
+            newest = _connect_from(server.port, "127.0.20.1")
+            mine.append(newest)
+            assert _closed(mine[0], within=2)
+            assert not _closed(mine[1], within=0.2)
+            assert not _closed(other, within=0.2)
+            newest.sendall(b"GET /healthz HTTP/1.1\r\n\r\n")
+            newest.settimeout(5)
+            assert newest.recv(4096).startswith(b"HTTP/1.1 200 OK")
+        finally:
+            for connection in [*mine, other]:
+                connection.close()
+
+
+def test_a_full_server_evicts_only_connections_idle_past_evict_after(recorded: RolloutTelemetry) -> None:
+    """With every slot taken by young connections a newcomer is closed at once; past EVICT_AFTER the
+    oldest idle one makes room for it instead."""
+    with recorded.serve(port=0) as server:
+        started = time.monotonic()
+        held = [
+            _connect_from(server.port, f"127.0.{24 + i // 250}.{1 + i % 250}") for i in range(MAX_CONNECTIONS)
+        ]
+        newcomers = []
+        try:
+            if time.monotonic() - started < EVICT_AFTER / 2:  # a busy machine may take longer to fill
+                newcomers.append(_connect_from(server.port, "127.0.30.1"))
+                assert _closed(newcomers[-1], within=EVICT_AFTER / 2)
+            time.sleep(max(0.0, started + EVICT_AFTER - time.monotonic()) + 0.1)
+            newcomers.append(_connect_from(server.port, "127.0.30.2"))
+            assert _closed(held[0], within=2)
+            newcomers[-1].sendall(b"GET /healthz HTTP/1.1\r\n\r\n")
+            newcomers[-1].settimeout(5)
+            assert newcomers[-1].recv(4096).startswith(b"HTTP/1.1 200 OK")
+        finally:
+            for connection in [*held, *newcomers]:
+                connection.close()
+
+
+def test_the_listen_backlog_is_large(recorded: RolloutTelemetry) -> None:
+    """The listening socket queues LISTEN_BACKLOG connections (as far as net.core.somaxconn allows)."""
+    ss = shutil.which("ss")
+    if ss is None:
+        pytest.skip("ss (iproute2) is not installed")
+    somaxconn = int(Path("/proc/sys/net/core/somaxconn").read_text())
+    with recorded.serve(port=0) as server:
+        listing = subprocess.run(
+            [ss, "-ltnH", f"sport = :{server.port}"], capture_output=True, text=True, check=True, timeout=10
+        ).stdout.split()
+    assert int(listing[2]) == min(LISTEN_BACKLOG, somaxconn)
+
+
+@pytest.mark.parametrize(
+    ("address", "source"),
+    [
+        ("127.0.0.1", "127.0.0.1"),
+        ("10.1.2.3", "10.1.2.3"),
+        ("2001:db8:1:2:aaaa::1", "2001:db8:1:2::/64"),
+        ("2001:db8:1:2:bbbb::9", "2001:db8:1:2::/64"),
+        ("fe80::1%eth0", "fe80::/64"),
+        ("::ffff:192.0.2.7", "192.0.2.7"),
+        ("not an address", "not an address"),
+    ],
+)
+def test_a_source_is_an_ipv4_address_or_an_ipv6_slash_64(address: str, source: str) -> None:
+    """Caps and fair turns count an IPv6 host's whole /64 as one source, and a mapped IPv4 as its IPv4."""
+    assert source_of(address) == source

@@ -14,8 +14,8 @@ baseline.
     .venv/bin/python benchmarks/attacks.py [--scrapes 5] [--only slowloris-8 wrong-password-64]
     .venv/bin/python benchmarks/attacks.py attack slowloris --port 9464 --connections 8 [--seconds 30]
 
-Then, unless ``--only`` is given, the attacks on service discovery's ``GET /targets``
-(``benchmarks/discovery_attacks.py``, which runs them on its own as well).
+The attacks named ``targets-...`` are on service discovery's ``GET /targets`` (the same HTTP stack, a full
+registry behind basic auth) and scrape that.
 """
 
 from __future__ import annotations
@@ -37,6 +37,11 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the attacker child imports nothing of the package
+    from rollout_telemetry._serve.discovery import DiscoveryServer, TargetRegistry
+    from rollout_telemetry._serve.server import MetricsServer
 
 PASSWORD = "correct horse battery staple"
 MB = 1 << 20
@@ -59,6 +64,7 @@ class Attack:
     scraper_delay: float = 0.0  # seconds from connect to request: a remote Prometheus, a TLS handshake away
     padding_mb: float = 0.0  # a larger exposition
     in_flight: int = 0  # rollouts in flight on the server (/rollouts lists up to 1,000 of them)
+    endpoint: str = "/metrics"  # or "/targets": service discovery's, with a full registry (MAX_TARGETS)
 
 
 ATTACKS = {
@@ -83,6 +89,9 @@ ATTACKS = {
     "reconnect-flood-2000": Attack("idle", 2000, tls=True, scraper_source="127.0.0.2", scraper_delay=0.1),
     "tls-churn-400": Attack("tls-idle", 400, tls=True, rotate=True),
     "non-readers-600": Attack("non-reader", 600, rotate=True, padding_mb=2.5, holds=False),
+    # Service discovery (9): a thread per connection under a slowloris, /targets built for every reader.
+    "targets-slowloris-1000": Attack("slowloris", 1000, auth=True, endpoint="/targets"),
+    "targets-readers-64": Attack("targets-reader", 64, auth=True, holds=False, endpoint="/targets"),
 }
 
 
@@ -130,7 +139,7 @@ BEHAVIOURS = {
     "tls-handshake": _Behaviour(PARTIAL_CLIENT_HELLO),
     "tls-idle": _Behaviour(tls=True),
 }
-REQUESTERS = ("wrong-password", "rollouts-reader", "filtered-reader")
+REQUESTERS = ("wrong-password", "rollouts-reader", "filtered-reader", "targets-reader")
 KINDS = (*BEHAVIOURS, "tls-request", *REQUESTERS)
 
 
@@ -285,6 +294,9 @@ def _request_of(kind: str, client: int, attempt: int) -> tuple[str, dict[str, st
         return "/metrics", {"Authorization": f"Basic {token}"}
     if kind == "rollouts-reader":
         return "/rollouts?limit=1000", {}
+    if kind == "targets-reader":  # with the password, as often as answered: a full /targets each time
+        token = base64.b64encode(f"prometheus:{PASSWORD}".encode()).decode()
+        return "/targets", {"Authorization": f"Basic {token}"}
     return f"/metrics?name[]=rollout_completed_total&name[]=other_{client}_{attempt}", {}
 
 
@@ -425,6 +437,7 @@ class Outcome:
     descriptors: tuple[tuple[int, int], tuple[int, int]]  # (fds, threads) before and after
     recovered: float | None  # seconds until fds and threads were back to their baseline
     verified_after: float | None = None  # a restarted scraper: seconds until its first 200
+    threads_during: int = 0  # threads while the attack held its connections (no thread per connection)
 
     @property
     def held(self) -> int:
@@ -471,17 +484,25 @@ class Target:
             self.context = ssl.create_default_context()
             ca.configure_trust(self.context)
         auth = BasicAuth("prometheus", hash_password(PASSWORD)) if attack.auth else None
-        self.server = self.telemetry.serve(port=0, tls=tls, auth=auth)
+        self.server: MetricsServer | DiscoveryServer
+        if attack.endpoint == "/targets":
+            from rollout_telemetry._serve.discovery import DiscoveryServer
+
+            self.server = DiscoveryServer(full_registry(), tls=tls, auth=auth)
+        else:
+            self.server = self.telemetry.serve(port=0, tls=tls, auth=auth)
         self._authorization = b""
         if attack.auth:
             token = base64.b64encode(f"prometheus:{PASSWORD}".encode())
             self._authorization = b"Authorization: Basic " + token + b"\r\n"
 
-    def scrape(self, *, timeout: float = 3.0, path: str = "/metrics") -> float | None:
-        """Seconds an authorised scrape took, or None if it failed or took longer than ``timeout``.
+    def scrape(self, *, timeout: float = 3.0, path: str | None = None) -> float | None:
+        """Seconds an authorised scrape (of the attack's endpoint, unless ``path``) took, or None if it failed
+        or took longer than ``timeout``.
 
         From the attack's scraper address, waiting its delay between connect and request.
         """
+        path = path or self.attack.endpoint
         request = f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n".encode() + self._authorization + b"\r\n"
         started = time.monotonic()
         reply = b""
@@ -504,7 +525,7 @@ class Target:
         except OSError:
             return None
         elapsed = time.monotonic() - started
-        expected = b"rollout_completed_total" if path == "/metrics" else b"ok"
+        expected = {"/metrics": b"rollout_completed_total", "/targets": b'[{"targets":'}.get(path, b"ok")
         if not reply.startswith(b"HTTP/1.1 200 ") or expected not in reply or elapsed > timeout:
             return None
         return elapsed
@@ -512,6 +533,19 @@ class Target:
     def close(self) -> None:
         self.server.stop()
         self._stack.close()
+
+
+def full_registry() -> TargetRegistry:
+    """A discovery registry holding ``MAX_TARGETS`` targets with the labels ``serve_on_ray`` gives."""
+    from rollout_telemetry._serve.discovery import MAX_TARGETS, Target, TargetRegistry
+
+    registry = TargetRegistry()
+    node = "8f" * 28  # a Ray node id is 56 hex digits
+    for i in range(MAX_TARGETS):
+        labels = {"ray_node_id": node, "ray_actor": "RolloutWorker", "pid": str(100000 + i)}
+        address = f"10.0.{i // 250}.{i % 250 + 1}:{40000 + i % 1000}"
+        registry.register(Target.of(address, labels), registrant=f"actor:{i}")
+    return registry
 
 
 def _take_hold(attack: Attack, descriptors: int) -> None:
@@ -566,7 +600,7 @@ def run_attack(
     sampler = _Sampler(lambda: target.telemetry.record("math", {"reward": 1.0}))
     try:
         for _ in range(3):  # warm: the threads exist and have rendered (a verified scraper: verified)
-            target.scrape(path="/metrics" if attack.verified else "/healthz")
+            target.scrape(path=None if attack.verified else "/healthz")
         time.sleep(1)
         base = (open_descriptors(), threading.active_count())
         record_before, _ = sampler.reset()
@@ -580,6 +614,7 @@ def run_attack(
             for _ in range(scrapes):
                 latencies.append(target.scrape())
                 time.sleep(0.5)
+            threads_during = threading.active_count()
             record_during, peak = sampler.reset()
         recovered, after_rss = _aftermath(base, baseline_rss, settle, early)
         peak = max(peak, sampler.reset()[1])
@@ -590,6 +625,7 @@ def run_attack(
             (base, (open_descriptors(), threading.active_count())),
             recovered,
             verified_after,
+            threads_during,
         )
     finally:
         sampler.stop()
@@ -618,12 +654,6 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         for name in args.only or list(ATTACKS):
             print(run_attack(ATTACKS[name], Path(folder), scrapes=args.scrapes).line(name), flush=True)
-    # --- service discovery (benchmarks/discovery_attacks.py) ---
-    if not args.only:
-        from benchmarks import discovery_attacks  # imported here: the attacker child needs none of it
-
-        print()
-        discovery_attacks.run(None, reads=5)
 
 
 if __name__ == "__main__":

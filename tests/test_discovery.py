@@ -24,7 +24,7 @@ import pytest
 import trustme
 
 from rollout_telemetry import BasicAuth, TLSConfig, hash_password
-from rollout_telemetry._contract.outcome import MAX_LABEL_LENGTH
+from rollout_telemetry._contract.labels import MAX_LABEL_LENGTH
 from rollout_telemetry._serve.discovery import (
     MAX_TARGETS,
     DiscoveryServer,

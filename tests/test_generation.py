@@ -11,7 +11,8 @@ import pytest
 from pydantic import BaseModel
 
 from rollout_telemetry import OutcomeError, RolloutTelemetry
-from rollout_telemetry._contract.outcome import check_generation, classify
+from rollout_telemetry._contract.generation import check_generation
+from rollout_telemetry._contract.outcome import classify
 from rollout_telemetry._sources.follow import RunFiles, RunFollower
 from tests.support import exposition, sample_names, value
 

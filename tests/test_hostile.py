@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from rollout_telemetry import OutcomeError, RolloutTelemetry
-from rollout_telemetry._contract.outcome import MAX_LABEL_LENGTH, label_value
+from rollout_telemetry._contract.labels import MAX_LABEL_LENGTH, label_value
 from tests.support import FakeClock, exposition, promtool_check_metrics, samples, value
 
 HOSTILE_TEXT = [

@@ -21,7 +21,8 @@ from prometheus_client import generate_latest
 
 from rollout_telemetry import Disposition, RolloutTelemetry
 from rollout_telemetry._cli.main import main
-from rollout_telemetry._contract.outcome import MAX_TOKENS, classify
+from rollout_telemetry._contract.generation import MAX_TOKENS
+from rollout_telemetry._contract.outcome import classify
 from rollout_telemetry._sources.follow import RunFiles, RunFollower
 from rollout_telemetry._store.coverage import Coverage
 

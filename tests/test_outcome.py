@@ -10,14 +10,8 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, ValidationError
 
-from rollout_telemetry._contract.outcome import (
-    Disposition,
-    VerifyResponse,
-    absent,
-    check_outcome,
-    label_value,
-    outcome_of,
-)
+from rollout_telemetry._contract.labels import label_value
+from rollout_telemetry._contract.outcome import Disposition, VerifyResponse, absent, check_outcome, outcome_of
 from rollout_telemetry.errors import OutcomeError
 
 

@@ -9,7 +9,7 @@ import pytest
 import trustme
 
 from rollout_telemetry import BasicAuth, RolloutTelemetry, TLSConfig, hash_password
-from rollout_telemetry._contract.outcome import label_value
+from rollout_telemetry._contract.labels import label_value
 from tests.e2e.prometheus import Prometheus
 from tests.support import exposition, samples
 from tests.test_hostile import HOSTILE_TEXT

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from rollout_telemetry._contract.outcome import MAX_LABEL_LENGTH, label_value
+from rollout_telemetry._contract.labels import MAX_LABEL_LENGTH, label_value
 from rollout_telemetry._serve.http import HttpServer, Request, Response, Workers
 from rollout_telemetry._serve.serving import Gate, bind, screen
 from rollout_telemetry._views.series import CATALOGUE

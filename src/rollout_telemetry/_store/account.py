@@ -14,16 +14,17 @@ from __future__ import annotations
 import bisect
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
-from rollout_telemetry._contract.outcome import Classified, Disposition, Generation
+from rollout_telemetry._contract.generation import Generation
+from rollout_telemetry._contract.outcome import Classified, Disposition
 from rollout_telemetry._store import fork as _fork
+from rollout_telemetry._store.flights import Flight, FlightRecord, Flights, Slot
 from rollout_telemetry._store.names import Names, cacheable
 from rollout_telemetry._store.snapshot import AccountSnapshot, AgentSnapshot
-from rollout_telemetry.failure_kinds import AGENT, OTHER
+from rollout_telemetry.failure_kinds import OTHER
 
-__all__ = ["DURATION_BUCKETS", "Account", "Flight", "FlightRecord", "InFlight"]
+__all__ = ["DURATION_BUCKETS", "Account", "InFlight"]
 
 _log = logging.getLogger("rollout_telemetry.account")
 
@@ -63,16 +64,10 @@ class _AgentState:
         "duration_sum",
         "exemplars",
         "flights",
-        "free_slots",
         "label",
         "labels",
         "lifecycle",
         "reasons",
-        "stage_labels",
-        "stages",
-        "stalled",
-        "stalls",
-        "starts",
         "tokens",
         "truncated",
     )
@@ -82,17 +77,8 @@ class _AgentState:
         self.cells = {disposition: _Cell() for disposition in _DISPOSITIONS}
         self.cells[_MEASURED].kinds[None] = 0  # measured rollouts are counted under None, never resolved
         self.labels: dict[str | None, str] = {}  # kind key -> its label, resolved once
-        self.lifecycle = False
-        # In-flight rollouts: one slot each, across parallel lists: its start time (None when free), its
-        # stage, what began it (for /rollouts and stall notices) and whether it was found stalled. Slots are
-        # reused, so starting and finishing allocate nothing; a snapshot copies the lists.
-        self.starts: list[float | None] = []
-        self.stages: list[str | None] = []
-        self.flights: list[Flight | None] = []
-        self.stalled: list[bool] = []
-        self.free_slots: list[int] = []
-        self.stage_labels: set[str] = set()  # every stage seen: their gauges read 0 when nothing is there
-        self.stalls: dict[str, int] = {}  # rollouts that crossed the stall bound, by the stage they were in
+        self.lifecycle = False  # the lifecycle API was used: its series are published
+        self.flights = Flights()
         self.exemplars: dict[tuple[Disposition, str | None], tuple[str, str]] = {}  # latest trace per kind
         self.bucket_exemplars: dict[int, tuple[str, str, float]] = {}  # latest trace per duration bucket
         self.duration_buckets = [0] * (len(DURATION_BUCKETS) + 1)
@@ -105,38 +91,8 @@ class _AgentState:
         self.reasons: dict[str, str] = {}
 
 
-InFlight = tuple[_AgentState, int, float]
+InFlight = tuple[_AgentState, Slot, float]
 """What ``Account.begin`` returns and ``Account.count`` takes to end that flight: opaque to callers."""
-
-
-class Flight(Protocol):
-    """What began a rollout in flight (the lifecycle's rollout context): read for ``/rollouts``."""
-
-    task_index: int | None
-    rollout_index: int | None
-    attempt: int | None
-
-    @property
-    def span_ids(self) -> tuple[str, str] | None:
-        """(trace id, span id) in hex, when the rollout has a span."""
-
-    def stalled(self, age: float, stage: str) -> None:
-        """The rollout was found stalled: note it (on its span); never raises."""
-
-
-@dataclass(frozen=True, slots=True)
-class FlightRecord:
-    """One rollout in flight, as ``/rollouts`` shows it."""
-
-    agent: str
-    task_index: int | None
-    rollout_index: int | None
-    attempt: int | None
-    stage: str
-    age_seconds: float
-    stalled: bool
-    trace_id: str | None
-    span_id: str | None
 
 
 class Account:
@@ -278,10 +234,7 @@ class Account:
         lock.acquire()
         try:
             if in_flight is not None:  # the lifecycle: out of flight in the same step
-                state.starts[slot] = None
-                state.flights[slot] = None
-                state.stalled[slot] = False
-                state.free_slots.append(slot)
+                state.flights.end(slot)
                 bucket = bisect.bisect_left(DURATION_BUCKETS, duration)
                 state.duration_buckets[bucket] += 1
                 state.duration_sum += duration
@@ -328,20 +281,8 @@ class Account:
         lock = self._lock
         lock.acquire()
         try:
-            if state.free_slots:
-                slot = state.free_slots.pop()
-                state.starts[slot] = now
-                state.stages[slot] = AGENT
-                state.flights[slot] = flight
-            else:  # more rollouts in flight than ever before
-                slot = len(state.starts)
-                state.starts.append(now)
-                state.stages.append(AGENT)
-                state.flights.append(flight)
-                state.stalled.append(False)
-            if not state.lifecycle:
-                state.lifecycle = True
-                state.stage_labels.add(AGENT)
+            slot = state.flights.begin(now, flight)
+            state.lifecycle = True
         finally:
             lock.release()
         return state, slot, now
@@ -353,15 +294,16 @@ class Account:
             OutcomeError: the stage is not a non-empty string.
         """
         state, slot, _ = handle
-        if stage in state.stage_labels:  # a stage seen before is its own label: nothing to resolve
+        flights = state.flights
+        if stage in flights.stage_labels:  # a stage seen before is its own label: nothing to resolve
             label, folded = stage, False
         else:
             label, folded = self.names.stage(state.label, stage)
         with self._lock:
             if folded:
                 self._overflowed("stage")
-            state.stages[slot] = label
-            state.stage_labels.add(label)
+            slot.stage = label
+            flights.stage_labels.add(label)
 
     @property
     def stalls_off(self) -> bool:
@@ -381,16 +323,9 @@ class Account:
         with self._lock:
             now = self._clock()
             for state in self._by_label.values():
-                if not state.lifecycle:
-                    continue
-                limit = bound(state.label)
-                for slot, start in enumerate(state.starts):
-                    if start is None or state.stalled[slot] or now - start <= limit:
-                        continue
-                    state.stalled[slot] = True
-                    stage = state.stages[slot] or AGENT
-                    state.stalls[stage] = state.stalls.get(stage, 0) + 1
-                    stalled.append((state.label, stage, state.flights[slot], now - start))
+                if state.lifecycle:
+                    found = state.flights.stalled_past(now, bound(state.label))
+                    stalled += [(state.label, stage, flight, age) for stage, flight, age in found]
         return stalled
 
     def in_flight(self, limit: int) -> tuple[int, list[FlightRecord]]:
@@ -398,10 +333,9 @@ class Account:
         with self._lock:
             now = self._clock()
             live = [
-                (start, state.label, state.stages[slot], state.flights[slot], state.stalled[slot])
+                (start, state.label, stage, flight, stalled)
                 for state in self._by_label.values()
-                for slot, start in enumerate(state.starts)
-                if start is not None
+                for start, stage, flight, stalled in state.flights.live()
             ]
         live.sort(key=lambda item: item[0])
         records = []
@@ -413,7 +347,7 @@ class Account:
                     task_index=flight.task_index if flight is not None else None,
                     rollout_index=flight.rollout_index if flight is not None else None,
                     attempt=flight.attempt if flight is not None else None,
-                    stage=stage or AGENT,
+                    stage=stage,
                     age_seconds=max(now - start, 0.0),
                     stalled=stalled,
                     trace_id=ids[0] if ids else None,
@@ -434,11 +368,8 @@ class Account:
                     [(d, c.kinds.copy(), c.positive, c.negative, c.unrewarded) for d, c in s.cells.items()],
                     s.labels.copy(),
                     s.lifecycle,
-                    s.starts.copy(),
-                    s.stages.copy(),
-                    s.stalled.copy(),
-                    tuple(s.stage_labels),
-                    s.stalls.copy(),
+                    s.flights.by_stage(),
+                    s.flights.stalls.copy(),
                     s.exemplars.copy(),
                     s.bucket_exemplars.copy(),
                     tuple(s.duration_buckets),
@@ -468,10 +399,7 @@ _StateCopy = tuple[
     list[_CellCopy],
     dict[str | None, str],
     bool,
-    list[float | None],
-    list[str | None],
-    list[bool],
-    tuple[str, ...],
+    tuple[dict[str, int], dict[str, int], dict[str, float]],
     dict[str, int],
     dict[tuple[Disposition, str | None], tuple[str, str]],
     dict[int, tuple[str, str, float]],
@@ -487,7 +415,7 @@ _StateCopy = tuple[
 def _agent_snapshot(copy: _StateCopy) -> AgentSnapshot:
     """Derive one agent's snapshot from what was copied under the lock."""
     (
-        label, cells, labels, lifecycle, starts, stages, stalled, stage_labels, stalls, exemplars,
+        label, cells, labels, lifecycle, (in_flight, stalled_now, oldest), stalls, exemplars,
         bucket_exemplars, duration_buckets, duration_sum, duration_count, tokens, truncated_by_key, reasons,
     ) = copy  # fmt: skip
     truncated: dict[str, int] = {}
@@ -510,16 +438,6 @@ def _agent_snapshot(copy: _StateCopy) -> AgentSnapshot:
             for key, count in counts.items():
                 kind = labels[key]
                 by_label[kind] = by_label.get(kind, 0) + count
-    in_flight = dict.fromkeys(stage_labels, 0)
-    stalled_now = dict.fromkeys(stage_labels, 0)
-    oldest: dict[str, float] = {}
-    for slot, start in enumerate(starts):
-        if start is not None:
-            stage = stages[slot] or AGENT
-            in_flight[stage] = in_flight.get(stage, 0) + 1
-            stalled_now[stage] = stalled_now.get(stage, 0) + stalled[slot]
-            if start < oldest.get(stage, start + 1.0):
-                oldest[stage] = start
     absent = (Disposition.FAILED, Disposition.OMITTED)
     return AgentSnapshot(
         agent=label,

@@ -13,7 +13,8 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, TypeVar
 
-from rollout_telemetry._contract.outcome import TOKEN_TYPES, Disposition
+from rollout_telemetry._contract.generation import TOKEN_TYPES
+from rollout_telemetry._contract.outcome import Disposition
 from rollout_telemetry._store.account import DURATION_BUCKETS
 from rollout_telemetry._store.coverage import CoverageSnapshot
 from rollout_telemetry._store.groups import GROUP_STATES, GroupsSnapshot

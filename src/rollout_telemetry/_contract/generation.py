@@ -1,0 +1,139 @@
+"""What a model response says about its generation: its token usage and whether it was cut short.
+
+A verify response may carry the model's own response (``response``, the Responses API object). Two of its
+fields are read: ``usage`` (token counts) and ``incomplete_details.reason`` (why the answer was cut short,
+for example ``max_output_tokens``). Every rule of those fields is here, in ``check_generation``.
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Mapping
+
+from rollout_telemetry.errors import OutcomeError
+
+__all__ = ["MAX_TOKENS", "TOKEN_TYPES", "Generation", "check_generation", "part"]
+
+MAX_TOKENS = 2**30 - 1
+"""The largest token count of one response accepted (1,073,741,823): beyond it the count is refused by
+field (``invalid_output_tokens``, ...). A sanity bound far above any context window, which keeps a counter's
+sum exact in a float64 for millions of responses; one bit test checks four counts at once."""
+
+
+TOKEN_TYPES = ("input", "output", "cached", "reasoning")
+"""The ``type`` label values of ``rollout_tokens_total``, in the order of ``Generation.tokens``."""
+
+
+Generation = tuple[tuple[int, int, int, int] | None, str | None]
+"""What the model's response says about its generation: ``(tokens, truncated)``.
+
+``tokens`` is ``(input, output, cached, reasoning)`` from ``response.usage`` (``None`` without usage);
+``truncated`` is why the answer was cut short (``incomplete_details.reason``, ``""`` if none was given), or
+``None`` when it was not. A plain tuple, like ``Classified``: a rollout with usage makes one, and a named
+tuple or dataclass costs several times more to build."""
+
+_ABSENT = object()
+
+
+def part(value: object, name: str) -> object:
+    # A field of a Responses API object that arrives as a dict (a JSONL row), a model or any object. The
+    # attribute is tried before the Mapping test: an isinstance() against an ABC is the slowest step here.
+    if type(value) is dict:
+        return value.get(name)
+    found = getattr(value, name, _ABSENT)
+    if found is not _ABSENT:
+        return found
+    return value.get(name) if isinstance(value, Mapping) else None
+
+
+def _token_count(value: object, name: str) -> int:
+    if value is None:
+        return 0
+    if type(value) is not int:
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise OutcomeError(name, f"must be an integer >= 0, got {value!r:.40}")
+        value = int.__int__(int(value))  # a numpy integer, say; a subclass's own methods are not run
+    if not 0 <= value <= MAX_TOKENS:
+        raise OutcomeError(name, f"must be an integer from 0 to {MAX_TOKENS}, got {value!r:.40}")
+    return value
+
+
+def _detail(details: object, name: str) -> object:
+    return None if details is None else part(details, name)
+
+
+def _tokens(usage: object) -> tuple[int, int, int, int]:
+    if type(usage) is dict:  # a JSONL row's usage: read without a helper per field
+        get = usage.get
+        input_tokens, output_tokens = get("input_tokens"), get("output_tokens")
+        input_details, output_details = get("input_tokens_details"), get("output_tokens_details")
+        if type(input_details) is dict and type(output_details) is dict:
+            cached, reasoning = input_details.get("cached_tokens"), output_details.get("reasoning_tokens")
+        else:
+            cached = _detail(input_details, "cached_tokens")
+            reasoning = _detail(output_details, "reasoning_tokens")
+    elif isinstance(usage, str | bytes | int | float):
+        raise OutcomeError("usage", f"must be a mapping or an object, got {type(usage).__name__}")
+    else:
+        input_tokens, output_tokens = part(usage, "input_tokens"), part(usage, "output_tokens")
+        cached = _detail(part(usage, "input_tokens_details"), "cached_tokens")
+        reasoning = _detail(part(usage, "output_tokens_details"), "reasoning_tokens")
+    if (
+        type(input_tokens) is int
+        and type(output_tokens) is int
+        and type(cached) is int
+        and type(reasoning) is int
+        # Four counts in [0, MAX_TOKENS] at once: a negative one makes the union negative, a larger one sets a
+        # bit above MAX_TOKENS (2**30 - 1).
+        and 0 <= input_tokens | output_tokens | cached | reasoning <= MAX_TOKENS
+    ):
+        return input_tokens, output_tokens, cached, reasoning  # the common case: four counts, all fine
+    return (
+        _token_count(input_tokens, "input_tokens"),
+        _token_count(output_tokens, "output_tokens"),
+        _token_count(cached, "cached_tokens"),
+        _token_count(reasoning, "reasoning_tokens"),
+    )
+
+
+def check_generation(model_response: object) -> Generation | None:
+    """Check the usage and truncation of a model response; every rule of those fields is here and only here.
+
+    - ``usage``: absent or ``None`` means none; otherwise a mapping or object whose ``input_tokens``,
+      ``output_tokens``, ``input_tokens_details.cached_tokens`` and ``output_tokens_details.reasoning_tokens``
+      are integers >= 0 (absent means 0). A bool, a float, a string or a negative count is refused, naming
+      the field (``invalid_output_tokens``, ...); ``usage`` that is no mapping or object is
+      ``invalid_usage``.
+    - truncation: a non-null ``incomplete_details.reason`` (a string) is the reason, whatever ``status``
+      says; ``status == "incomplete"`` without a reason is truncation of an unspecified reason (``""``).
+
+    A ``response`` that is not a mapping or an object (a plain string, say) is not a Responses API object:
+    it carries neither, and ``None`` is returned. ``total_tokens`` is not read (it is input + output).
+
+    Raises:
+        OutcomeError: a field has a value that is not allowed; the error names the field.
+    """
+    if type(model_response) is dict:
+        get = model_response.get
+        usage, details, status = get("usage"), get("incomplete_details"), get("status")
+    else:  # a model or object (a followed row's response), another mapping, or no Responses API object
+        usage = getattr(model_response, "usage", None)
+        details = getattr(model_response, "incomplete_details", None)
+        status = getattr(model_response, "status", None)
+        if usage is None and details is None and status is None:
+            if not isinstance(model_response, Mapping):
+                return None
+            usage = model_response.get("usage")
+            details = model_response.get("incomplete_details")
+            status = model_response.get("status")
+    reason = None if details is None else part(details, "reason")
+    if reason is None:
+        if status == "incomplete":
+            reason = ""
+    elif type(reason) is not str:
+        if not isinstance(reason, str):
+            raise OutcomeError("incomplete_reason", f"must be a string, got {type(reason).__name__}")
+        reason = str(reason)
+    if usage is None:
+        return None if reason is None else (None, reason)
+    return _tokens(usage), reason

@@ -8,7 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rollout_telemetry import Disposition
-from rollout_telemetry._store.coverage import Coverage, coverage_metrics
+from rollout_telemetry._store.coverage import Coverage
+from rollout_telemetry._views.progress import coverage_metrics
 
 MEASURED, MASKED, FAILED = Disposition.MEASURED, Disposition.MASKED, Disposition.FAILED
 UNSCORED = Disposition.UNSCORED

@@ -32,7 +32,9 @@ from rollout_telemetry._contract.generation import Generation, check_generation
 from rollout_telemetry.errors import OutcomeError
 
 __all__ = [
+    "ABSENT",
     "MAX_REWARD",
+    "REACHED_OUTPUT",
     "Classified",
     "Disposition",
     "Outcome",
@@ -57,6 +59,11 @@ class Disposition(StrEnum):
     FAILED = "failed"
     OMITTED = "omitted"
 
+
+ABSENT: tuple[Disposition, ...] = (Disposition.FAILED, Disposition.OMITTED)
+"""The dispositions of a rollout that never reached the main output (a failure or omission record)."""
+REACHED_OUTPUT: tuple[Disposition, ...] = (Disposition.MEASURED, Disposition.MASKED, Disposition.UNSCORED)
+"""The dispositions of a rollout with a row in the main output: NeMo Gym's scored rollouts."""
 
 _ABSENT = object()
 

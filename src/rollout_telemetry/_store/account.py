@@ -4,9 +4,8 @@ Every outcome, whichever way it arrives (``record*``, the lifecycle, a followed 
 method, ``count``, under one lock. Each agent has one cell per disposition holding its counts by failure kind
 and its reward sums, so counting is the same few dictionary and float updates for every disposition.
 
-``snapshot()`` holds the lock only to copy what it needs (dictionary and list copies, made at C speed);
-totals, labels and everything else are derived from the copy after the lock is released, so a scrape never
-holds up recording for longer than the copy takes.
+``snapshot()`` holds the lock only to copy each agent's state (``_store.agent``); everything else is derived
+from the copies after the lock is released.
 """
 
 from __future__ import annotations
@@ -19,79 +18,22 @@ from typing import TypeVar
 from rollout_telemetry._contract.generation import Generation
 from rollout_telemetry._contract.outcome import Classified, Disposition
 from rollout_telemetry._store import fork as _fork
-from rollout_telemetry._store.flights import Flight, FlightRecord, Flights, Slot
+from rollout_telemetry._store.agent import DURATION_BUCKETS, AgentState, Cell
+from rollout_telemetry._store.flights import Flight, FlightRecord, Slot
 from rollout_telemetry._store.names import Names, cacheable
-from rollout_telemetry._store.snapshot import AccountSnapshot, AgentSnapshot
+from rollout_telemetry._store.snapshot import AccountSnapshot
 from rollout_telemetry.failure_kinds import OTHER
 
 __all__ = ["DURATION_BUCKETS", "Account", "InFlight"]
 
 _log = logging.getLogger("rollout_telemetry.account")
 
-DURATION_BUCKETS: tuple[float, ...] = (
-    0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0,
-)  # fmt: skip
-"""Upper bounds (seconds) of the rollout duration histogram, sub-second to an hour; +Inf is implied."""
-
-_DISPOSITIONS = tuple(Disposition)
 # A count's key: a name (a failure kind may be None, unspecified) or its label.
 _Key = TypeVar("_Key", str, str | None)
 _MEASURED = Disposition.MEASURED
 
 
-class _Cell:
-    """The counts of one disposition of one agent; only touched under the account lock."""
-
-    __slots__ = ("kinds", "negative", "positive", "unrewarded")
-
-    def __init__(self) -> None:
-        # Counts by failure kind. A kind whose label is the kind itself is its own key, so the common
-        # record is `kinds[kind] += 1`; a cut or folded kind is keyed by its label (see _AgentState.labels).
-        self.kinds: dict[str | None, int] = {}
-        self.positive = 0.0
-        self.negative = 0.0  # magnitudes, so both sums only grow
-        self.unrewarded = 0
-
-
-class _AgentState:
-    """Mutable per-agent counts; only touched under the account lock."""
-
-    __slots__ = (
-        "bucket_exemplars",
-        "cells",
-        "duration_buckets",
-        "duration_count",
-        "duration_sum",
-        "exemplars",
-        "flights",
-        "label",
-        "labels",
-        "lifecycle",
-        "reasons",
-        "tokens",
-        "truncated",
-    )
-
-    def __init__(self, label: str) -> None:
-        self.label = label
-        self.cells = {disposition: _Cell() for disposition in _DISPOSITIONS}
-        self.cells[_MEASURED].kinds[None] = 0  # measured rollouts are counted under None, never resolved
-        self.labels: dict[str | None, str] = {}  # kind key -> its label, resolved once
-        self.lifecycle = False  # the lifecycle API was used: its series are published
-        self.flights = Flights()
-        self.exemplars: dict[tuple[Disposition, str | None], tuple[str, str]] = {}  # latest trace per kind
-        self.bucket_exemplars: dict[int, tuple[str, str, float]] = {}  # latest trace per duration bucket
-        self.duration_buckets = [0] * (len(DURATION_BUCKETS) + 1)
-        self.duration_sum = 0.0
-        self.duration_count = 0
-        self.tokens: list[int] | None = None  # input, output, cached, reasoning; None until a usage
-        # Truncations by reason, keyed like the kinds of a cell: the reason itself, or its label if cut or
-        # folded; ``reasons`` maps each key to its label.
-        self.truncated: dict[str, int] = {}
-        self.reasons: dict[str, str] = {}
-
-
-InFlight = tuple[_AgentState, Slot, float]
+InFlight = tuple[AgentState, Slot, float]
 """What ``Account.begin`` returns and ``Account.count`` takes to end that flight: opaque to callers."""
 
 
@@ -116,17 +58,17 @@ class Account:
         self._clock = clock
         self._stall_after = stall_after
         self.names = names
-        self._by_label: dict[str, _AgentState] = {}
+        self._by_label: dict[str, AgentState] = {}
         # Raw agent name -> state, so the hot path does one dict lookup. Folded names are never entered,
         # so each of their records takes the slow path and is counted as an overflow.
-        self._by_name: dict[str, _AgentState] = {}
+        self._by_name: dict[str, AgentState] = {}
         self._rejected: dict[str, int] = {}
         self._overflow: dict[str, int] = {}
         self._overflow_warned: set[str] = set()
 
     # -- resolving labels ---------------------------------------------------------------------------
 
-    def _state(self, agent: str) -> _AgentState:
+    def _state(self, agent: str) -> AgentState:
         """The state of an agent not in ``_by_name`` yet (or folded); raises ``OutcomeError`` if invalid."""
         label, folded = self.names.agent(agent)
         if type(agent) is not str:  # a str subclass: cached by its plain value, its own methods never run
@@ -134,14 +76,14 @@ class Account:
         with self._lock:
             state = self._by_label.get(label)
             if state is None:
-                state = self._by_label[label] = _AgentState(label)
+                state = self._by_label[label] = AgentState(label)
             if folded:
                 self._overflowed("agent")
             elif len(self._by_name) < 4 * self.names.max_agents and cacheable(agent):
                 self._by_name[agent] = state
         return state
 
-    def _new_kind(self, state: _AgentState, cell: _Cell, kind: str | None) -> None:
+    def _new_kind(self, state: AgentState, cell: Cell, kind: str | None) -> None:
         # Called under the lock when ``kind`` is not a key of ``cell.kinds``.
         label, folded = self.names.kind(state.label, kind)
         self._first_count(cell.kinds, state.labels, kind, label=label, folded=folded, what="failure_kind")
@@ -165,7 +107,7 @@ class Account:
         counts[key] = counts.get(key, 0) + 1
         labels[key] = label
 
-    def _generated(self, state: _AgentState, generation: Generation) -> None:
+    def _generated(self, state: AgentState, generation: Generation) -> None:
         # Called under the lock: the usage and truncation of one model response.
         tokens, truncated = generation
         if tokens is not None:
@@ -182,7 +124,7 @@ class Account:
             except KeyError:
                 self._truncated(state, truncated)
 
-    def _truncated(self, state: _AgentState, reason: str) -> None:
+    def _truncated(self, state: AgentState, reason: str) -> None:
         # Called under the lock when ``reason`` is not a key of ``state.truncated``.
         label, folded = self.names.truncation(state.label, reason)
         self._first_count(
@@ -362,109 +304,12 @@ class Account:
         """Copy every count atomically; everything derived is computed after the lock is released."""
         with self._lock:
             now = self._clock()
-            copies = [
-                (
-                    s.label,
-                    [(d, c.kinds.copy(), c.positive, c.negative, c.unrewarded) for d, c in s.cells.items()],
-                    s.labels.copy(),
-                    s.lifecycle,
-                    s.flights.by_stage(),
-                    s.flights.stalls.copy(),
-                    s.exemplars.copy(),
-                    s.bucket_exemplars.copy(),
-                    tuple(s.duration_buckets),
-                    s.duration_sum,
-                    s.duration_count,
-                    None if s.tokens is None else tuple(s.tokens),
-                    s.truncated.copy(),
-                    s.reasons.copy(),
-                )
-                for s in self._by_label.values()
-            ]
+            copies = [state.copy() for state in self._by_label.values()]
             rejected = self._rejected.copy()
             overflow = self._overflow.copy()
         return AccountSnapshot(
-            agents=tuple(_agent_snapshot(copy) for copy in copies),
+            agents=tuple(copy.snapshot() for copy in copies),
             rejected=rejected,
             overflow=overflow,
             taken_at=now,
         )
-
-
-_CellCopy = tuple[Disposition, dict[str | None, int], float, float, int]
-
-
-_StateCopy = tuple[
-    str,
-    list[_CellCopy],
-    dict[str | None, str],
-    bool,
-    tuple[dict[str, int], dict[str, int], dict[str, float]],
-    dict[str, int],
-    dict[tuple[Disposition, str | None], tuple[str, str]],
-    dict[int, tuple[str, str, float]],
-    tuple[int, ...],
-    float,
-    int,
-    tuple[int, ...] | None,
-    dict[str, int],
-    dict[str, str],
-]
-
-
-def _agent_snapshot(copy: _StateCopy) -> AgentSnapshot:
-    """Derive one agent's snapshot from what was copied under the lock."""
-    (
-        label, cells, labels, lifecycle, (in_flight, stalled_now, oldest), stalls, exemplars,
-        bucket_exemplars, duration_buckets, duration_sum, duration_count, tokens, truncated_by_key, reasons,
-    ) = copy  # fmt: skip
-    truncated: dict[str, int] = {}
-    for reason_key, count in truncated_by_key.items():
-        reason = reasons[reason_key]
-        truncated[reason] = truncated.get(reason, 0) + count
-    kinds: dict[Disposition, dict[str, int]] = {}
-    totals: dict[Disposition, int] = {}
-    unrewarded: dict[Disposition, int] = {}
-    positive: dict[Disposition, float] = {}
-    negative: dict[Disposition, float] = {}
-    for disposition, counts, pos, neg, unrew in cells:
-        totals[disposition] = sum(counts.values())
-        unrewarded[disposition] = unrew
-        positive[disposition] = pos
-        negative[disposition] = neg
-        if disposition is not _MEASURED:
-            # Keyed by label: a dict of strings and ints, which the garbage collector does not track.
-            by_label = kinds[disposition] = {}
-            for key, count in counts.items():
-                kind = labels[key]
-                by_label[kind] = by_label.get(kind, 0) + count
-    absent = (Disposition.FAILED, Disposition.OMITTED)
-    return AgentSnapshot(
-        agent=label,
-        measured=totals[_MEASURED],
-        masked=totals[Disposition.MASKED],
-        masked_rewarded=totals[Disposition.MASKED] - unrewarded[Disposition.MASKED],
-        unscored=totals[Disposition.UNSCORED],
-        failed=totals[Disposition.FAILED],
-        omitted=totals[Disposition.OMITTED],
-        measured_positive=positive[_MEASURED],
-        measured_negative=negative[_MEASURED],
-        masked_positive=positive[Disposition.MASKED],
-        masked_negative=negative[Disposition.MASKED],
-        absent_rewarded=sum(totals[d] - unrewarded[d] for d in absent),
-        absent_positive=sum(positive[d] for d in absent),
-        absent_negative=sum(negative[d] for d in absent),
-        kinds=kinds,
-        lifecycle=lifecycle,
-        in_flight_by_stage=in_flight,
-        oldest_start_by_stage=oldest,
-        stalled_by_stage=stalled_now,
-        stalls=stalls,
-        exemplars={(d, labels[key]): ids for (d, key), ids in exemplars.items() if key in labels},
-        bucket_exemplars=bucket_exemplars,
-        duration_buckets=duration_buckets,
-        duration_sum=duration_sum,
-        duration_count=duration_count,
-        tokens=tokens,
-        truncated=truncated,
-    )

@@ -29,27 +29,27 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from rollout_telemetry._contract.identity import Blocks, check_identity, rank, supersedes
-from rollout_telemetry._contract.outcome import Disposition
+from rollout_telemetry._contract.identity import check_identity, rank, supersedes
+from rollout_telemetry._contract.outcome import REACHED_OUTPUT, Disposition
 from rollout_telemetry._store import fork as _fork
+from rollout_telemetry._store.blocks import Blocks
 from rollout_telemetry._store.names import Names
 from rollout_telemetry._store.snapshot import by_agent
 from rollout_telemetry.errors import ConfigError
 
-__all__ = ["DEFAULT_MAX_ATTEMPTS", "AgentCoverage", "Coverage", "CoverageSnapshot", "coverage_metrics"]
+__all__ = ["DEFAULT_MAX_ATTEMPTS", "AgentCoverage", "Coverage", "CoverageSnapshot"]
 
 DEFAULT_MAX_ATTEMPTS = 3
 """NeMo Gym's default for ``NEMO_GYM_MAX_ROLLOUT_ATTEMPTS``."""
 
 _DISPOSITIONS = tuple(Disposition)
-_SCORED = (Disposition.MEASURED, Disposition.MASKED, Disposition.UNSCORED)
 """The dispositions of a rollout whose deciding row is in the main output."""
 _MEASURED, _MASKED = Disposition.MEASURED, Disposition.MASKED
 _CODE = {disposition: code for code, disposition in enumerate(_DISPOSITIONS, start=1)}
 _CODE_MASKED = _CODE[_MASKED]
-_CODES_REACHED = frozenset(_CODE[d] for d in _SCORED)  # the deciding row is in the main output
+_CODES_REACHED = frozenset(_CODE[d] for d in REACHED_OUTPUT)  # the deciding row is in the main output
 
-# One identity's state, packed in an int of a Blocks column (see _blocks): 0 is an identity not known yet.
+# One identity's state, packed in an int of a Blocks column (_store.blocks): 0 is an identity not known yet.
 # The task columns count members, at most MAX_ROLLOUT_INDEX + 1 of them: two bytes each.
 _DISP = 0b111  # the deciding row's disposition, _CODE (0: no row yet)
 _EXPECTED = 1 << 3  # among the materialized inputs
@@ -358,31 +358,3 @@ class Coverage:
             unexpected = sum(state.unexpected for state in self._agents.values()) if known else 0
             restarts = self._restarts
         return CoverageSnapshot(agents=agents, expected_known=known, unexpected=unexpected, restarts=restarts)
-
-
-def coverage_metrics(snapshot: CoverageSnapshot) -> dict[str, int]:
-    """NeMo Gym 0.7.0's end-of-run ``coverage/...`` keys, as its collection computes them.
-
-    - ``coverage/expected``: the rollouts of the materialized inputs; ``coverage/scored``: the distinct
-      rollouts with a row in the main output; ``coverage/missing``: expected - scored. Only when the
-      expected rollouts are known (Gym counts the materialized inputs file, which a run always writes).
-    - ``coverage/measured_rollouts``, ``masked_rollouts``, ``measured_tasks`` and ``fully_masked_tasks``
-      (Gym's reward profile) only when something is masked.
-    """
-    keys: dict[str, int] = {}
-    total = dict.fromkeys(_DISPOSITIONS, 0)
-    for agent in snapshot.agents:
-        for disposition, count in agent.rollouts.items():
-            total[disposition] += count
-    if snapshot.expected_known:
-        expected = sum(a.expected or 0 for a in snapshot.agents) - snapshot.unexpected
-        scored = sum(total[d] for d in _SCORED)
-        keys["coverage/expected"] = expected
-        keys["coverage/scored"] = scored
-        keys["coverage/missing"] = expected - scored
-    if total[Disposition.MASKED]:
-        keys["coverage/measured_rollouts"] = total[Disposition.MEASURED]
-        keys["coverage/masked_rollouts"] = total[Disposition.MASKED]
-        keys["coverage/measured_tasks"] = sum(a.measured_tasks for a in snapshot.agents)
-        keys["coverage/fully_masked_tasks"] = sum(a.fully_masked_tasks for a in snapshot.agents)
-    return keys

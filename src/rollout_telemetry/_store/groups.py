@@ -25,9 +25,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from rollout_telemetry._contract.identity import MAX_ROLLOUT_INDEX, Blocks, check_identity, rank, supersedes
-from rollout_telemetry._contract.outcome import Classified, Disposition
+from rollout_telemetry._contract.identity import MAX_ROLLOUT_INDEX, check_identity, rank, supersedes
+from rollout_telemetry._contract.outcome import ABSENT, Classified, Disposition
 from rollout_telemetry._store import fork as _fork
+from rollout_telemetry._store.blocks import Blocks
 from rollout_telemetry._store.names import Names
 from rollout_telemetry._store.snapshot import by_agent
 from rollout_telemetry.errors import ConfigError
@@ -51,7 +52,6 @@ NO_SIGNAL: tuple[GroupState, ...] = ("uniform", "insufficient", "no_valid")
 DEFAULT_MIN_VALID = 2
 
 _MEASURED = Disposition.MEASURED
-_ABSENT = (Disposition.FAILED, Disposition.OMITTED)
 
 
 def group_state(rewards: Sequence[float | None], min_valid: int = DEFAULT_MIN_VALID) -> GroupState:
@@ -68,7 +68,7 @@ def group_state(rewards: Sequence[float | None], min_valid: int = DEFAULT_MIN_VA
     return "valid"
 
 
-# A member's state, packed in an int of a Blocks column (see _blocks): 0 is a member not known yet.
+# A member's state, packed in an int of a Blocks column (see _store.blocks): 0 is a member not known yet.
 _HAS_OUTCOME = 1
 _EXPECTED = 2  # among the materialized inputs
 _RANK_SHIFT = 2  # the rank (_blocks.rank) of the outcome that stands
@@ -221,7 +221,7 @@ class Groups:
             # declared before the rollouts they size, and inputs are read before the rows they expect).
             return
         label = self._names.agent(agent)[0]
-        new_rank = rank(attempt, outcome[0] not in _ABSENT)
+        new_rank = rank(attempt, outcome[0] not in ABSENT)
         reward = outcome[1] if outcome[0] is _MEASURED and outcome[1] is not None else math.nan
         with self._lock:
             state = self._agents.get(label)

@@ -1,4 +1,4 @@
-"""The Gym-compatible progress view: NeMo Gym's ``progress/...`` keys, computed from a snapshot.
+"""The Gym-compatible views: NeMo Gym's ``progress/...`` and ``coverage/...`` keys, computed from a snapshot.
 
 The dict can go straight to ``wandb.log`` or MLflow. A healthy run (nothing masked, failed or omitted)
 yields exactly the keys it would without this library; the extra keys appear only once something happens.
@@ -8,9 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from rollout_telemetry._contract.outcome import REACHED_OUTPUT, Disposition
+from rollout_telemetry._store.coverage import CoverageSnapshot
 from rollout_telemetry._store.snapshot import AccountSnapshot, finished
 
-__all__ = ["progress_metrics"]
+__all__ = ["coverage_metrics", "progress_metrics"]
 
 
 def _pct(numerator: float, denominator: int) -> float:
@@ -63,4 +65,32 @@ def progress_metrics(
             keys[prefix + "omitted"] = agent.omitted
     minutes = elapsed_seconds / 60.0
     keys["progress/total/rollouts_per_min"] = total / minutes if minutes > 0 else 0.0
+    return keys
+
+
+def coverage_metrics(snapshot: CoverageSnapshot) -> dict[str, int]:
+    """NeMo Gym 0.7.0's end-of-run ``coverage/...`` keys, as its collection computes them.
+
+    - ``coverage/expected``: the rollouts of the materialized inputs; ``coverage/scored``: the distinct
+      rollouts with a row in the main output; ``coverage/missing``: expected - scored. Only when the
+      expected rollouts are known (Gym counts the materialized inputs file, which a run always writes).
+    - ``coverage/measured_rollouts``, ``masked_rollouts``, ``measured_tasks`` and ``fully_masked_tasks``
+      (Gym's reward profile) only when something is masked.
+    """
+    keys: dict[str, int] = {}
+    total = dict.fromkeys(Disposition, 0)
+    for agent in snapshot.agents:
+        for disposition, count in agent.rollouts.items():
+            total[disposition] += count
+    if snapshot.expected_known:
+        expected = sum(a.expected or 0 for a in snapshot.agents) - snapshot.unexpected
+        scored = sum(total[d] for d in REACHED_OUTPUT)
+        keys["coverage/expected"] = expected
+        keys["coverage/scored"] = scored
+        keys["coverage/missing"] = expected - scored
+    if total[Disposition.MASKED]:
+        keys["coverage/measured_rollouts"] = total[Disposition.MEASURED]
+        keys["coverage/masked_rollouts"] = total[Disposition.MASKED]
+        keys["coverage/measured_tasks"] = sum(a.measured_tasks for a in snapshot.agents)
+        keys["coverage/fully_masked_tasks"] = sum(a.fully_masked_tasks for a in snapshot.agents)
     return keys

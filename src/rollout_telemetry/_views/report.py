@@ -20,10 +20,10 @@ from collections import Counter
 from typing import Any
 
 from rollout_telemetry._contract.outcome import Disposition
-from rollout_telemetry._store.coverage import CoverageSnapshot, coverage_metrics
+from rollout_telemetry._store.coverage import CoverageSnapshot
 from rollout_telemetry._store.groups import GROUP_STATES, GroupsSnapshot
 from rollout_telemetry._store.snapshot import AccountSnapshot, AgentSnapshot
-from rollout_telemetry._views.progress import progress_metrics
+from rollout_telemetry._views.progress import coverage_metrics, progress_metrics
 
 __all__ = ["build_report", "render_table"]
 

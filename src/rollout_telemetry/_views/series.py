@@ -15,7 +15,7 @@ from typing import Any, Generic, Literal, TypeVar
 
 from rollout_telemetry._contract.generation import TOKEN_TYPES
 from rollout_telemetry._contract.outcome import Disposition
-from rollout_telemetry._store.account import DURATION_BUCKETS
+from rollout_telemetry._store.agent import DURATION_BUCKETS
 from rollout_telemetry._store.coverage import CoverageSnapshot
 from rollout_telemetry._store.groups import GROUP_STATES, GroupsSnapshot
 from rollout_telemetry._store.snapshot import AccountSnapshot, AgentSnapshot

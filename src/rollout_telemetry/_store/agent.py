@@ -1,0 +1,173 @@
+"""One agent's counts in the account: the mutable state counted under the lock, and its frozen copy.
+
+The account counts into an ``AgentState`` under its lock; a snapshot copies each state (``copy``, dictionary
+and list copies made at C speed) under the lock, and derives the agent's ``AgentSnapshot`` from the copy after
+the lock is released (``AgentCopy.snapshot``), so a scrape never holds up recording for longer than the copy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rollout_telemetry._contract.outcome import ABSENT, Disposition
+from rollout_telemetry._store.flights import Flights
+from rollout_telemetry._store.snapshot import AgentSnapshot
+
+__all__ = ["DURATION_BUCKETS", "AgentCopy", "AgentState", "Cell"]
+
+DURATION_BUCKETS: tuple[float, ...] = (
+    0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0,
+)  # fmt: skip
+"""Upper bounds (seconds) of the rollout duration histogram, sub-second to an hour; +Inf is implied."""
+
+_MEASURED = Disposition.MEASURED
+
+
+class Cell:
+    """The counts of one disposition of one agent; only touched under the account lock."""
+
+    __slots__ = ("kinds", "negative", "positive", "unrewarded")
+
+    def __init__(self) -> None:
+        # Counts by failure kind. A kind whose label is the kind itself is its own key, so the common
+        # record is `kinds[kind] += 1`; a cut or folded kind is keyed by its label (see AgentState.labels).
+        self.kinds: dict[str | None, int] = {}
+        self.positive = 0.0
+        self.negative = 0.0  # magnitudes, so both sums only grow
+        self.unrewarded = 0
+
+
+class AgentState:
+    """Mutable per-agent counts; only touched under the account lock."""
+
+    __slots__ = (
+        "bucket_exemplars",
+        "cells",
+        "duration_buckets",
+        "duration_count",
+        "duration_sum",
+        "exemplars",
+        "flights",
+        "label",
+        "labels",
+        "lifecycle",
+        "reasons",
+        "tokens",
+        "truncated",
+    )
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.cells = {disposition: Cell() for disposition in Disposition}
+        self.cells[_MEASURED].kinds[None] = 0  # measured rollouts are counted under None, never resolved
+        self.labels: dict[str | None, str] = {}  # kind key -> its label, resolved once
+        self.lifecycle = False  # the lifecycle API was used: its series are published
+        self.flights = Flights()
+        self.exemplars: dict[tuple[Disposition, str | None], tuple[str, str]] = {}  # latest trace per kind
+        self.bucket_exemplars: dict[int, tuple[str, str, float]] = {}  # latest trace per duration bucket
+        self.duration_buckets = [0] * (len(DURATION_BUCKETS) + 1)
+        self.duration_sum = 0.0
+        self.duration_count = 0
+        self.tokens: list[int] | None = None  # input, output, cached, reasoning; None until a usage
+        # Truncations by reason, keyed like the kinds of a cell: the reason itself, or its label if cut or
+        # folded; ``reasons`` maps each key to its label.
+        self.truncated: dict[str, int] = {}
+        self.reasons: dict[str, str] = {}
+
+    def copy(self) -> AgentCopy:
+        """Copy what a snapshot needs; called under the account lock."""
+        return AgentCopy(
+            label=self.label,
+            cells=[(d, c.kinds.copy(), c.positive, c.negative, c.unrewarded) for d, c in self.cells.items()],
+            labels=self.labels.copy(),
+            lifecycle=self.lifecycle,
+            flights=self.flights.by_stage(),
+            stalls=self.flights.stalls.copy(),
+            exemplars=self.exemplars.copy(),
+            bucket_exemplars=self.bucket_exemplars.copy(),
+            duration_buckets=tuple(self.duration_buckets),
+            duration_sum=self.duration_sum,
+            duration_count=self.duration_count,
+            tokens=None if self.tokens is None else tuple(self.tokens),
+            truncated=self.truncated.copy(),
+            reasons=self.reasons.copy(),
+        )
+
+
+CellCopy = tuple[Disposition, dict[str | None, int], float, float, int]
+"""One cell, copied: (disposition, counts by kind key, positive sum, negative sum, unrewarded)."""
+
+
+@dataclass(frozen=True, slots=True)
+class AgentCopy:
+    """What a snapshot copies of one ``AgentState`` under the lock (the fields as there)."""
+
+    label: str
+    cells: list[CellCopy]
+    labels: dict[str | None, str]
+    lifecycle: bool
+    flights: tuple[dict[str, int], dict[str, int], dict[str, float]]
+    """In flight, stalled now, and the oldest start, by stage (``Flights.by_stage``)."""
+    stalls: dict[str, int]
+    exemplars: dict[tuple[Disposition, str | None], tuple[str, str]]
+    bucket_exemplars: dict[int, tuple[str, str, float]]
+    duration_buckets: tuple[int, ...]
+    duration_sum: float
+    duration_count: int
+    tokens: tuple[int, ...] | None
+    truncated: dict[str, int]
+    reasons: dict[str, str]
+
+    def snapshot(self) -> AgentSnapshot:
+        """Derive the agent's snapshot: totals, sums and counts by label; outside the lock."""
+        labels = self.labels
+        in_flight, stalled_now, oldest = self.flights
+        truncated: dict[str, int] = {}
+        for reason_key, count in self.truncated.items():
+            reason = self.reasons[reason_key]
+            truncated[reason] = truncated.get(reason, 0) + count
+        kinds: dict[Disposition, dict[str, int]] = {}
+        totals: dict[Disposition, int] = {}
+        unrewarded: dict[Disposition, int] = {}
+        positive: dict[Disposition, float] = {}
+        negative: dict[Disposition, float] = {}
+        for disposition, counts, pos, neg, unrew in self.cells:
+            totals[disposition] = sum(counts.values())
+            unrewarded[disposition] = unrew
+            positive[disposition] = pos
+            negative[disposition] = neg
+            if disposition is not _MEASURED:
+                # Keyed by label: a dict of strings and ints, which the garbage collector does not track.
+                by_label = kinds[disposition] = {}
+                for key, count in counts.items():
+                    kind = labels[key]
+                    by_label[kind] = by_label.get(kind, 0) + count
+        return AgentSnapshot(
+            agent=self.label,
+            measured=totals[_MEASURED],
+            masked=totals[Disposition.MASKED],
+            masked_rewarded=totals[Disposition.MASKED] - unrewarded[Disposition.MASKED],
+            unscored=totals[Disposition.UNSCORED],
+            failed=totals[Disposition.FAILED],
+            omitted=totals[Disposition.OMITTED],
+            measured_positive=positive[_MEASURED],
+            measured_negative=negative[_MEASURED],
+            masked_positive=positive[Disposition.MASKED],
+            masked_negative=negative[Disposition.MASKED],
+            absent_rewarded=sum(totals[d] - unrewarded[d] for d in ABSENT),
+            absent_positive=sum(positive[d] for d in ABSENT),
+            absent_negative=sum(negative[d] for d in ABSENT),
+            kinds=kinds,
+            lifecycle=self.lifecycle,
+            in_flight_by_stage=in_flight,
+            oldest_start_by_stage=oldest,
+            stalled_by_stage=stalled_now,
+            stalls=self.stalls,
+            exemplars={(d, labels[key]): ids for (d, key), ids in self.exemplars.items() if key in labels},
+            bucket_exemplars=self.bucket_exemplars,
+            duration_buckets=self.duration_buckets,
+            duration_sum=self.duration_sum,
+            duration_count=self.duration_count,
+            tokens=self.tokens,
+            truncated=truncated,
+        )

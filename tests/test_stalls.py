@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import gc
 import logging
+import time
+import weakref
 
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
@@ -168,3 +171,25 @@ def test_exemplars_carry_the_trace_of_the_latest_failure_in_openmetrics_only(clo
     assert "trace_id" not in classic
     result = promtool_check_metrics(classic)
     assert (result.returncode, result.stdout, result.stderr) == (0, "", "")
+
+
+def test_the_watcher_thread_finds_a_stall_without_a_scrape(caplog: pytest.LogCaptureFixture) -> None:
+    """A stalled rollout is flagged and said between scrapes, by the watcher thread; a telemetry no longer
+    used is not kept alive by it."""
+    telemetry = RolloutTelemetry(stall_after=0.2)
+    context = telemetry.rollout("a", task_index=3, rollout_index=1)
+    with caplog.at_level(logging.WARNING, logger="rollout_telemetry"):
+        context.__enter__()
+        deadline = time.monotonic() + 5.0
+        while not telemetry.account.snapshot().agent("a").stalls and time.monotonic() < deadline:  # type: ignore[union-attr]
+            time.sleep(0.05)
+    assert telemetry.account.snapshot().agent("a").stalls == {"agent": 1}  # type: ignore[union-attr]
+    assert any(
+        "rollout of a (task 3, rollout 1, attempt None) stalled" in r.getMessage() for r in caplog.records
+    )
+    context.complete({"reward": 1.0})
+    context.__exit__(None, None, None)
+    alive = weakref.ref(telemetry)
+    del telemetry, context
+    gc.collect()
+    assert alive() is None

@@ -7,29 +7,28 @@ into the collector (unless ``strict=True``): bad input is logged once per cause 
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
-from prometheus_client import push_to_gateway, pushadd_to_gateway
 from prometheus_client.registry import CollectorRegistry
 
 from rollout_telemetry._contract.identity import Member, member
 from rollout_telemetry._contract.outcome import Classified, Disposition, check_outcome, classify
-from rollout_telemetry._recording import watch as _watch
 from rollout_telemetry._recording.lifecycle import RolloutContext, Shared
 from rollout_telemetry._recording.spans import DEFAULT_REASON_LIMIT, SpanMode, SpanRecorder
+from rollout_telemetry._recording.stalls import DEFAULT_STALL_AFTER, Stalls, stall_bound
 from rollout_telemetry._serve.auth import BasicAuth
-from rollout_telemetry._serve.server import MAX_ROLLOUTS_LIMIT, MetricsServer, TLSConfig
+from rollout_telemetry._serve.push import push_registry
+from rollout_telemetry._serve.server import MetricsServer, TLSConfig
 from rollout_telemetry._store.account import Account, InFlight
 from rollout_telemetry._store.groups import DEFAULT_MIN_VALID, Groups
 from rollout_telemetry._store.names import DEFAULT_MAX_AGENTS, DEFAULT_MAX_KINDS_PER_AGENT, Names
 from rollout_telemetry._store.rejections import Rejections
 from rollout_telemetry._store.snapshot import AccountSnapshot
 from rollout_telemetry._views.progress import progress_metrics
-from rollout_telemetry.errors import ConfigError, OutcomeError, PushError
+from rollout_telemetry.errors import ConfigError, OutcomeError
 from rollout_telemetry.exporters.prometheus import AccountCollector, GroupsCollector
 from rollout_telemetry.failure_kinds import KindValidator
 
@@ -43,9 +42,6 @@ __all__ = ["RolloutTelemetry"]
 _log = logging.getLogger("rollout_telemetry")
 
 _FAILED, _OMITTED = Disposition.FAILED, Disposition.OMITTED
-
-DEFAULT_STALL_AFTER = 600.0
-"""Seconds in flight after which a rollout counts as stalled, unless told otherwise."""
 
 
 class RolloutTelemetry:
@@ -96,17 +92,10 @@ class RolloutTelemetry:
             max_agents=max_agents, max_kinds_per_agent=max_kinds_per_agent, validator=KindValidator()
         )
         """The one resolution of agent and failure-kind labels (cut, capped) that every store uses."""
-        if stall_after is not None and stall_after <= 0:
-            msg = f"stall_after must be a positive number of seconds or None, got {stall_after}"
-            raise ConfigError(msg)
-        self._stall_after = stall_after
-        self._stall_after_by_label = {
-            self.names.agent(agent)[0]: seconds for agent, seconds in (stall_after_by_agent or {}).items()
-        }
-        bound = self._stall_bound if stall_after is not None or stall_after_by_agent else None
+        bound = stall_bound(stall_after, stall_after_by_agent, self.names)
         self._account = Account(names=self.names, clock=clock, stall_after=bound)
-        self._watching = False
         self.rejections = Rejections(self._account.reject, strict=strict)
+        self._stalls = Stalls(self._account, stall_after, self.rejections.reject)
         """The rejection policy (count by reason, warn once per cause, raise under ``strict``)."""
         self.groups = Groups(self.names, min_valid=min_valid_per_group)
         """The groups of the run (GRPO-style): fed by ``_settle``, with every outcome that has an identity."""
@@ -281,8 +270,7 @@ class RolloutTelemetry:
         a failure of kind ``rollout_telemetry:no_outcome``. An outcome given outside the block is a counted
         rejection (``outcome_outside_block``), raised with ``strict=True``.
         """
-        if not self._watching:
-            self._watch_stalls()
+        self._stalls.watch()
         return RolloutContext(self._shared, agent, task_index, rollout_index, attempt)
 
     # -- reading ------------------------------------------------------------------------------------
@@ -297,32 +285,13 @@ class RolloutTelemetry:
         self.check_stalls()
         return self._account.snapshot()
 
-    def _stall_bound(self, agent_label: str) -> float:
-        return self._stall_after_by_label.get(agent_label, self._stall_after or float("inf"))
-
     def check_stalls(self) -> int:
         """Flag the rollouts in flight longer than ``stall_after`` that were not flagged yet; return how many.
 
         Each is counted once in ``rollout_stalls_total``, gets a ``rollout.stalled`` event on its span and one
         warning line naming it. Runs at every scrape and on a timer while rollouts are tracked; never raises.
         """
-        try:
-            stalled = self._account.check_stalls()
-        except Exception as exc:
-            self.rejections.reject(exc)
-            return 0
-        for agent, stage, flight, age in stalled:
-            identity = (
-                ""
-                if flight is None
-                else f" (task {flight.task_index}, rollout {flight.rollout_index}, attempt {flight.attempt})"
-            )
-            _log.warning(
-                "rollout of %s%s stalled: in flight for %.0f s, at stage %s", agent, identity, age, stage
-            )
-            if flight is not None:
-                flight.stalled(age, stage)
-        return len(stalled)
+        return self._stalls.check()
 
     def rollouts_in_flight(self, limit: int = 100) -> dict[str, object]:
         """The rollouts in flight, oldest first, as ``GET /rollouts`` serves them (``limit`` at most 1000).
@@ -330,20 +299,7 @@ class RolloutTelemetry:
         Identity, stage, age, whether stalled, and the trace and span ids when the rollout has a span; never
         free text.
         """
-        self.check_stalls()
-        total, records = self._account.in_flight(max(0, min(limit, MAX_ROLLOUTS_LIMIT)))
-        return {
-            "in_flight": total,
-            "stall_after_seconds": self._stall_after,
-            "rollouts": [dataclasses.asdict(record) for record in records],
-        }
-
-    def _watch_stalls(self) -> None:
-        # Between scrapes the process's one watcher thread checks for stalls, at a quarter of the bound
-        # (at most every 30 s); started by the first rollout() call, when there is something to watch.
-        self._watching = True
-        if not self._account.stalls_off:
-            _watch.watch(self, min(30.0, (self._stall_after or 600.0) / 4))
+        return self._stalls.in_flight(limit)
 
     def new_run(self) -> None:
         """A new run of the source begins: its groups start again; every count goes on, never backwards."""
@@ -433,16 +389,4 @@ class RolloutTelemetry:
         Raises:
             PushError: the gateway cannot be reached, timed out or refused the push; the message names it.
         """
-        push = push_to_gateway if replace else pushadd_to_gateway
-        try:
-            push(
-                gateway,
-                job=job,
-                registry=self.registry,
-                grouping_key=dict(grouping_key or {}),
-                timeout=timeout,
-            )
-        except OSError as exc:  # urllib's URLError and HTTPError, timeouts, refused connections
-            reason = getattr(exc, "reason", None) or exc
-            msg = f"cannot push to the Pushgateway at {gateway}: {reason}"
-            raise PushError(msg) from exc
+        push_registry(self.registry, gateway, job, grouping_key, replace, timeout)

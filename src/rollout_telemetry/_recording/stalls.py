@@ -1,0 +1,145 @@
+"""Stalled rollouts: the bound per agent, the check that flags and reports them, and the watcher thread.
+
+A rollout in flight (lifecycle API) longer than its agent's ``stall_after`` is stalled: counted once in
+``rollout_stalls_total``, given a ``rollout.stalled`` event on its span and one warning line. The check runs
+at every scrape and, between scrapes, on the process's one watcher thread: a stalled run may have nobody
+scraping it and nothing new starting, which is when a stall most needs saying. The thread holds each
+``Stalls`` weakly (a telemetry no longer used is not kept alive) and wakes once a second to run the checks
+that are due.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import threading
+import time
+import weakref
+from collections.abc import Callable, Mapping
+
+from rollout_telemetry._serve.server import MAX_ROLLOUTS_LIMIT
+from rollout_telemetry._store.account import Account
+from rollout_telemetry._store.names import Names
+from rollout_telemetry.errors import ConfigError
+
+__all__ = ["DEFAULT_STALL_AFTER", "Stalls", "stall_bound"]
+
+_log = logging.getLogger("rollout_telemetry")
+
+DEFAULT_STALL_AFTER = 600.0
+"""Seconds in flight after which a rollout counts as stalled, unless told otherwise."""
+
+_TICK = 1.0
+
+
+def stall_bound(
+    stall_after: float | None, by_agent: Mapping[str, float] | None, names: Names
+) -> Callable[[str], float] | None:
+    """The account's ``stall_after``: seconds by agent label, or ``None`` when detection is off.
+
+    Args:
+        stall_after: seconds in flight before a rollout is stalled; ``None`` turns detection off unless
+            ``by_agent`` gives a bound.
+        by_agent: per-agent overrides of ``stall_after`` (by agent name).
+        names: resolves the agent names of ``by_agent`` to their labels.
+
+    Raises:
+        ConfigError: ``stall_after`` is not positive.
+    """
+    if stall_after is not None and stall_after <= 0:
+        msg = f"stall_after must be a positive number of seconds or None, got {stall_after}"
+        raise ConfigError(msg)
+    by_label = {names.agent(agent)[0]: seconds for agent, seconds in (by_agent or {}).items()}
+    if stall_after is None and not by_label:
+        return None
+    default = stall_after or float("inf")
+    return lambda label: by_label.get(label, default)
+
+
+class Stalls:
+    """Stall detection for one telemetry's account (made with ``stall_bound``).
+
+    Args:
+        account: the account to check.
+        stall_after: the default bound, as ``/rollouts`` reports it.
+        reject: counts an error of the check (the facade's rejection policy).
+    """
+
+    def __init__(
+        self, account: Account, stall_after: float | None, reject: Callable[[Exception], None]
+    ) -> None:
+        self._account = account
+        self.stall_after = stall_after
+        self._reject = reject
+        self._watching = False
+
+    def check(self) -> int:
+        """Flag the rollouts in flight longer than their bound that were not flagged yet; return how many.
+
+        Never raises: an error is counted by ``reject``.
+        """
+        try:
+            stalled = self._account.check_stalls()
+        except Exception as exc:
+            self._reject(exc)
+            return 0
+        for agent, stage, flight, age in stalled:
+            identity = (
+                ""
+                if flight is None
+                else f" (task {flight.task_index}, rollout {flight.rollout_index}, attempt {flight.attempt})"
+            )
+            _log.warning(
+                "rollout of %s%s stalled: in flight for %.0f s, at stage %s", agent, identity, age, stage
+            )
+            if flight is not None:
+                flight.stalled(age, stage)
+        return len(stalled)
+
+    def in_flight(self, limit: int) -> dict[str, object]:
+        """The rollouts in flight, oldest first, as ``GET /rollouts`` serves them (``limit`` at most 1000)."""
+        self.check()
+        total, records = self._account.in_flight(max(0, min(limit, MAX_ROLLOUTS_LIMIT)))
+        return {
+            "in_flight": total,
+            "stall_after_seconds": self.stall_after,
+            "rollouts": [dataclasses.asdict(record) for record in records],
+        }
+
+    def watch(self) -> None:
+        """Check on the watcher thread from now on, at a quarter of the bound (at most every 30 s); called
+        by the first ``rollout()``, when there is something to watch. Once is enough."""
+        if self._watching:
+            return
+        self._watching = True
+        if not self._account.stalls_off:
+            _watch(self, min(30.0, (self.stall_after or 600.0) / 4))
+
+
+_watched: weakref.WeakKeyDictionary[Stalls, list[float]] = weakref.WeakKeyDictionary()
+_lock = threading.Lock()
+_thread: threading.Thread | None = None
+
+
+def _watch(stalls: Stalls, interval: float) -> None:
+    global _thread  # noqa: PLW0603 - the one watcher thread of the process, started on first use
+    with _lock:
+        _watched[stalls] = [interval, time.monotonic() + interval]
+        if _thread is None or not _thread.is_alive():
+            _thread = threading.Thread(target=_run, name="rollout-telemetry-stalls", daemon=True)
+            _thread.start()
+
+
+def _run() -> None:
+    while True:
+        time.sleep(_TICK)
+        now = time.monotonic()
+        with _lock:
+            due = [stalls for stalls, (_, at) in _watched.items() if at <= now]
+            for stalls in due:
+                _watched[stalls][1] = now + _watched[stalls][0]
+        for stalls in due:
+            with contextlib.suppress(Exception):  # check() counts its own errors; the watcher goes on
+                stalls.check()
+        del due

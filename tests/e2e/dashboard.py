@@ -7,7 +7,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from rollout_telemetry._views.series import COVERAGE_FAMILIES
+from rollout_telemetry._views.run_series import COVERAGE_FAMILIES
 from tests.e2e.prometheus import REPO, Prometheus
 
 DASHBOARD = json.loads((REPO / "dashboards" / "rollout-progress.json").read_text())

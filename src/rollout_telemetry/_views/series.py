@@ -1,77 +1,36 @@
 """The catalogue of published series, and how each is computed from a snapshot.
 
-Every family any collector publishes is here: the account's (``FAMILIES``, ``HISTOGRAMS``), the run coverage
-account's (``COVERAGE_FAMILIES``) and the span export statistics (``SPAN_FAMILIES``); ``CATALOGUE`` is all of
-them, and the README's metric table and the dashboard tests are checked against it. The exporters format
-what this module computes, so names, meanings and the appear-only-when rules live in one place. A family
-with no samples is not published at all: a healthy run publishes only the always-present set.
+Every family any collector publishes is listed here: the account's (``FAMILIES``, ``HISTOGRAMS``, defined
+here), the run coverage account's, the groups' and the span export statistics' (``_views.run_series``);
+``CATALOGUE`` is all of them, and the README's metric table and the dashboard tests are checked against it.
+The exporters format what the families compute, so names, meanings and the appear-only-when rules live in
+one place. A family with no samples is not published at all: a healthy run publishes only the always-present
+set.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
-from typing import Any, Generic, Literal, TypeVar
+from typing import Any
 
 from rollout_telemetry._contract.generation import TOKEN_TYPES
 from rollout_telemetry._contract.outcome import Disposition
 from rollout_telemetry._store.agent import DURATION_BUCKETS
-from rollout_telemetry._store.coverage import CoverageSnapshot
-from rollout_telemetry._store.groups import GROUP_STATES, GroupsSnapshot
 from rollout_telemetry._store.snapshot import AccountSnapshot, AgentSnapshot
+from rollout_telemetry._views.family import Family, PerAgent, Sample
+from rollout_telemetry._views.run_series import COVERAGE_FAMILIES, GROUP_FAMILIES, SPAN_FAMILIES
 
 __all__ = [
     "ALWAYS_PRESENT",
     "CATALOGUE",
-    "COVERAGE_FAMILIES",
     "FAMILIES",
-    "GROUP_FAMILIES",
     "HISTOGRAMS",
     "PUBLISHED",
-    "SPAN_FAMILIES",
-    "Family",
-    "Sample",
     "duration_buckets",
     "published",
 ]
 
-S = TypeVar("S")
-
-Sample = tuple[tuple[str, ...], float]
-"""Label values (after any constant labels) and the value."""
-
-FamilyType = Literal["counter", "gauge", "histogram"]
-
-
-@dataclass(frozen=True, slots=True)
-class Family(Generic[S]):
-    """One published metric family, computed from a snapshot of type ``S``."""
-
-    name: str
-    """The Prometheus name; counters end in ``_total``."""
-    type: FamilyType
-    labels: tuple[str, ...]
-    unit: str
-    """The OpenTelemetry unit (UCUM): ``{rollout}``, ``1`` or ``s``."""
-    appears: str
-    """When the family has series, for the README."""
-    help: str
-    sample: Callable[[S], Iterator[Sample]]
-
-    @property
-    def otel_name(self) -> str:
-        """The OpenTelemetry instrument name: the Prometheus name without ``_total``."""
-        return self.name.removesuffix("_total")
-
-
-def _each(value: Callable[[AgentSnapshot], float | None]) -> Callable[[AccountSnapshot], Iterator[Sample]]:
-    def sample(snap: AccountSnapshot) -> Iterator[Sample]:
-        for agent in snap.agents:
-            result = value(agent)
-            if result is not None:
-                yield (agent.agent,), result
-
-    return sample
+_each = PerAgent[AgentSnapshot]
 
 
 def _masked_only(value: Callable[[AgentSnapshot], float]) -> Callable[[AccountSnapshot], Iterator[Sample]]:
@@ -275,103 +234,6 @@ HISTOGRAMS: tuple[Family[AccountSnapshot], ...] = (DURATION_HISTOGRAM,)
 ALWAYS_PRESENT: tuple[str, ...] = (*tuple(f.name for f in FAMILIES if f.appears == _ALWAYS), "rollout_reward")
 """The families a healthy run (rewards, nothing masked, failed or omitted) publishes."""
 
-
-def _coverage_rollouts(snap: CoverageSnapshot) -> Iterator[Sample]:
-    for agent in snap.agents:
-        for disposition, count in agent.rollouts.items():
-            yield (agent.agent, disposition.value), count
-        if agent.unknown is not None:
-            yield (agent.agent, "unknown"), agent.unknown
-
-
-def _coverage_each(
-    value: Callable[[Any], float | None],
-) -> Callable[[CoverageSnapshot], Iterator[Sample]]:
-    def sample(snap: CoverageSnapshot) -> Iterator[Sample]:
-        for agent in snap.agents:
-            result = value(agent)
-            if result is not None:
-                yield (agent.agent,), result
-
-    return sample
-
-
-def _coverage_restarts(snap: CoverageSnapshot) -> Iterator[Sample]:
-    if snap.restarts:
-        yield (), snap.restarts
-
-
-_FOLLOW = "in follow mode (serve --follow), per agent"
-
-COVERAGE_FAMILIES: tuple[Family[CoverageSnapshot], ...] = (
-    Family(
-        "rollout_run_rollouts", "gauge", ("agent", "disposition"), "{rollout}", _FOLLOW,
-        "Distinct rollouts of the run (agent, task, rollout index) by the disposition of their newest "
-        "attempt; 'unknown' is expected but not seen yet (only with materialized inputs).",
-        _coverage_rollouts,
-    ),
-    Family(
-        "rollout_run_expected", "gauge", _AGENT, "{rollout}", _FOLLOW + ", with materialized inputs",
-        "Rollouts the run is expected to produce, from the materialized inputs (plus any seen outside "
-        "them): the sum of rollout_run_rollouts over dispositions.",
-        _coverage_each(lambda a: a.expected),
-    ),
-    Family(
-        "rollout_retried_total", "counter", _AGENT, "{attempt}", _FOLLOW,
-        "Attempts beyond the first of a rollout identity.",
-        _coverage_each(lambda a: a.retried),
-    ),
-    Family(
-        "rollout_run_retryable", "gauge", _AGENT, "{rollout}", _FOLLOW,
-        "Failed rollouts NeMo Gym will dispatch again on resume: no success written, no terminal failure "
-        "row, fewer attempts used than NEMO_GYM_MAX_ROLLOUT_ATTEMPTS. The rest of the failed are final.",
-        _coverage_each(lambda a: a.retryable),
-    ),
-    Family(
-        "rollout_run_restarts_total", "counter", (), "{run}", "in follow mode, once a followed file restarts",
-        "Times the followed run's files started over: a file recreated (NeMo Gym's fresh run over the same "
-        "output), truncated or rewritten in place. The rollout_run_* gauges then describe the new run; every "
-        "counter goes on from where it was.",
-        _coverage_restarts,
-    ),
-)  # fmt: skip
-"""The run coverage account's families (``serve --follow``)."""
-
-
-def _group_states(snap: GroupsSnapshot) -> Iterator[Sample]:
-    for agent in snap.agents:
-        for state in GROUP_STATES:
-            yield (agent.agent, state), agent.states[state]
-
-
-GROUP_FAMILIES: tuple[Family[GroupsSnapshot], ...] = (
-    Family(
-        "rollout_groups_total", "counter", ("agent", "state"), "{group}",
-        "once a group of the agent completes (every state then)",
-        "Groups (the rollouts of one task, as GRPO compares them) classified once every member has an "
-        "outcome: valid, degraded (some members masked, failed or omitted), uniform (every valid member "
-        "got the same reward: no learning signal), insufficient (fewer valid members than "
-        "min_valid_per_group, default 2) or no_valid (none valid).",
-        _group_states,
-    ),
-)  # fmt: skip
-"""The groups' families."""
-
-
-def _span_results(counts: Mapping[str, int]) -> Iterator[Sample]:
-    for result in ("exported", "failed", "dropped"):
-        yield (result,), counts.get(result, 0)
-
-
-SPAN_FAMILIES: tuple[Family[Mapping[str, int]], ...] = (
-    Family(
-        "rollout_telemetry_spans_total", "counter", ("result",), "{span}", "with OTLP span export",
-        "Rollout spans handed to OTLP export, by result: exported, failed (endpoint down, refusing or too "
-        "slow) or dropped (the export queue was full, or export was shut down; recording never waits).",
-        _span_results,
-    ),
-)  # fmt: skip
-"""The OTLP span export statistics' families."""
 
 CATALOGUE: tuple[Family[Any], ...] = (
     *FAMILIES,

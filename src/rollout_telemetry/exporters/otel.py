@@ -24,13 +24,9 @@ from prometheus_client.registry import Collector
 
 from rollout_telemetry._store.groups import GroupsSnapshot
 from rollout_telemetry._store.snapshot import AccountSnapshot, AgentSnapshot
-from rollout_telemetry._views.series import (
-    DURATION_HISTOGRAM,
-    FAMILIES,
-    GROUP_FAMILIES,
-    Family,
-    duration_buckets,
-)
+from rollout_telemetry._views.family import Family
+from rollout_telemetry._views.run_series import GROUP_FAMILIES
+from rollout_telemetry._views.series import DURATION_HISTOGRAM, FAMILIES, duration_buckets
 from rollout_telemetry.exporters.prometheus import SpanStatsCollector
 
 if TYPE_CHECKING:

@@ -20,15 +20,9 @@ from rollout_telemetry._contract.outcome import Disposition
 from rollout_telemetry._store.coverage import Coverage, CoverageSnapshot
 from rollout_telemetry._store.groups import GroupsSnapshot
 from rollout_telemetry._store.snapshot import AccountSnapshot
-from rollout_telemetry._views.series import (
-    COVERAGE_FAMILIES,
-    DURATION_HISTOGRAM,
-    FAMILIES,
-    GROUP_FAMILIES,
-    SPAN_FAMILIES,
-    Family,
-    duration_buckets,
-)
+from rollout_telemetry._views.family import Family
+from rollout_telemetry._views.run_series import COVERAGE_FAMILIES, GROUP_FAMILIES, SPAN_FAMILIES
+from rollout_telemetry._views.series import DURATION_HISTOGRAM, FAMILIES, duration_buckets
 
 __all__ = ["AccountCollector", "CoverageCollector", "GroupsCollector", "SpanStatsCollector"]
 

@@ -6,8 +6,6 @@ decide which of two outcomes of one identity stands with ``rank`` and ``supersed
 
 from __future__ import annotations
 
-from typing import cast
-
 from rollout_telemetry.errors import OutcomeError
 
 __all__ = [
@@ -30,52 +28,60 @@ MAX_ATTEMPT = 2**16 - 2
 """The largest attempt index accepted (NeMo Gym stops at NEMO_GYM_MAX_ROLLOUT_ATTEMPTS, 3 by default)."""
 
 
-def check_identity(task_index: object, rollout_index: object) -> tuple[int, int]:
-    """The one check of an identity, before anything is counted: two integers >= 0, within the bounds.
-
-    Returns the identity, ``(task_index, rollout_index)``.
-
-    Raises:
-        OutcomeError: ``invalid_task_index`` or ``invalid_rollout_index``, naming the value.
-    """
-    if (
-        type(task_index) is not int
-        or type(rollout_index) is not int
-        or not 0 <= task_index <= MAX_TASK_INDEX
-        or not 0 <= rollout_index <= MAX_ROLLOUT_INDEX
-    ):
-        if type(task_index) is not int or not 0 <= task_index <= MAX_TASK_INDEX:
-            msg = f"must be an integer from 0 to {MAX_TASK_INDEX}, got {task_index!r:.40}"
-            raise OutcomeError("task_index", msg)
-        msg = f"must be an integer from 0 to {MAX_ROLLOUT_INDEX}, got {rollout_index!r:.40}"
-        raise OutcomeError("rollout_index", msg)
-    return task_index, rollout_index
-
-
-def check_attempt(attempt: object) -> None:
-    """The check of an attempt index: ``None`` (not given) or an integer from 0 to ``MAX_ATTEMPT``.
-
-    Raises:
-        OutcomeError: ``invalid_attempt``.
-    """
-    if attempt is not None and (type(attempt) is not int or not 0 <= attempt <= MAX_ATTEMPT):
-        raise OutcomeError("attempt", f"must be an integer from 0 to {MAX_ATTEMPT}, got {attempt!r:.40}")
-
-
 Member = tuple[int, int, "int | None"]
 """(task index, rollout index, attempt or ``None``): which member of which group an outcome is."""
 
 
 def member(task_index: object, rollout_index: object, attempt: object = None) -> Member:
-    """A rollout's identity and attempt, checked (``check_identity``, ``check_attempt``).
+    """The one check of a rollout's identity and attempt, before anything is counted: the indices integers
+    from 0 to ``MAX_TASK_INDEX`` and ``MAX_ROLLOUT_INDEX``, the attempt ``None`` (not given) or an integer
+    from 0 to ``MAX_ATTEMPT``.
+
+    Returns ``(task_index, rollout_index, attempt)``.
 
     Raises:
-        OutcomeError: ``invalid_task_index``, ``invalid_rollout_index`` or ``invalid_attempt``.
+        OutcomeError: ``invalid_attempt``, else ``invalid_task_index`` or ``invalid_rollout_index``, naming
+            the value.
     """
-    if attempt is not None:
-        check_attempt(attempt)
-    task, rollout = check_identity(task_index, rollout_index)
-    return task, rollout, cast("int | None", attempt)
+    if (
+        type(task_index) is int
+        and type(rollout_index) is int
+        and 0 <= task_index <= MAX_TASK_INDEX
+        and 0 <= rollout_index <= MAX_ROLLOUT_INDEX
+        and (attempt is None or (type(attempt) is int and 0 <= attempt <= MAX_ATTEMPT))
+    ):
+        return task_index, rollout_index, attempt
+    raise _refusal(task_index, rollout_index, attempt)
+
+
+def _refusal(task_index: object, rollout_index: object, attempt: object) -> OutcomeError:
+    # Which part of an identity ``member`` refused, and why: the attempt first, then the task index.
+    if attempt is not None and (type(attempt) is not int or not 0 <= attempt <= MAX_ATTEMPT):
+        return OutcomeError("attempt", f"must be an integer from 0 to {MAX_ATTEMPT}, got {attempt!r:.40}")
+    if type(task_index) is not int or not 0 <= task_index <= MAX_TASK_INDEX:
+        msg = f"must be an integer from 0 to {MAX_TASK_INDEX}, got {task_index!r:.40}"
+        return OutcomeError("task_index", msg)
+    msg = f"must be an integer from 0 to {MAX_ROLLOUT_INDEX}, got {rollout_index!r:.40}"
+    return OutcomeError("rollout_index", msg)
+
+
+def check_identity(task_index: object, rollout_index: object) -> tuple[int, int]:
+    """An identity without an attempt, checked by ``member``; returns ``(task_index, rollout_index)``.
+
+    Raises:
+        OutcomeError: ``invalid_task_index`` or ``invalid_rollout_index``.
+    """
+    task, rollout, _ = member(task_index, rollout_index)
+    return task, rollout
+
+
+def check_attempt(attempt: object) -> None:
+    """An attempt index alone, checked by ``member``.
+
+    Raises:
+        OutcomeError: ``invalid_attempt``.
+    """
+    member(0, 0, attempt)
 
 
 def rank(attempt: int | None, reached_output: bool) -> int:

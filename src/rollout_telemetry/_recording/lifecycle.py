@@ -65,8 +65,8 @@ Settle = Callable[[str, Classified, "InFlight | None", "Member | None", "tuple[s
 class Shared:
     """What every rollout context of one telemetry records through: made once, referenced by each context.
 
-    One object rather than five arguments: a class called with keyword arguments is one of CPython 3.11's
-    slowest calls, and every rollout makes a context.
+    One object rather than five arguments, so making a context (one per rollout) is a call with a few
+    positional values (docs/performance.md).
     """
 
     account: Account
@@ -117,8 +117,7 @@ class RolloutContext:
                 RolloutUsageError("rollout_reentered", f"rollout of {self.agent!r} entered twice")
             )
             return self
-        clock = self._shared.clock  # called from a local: 3.11 cannot specialise a call of an attribute
-        now = clock()
+        now = self._shared.clock()
         if self.task_index is not None or self.attempt is not None:
             try:  # checked before anything is counted: a bad identity is rejected, the rollout goes ungrouped
                 self._member = member(self.task_index, self.rollout_index, self.attempt)
@@ -253,10 +252,9 @@ class RolloutContext:
         assert handle is not None  # in flight
         span = self._span
         self._state = _DONE
-        settle = self._shared.settle  # called from a local: 3.11 cannot specialise a call of an attribute
         try:
             try:
-                settle(
+                self._shared.settle(
                     self.agent,
                     outcome,
                     handle,

@@ -142,9 +142,7 @@ class RolloutTelemetry:
         ``rollout_index`` the rollout is a member of its task's group (see ``declare_groups``). Bad input is
         counted and logged (raised with ``strict=True``).
         """
-        # task_index and rollout_index are not keyword-only: CPython 3.11 calls a function with keyword-only
-        # defaults measurably slower, and this is the hot path. The account's method is looked up on the
-        # account each time: a bound method kept in an attribute is a call 3.11 cannot specialise.
+        # task_index and rollout_index are not keyword-only: a cheaper call (docs/performance.md).
         try:
             if task_index is None:  # the common call: straight to the account
                 self._account.count(agent, classify(response))

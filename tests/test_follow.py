@@ -393,9 +393,9 @@ def test_lines_longer_than_the_read_buffer_and_cut_by_it(
     tmp_path: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Rows larger than the read chunk, and rows cut by a chunk's end, are read whole, each once."""
-    from rollout_telemetry._sources import follow
+    from rollout_telemetry._sources import tail
 
-    monkeypatch.setattr(follow, "_CHUNK", 64)
+    monkeypatch.setattr(tail, "_CHUNK", 64)
     main = tmp_path / "run.jsonl"
     rows = [
         json.dumps(

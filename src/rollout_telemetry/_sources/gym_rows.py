@@ -1,0 +1,185 @@
+"""NeMo Gym's rollout rows: the few fields telemetry reads, decoded, and what they say of a rollout.
+
+Rows carry large fields (``response``, ``responses_create_params``) that telemetry never needs, so each
+line is decoded with msgspec against a schema of the few fields read: the big ones are skipped while
+parsing instead of being built into Python objects and thrown away. A line that is not a row raises a
+``Rejection`` naming the reason.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from rollout_telemetry import failure_kinds
+from rollout_telemetry._contract.identity import check_attempt, check_identity
+from rollout_telemetry._contract.outcome import Classified, Disposition, absent
+from rollout_telemetry.errors import Rejection
+
+__all__ = [
+    "NO_RESULT_CLASSES",
+    "Row",
+    "decode_row",
+    "failure_outcome",
+    "recover_row",
+    "row_agent",
+    "row_attempt",
+    "row_identity",
+]
+
+_MAX_RECOVERY = 1024
+"""Places a torn line is tried at for the whole row after it (see ``recover_row``)."""
+
+
+class _ModelResponse(msgspec.Struct, forbid_unknown_fields=False, gc=False):
+    """The fields read from a row's ``response`` (the Responses API object): its ``output`` and the rest are
+    skipped unparsed. ``outcome.check_generation`` checks them, as for any verify response."""
+
+    status: Any = None
+    incomplete_details: Any = None
+    usage: Any = None
+
+
+class Row(msgspec.Struct, forbid_unknown_fields=False, gc=False):
+    """The fields telemetry reads from any of the three files; everything else is skipped unparsed.
+
+    ``gc=False`` (here and on ``_ModelResponse``): a decoded row cannot hold a reference cycle, so the cyclic
+    garbage collector need not track it. Tracked, the rows' allocations set off collections that walk the
+    coverage account's every rollout, a cost that grows with the run.
+    """
+
+    reward: Any = None
+    mask_sample: Any = None
+    failure_kind: Any = None
+    failure_reason: Any = None
+    # Not a Responses API object (a string, say): the row is still read, with no usage or truncation.
+    response: _ModelResponse | str | int | float | bool | list[Any] | None = None
+    task_index: Any = msgspec.field(default=None, name="_ng_task_index")
+    rollout_index: Any = msgspec.field(default=None, name="_ng_rollout_index")
+    attempt_index: Any = msgspec.field(default=None, name="_ng_attempt_index")
+    environment_server: Any = msgspec.field(default=None, name="_ng_environment_server")
+    agent_ref: Any = None
+    failure_class: Any = msgspec.field(default=None, name="_ng_failure_class")
+    failure_terminal: Any = msgspec.field(default=None, name="_ng_failure_terminal")
+    failure_message: Any = msgspec.field(default=None, name="_ng_failure_message")
+    failure_record: Any = msgspec.field(default=None, name="_ng_failure_record")
+    judge_error: Any = msgspec.field(default=None, name="_ng_failure_judge_error")
+    error_message: Any = None
+    error_class: Any = None
+    omitted: Any = msgspec.field(default=None, name="_ng_omitted")
+
+
+_DECODER = msgspec.json.Decoder(Row)
+
+NO_RESULT_CLASSES = frozenset(
+    {
+        failure_kinds.AGENT_REQUEST_FAILED,
+        failure_kinds.AGENT_RUN_ERROR,
+        failure_kinds.ENVIRONMENT_SERVER_FAILED,
+    }
+)
+"""Failure classes whose rows carry no result: a reward on them does not count in the mean reward."""
+
+_TERMINAL_CLASSES = frozenset({"skipped"})
+"""Failure classes NeMo Gym never retries, whatever the row's ``_ng_failure_terminal`` says."""
+
+
+def decode_row(line: bytes | memoryview) -> Row:
+    """The row a line holds.
+
+    Raises:
+        Rejection: the line is not JSON (``malformed_json``) or not an object (``not_an_object``).
+    """
+    try:
+        return _DECODER.decode(line)
+    except msgspec.ValidationError as exc:
+        if "Expected `object`" in str(exc):
+            raise Rejection("not_an_object", "the line is JSON but not an object") from exc
+        raise Rejection("malformed_json", str(exc)) from exc
+    except Exception as exc:  # DecodeError, and what else a hostile line sets off (RecursionError: too deep)
+        raise Rejection("malformed_json", f"{type(exc).__name__}: {exc!s:.200}") from exc
+
+
+def recover_row(line: bytes | memoryview) -> tuple[int, Row] | None:
+    """The whole row at the end of a line whose start is torn, if there is one: (its offset, the row).
+
+    A writer that dies mid-line leaves a line without its newline; the next writer's first row is then
+    appended to it. Only a malformed line is searched, from the left, for a row that decodes whole, and at
+    most ``_MAX_RECOVERY`` places are tried: a hostile line of nested objects costs a bounded number of
+    decodes, not one per object.
+    """
+    data = bytes(line)  # only a malformed line comes here: one copy, then views of it
+    view = memoryview(data)
+    start = data.find(b'{"', 1)
+    for _ in range(_MAX_RECOVERY):
+        if start < 0:
+            break
+        try:
+            return start, _DECODER.decode(view[start:])
+        except Exception:  # as in decode_row: whatever the decoder raises, this is not the row
+            start = data.find(b'{"', start + 1)
+    return None
+
+
+def row_agent(row: Row) -> str | None:
+    """The agent a row names: ``agent_ref.name``, else ``_ng_environment_server``.
+
+    NeMo Gym 0.7.0's own rule for the agent a rollout ran on: its materialized inputs row names the agent
+    (``agent_ref``) and its result and sidecar rows add the environment server that fronted it, so the
+    agent is the one name all three rows share; a materialized taskset row names only its environment
+    server, and so do its results. Gym keys its ``progress/<agent>/...`` metrics by that agent.
+    """
+    agent = row.agent_ref.get("name") if isinstance(row.agent_ref, dict) else None
+    if agent is None or agent == "":
+        agent = row.environment_server
+    if agent is None or agent == "":
+        return None
+    if not isinstance(agent, str):
+        raise Rejection("invalid_agent", f"the agent must be a string, got {type(agent).__name__}")
+    return agent
+
+
+def row_identity(row: Row) -> tuple[int, int] | None:
+    """(task index, rollout index), or ``None`` when the row carries neither (``check_identity``'s rule)."""
+    task, rollout = row.task_index, row.rollout_index
+    if task is None and rollout is None:
+        return None
+    check_identity(task, rollout)
+    return task, rollout
+
+
+def row_attempt(row: Row) -> int:
+    """The attempt index: NeMo Gym stamps retries 1, 2, ... and leaves the first attempt unstamped (0)."""
+    attempt = row.attempt_index
+    if attempt is None:
+        return 0
+    check_attempt(attempt)
+    return int(attempt)
+
+
+def failure_outcome(row: Row) -> tuple[Classified, bool]:
+    """The outcome of a failures-file row and whether NeMo Gym treats it as terminal."""
+    record = row.failure_record
+    failure = record.get("failure") if isinstance(record, dict) else None
+    failure = failure if isinstance(failure, dict) else {}
+    kind = failure.get("failure_kind") or row.failure_kind or row.failure_class
+    reason = next(
+        (
+            text
+            for text in (
+                failure.get("failure_reason"),
+                row.failure_reason,
+                row.failure_message,
+                row.error_message,
+                row.judge_error,
+                row.error_class,
+            )
+            if isinstance(text, str) and text
+        ),
+        None,
+    )
+    disposition = Disposition.OMITTED if row.omitted is True else Disposition.FAILED
+    reward = None if row.failure_class in NO_RESULT_CLASSES else row.reward
+    terminal = row.failure_terminal is True or row.failure_class in _TERMINAL_CLASSES
+    return absent(disposition, kind, reason, reward), terminal

@@ -32,6 +32,7 @@ except ImportError:
     if os.environ.get("CI"):
         raise  # CI installs the ray extra: without it this module fails rather than skips
     pytest.skip("needs the ray extra: pip install 'rollout-telemetry[ray]'", allow_module_level=True)
+from ray._common.utils import get_ray_address_file
 from ray.cluster_utils import Cluster
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -80,6 +81,9 @@ def cluster() -> Iterator[RayCluster]:
     # the workers import tests.e2e.ray_worker: give every process of the cluster the repository
     patch.setenv("PYTHONPATH", str(REPO))
     patch.setenv("RAY_USAGE_STATS_ENABLED", "0")
+    # Ray notes the newest cluster in a file that a later bare ray.init() connects to: restore it after
+    address_file = Path(get_ray_address_file(None))
+    noted = address_file.read_text() if address_file.exists() else None
     previous = signal.signal(signal.SIGALRM, _over_budget)
     signal.alarm(BUDGET)
     started = time.monotonic()
@@ -100,6 +104,10 @@ def cluster() -> Iterator[RayCluster]:
         signal.signal(signal.SIGALRM, previous)
         ray.shutdown()
         cluster.shutdown()  # type: ignore[no-untyped-call]
+        if noted is None:
+            address_file.unlink(missing_ok=True)
+        else:
+            address_file.write_text(noted)
         patch.undo()
         print(f"ray cluster: {time.monotonic() - started:.1f} s from start to shutdown")
 

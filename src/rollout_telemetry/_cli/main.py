@@ -42,8 +42,6 @@ from rollout_telemetry.exporters.prometheus import CoverageCollector
 
 __all__ = ["main"]
 
-_log = logging.getLogger("rollout_telemetry.cli")
-
 OTLP_FLUSH_SECONDS = 3.0
 """The longest the demo waits at exit for an OTLP endpoint to take what is pending."""
 
@@ -329,9 +327,6 @@ def _top(args: argparse.Namespace) -> int:
         Source,
     )
 
-    if args.interval <= 0:
-        msg = "--interval must be positive"
-        raise ValueError(msg)
     sources: list[Source] = []
     if args.follow:
         if args.urls:
@@ -361,17 +356,6 @@ def _top(args: argparse.Namespace) -> int:
         urls = args.urls or ["127.0.0.1:9464"]
         sources.extend(ExporterSource(url, security, timeout=timeout) for url in urls)
     return run_top([Poller(source, args.interval) for source in sources], args.interval)
-
-
-def _attempts(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        msg = f"must be a whole number of at least 1, got {text!r}"
-        raise argparse.ArgumentTypeError(msg)
-    return value
 
 
 def _default_max_attempts() -> int:

@@ -1,0 +1,71 @@
+"""``rollout-telemetry serve``: follow a run's rollout files live and serve /metrics (zero-code mode)."""
+
+from __future__ import annotations
+
+import argparse
+import threading
+from pathlib import Path
+
+from rollout_telemetry._cli import options
+from rollout_telemetry._cli.args import OneLineParser, at_least
+from rollout_telemetry._cli.process import freeze_the_heap, install_sigterm
+from rollout_telemetry._recording.telemetry import RolloutTelemetry
+from rollout_telemetry.exporters.prometheus import CoverageCollector
+
+__all__ = ["NAME", "add_parser", "run"]
+
+NAME = "serve"
+
+
+def add_parser(commands: argparse._SubParsersAction[OneLineParser]) -> None:
+    serve = commands.add_parser(
+        NAME,
+        help="follow a run's rollout JSONL files live and serve /metrics (zero-code mode)",
+        description=(
+            "Read a NeMo Gym run's output files (PATH = <stem>.jsonl, with <stem>_failures.jsonl and "
+            "<stem>_materialized_inputs.jsonl found by name), then follow appends and serve /metrics with "
+            "the live counters and the run coverage account. Lines still being written are read once their "
+            "newline arrives; a truncated or replaced file is read again from the start."
+        ),
+    )
+    serve.add_argument(
+        "--follow", required=True, metavar="PATH", help="the run's main output file, <stem>.jsonl"
+    )
+    options.add_run_files(serve)
+    serve.add_argument(
+        "--poll-interval",
+        type=at_least(0.05),
+        default=0.5,
+        help="seconds between reads of the files (default: 0.5)",
+    )
+    options.add_serve_options(serve)
+    options.add_logging_options(serve, argparse.SUPPRESS)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Serve the run's counters and coverage until Ctrl-C/SIGTERM; then say how many outcomes were read."""
+    options.check_run_file(Path(args.follow), "--follow ")
+    security = options.endpoint_security(args)  # every input checked before anything starts
+    telemetry = RolloutTelemetry(run=args.run)
+    follower = options.run_follower(args, args.follow, telemetry)
+    files = follower.files
+    telemetry.registry.register(CoverageCollector(follower.coverage, telemetry.const_labels))
+    follower.poll()  # what is already there, before the first scrape can see partial counts
+    server = options.serve_endpoint(telemetry, args, security)
+    stopped = threading.Event()
+    install_sigterm(stopped.set)
+    freeze_the_heap()
+    print(f"serving {server.url} following {files.main}", flush=True)
+    follower.start(args.poll_interval)
+    try:
+        while not stopped.wait(1.0):
+            pass
+    except KeyboardInterrupt:
+        pass
+    finally:
+        follower.stop()
+        server.stop()
+        snap = telemetry.snapshot()
+        done = sum(a.completed + a.failed + a.omitted for a in snap.agents)
+        print(f"stopped: {done} rollout outcomes read from {files.main}", flush=True)
+    return 0

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
-from rollout_telemetry._serve.http import Workers
+from rollout_telemetry._serve.workers import Workers
 from rollout_telemetry.errors import ConfigError
 
 __all__ = [

@@ -43,8 +43,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from rollout_telemetry._contract.labels import MAX_LABEL_LENGTH, label_value
-from rollout_telemetry._serve.http import HttpServer, Request, Response, Workers
+from rollout_telemetry._serve.http import HttpServer, Request, Response
 from rollout_telemetry._serve.serving import Gate, bind, screen
+from rollout_telemetry._serve.workers import Workers
 from rollout_telemetry._views.series import CATALOGUE
 from rollout_telemetry.errors import ConfigError, RefusalReason, TargetRefused
 

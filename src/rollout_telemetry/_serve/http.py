@@ -9,8 +9,8 @@ same. Sockets are read and written directly, TLS included (``rollout_telemetry._
 
 One event-loop thread owns every connection: it accepts, runs the TLS handshake, reads the request head and
 writes the response, each under its own deadline, holding no thread per connection. Only a complete request
-reaches the handler, which sends slow work (scrypt, rendering the exposition) to ``Workers``: a fixed set of
-threads behind a bounded queue; beyond it the answer is 503. Each connection carries one request and is
+reaches the handler, which sends slow work (scrypt, rendering the exposition) to ``workers.Workers``: a fixed
+set of threads behind a bounded queue; beyond it the answer is 503. Each connection carries one request and is
 closed as soon as its response is written (``Connection: close``): no body is read and no second request
 parsed, so there is nothing to smuggle.
 """
@@ -22,7 +22,6 @@ import contextlib
 import functools
 import ipaddress
 import logging
-import queue
 import re
 import socket
 import ssl
@@ -32,13 +31,12 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from http import HTTPStatus
-from typing import Any, TypeVar
+from typing import Any
 
 from rollout_telemetry._serve.streams import RECV_SIZE, PlainStream, TlsStream
+from rollout_telemetry._serve.workers import Busy
 
 _log = logging.getLogger("rollout_telemetry.server")
-
-T = TypeVar("T")
 
 MAX_CONNECTIONS = 512
 """Connections held at once; when full, one idle past ``EVICT_AFTER`` is closed for the newcomer."""
@@ -59,8 +57,6 @@ HEAD_TIMEOUT = 2.0
 """Seconds from the first byte of a request to the end of its headers."""
 MAX_HEAD = 16 * 1024
 """Bytes a request line and headers may take together, the blank line included (431 beyond)."""
-MAX_QUEUED = 32
-"""Requests that may wait for a worker thread (503 beyond)."""
 WRITE_TIMEOUT = 10.0
 """Seconds to write a response; a client reading slower is disconnected."""
 MAX_OUTPUT = 32 * 1024 * 1024
@@ -125,10 +121,6 @@ class Response:
 Handler = Callable[[Request], Awaitable[Response]]
 
 
-class Busy(Exception):
-    """Every worker is busy and the queue in front of them is full."""
-
-
 class ThrottledLog:
     """Log a message at most once per ``interval`` seconds per format, saying how many were held back."""
 
@@ -147,71 +139,6 @@ class ThrottledLog:
             self._last[msg] = (now, 0)
         suffix = f" ({held} more like this held back)" if held else ""
         _log.log(level, msg + suffix, *args)
-
-
-class Workers:
-    """A fixed set of threads behind a bounded queue, to which the event loop hands slow work.
-
-    The threads are started at once and live until ``close()``, so the thread count does not move with
-    load. A job whose caller has gone (its future cancelled) is skipped.
-    """
-
-    def __init__(self, threads: int, *, max_queued: int = MAX_QUEUED) -> None:
-        self._jobs: queue.Queue[tuple[asyncio.Future[Any], Callable[[], Any]] | None] = queue.Queue(
-            max_queued
-        )
-        self._threads = [
-            threading.Thread(target=self._work, name=f"rollout-telemetry-worker-{i}", daemon=True)
-            for i in range(threads)
-        ]
-        for thread in self._threads:
-            thread.start()
-
-    def run(self, work: Callable[[], T]) -> asyncio.Future[T]:
-        """Queue ``work``; the future (of the running loop) gets its result or exception.
-
-        Raises:
-            Busy: the queue is full.
-        """
-        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-        try:
-            self._jobs.put_nowait((future, work))
-        except queue.Full:
-            raise Busy from None
-        return future
-
-    def _work(self) -> None:
-        while (job := self._jobs.get()) is not None:
-            future, work = job
-            if future.cancelled():
-                continue
-            try:
-                outcome, failed = work(), False
-            except Exception as exc:
-                outcome, failed = exc, True
-            with contextlib.suppress(RuntimeError):  # the loop has closed: nobody is waiting
-                future.get_loop().call_soon_threadsafe(_settle, future, outcome, failed)
-
-    def close(self) -> None:
-        """Let the threads finish their current job and end; queued jobs are dropped."""
-        while True:
-            try:
-                self._jobs.get_nowait()
-            except queue.Empty:
-                break
-        for _ in self._threads:
-            self._jobs.put(None)
-        for thread in self._threads:
-            thread.join(timeout=5)
-
-
-def _settle(future: asyncio.Future[Any], outcome: Any, failed: bool) -> None:
-    if future.done():
-        return
-    if failed:
-        future.set_exception(outcome)
-    else:
-        future.set_result(outcome)
 
 
 def parse_head(head: bytes, source: str) -> Request | Response:

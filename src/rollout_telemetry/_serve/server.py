@@ -37,14 +37,13 @@ from rollout_telemetry._serve.http import (
     MAX_HEAD,
     MAX_OUTPUT,
     MAX_PER_SOURCE,
-    MAX_QUEUED,
     WRITE_TIMEOUT,
     HttpServer,
     Request,
     Response,
-    Workers,
 )
 from rollout_telemetry._serve.serving import Gate, bind, screen
+from rollout_telemetry._serve.workers import MAX_QUEUED, Workers
 from rollout_telemetry.errors import ConfigError
 
 __all__ = [

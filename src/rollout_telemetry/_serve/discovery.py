@@ -43,7 +43,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from rollout_telemetry._contract.labels import MAX_LABEL_LENGTH, label_value
-from rollout_telemetry._serve.http import HttpServer, Request, Response
+from rollout_telemetry._serve.http import HttpServer
+from rollout_telemetry._serve.messages import Request, Response
 from rollout_telemetry._serve.serving import Gate, bind, screen
 from rollout_telemetry._serve.workers import Workers
 from rollout_telemetry._views.series import CATALOGUE

@@ -27,21 +27,9 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from rollout_telemetry._serve.auth import BasicAuth, hash_password
-from rollout_telemetry._serve.http import (
-    EVICT_AFTER,
-    HANDSHAKE_TIMEOUT,
-    HEAD_TIMEOUT,
-    IDLE_TIMEOUT,
-    LISTEN_BACKLOG,
-    MAX_CONNECTIONS,
-    MAX_HEAD,
-    MAX_OUTPUT,
-    MAX_PER_SOURCE,
-    WRITE_TIMEOUT,
-    HttpServer,
-    Request,
-    Response,
-)
+from rollout_telemetry._serve.connections import EVICT_AFTER, MAX_CONNECTIONS, MAX_OUTPUT, MAX_PER_SOURCE
+from rollout_telemetry._serve.http import HANDSHAKE_TIMEOUT, LISTEN_BACKLOG, WRITE_TIMEOUT, HttpServer
+from rollout_telemetry._serve.messages import HEAD_TIMEOUT, IDLE_TIMEOUT, MAX_HEAD, Request, Response
 from rollout_telemetry._serve.serving import Gate, bind, screen
 from rollout_telemetry._serve.workers import MAX_QUEUED, Workers
 from rollout_telemetry.errors import ConfigError

@@ -25,7 +25,7 @@ from rollout_telemetry._serve.registry import (
     TargetRegistry,
     listening,
 )
-from rollout_telemetry._serve.serving import Gate, bind, screen
+from rollout_telemetry._serve.serving import Gate, bind, endpoint_url, screen
 from rollout_telemetry._serve.targets import (
     MAX_TARGET_LABELS,
     RESERVED_LABELS,
@@ -156,9 +156,7 @@ class DiscoveryServer:
     @property
     def url(self) -> str:
         """The URL to give ``http_sd_configs``."""
-        scheme = "https" if self._tls is not None else "http"
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{scheme}://{host}:{self.port}/targets"
+        return endpoint_url(self.host, self.port, "/targets", tls=self._tls is not None)
 
     def stop(self) -> None:
         """Stop serving and release the port."""

@@ -31,7 +31,7 @@ from rollout_telemetry._cli.args import (
 )
 from rollout_telemetry._cli.simulation import SCENARIOS, DemoConfig, run_demo, summary_lines
 from rollout_telemetry._recording.telemetry import RolloutTelemetry
-from rollout_telemetry._serve.auth import BasicAuth, hash_password
+from rollout_telemetry._serve.credentials import BasicAuth, hash_password
 from rollout_telemetry._serve.server import MetricsServer, TLSConfig
 from rollout_telemetry._sources.follow import RunFiles, RunFollower
 from rollout_telemetry._sources.gym import GymCommand, GymProcess, describe_status

@@ -21,7 +21,7 @@ from rollout_telemetry._contract.outcome import Classified, Disposition, check_o
 from rollout_telemetry._recording import watch as _watch
 from rollout_telemetry._recording.lifecycle import RolloutContext, Shared
 from rollout_telemetry._recording.spans import DEFAULT_REASON_LIMIT, SpanMode, SpanRecorder
-from rollout_telemetry._serve.auth import BasicAuth
+from rollout_telemetry._serve.credentials import BasicAuth
 from rollout_telemetry._serve.server import MAX_ROLLOUTS_LIMIT, MetricsServer, TLSConfig
 from rollout_telemetry._store.account import Account, InFlight
 from rollout_telemetry._store.groups import DEFAULT_MIN_VALID, Groups

@@ -37,7 +37,7 @@ from rollout_telemetry._serve.workers import Workers
 from rollout_telemetry.errors import RefusalReason, TargetRefused
 
 if TYPE_CHECKING:
-    from rollout_telemetry._serve.auth import BasicAuth
+    from rollout_telemetry._serve.credentials import BasicAuth
     from rollout_telemetry._serve.server import TLSConfig
 
 __all__ = [

@@ -26,8 +26,8 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from rollout_telemetry._serve.auth import BasicAuth, hash_password
 from rollout_telemetry._serve.connections import EVICT_AFTER, MAX_CONNECTIONS, MAX_OUTPUT, MAX_PER_SOURCE
+from rollout_telemetry._serve.credentials import BasicAuth, hash_password
 from rollout_telemetry._serve.http import HANDSHAKE_TIMEOUT, LISTEN_BACKLOG, WRITE_TIMEOUT, HttpServer
 from rollout_telemetry._serve.messages import HEAD_TIMEOUT, IDLE_TIMEOUT, MAX_HEAD, Request, Response
 from rollout_telemetry._serve.serving import Gate, bind, endpoint_url, screen

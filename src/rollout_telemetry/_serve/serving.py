@@ -12,8 +12,9 @@ import errno
 import socket
 from collections.abc import Sequence
 
-from rollout_telemetry._serve.auth import Authenticator, BasicAuth, PasswordChecks, Verdict
+from rollout_telemetry._serve.auth import Authenticator, PasswordChecks, Verdict
 from rollout_telemetry._serve.connections import source_of
+from rollout_telemetry._serve.credentials import BasicAuth
 from rollout_telemetry._serve.http import LISTEN_BACKLOG
 from rollout_telemetry._serve.messages import Request, Response
 from rollout_telemetry.errors import ServeError

@@ -320,7 +320,6 @@ def _add_top(commands: argparse._SubParsersAction[OneLineParser]) -> None:
 
 
 def _top(args: argparse.Namespace) -> int:
-    from rollout_telemetry._cli.top_screen import run_top
     from rollout_telemetry._cli.top_sources import (
         ClientSecurity,
         ExporterSource,
@@ -328,6 +327,7 @@ def _top(args: argparse.Namespace) -> int:
         Poller,
         Source,
     )
+    from rollout_telemetry._cli.top_terminal import run_top
 
     if args.interval <= 0:
         msg = "--interval must be positive"

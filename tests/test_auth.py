@@ -10,15 +10,8 @@ from typing import Any
 
 import pytest
 
-from rollout_telemetry._serve.auth import (
-    MAX_VERIFIED,
-    Authenticator,
-    BasicAuth,
-    PasswordChecks,
-    Verdict,
-    credentials,
-    hash_password,
-)
+from rollout_telemetry._serve.auth import MAX_VERIFIED, Authenticator, PasswordChecks, Verdict
+from rollout_telemetry._serve.credentials import BasicAuth, credentials, hash_password
 from rollout_telemetry.errors import ConfigError
 from tests.support import FakeClock
 

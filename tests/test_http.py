@@ -16,7 +16,7 @@ import trustme
 from prometheus_client.core import GaugeMetricFamily
 
 from rollout_telemetry import RolloutTelemetry, TLSConfig
-from rollout_telemetry._serve.http import source_of
+from rollout_telemetry._serve.connections import source_of
 from rollout_telemetry._serve.server import (
     EVICT_AFTER,
     LISTEN_BACKLOG,

@@ -17,8 +17,8 @@ from prometheus_client import CollectorRegistry, Counter, Metric
 from prometheus_client.core import CounterMetricFamily
 
 from rollout_telemetry import RolloutTelemetry, ServeError
-from rollout_telemetry._serve.http import Busy, Workers
 from rollout_telemetry._serve.server import MetricsServer
+from rollout_telemetry._serve.workers import Busy, Workers
 from tests.support import raw_request, sample_names, samples
 
 

@@ -7,7 +7,7 @@ The public API, written once: ``__init__.py`` loads each name from here on first
 from ._contract.outcome import Disposition, Outcome, VerifyResponse, outcome_of
 from ._recording.lifecycle import RolloutContext
 from ._recording.telemetry import RolloutTelemetry
-from ._serve.auth import BasicAuth, hash_password
+from ._serve.credentials import BasicAuth, hash_password
 from ._serve.server import MetricsServer, TLSConfig
 from ._store.snapshot import AccountSnapshot, AgentSnapshot
 from .errors import (

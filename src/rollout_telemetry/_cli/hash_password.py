@@ -7,7 +7,7 @@ import sys
 
 from rollout_telemetry._cli import options
 from rollout_telemetry._cli.args import OneLineParser
-from rollout_telemetry._serve.auth import hash_password
+from rollout_telemetry._serve.credentials import hash_password
 
 __all__ = ["NAME", "add_parser", "run"]
 

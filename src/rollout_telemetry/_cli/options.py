@@ -12,7 +12,7 @@ from stat import S_ISDIR, S_ISREG
 
 from rollout_telemetry._cli.args import at_least_one, port, readable_file
 from rollout_telemetry._recording.telemetry import RolloutTelemetry
-from rollout_telemetry._serve.auth import BasicAuth
+from rollout_telemetry._serve.credentials import BasicAuth
 from rollout_telemetry._serve.server import MetricsServer, TLSConfig
 from rollout_telemetry._sources.follow import RunFiles, RunFollower
 from rollout_telemetry._store.coverage import DEFAULT_MAX_ATTEMPTS, Coverage

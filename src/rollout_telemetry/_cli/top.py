@@ -54,7 +54,6 @@ def add_parser(commands: argparse._SubParsersAction[OneLineParser]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Show the exporters (or the run's files) until q or Ctrl-C."""
-    from rollout_telemetry._cli.top_screen import run_top
     from rollout_telemetry._cli.top_sources import (
         ClientSecurity,
         ExporterSource,
@@ -62,6 +61,7 @@ def run(args: argparse.Namespace) -> int:
         Poller,
         Source,
     )
+    from rollout_telemetry._cli.top_terminal import run_top
 
     sources: list[Source] = []
     if args.follow:

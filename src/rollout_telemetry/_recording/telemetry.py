@@ -19,7 +19,7 @@ from rollout_telemetry._contract.outcome import Classified, Disposition, check_o
 from rollout_telemetry._recording.lifecycle import RolloutContext, Shared
 from rollout_telemetry._recording.spans import DEFAULT_REASON_LIMIT, SpanMode, SpanRecorder
 from rollout_telemetry._recording.stalls import DEFAULT_STALL_AFTER, Stalls, stall_bound
-from rollout_telemetry._serve.auth import BasicAuth
+from rollout_telemetry._serve.credentials import BasicAuth
 from rollout_telemetry._serve.push import push_registry
 from rollout_telemetry._serve.server import MetricsServer, TLSConfig
 from rollout_telemetry._store.account import Account, InFlight

@@ -5,13 +5,15 @@ reads a body, so the parsing it needs is a request line and a few headers under 
 defences it needs (a deadline on the whole request head from its first byte, connection caps per source
 and in all, eviction of connections idle past a minimum age, a cap on response bytes being written, a
 bounded queue in front of the worker threads) are not aiohttp's either and would be written here all the
-same. Sockets are read and written directly, TLS included (``rollout_telemetry._streams`` says why).
+same. Sockets are read and written directly, TLS included (``streams`` says why); the request head is read
+and parsed in ``messages``, the connections are admitted, evicted and their output capped in
+``connections``.
 
 One event-loop thread owns every connection: it accepts, runs the TLS handshake, reads the request head and
 writes the response, each under its own deadline, holding no thread per connection. Only a complete request
-reaches the handler, which sends slow work (scrypt, rendering the exposition) to ``Workers``: a fixed set of
-threads behind a bounded queue; beyond it the answer is 503. Each connection carries one request and is
-closed as soon as its response is written (``Connection: close``): no body is read and no second request
+reaches the handler, which sends slow work (scrypt, rendering the exposition) to ``workers.Workers``: a fixed
+set of threads behind a bounded queue; beyond it the answer is 503. Each connection carries one request and
+is closed as soon as its response is written (``Connection: close``): no body is read and no second request
 parsed, so there is nothing to smuggle.
 """
 
@@ -20,113 +22,41 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import ipaddress
 import logging
-import queue
-import re
 import socket
 import ssl
-import struct
 import threading
 import time
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
-from http import HTTPStatus
-from typing import Any, TypeVar
+from typing import Any
 
+from rollout_telemetry._serve.connections import Connection, Connections, source_of
+from rollout_telemetry._serve.messages import Handler, Request, Response, read_request
 from rollout_telemetry._serve.streams import RECV_SIZE, PlainStream, TlsStream
+from rollout_telemetry._serve.workers import Busy
+
+__all__ = [
+    "HANDSHAKE_TIMEOUT",
+    "LINGER",
+    "LISTEN_BACKLOG",
+    "WRITE_TIMEOUT",
+    "HttpServer",
+    "ThrottledLog",
+]
 
 _log = logging.getLogger("rollout_telemetry.server")
 
-T = TypeVar("T")
-
-MAX_CONNECTIONS = 512
-"""Connections held at once; when full, one idle past ``EVICT_AFTER`` is closed for the newcomer."""
-MAX_PER_SOURCE = 128
-"""Connections one source (an IPv4 address, an IPv6 /64) may hold; beyond, its own oldest idle one goes."""
-EVICT_AFTER = 1.0
-"""Seconds a connection is safe from eviction by a newcomer to a full server: a remote client's request
-takes a round trip or a TLS handshake to arrive."""
 LISTEN_BACKLOG = 4096
 """Connections the kernel queues before they are accepted (Linux caps it at ``net.core.somaxconn``). When
 the queue is full the kernel drops a new client's SYN and the client retries after 1 s, then 3 s: with 128,
 under a slowloris of 1,000 reopened connections, 2 of 5 authorised reads of ``/targets`` took over 1 s."""
 HANDSHAKE_TIMEOUT = 2.0
 """Seconds a TLS handshake may take."""
-IDLE_TIMEOUT = 3.0
-"""Seconds a connection may stay silent before its first byte; it holds no thread meanwhile."""
-HEAD_TIMEOUT = 2.0
-"""Seconds from the first byte of a request to the end of its headers."""
-MAX_HEAD = 16 * 1024
-"""Bytes a request line and headers may take together, the blank line included (431 beyond)."""
-MAX_QUEUED = 32
-"""Requests that may wait for a worker thread (503 beyond)."""
 WRITE_TIMEOUT = 10.0
 """Seconds to write a response; a client reading slower is disconnected."""
-MAX_OUTPUT = 32 * 1024 * 1024
-"""Bytes of responses being written at once, counted per response; beyond, the longest-running writes
-are cut short (their connections reset) to make room for the newest."""
 LINGER = 1.0
 """Seconds to drain what a client still sends after its response, so the close does not reset it."""
 _LINGER_BYTES = 1 << 20
-_RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() resets the connection
-_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 _QUIET = (OSError, TimeoutError, ssl.SSLError)
-
-
-def source_of(address: str) -> str:
-    """The source a client address counts as for caps and fairness: the IPv4 address, or the IPv6 /64.
-
-    One host on IPv6 usually has a whole /64 to pick addresses from; an IPv4-mapped address is its IPv4.
-    """
-    try:
-        ip = ipaddress.ip_address(address.partition("%")[0])
-    except ValueError:
-        return address
-    if isinstance(ip, ipaddress.IPv6Address):
-        if ip.ipv4_mapped is not None:
-            return str(ip.ipv4_mapped)
-        return str(ipaddress.IPv6Network((ip, 64), strict=False))
-    return str(ip)
-
-
-@dataclass(frozen=True, slots=True)
-class Request:
-    """A complete request head: method, path, query string, headers (lower-case names), source address."""
-
-    method: str
-    path: str
-    query: str
-    headers: Mapping[str, str]
-    source: str
-
-
-@dataclass(frozen=True, slots=True)
-class Response:
-    """A status, extra headers and a body; ``Content-Length`` and ``Connection: close`` are added."""
-
-    status: int
-    headers: tuple[tuple[str, str], ...] = ()
-    body: bytes = b""
-
-    @classmethod
-    def text(cls, status: int, text: str, *headers: tuple[str, str]) -> Response:
-        """A plain-text response."""
-        return cls(status, (("Content-Type", "text/plain; charset=utf-8"), *headers), text.encode())
-
-    def head(self) -> bytes:
-        """The status line and headers on the wire (the same for HEAD, which sends no body)."""
-        lines = [f"HTTP/1.1 {self.status} {HTTPStatus(self.status).phrase}"]
-        lines += [f"{name}: {value}" for name, value in self.headers]
-        lines += [f"Content-Length: {len(self.body)}", "Cache-Control: no-store", "Connection: close"]
-        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
-
-
-Handler = Callable[[Request], Awaitable[Response]]
-
-
-class Busy(Exception):
-    """Every worker is busy and the queue in front of them is full."""
 
 
 class ThrottledLog:
@@ -149,104 +79,6 @@ class ThrottledLog:
         _log.log(level, msg + suffix, *args)
 
 
-class Workers:
-    """A fixed set of threads behind a bounded queue, to which the event loop hands slow work.
-
-    The threads are started at once and live until ``close()``, so the thread count does not move with
-    load. A job whose caller has gone (its future cancelled) is skipped.
-    """
-
-    def __init__(self, threads: int, *, max_queued: int = MAX_QUEUED) -> None:
-        self._jobs: queue.Queue[tuple[asyncio.Future[Any], Callable[[], Any]] | None] = queue.Queue(
-            max_queued
-        )
-        self._threads = [
-            threading.Thread(target=self._work, name=f"rollout-telemetry-worker-{i}", daemon=True)
-            for i in range(threads)
-        ]
-        for thread in self._threads:
-            thread.start()
-
-    def run(self, work: Callable[[], T]) -> asyncio.Future[T]:
-        """Queue ``work``; the future (of the running loop) gets its result or exception.
-
-        Raises:
-            Busy: the queue is full.
-        """
-        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-        try:
-            self._jobs.put_nowait((future, work))
-        except queue.Full:
-            raise Busy from None
-        return future
-
-    def _work(self) -> None:
-        while (job := self._jobs.get()) is not None:
-            future, work = job
-            if future.cancelled():
-                continue
-            try:
-                outcome, failed = work(), False
-            except Exception as exc:
-                outcome, failed = exc, True
-            with contextlib.suppress(RuntimeError):  # the loop has closed: nobody is waiting
-                future.get_loop().call_soon_threadsafe(_settle, future, outcome, failed)
-
-    def close(self) -> None:
-        """Let the threads finish their current job and end; queued jobs are dropped."""
-        while True:
-            try:
-                self._jobs.get_nowait()
-            except queue.Empty:
-                break
-        for _ in self._threads:
-            self._jobs.put(None)
-        for thread in self._threads:
-            thread.join(timeout=5)
-
-
-def _settle(future: asyncio.Future[Any], outcome: Any, failed: bool) -> None:
-    if future.done():
-        return
-    if failed:
-        future.set_exception(outcome)
-    else:
-        future.set_result(outcome)
-
-
-def parse_head(head: bytes, source: str) -> Request | Response:
-    """Parse a request line and headers (ending in a blank line); a 400 response if they are malformed."""
-    lines = head.decode("latin-1").split("\r\n")[:-2]
-    parts = lines[0].split(" ")
-    if len(parts) != 3 or not _TOKEN.fullmatch(parts[0]) or parts[2] not in ("HTTP/1.0", "HTTP/1.1"):
-        return Response.text(400, "bad request\n")
-    headers: dict[str, str] = {}
-    for line in lines[1:]:
-        name, colon, value = line.partition(":")
-        if not colon or not _TOKEN.fullmatch(name):  # also refuses obsolete folded lines
-            return Response.text(400, "bad request\n")
-        name = name.lower()
-        if name in headers and name in ("authorization", "host", "content-length", "transfer-encoding"):
-            return Response.text(400, "bad request\n")
-        value = value.strip(" \t")
-        headers[name] = f"{headers[name]}, {value}" if name in headers else value
-    path, _, query = parts[1].partition("?")
-    return Request(parts[0], path, query, headers, source)
-
-
-@dataclass(eq=False, slots=True)
-class _Connection:
-    """What the loop knows of one connection: whose it is, since when, and what it is doing."""
-
-    sock: socket.socket
-    address: str
-    source: str
-    opened: float
-    task: asyncio.Task[None] | None = None
-    output: int = 0  # bytes of the response being written, counted against MAX_OUTPUT
-    cut: bool = False  # its response was cut short: reset, not closed
-
-
 class HttpServer:
     """Serve ``handler`` on a bound, listening socket from an event loop in a thread of its own."""
 
@@ -258,12 +90,7 @@ class HttpServer:
         self._log = ThrottledLog()
         self._loop = asyncio.new_event_loop()
         self._loop.set_exception_handler(self._loop_error)
-        # Each dict keeps its connections oldest first; all are touched only on the loop's thread.
-        self._connections: dict[_Connection, None] = {}
-        self._waiting: dict[_Connection, None] = {}  # no complete request yet: may be evicted
-        self._by_source: dict[str, dict[_Connection, None]] = {}
-        self._writing: dict[_Connection, None] = {}
-        self._output = 0
+        self._connections = Connections()  # touched only on the loop's thread
         self._tasks: set[asyncio.Task[None]] = set()  # evicted ones too, until they end
         self._stopping = asyncio.Event()
         self._thread = threading.Thread(target=self._run, name="rollout-telemetry-http", daemon=True)
@@ -307,86 +134,19 @@ class HttpServer:
                 self._log(logging.WARNING, "cannot accept a connection: %s", exc)
                 await asyncio.sleep(0.1)
                 continue
-            connection = _Connection(sock, str(address[0]), source_of(str(address[0])), time.monotonic())
-            if not self._make_room(connection.source, connection.opened):
+            connection = Connection(sock, str(address[0]), source_of(str(address[0])), time.monotonic())
+            if not self._connections.admit(connection):
                 sock.close()
                 continue
-            self._connections[connection] = None
-            self._waiting[connection] = None
-            self._by_source.setdefault(connection.source, {})[connection] = None
             connection.task = asyncio.create_task(self._serve_connection(connection))
             connection.task.add_done_callback(functools.partial(self._forget, connection))
             self._tasks.add(connection.task)
 
-    def _make_room(self, source: str, now: float) -> bool:
-        """Whether a newcomer from ``source`` may be held, closing an idle connection for it if need be.
-
-        A source at its cap gives up its own oldest idle connection, whatever its age (it competes only
-        with itself). A full server gives up its oldest idle connection only past ``EVICT_AFTER``: a client
-        whose request is a round trip or a TLS handshake away is not evicted by a flood of newcomers.
-        """
-        mine = self._by_source.get(source, {})
-        if len(mine) >= MAX_PER_SOURCE:
-            victim = next((c for c in mine if c in self._waiting), None)
-        elif len(self._connections) >= MAX_CONNECTIONS:
-            victim = next(iter(self._waiting), None)
-            if victim is not None and now - victim.opened < EVICT_AFTER:
-                victim = None
-        else:
-            return True
-        if victim is None:
-            return False
-        self._drop(victim)
-        return True
-
-    def _drop(self, connection: _Connection) -> None:
-        """Close a connection now: it leaves every count at once; its task, cancelled, closes the socket
-        once its pending reads and writes have let go of it (the descriptor may be reused at once)."""
-        connection.cut = connection in self._writing
-        self._untrack(connection)
-        if connection.task is not None:
-            connection.task.cancel()
-
-    def _forget(self, connection: _Connection, task: asyncio.Task[None]) -> None:
+    def _forget(self, connection: Connection, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
-        # A response cut short (for the output cap, or at the write deadline) ends in a reset, so what the
-        # kernel still holds of it is dropped at once.
-        if connection.cut or connection in self._writing:
-            with contextlib.suppress(OSError):
-                connection.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET)
-        self._untrack(connection)
-        connection.sock.close()
+        self._connections.release(connection)
 
-    def _untrack(self, connection: _Connection) -> None:
-        self._connections.pop(connection, None)
-        self._waiting.pop(connection, None)
-        mine = self._by_source.get(connection.source)
-        if mine is not None:
-            mine.pop(connection, None)
-            if not mine:
-                del self._by_source[connection.source]
-        self._end_output(connection)
-
-    def _start_output(self, connection: _Connection, size: int) -> None:
-        """Count ``size`` bytes against ``MAX_OUTPUT``, first cutting short the longest-running writes
-        while the newest would not fit (one response larger than the cap is written alone).
-
-        A client that reads its response promptly is done in milliseconds: those still writing when room
-        is needed are the ones that read slowest, or not at all (or the kernel's buffers are full).
-        """
-        while self._output + size > MAX_OUTPUT and self._writing:
-            self._drop(next(iter(self._writing)))
-        connection.output = size
-        self._writing[connection] = None
-        self._output += size
-
-    def _end_output(self, connection: _Connection) -> None:
-        if connection in self._writing:
-            del self._writing[connection]
-            self._output -= connection.output
-            connection.output = 0
-
-    async def _serve_connection(self, connection: _Connection) -> None:
+    async def _serve_connection(self, connection: Connection) -> None:
         try:
             stream: PlainStream = PlainStream(self._loop, connection.sock)
             if self._tls is not None:
@@ -406,10 +166,10 @@ class HttpServer:
         except Exception as exc:
             self._log(logging.ERROR, "error serving a connection: %r", exc)
 
-    async def _exchange(self, connection: _Connection, stream: PlainStream) -> bool:
+    async def _exchange(self, connection: Connection, stream: PlainStream) -> bool:
         """Read one request and write its response; False if no request came."""
-        received = await self._read_request(stream, connection.address)
-        self._waiting.pop(connection, None)  # from here on it is not idle: it cannot be evicted
+        received = await read_request(stream, connection.address)
+        self._connections.stop_waiting(connection)  # from here on it is not idle: it cannot be evicted
         if received is None:
             return False
         if isinstance(received, Request):
@@ -419,29 +179,6 @@ class HttpServer:
             response, head_only = received, False
         await self._write(connection, stream, response, head_only=head_only)
         return True
-
-    async def _read_request(self, stream: PlainStream, address: str) -> Request | Response | None:
-        """The request, a response refusing it, or None for a connection that sent none in time."""
-        try:
-            async with asyncio.timeout(IDLE_TIMEOUT):
-                head = bytearray(await stream.recv())
-            if not head:
-                return None
-            searched = 0
-            async with asyncio.timeout(HEAD_TIMEOUT):
-                while (end := head.find(b"\r\n\r\n", searched)) < 0:
-                    if len(head) >= MAX_HEAD:
-                        return Response.text(431, "request head too large\n")
-                    searched = max(0, len(head) - 3)
-                    chunk = await stream.recv(min(RECV_SIZE, MAX_HEAD + 1 - len(head)))
-                    if not chunk:
-                        return None
-                    head += chunk
-        except TimeoutError:
-            return None
-        if end + 4 > MAX_HEAD:
-            return Response.text(431, "request head too large\n")
-        return parse_head(bytes(head[: end + 4]), address)
 
     async def _answer(self, request: Request) -> Response:
         try:
@@ -453,7 +190,7 @@ class HttpServer:
             return Response.text(500, "internal error\n")
 
     async def _write(
-        self, connection: _Connection, stream: PlainStream, response: Response, *, head_only: bool
+        self, connection: Connection, stream: PlainStream, response: Response, *, head_only: bool
     ) -> None:
         """Write the response within ``WRITE_TIMEOUT`` (TLS: and close_notify).
 
@@ -461,7 +198,7 @@ class HttpServer:
         copied per connection; what it may hold is counted against ``MAX_OUTPUT`` until it is sent.
         """
         body = b"" if head_only else response.body
-        self._start_output(connection, len(body))
+        self._connections.start_output(connection, len(body))
         async with asyncio.timeout(WRITE_TIMEOUT):
             head = response.head()
             if len(body) <= RECV_SIZE:
@@ -470,7 +207,7 @@ class HttpServer:
                 await stream.send(head)
                 await stream.send(body)
             await stream.finish()
-        self._end_output(connection)
+        self._connections.end_output(connection)
 
 
 _BUSY = Response(

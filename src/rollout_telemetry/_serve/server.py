@@ -26,25 +26,12 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from rollout_telemetry._serve.auth import BasicAuth, hash_password
-from rollout_telemetry._serve.http import (
-    EVICT_AFTER,
-    HANDSHAKE_TIMEOUT,
-    HEAD_TIMEOUT,
-    IDLE_TIMEOUT,
-    LISTEN_BACKLOG,
-    MAX_CONNECTIONS,
-    MAX_HEAD,
-    MAX_OUTPUT,
-    MAX_PER_SOURCE,
-    MAX_QUEUED,
-    WRITE_TIMEOUT,
-    HttpServer,
-    Request,
-    Response,
-    Workers,
-)
-from rollout_telemetry._serve.serving import Gate, bind, screen
+from rollout_telemetry._serve.connections import EVICT_AFTER, MAX_CONNECTIONS, MAX_OUTPUT, MAX_PER_SOURCE
+from rollout_telemetry._serve.credentials import BasicAuth, hash_password
+from rollout_telemetry._serve.http import HANDSHAKE_TIMEOUT, LISTEN_BACKLOG, WRITE_TIMEOUT, HttpServer
+from rollout_telemetry._serve.messages import HEAD_TIMEOUT, IDLE_TIMEOUT, MAX_HEAD, Request, Response
+from rollout_telemetry._serve.serving import Gate, bind, endpoint_url, screen
+from rollout_telemetry._serve.workers import MAX_QUEUED, Workers
 from rollout_telemetry.errors import ConfigError
 
 __all__ = [
@@ -311,9 +298,7 @@ class MetricsServer:
     @property
     def url(self) -> str:
         """The URL of ``/metrics``."""
-        scheme = "https" if self._tls is not None else "http"
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{scheme}://{host}:{self.port}/metrics"
+        return endpoint_url(self.host, self.port, "/metrics", tls=self._tls is not None)
 
     def stop(self) -> None:
         """Stop serving and release the port."""

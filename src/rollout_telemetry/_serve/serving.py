@@ -1,4 +1,4 @@
-"""What the package's HTTP endpoints share on top of ``_http``: binding their port and the gate in front.
+"""What the package's HTTP endpoints share on top of ``http``: binding their port, their URL and the gate.
 
 ``/metrics`` (``server``) and service discovery's ``/targets`` (``discovery``) are answered by different
 handlers on the same stack; how a port is taken, what is answered before a request reaches the content (an
@@ -12,11 +12,14 @@ import errno
 import socket
 from collections.abc import Sequence
 
-from rollout_telemetry._serve.auth import Authenticator, BasicAuth, PasswordChecks, Verdict
-from rollout_telemetry._serve.http import LISTEN_BACKLOG, Request, Response, source_of
+from rollout_telemetry._serve.auth import Authenticator, PasswordChecks, Verdict
+from rollout_telemetry._serve.connections import source_of
+from rollout_telemetry._serve.credentials import BasicAuth
+from rollout_telemetry._serve.http import LISTEN_BACKLOG
+from rollout_telemetry._serve.messages import Request, Response
 from rollout_telemetry.errors import ServeError
 
-__all__ = ["Gate", "bind", "screen"]
+__all__ = ["Gate", "bind", "endpoint_url", "screen"]
 
 _ADDRESS_IN_USE = {errno.EADDRINUSE, 48, 10048}  # Linux, macOS, Windows
 _CHALLENGE = ("WWW-Authenticate", 'Basic realm="rollout-telemetry", charset="UTF-8"')
@@ -50,6 +53,13 @@ def bind(host: str, port: int, port_range: int, *, what: str) -> socket.socket:
             raise ServeError(msg) from exc
         return listener
     raise AssertionError("unreachable: the last candidate returns or raises")
+
+
+def endpoint_url(host: str, port: int, path: str, *, tls: bool) -> str:
+    """The URL of ``path`` on an endpoint bound to ``host:port``: https with TLS, an IPv6 host in brackets."""
+    scheme = "https" if tls else "http"
+    bracketed = f"[{host}]" if ":" in host else host
+    return f"{scheme}://{bracketed}:{port}{path}"
 
 
 class Gate:

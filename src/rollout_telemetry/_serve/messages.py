@@ -1,0 +1,114 @@
+"""The HTTP/1.1 messages of the endpoint: a request head read under its deadlines and size cap and parsed
+strictly, and a response's head on the wire.
+
+Only a request line and headers are read, never a body: what does not parse is a 400, what is too large a
+431, and a client that sends nothing in time gets no answer at all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from http import HTTPStatus
+
+from rollout_telemetry._serve.streams import RECV_SIZE, PlainStream
+
+__all__ = [
+    "HEAD_TIMEOUT",
+    "IDLE_TIMEOUT",
+    "MAX_HEAD",
+    "Handler",
+    "Request",
+    "Response",
+    "parse_head",
+    "read_request",
+]
+
+IDLE_TIMEOUT = 3.0
+"""Seconds a connection may stay silent before its first byte; it holds no thread meanwhile."""
+HEAD_TIMEOUT = 2.0
+"""Seconds from the first byte of a request to the end of its headers."""
+MAX_HEAD = 16 * 1024
+"""Bytes a request line and headers may take together, the blank line included (431 beyond)."""
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """A complete request head: method, path, query string, headers (lower-case names), source address."""
+
+    method: str
+    path: str
+    query: str
+    headers: Mapping[str, str]
+    source: str
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    """A status, extra headers and a body; ``Content-Length`` and ``Connection: close`` are added."""
+
+    status: int
+    headers: tuple[tuple[str, str], ...] = ()
+    body: bytes = b""
+
+    @classmethod
+    def text(cls, status: int, text: str, *headers: tuple[str, str]) -> Response:
+        """A plain-text response."""
+        return cls(status, (("Content-Type", "text/plain; charset=utf-8"), *headers), text.encode())
+
+    def head(self) -> bytes:
+        """The status line and headers on the wire (the same for HEAD, which sends no body)."""
+        lines = [f"HTTP/1.1 {self.status} {HTTPStatus(self.status).phrase}"]
+        lines += [f"{name}: {value}" for name, value in self.headers]
+        lines += [f"Content-Length: {len(self.body)}", "Cache-Control: no-store", "Connection: close"]
+        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+def parse_head(head: bytes, source: str) -> Request | Response:
+    """Parse a request line and headers (ending in a blank line); a 400 response if they are malformed."""
+    lines = head.decode("latin-1").split("\r\n")[:-2]
+    parts = lines[0].split(" ")
+    if len(parts) != 3 or not _TOKEN.fullmatch(parts[0]) or parts[2] not in ("HTTP/1.0", "HTTP/1.1"):
+        return Response.text(400, "bad request\n")
+    headers: dict[str, str] = {}
+    for line in lines[1:]:
+        name, colon, value = line.partition(":")
+        if not colon or not _TOKEN.fullmatch(name):  # also refuses obsolete folded lines
+            return Response.text(400, "bad request\n")
+        name = name.lower()
+        if name in headers and name in ("authorization", "host", "content-length", "transfer-encoding"):
+            return Response.text(400, "bad request\n")
+        value = value.strip(" \t")
+        headers[name] = f"{headers[name]}, {value}" if name in headers else value
+    path, _, query = parts[1].partition("?")
+    return Request(parts[0], path, query, headers, source)
+
+
+async def read_request(stream: PlainStream, address: str) -> Request | Response | None:
+    """The request, a response refusing it, or None for a connection that sent none in time."""
+    try:
+        async with asyncio.timeout(IDLE_TIMEOUT):
+            head = bytearray(await stream.recv())
+        if not head:
+            return None
+        searched = 0
+        async with asyncio.timeout(HEAD_TIMEOUT):
+            while (end := head.find(b"\r\n\r\n", searched)) < 0:
+                if len(head) >= MAX_HEAD:
+                    return Response.text(431, "request head too large\n")
+                searched = max(0, len(head) - 3)
+                chunk = await stream.recv(min(RECV_SIZE, MAX_HEAD + 1 - len(head)))
+                if not chunk:
+                    return None
+                head += chunk
+    except TimeoutError:
+        return None
+    if end + 4 > MAX_HEAD:
+        return Response.text(431, "request head too large\n")
+    return parse_head(bytes(head[: end + 4]), address)

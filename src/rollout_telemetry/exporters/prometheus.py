@@ -5,6 +5,11 @@ families of the catalogue (``rollout_telemetry.series``) from it. Families with 
 a healthy run publishes only the always-present set. ``describe()`` returns every family a collector can
 produce, as prometheus_client's contract asks: registering a collector twice fails, and ``?name[]=``
 filtering finds the families.
+
+Served by the package's own endpoint, the same collectors write their families as text themselves
+(``render``, through ``_exposition.encode``): the bytes prometheus_client would write from ``collect()``,
+without an object per series, and the account's collector keeps each agent's lines while its snapshot is
+unchanged, so a scrape's cost follows what changed.
 """
 
 from __future__ import annotations
@@ -19,10 +24,11 @@ from prometheus_client.samples import Exemplar
 from rollout_telemetry._contract.outcome import Disposition
 from rollout_telemetry._store.coverage import Coverage, CoverageSnapshot
 from rollout_telemetry._store.groups import GroupsSnapshot
-from rollout_telemetry._store.snapshot import AccountSnapshot
+from rollout_telemetry._store.snapshot import AccountSnapshot, AgentSnapshot
 from rollout_telemetry._views.family import Family
 from rollout_telemetry._views.run_series import COVERAGE_FAMILIES, GROUP_FAMILIES, SPAN_FAMILIES
 from rollout_telemetry._views.series import DURATION_HISTOGRAM, FAMILIES, duration_buckets
+from rollout_telemetry.exporters._exposition import Format, Layout, Rendered, rendering
 
 __all__ = ["AccountCollector", "CoverageCollector", "GroupsCollector", "SpanStatsCollector"]
 
@@ -47,8 +53,10 @@ class _CatalogueCollector(Collector, Generic[S]):
         self._read = read_snapshot
         self._families = tuple(families)
         const = dict(const_labels or {})
+        self._const = const
         self._names = tuple(const)
         self._values = tuple(const.values())
+        self._layouts: dict[Format, tuple[Layout, ...]] = {}
 
     def _empty(self, family: Family[Any]) -> CounterMetricFamily | GaugeMetricFamily | HistogramMetricFamily:
         return _TYPES[family.type](family.name, family.help, labels=[*self._names, *family.labels])
@@ -61,7 +69,14 @@ class _CatalogueCollector(Collector, Generic[S]):
         return [self._empty(family) for family in self._described()]
 
     def collect(self) -> Iterator[Metric]:
-        """Yield the families of one snapshot; families with no samples are left out."""
+        """Yield the families of one snapshot; families with no samples are left out.
+
+        Asked by ``_exposition.encode`` (the package's endpoint), yield them as one ``Rendered`` text.
+        """
+        fmt = rendering()
+        if fmt is not None:
+            yield Rendered(self.render(fmt))
+            return
         snap = self._read()
         values = self._values
         for family in self._families:
@@ -76,6 +91,25 @@ class _CatalogueCollector(Collector, Generic[S]):
             if metric.samples:
                 yield metric
         yield from self._more(snap)
+
+    def render(self, fmt: Format) -> str:
+        """The families of one snapshot written in ``fmt``: the bytes prometheus_client writes from
+        ``collect()``, without its objects."""
+        layouts = self._layouts_of(fmt)
+        return _joined(layouts, [self._lines(self._read(), layouts)])
+
+    def _layouts_of(self, fmt: Format) -> tuple[Layout, ...]:
+        layouts = self._layouts.get(fmt)
+        if layouts is None:
+            layouts = self._layouts[fmt] = tuple(Layout(f, self._const, fmt) for f in self._described())
+        return layouts
+
+    def _lines(self, snap: S, layouts: tuple[Layout, ...]) -> list[str]:
+        """Each family's lines from ``snap``, in the order of ``layouts`` (``_described()``)."""
+        return [
+            layout.lines(family.sample(snap), self._exemplars(family, snap))
+            for family, layout in zip(self._families, layouts, strict=False)
+        ]
 
     def _exemplars(self, family: Family[S], snap: S) -> Mapping[tuple[str, ...], tuple[str, str]] | None:
         return None
@@ -96,6 +130,8 @@ class AccountCollector(_CatalogueCollector[AccountSnapshot]):
         self, read_snapshot: Callable[[], AccountSnapshot], const_labels: Mapping[str, str] | None = None
     ) -> None:
         super().__init__(read_snapshot, FAMILIES, const_labels)
+        self._kept: dict[Format, dict[str, tuple[AgentSnapshot, list[str]]]] = {}
+        self._timely = tuple(index for index, family in enumerate(FAMILIES) if family.timely)
 
     def _described(self) -> Iterator[Family[Any]]:
         yield from FAMILIES
@@ -118,14 +154,65 @@ class AccountCollector(_CatalogueCollector[AccountSnapshot]):
     def _more(self, snap: AccountSnapshot) -> Iterator[Metric]:
         histogram = self._empty(DURATION_HISTOGRAM)
         assert isinstance(histogram, HistogramMetricFamily)
-        for agent in snap.agents:
-            if agent.lifecycle:
-                buckets: list[Any] = duration_buckets(agent)
-                for index, (trace_id, span_id, duration) in agent.bucket_exemplars.items():
-                    buckets[index] = (*buckets[index], _exemplar((trace_id, span_id), duration))
-                histogram.add_metric([*self._values, agent.agent], buckets, agent.duration_sum)
+        for labels, counts, total, exemplars in _durations(snap):
+            buckets: list[Any] = counts
+            for index, (trace_id, span_id, duration) in exemplars.items():
+                buckets[index] = (*buckets[index], _exemplar((trace_id, span_id), duration))
+            histogram.add_metric([*self._values, *labels], buckets, total)
         if histogram.samples:
             yield histogram
+
+    def _lines(self, snap: AccountSnapshot, layouts: tuple[Layout, ...]) -> list[str]:
+        lines = super()._lines(snap, layouts)
+        histogram = layouts[-1]
+        lines.append("".join([histogram.histogram(*series) for series in _durations(snap)]))
+        return lines
+
+    def render(self, fmt: Format) -> str:
+        """The account's families written in ``fmt``, each agent's lines kept while its snapshot is the same.
+
+        The account hands out the same ``AgentSnapshot`` while an agent's counts are unchanged, so an agent's
+        lines are written again only when it changed; a family whose samples depend on the time
+        (``Family.timely``) is written afresh for every agent.
+        """
+        snap = self._read()
+        layouts = self._layouts_of(fmt)
+        kept = self._kept.setdefault(fmt, {})
+        timely = self._timely
+        rows = [self._lines(AccountSnapshot((), snap.rejected, snap.overflow, snap.taken_at), layouts)]
+        for agent in snap.agents:
+            entry = kept.get(agent.agent)
+            if entry is None or entry[0] is not agent:
+                entry = kept[agent.agent] = (agent, self._lines(AccountSnapshot((agent,)), layouts))
+            lines = entry[1]
+            if timely:
+                lines = lines.copy()
+                one = AccountSnapshot((agent,), taken_at=snap.taken_at)
+                for index in timely:
+                    lines[index] = layouts[index].lines(FAMILIES[index].sample(one), None)
+            rows.append(lines)
+        return _joined(layouts, rows)
+
+
+def _durations(
+    snap: AccountSnapshot,
+) -> Iterator[tuple[tuple[str, ...], list[tuple[str, float]], float, Mapping[int, tuple[str, str, float]]]]:
+    """Each duration histogram series: its labels, cumulative buckets, sum, and latest trace by bucket."""
+    for agent in snap.agents:
+        if agent.lifecycle:
+            yield (agent.agent,), duration_buckets(agent), agent.duration_sum, agent.bucket_exemplars
+
+
+def _joined(layouts: Sequence[Layout], rows: Sequence[Sequence[str]]) -> str:
+    """The families in order, each its header and the lines of every row; a family without lines is left
+    out."""
+    out: list[str] = []
+    for index, layout in enumerate(layouts):
+        body = "".join([row[index] for row in rows])
+        if body:
+            out.append(layout.header)
+            out.append(body)
+    return "".join(out)
 
 
 _EXEMPLARY = {"rollout_failed_total": Disposition.FAILED, "rollout_masked_total": Disposition.MASKED}

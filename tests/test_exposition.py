@@ -195,8 +195,9 @@ def _collections() -> Iterator[list[int]]:
 
 
 def test_a_large_scrape_leaves_the_garbage_collector_alone() -> None:
-    """Writing 15,000 series sets off a handful of collections where prometheus_client's writer, from the
-    same collector, sets off dozens: the lines are strings, which the collector does not track."""
+    """Writing 15,000 series sets off a few collections where prometheus_client's writer, from the same
+    collector, sets off four times as many or more: the lines are strings, which the collector does not
+    track."""
     telemetry = RolloutTelemetry(run="r", max_kinds_per_agent=100)
     for agent in range(50):
         for kind in range(100):
@@ -209,5 +210,5 @@ def test_a_large_scrape_leaves_the_garbage_collector_alone() -> None:
     with _collections() as theirs:
         assert generate_latest(telemetry.registry) == body
     assert body.count(b"\n") > 15_000
-    assert len(ours) <= 5
     assert len(theirs) >= 20
+    assert len(ours) * 4 <= len(theirs)

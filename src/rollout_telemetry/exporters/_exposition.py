@@ -33,7 +33,7 @@ Format = Literal["text", "openmetrics"]
 Exemplars = Mapping[tuple[str, ...], tuple[str, str]]
 """The (trace id, span id) of a family's samples, by their labels (after the constant ones)."""
 
-_EOF = "# EOF\n"
+_EOF = b"# EOF\n"
 floatToGoString = cast("Callable[[float], str]", utils.floatToGoString)  # prometheus_client's, typed
 _SAFE = frozenset(("underscores", "allow-utf-8"))  # escapings that leave our (legacy) names as they are
 
@@ -68,7 +68,7 @@ class Layout:
             if openmetrics_format
             else family.help.replace("\\", r"\\").replace("\n", r"\n")
         )
-        self.header = f"# HELP {shown} {help_text}\n# TYPE {shown} {family.type}\n"
+        self.header = f"# HELP {shown} {help_text}\n# TYPE {shown} {family.type}\n".encode()
         self._exemplary = openmetrics_format
         self._const = tuple(const.values())
         names = (*const, *family.labels)
@@ -127,11 +127,12 @@ def _exemplar(ids: tuple[str, ...], value: float) -> str:
 
 
 class Rendered(Metric):
-    """A collector's families already written in the format being rendered (see ``rendering``)."""
+    """A collector's families already written in the format being rendered (see ``rendering``), as pieces
+    of UTF-8 text: joined once, with the rest, into the response's body."""
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, pieces: list[bytes]) -> None:
         super().__init__("rollout_telemetry_rendered", "", "unknown")
-        self.text = text
+        self.pieces = pieces
 
 
 _RENDERING: ContextVar[Format | None] = ContextVar("rollout_telemetry_rendering", default=None)
@@ -174,12 +175,12 @@ def encode(registry: Collector, accept: str) -> tuple[bytes, str]:
     fmt = _fast_format(encoder)
     if fmt is None:
         return encoder(registry), content_type
-    parts: list[str] = []
+    parts: list[bytes] = []
     others: list[Metric] = []
 
     def flush() -> None:
         if others:
-            text = encoder(_Collected(others)).decode()
+            text = encoder(_Collected(others))
             parts.append(text.removesuffix(_EOF) if fmt == "openmetrics" else text)
             others.clear()
 
@@ -188,7 +189,7 @@ def encode(registry: Collector, accept: str) -> tuple[bytes, str]:
         for metric in registry.collect():
             if isinstance(metric, Rendered):
                 flush()
-                parts.append(metric.text)
+                parts += metric.pieces
             else:
                 others.append(metric)
     finally:
@@ -196,4 +197,4 @@ def encode(registry: Collector, accept: str) -> tuple[bytes, str]:
     flush()
     if fmt == "openmetrics":
         parts.append(_EOF)
-    return "".join(parts).encode(), content_type
+    return b"".join(parts), content_type

@@ -92,11 +92,11 @@ class _CatalogueCollector(Collector, Generic[S]):
                 yield metric
         yield from self._more(snap)
 
-    def render(self, fmt: Format) -> str:
-        """The families of one snapshot written in ``fmt``: the bytes prometheus_client writes from
-        ``collect()``, without its objects."""
+    def render(self, fmt: Format) -> list[bytes]:
+        """The families of one snapshot written in ``fmt``, in pieces: joined, the bytes prometheus_client
+        writes from ``collect()``, without its objects."""
         layouts = self._layouts_of(fmt)
-        return _joined(layouts, [self._lines(self._read(), layouts)])
+        return _joined(layouts, [self._written(self._read(), layouts)])
 
     def _layouts_of(self, fmt: Format) -> tuple[Layout, ...]:
         layouts = self._layouts.get(fmt)
@@ -104,12 +104,37 @@ class _CatalogueCollector(Collector, Generic[S]):
             layouts = self._layouts[fmt] = tuple(Layout(f, self._const, fmt) for f in self._described())
         return layouts
 
-    def _lines(self, snap: S, layouts: tuple[Layout, ...]) -> list[str]:
-        """Each family's lines from ``snap``, in the order of ``layouts`` (``_described()``)."""
-        return [
-            layout.lines(family.sample(snap), self._exemplars(family, snap))
-            for family, layout in zip(self._families, layouts, strict=False)
-        ]
+    def _written(
+        self,
+        snap: S,
+        layouts: tuple[Layout, ...],
+        before: Sequence[Written] = (),
+        only: Iterable[int] | None = None,
+    ) -> Sequence[Written]:
+        """Each family's samples from ``snap`` and their lines, in the order of ``layouts`` (``_described``).
+
+        A family whose samples equal those in ``before`` keeps its lines from there (``before`` itself is
+        returned if every family did); with ``only``, just those families are read again.
+        """
+        written: list[Written] | None = None
+        for index in range(len(layouts)) if only is None else only:
+            key = self._key(index, snap)
+            if index < len(before) and before[index][0] == key:
+                continue
+            if written is None:
+                written = list(before) if before else [_NOTHING] * len(layouts)
+            written[index] = (key, self._write(index, layouts[index], snap))
+        return before if written is None else written
+
+    def _key(self, index: int, snap: S) -> object:
+        """What the lines of the family at ``index`` are written from, as one flat tuple of strings and
+        numbers (none of which the garbage collector tracks), so unchanged lines are seen as such."""
+        family = self._families[index]
+        return _flat(family.sample(snap)), self._exemplars(family, snap)
+
+    def _write(self, index: int, layout: Layout, snap: S) -> bytes:
+        family = self._families[index]
+        return layout.lines(family.sample(snap), self._exemplars(family, snap)).encode()
 
     def _exemplars(self, family: Family[S], snap: S) -> Mapping[tuple[str, ...], tuple[str, str]] | None:
         return None
@@ -130,7 +155,7 @@ class AccountCollector(_CatalogueCollector[AccountSnapshot]):
         self, read_snapshot: Callable[[], AccountSnapshot], const_labels: Mapping[str, str] | None = None
     ) -> None:
         super().__init__(read_snapshot, FAMILIES, const_labels)
-        self._kept: dict[Format, dict[str, tuple[AgentSnapshot, list[str]]]] = {}
+        self._kept: dict[Format, dict[str, tuple[AgentSnapshot, Sequence[Written]]]] = {}
         self._timely = tuple(index for index, family in enumerate(FAMILIES) if family.timely)
 
     def _described(self) -> Iterator[Family[Any]]:
@@ -162,35 +187,40 @@ class AccountCollector(_CatalogueCollector[AccountSnapshot]):
         if histogram.samples:
             yield histogram
 
-    def _lines(self, snap: AccountSnapshot, layouts: tuple[Layout, ...]) -> list[str]:
-        lines = super()._lines(snap, layouts)
-        histogram = layouts[-1]
-        lines.append("".join([histogram.histogram(*series) for series in _durations(snap)]))
-        return lines
+    def _key(self, index: int, snap: AccountSnapshot) -> object:
+        if index == len(FAMILIES):  # the histogram, last
+            return _flat(
+                (labels, total, *(count for _, count in buckets), exemplars)
+                for labels, buckets, total, exemplars in _durations(snap)
+            )
+        return super()._key(index, snap)
 
-    def render(self, fmt: Format) -> str:
-        """The account's families written in ``fmt``, each agent's lines kept while its snapshot is the same.
+    def _write(self, index: int, layout: Layout, snap: AccountSnapshot) -> bytes:
+        if index == len(FAMILIES):
+            return "".join([layout.histogram(*series) for series in _durations(snap)]).encode()
+        return super()._write(index, layout, snap)
 
-        The account hands out the same ``AgentSnapshot`` while an agent's counts are unchanged, so an agent's
-        lines are written again only when it changed; a family whose samples depend on the time
-        (``Family.timely``) is written afresh for every agent.
+    def render(self, fmt: Format) -> list[bytes]:
+        """The account's families written in ``fmt``, each agent's lines kept while they are the same.
+
+        The account hands out the same ``AgentSnapshot`` while an agent's counts are unchanged: its lines
+        are kept whole, but for a family whose samples depend on the time (``Family.timely``), read again.
+        A changed agent's families are read again, and only those whose samples changed are written.
         """
         snap = self._read()
         layouts = self._layouts_of(fmt)
         kept = self._kept.setdefault(fmt, {})
-        timely = self._timely
-        rows = [self._lines(AccountSnapshot((), snap.rejected, snap.overflow, snap.taken_at), layouts)]
+        rows = [self._written(AccountSnapshot((), snap.rejected, snap.overflow, snap.taken_at), layouts)]
         for agent in snap.agents:
+            one = AccountSnapshot((agent,), taken_at=snap.taken_at)
             entry = kept.get(agent.agent)
             if entry is None or entry[0] is not agent:
-                entry = kept[agent.agent] = (agent, self._lines(AccountSnapshot((agent,)), layouts))
-            lines = entry[1]
-            if timely:
-                lines = lines.copy()
-                one = AccountSnapshot((agent,), taken_at=snap.taken_at)
-                for index in timely:
-                    lines[index] = layouts[index].lines(FAMILIES[index].sample(one), None)
-            rows.append(lines)
+                written = self._written(one, layouts, entry[1] if entry is not None else ())
+            else:
+                written = self._written(one, layouts, entry[1], only=self._timely)
+            if entry is None or entry[0] is not agent or written is not entry[1]:
+                kept[agent.agent] = (agent, written)  # an agent unchanged keeps its entry: nothing new lives
+            rows.append(written)
         return _joined(layouts, rows)
 
 
@@ -203,16 +233,31 @@ def _durations(
             yield (agent.agent,), duration_buckets(agent), agent.duration_sum, agent.bucket_exemplars
 
 
-def _joined(layouts: Sequence[Layout], rows: Sequence[Sequence[str]]) -> str:
-    """The families in order, each its header and the lines of every row; a family without lines is left
-    out."""
-    out: list[str] = []
+def _flat(samples: Iterable[tuple[Any, ...]]) -> tuple[object, ...]:
+    """Samples as one flat tuple: each one's label values, then its value (a family's samples all have as
+    many labels)."""
+    flat: list[object] = []
+    for labels, *values in samples:
+        flat += labels
+        flat += values
+    return tuple(flat)
+
+
+Written = tuple[object, bytes]
+"""A family's samples from one snapshot (or part of one), as ``_key`` makes them, and its lines (UTF-8)."""
+_NOTHING: Written = ((), b"")
+
+
+def _joined(layouts: Sequence[Layout], rows: Sequence[Sequence[Written]]) -> list[bytes]:
+    """The families in order, each its header and the lines of every row, as pieces to join; a family
+    without lines is left out."""
+    out: list[bytes] = []
     for index, layout in enumerate(layouts):
-        body = "".join([row[index] for row in rows])
-        if body:
+        lines = [row[index][1] for row in rows if row[index][1]]
+        if lines:
             out.append(layout.header)
-            out.append(body)
-    return "".join(out)
+            out += lines
+    return out
 
 
 _EXEMPLARY = {"rollout_failed_total": Disposition.FAILED, "rollout_masked_total": Disposition.MASKED}

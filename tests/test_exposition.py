@@ -34,7 +34,7 @@ _text = st.text(alphabet=st.sampled_from('ab "\\\n\u00e9_'), max_size=6)
 _reward = st.one_of(
     st.none(),
     st.floats(min_value=-1e9, max_value=1e9, allow_nan=False),
-    st.sampled_from((0.0, 1.0, -0.5, 0.1, 1e-300, 123456789.0)),
+    st.sampled_from((0.0, 1.0, -0.5, 0.1, 0.2, 0.3, -0.1, -0.2, -0.3, 1e-300, 123456789.0)),
 )
 _usage = st.one_of(
     st.none(),
@@ -212,3 +212,12 @@ def test_a_large_scrape_leaves_the_garbage_collector_alone() -> None:
     assert body.count(b"\n") > 15_000
     assert len(theirs) >= 20
     assert len(ours) * 4 <= len(theirs)
+
+
+def test_a_mean_that_rounds_to_zero_is_written_as_prometheus_client_writes_it() -> None:
+    """A mean reward whose rounding error changes sign while it stays zero is written afresh each time."""
+    telemetry = RolloutTelemetry(run="r")
+    for steps in ([0.3, -0.1, -0.2], [0.1, 0.2, -0.3], [0.0]):
+        for reward in steps:
+            telemetry.record("math", {"reward": reward})
+        assert encode(telemetry.registry, "")[0] == generate_latest(telemetry.registry)

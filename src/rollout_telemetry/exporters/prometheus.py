@@ -14,6 +14,7 @@ unchanged, so a scrape's cost follows what changed.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
@@ -234,13 +235,19 @@ def _durations(
 
 
 def _flat(samples: Iterable[tuple[Any, ...]]) -> tuple[object, ...]:
-    """Samples as one flat tuple: each one's label values, then its value (a family's samples all have as
-    many labels)."""
+    """Samples as one flat tuple: each one's label values, then its values (a family's samples all have as
+    many labels and values), a negative zero followed by a mark: it equals 0.0 but is written ``-0.0``."""
     flat: list[object] = []
     for labels, *values in samples:
         flat += labels
-        flat += values
+        for value in values:
+            flat.append(value)
+            if value == 0 and type(value) is float and math.copysign(1.0, value) < 0:
+                flat.append(_NEGATIVE_ZERO)
     return tuple(flat)
+
+
+_NEGATIVE_ZERO = object()
 
 
 Written = tuple[object, bytes]

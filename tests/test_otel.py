@@ -10,6 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 from opentelemetry import trace
+from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -19,7 +20,7 @@ from opentelemetry.trace import StatusCode
 
 from rollout_telemetry import RolloutTelemetry
 from rollout_telemetry._store.snapshot import AccountSnapshot
-from rollout_telemetry.exporters.otel import instrument_meter
+from rollout_telemetry.exporters.otel import Callback, instrument_meter
 from tests.support import FakeClock
 
 
@@ -293,6 +294,7 @@ def test_a_global_provider_configured_later_is_picked_up() -> None:
     has passed the one-second recheck (an injected clock, so nothing sleeps)."""
     code = """
 from opentelemetry import trace
+from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -402,3 +404,45 @@ def test_otel_publishes_tokens_truncation_and_groups(clock: FakeClock) -> None:
     )
     assert points[("rollout_groups", (("agent", "math"), ("run", "r"), ("state", "valid")))] == 1
     assert points[("rollout_groups", (("agent", "math"), ("run", "r"), ("state", "uniform")))] == 0
+
+
+class _Meter:
+    """An API-level meter that keeps each observable instrument's callback, for calling by hand."""
+
+    def __init__(self) -> None:
+        self.callbacks: dict[str, Callback] = {}
+
+    def create_observable_counter(self, name: str, callbacks: list[Callback], **_: object) -> None:
+        self.callbacks[name] = callbacks[0]
+
+    create_observable_gauge = create_observable_counter
+
+    def get_meter(self, name: str) -> _Meter:
+        return self
+
+
+def test_otel_series_attributes_are_made_once(clock: FakeClock) -> None:
+    """Two collections give each series the same attributes object; only the values are new."""
+    telemetry = RolloutTelemetry(run="r", clock=clock)
+    meter = _Meter()
+    instrument_meter(telemetry, meter)  # type: ignore[arg-type]
+    telemetry.record_failure("math", "session_lost")
+    with telemetry.rollout("code") as rollout:
+        rollout.complete({"reward": 1.0})
+
+    def collect() -> dict[tuple[str, tuple[tuple[str, str], ...]], Observation]:
+        return {
+            (name, tuple(sorted(observation.attributes.items()))): observation  # type: ignore[union-attr,arg-type]
+            for name, callback in meter.callbacks.items()
+            for observation in callback(CallbackOptions())
+        }
+
+    first = collect()
+    telemetry.record_failure("math", "session_lost")
+    second = collect()
+    assert first.keys() == second.keys()
+    assert ("rollout_duration_seconds_bucket", (("agent", "code"), ("le", "+Inf"), ("run", "r"))) in first
+    for series, observation in first.items():
+        assert second[series].attributes is observation.attributes
+    failed = ("rollout_failed", (("agent", "math"), ("failure_kind", "session_lost"), ("run", "r")))
+    assert (first[failed].value, second[failed].value) == (1, 2)

@@ -1,5 +1,5 @@
-"""The HTTP endpoint: ``/metrics`` (prometheus_client's exposition), ``/rollouts`` (the rollouts in flight,
-as JSON) and ``/healthz``, nothing else.
+"""The HTTP endpoint: ``/metrics`` (a prometheus_client registry's exposition), ``/rollouts`` (the rollouts in
+flight, as JSON) and ``/healthz``, nothing else.
 
 Binds 127.0.0.1 unless told otherwise. Optional TLS (certificate, key, optional client-certificate
 verification) and optional HTTP basic auth (``rollout_telemetry.auth``). Connections, deadlines and worker
@@ -33,6 +33,7 @@ from rollout_telemetry._serve.messages import HEAD_TIMEOUT, IDLE_TIMEOUT, MAX_HE
 from rollout_telemetry._serve.serving import Gate, bind, endpoint_url, screen
 from rollout_telemetry._serve.workers import MAX_QUEUED, Workers
 from rollout_telemetry.errors import ConfigError
+from rollout_telemetry.exporters._exposition import encode
 
 __all__ = [
     "DEFAULT_ROLLOUTS_LIMIT",
@@ -243,9 +244,9 @@ class _Endpoint:
 
 
 def _encode(collector: Collector, accept: str, gzipped: bool) -> tuple[bytes, str]:
-    """prometheus_client's exposition of what ``collector`` collects (on a worker thread)."""
-    encoder, content_type = choose_encoder(accept)
-    body = encoder(collector)
+    """The exposition of what ``collector`` collects (on a worker thread): prometheus_client's bytes, the
+    package's own collectors writing theirs without an object per series (``exporters._exposition``)."""
+    body, content_type = encode(collector, accept)
     return (gzip.compress(body) if gzipped else body), content_type
 
 

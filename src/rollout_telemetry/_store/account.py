@@ -18,10 +18,10 @@ from typing import TypeVar
 from rollout_telemetry._contract.generation import Generation
 from rollout_telemetry._contract.outcome import Classified, Disposition
 from rollout_telemetry._store import fork as _fork
-from rollout_telemetry._store.agent import DURATION_BUCKETS, AgentState, Cell
+from rollout_telemetry._store.agent import DURATION_BUCKETS, AgentCopy, AgentState, Cell
 from rollout_telemetry._store.flights import Flight, FlightRecord, Slot
 from rollout_telemetry._store.names import Names, cacheable
-from rollout_telemetry._store.snapshot import AccountSnapshot
+from rollout_telemetry._store.snapshot import AccountSnapshot, AgentSnapshot
 from rollout_telemetry.failure_kinds import OTHER
 
 __all__ = ["DURATION_BUCKETS", "Account", "InFlight"]
@@ -65,6 +65,8 @@ class Account:
         self._rejected: dict[str, int] = {}
         self._overflow: dict[str, int] = {}
         self._overflow_warned: set[str] = set()
+        # Each agent's latest copy and what was derived from it (``snapshot``).
+        self._derived: dict[str, tuple[AgentCopy, AgentSnapshot]] = {}
 
     # -- resolving labels ---------------------------------------------------------------------------
 
@@ -300,15 +302,23 @@ class Account:
     # -- reading ------------------------------------------------------------------------------------
 
     def snapshot(self) -> AccountSnapshot:
-        """Copy every count atomically; everything derived is computed after the lock is released."""
+        """Copy every count atomically; everything derived is computed after the lock is released.
+
+        An agent whose copy equals the one of an earlier snapshot gets that snapshot's ``AgentSnapshot``
+        again, the same object: deriving is skipped, and a view can keep what it made from it (the
+        exposition keeps the agent's lines) while the agent is unchanged.
+        """
         with self._lock:
             now = self._clock()
             copies = [state.copy() for state in self._by_label.values()]
             rejected = self._rejected.copy()
             overflow = self._overflow.copy()
-        return AccountSnapshot(
-            agents=tuple(copy.snapshot() for copy in copies),
-            rejected=rejected,
-            overflow=overflow,
-            taken_at=now,
-        )
+        derived = self._derived
+        agents = []
+        for copy in copies:
+            known = derived.get(copy.label)
+            if known is None or known[0] != copy:
+                # Snapshots taken at once may race here: each pair stored is a copy and its own snapshot.
+                known = derived[copy.label] = (copy, copy.snapshot())
+            agents.append(known[1])
+        return AccountSnapshot(agents=tuple(agents), rejected=rejected, overflow=overflow, taken_at=now)

@@ -34,6 +34,9 @@ class Family(Generic[S]):
     """When the family has series, for the README."""
     help: str
     sample: Callable[[S], Iterator[Sample]]
+    timely: bool = False
+    """Whether its samples depend on when the snapshot was taken (``taken_at``), not on the counts alone: a
+    view that reuses what it made from unchanged counts makes these afresh."""
 
     @property
     def otel_name(self) -> str:

@@ -195,7 +195,7 @@ FAMILIES: tuple[Family[AccountSnapshot], ...] = (
         "per agent and stage that used the lifecycle API",
         "Age of the oldest rollout still in flight at that stage; 0 when none is. An age that keeps growing "
         "is a stalled rollout.",
-        _in_flight_age,
+        _in_flight_age, timely=True,
     ),
     Family(
         "rollout_stalled", "gauge", _STAGE, "{rollout}", "per agent and stage that used the lifecycle API",

@@ -69,16 +69,40 @@ class _SharedSnapshot:
 
 
 Callback = Callable[[CallbackOptions], Iterable[Observation]]
-_Part = Callable[[AgentSnapshot], Iterable[tuple[Mapping[str, str], float]]]
-"""An agent's samples of one duration instrument: (attributes, value) pairs."""
+_Part = Callable[[AgentSnapshot], Iterable[tuple[tuple[str, ...], float]]]
+"""An agent's samples of one duration instrument: (label values after the agent's, value) pairs."""
+
+
+class _Attributes:
+    """Each series' attributes, made once and handed to every collection after.
+
+    A dict of strings is not tracked by the garbage collector, and these live as long as the series: a
+    collection makes no attributes of its own, only the ``Observation`` it must give each series (what the
+    SDK makes of it per series, and keeps, is the SDK's: see ``instrument_meter``).
+    """
+
+    __slots__ = ("_const", "_made", "_names")
+
+    def __init__(self, const: Mapping[str, str], names: tuple[str, ...]) -> None:
+        self._const = const
+        self._names = names
+        self._made: dict[tuple[str, ...], Mapping[str, str]] = {}
+
+    def __call__(self, labels: tuple[str, ...]) -> Mapping[str, str]:
+        attributes = self._made.get(labels)
+        if attributes is None:
+            attributes = self._made[labels] = {**self._const, **dict(zip(self._names, labels, strict=True))}
+        return attributes
 
 
 def _family(
     shared: _SharedSnapshot, position: int, family: Family[AccountSnapshot], const: Mapping[str, str]
 ) -> Callback:
+    attributes = _Attributes(const, family.labels)
+
     def observe(options: CallbackOptions) -> Iterator[Observation]:
         for labels, value in family.sample(shared.at(position)):
-            yield Observation(value, {**const, **dict(zip(family.labels, labels, strict=True))})
+            yield Observation(value, attributes(labels))
 
     return observe
 
@@ -87,31 +111,34 @@ def _duration(
     shared: _SharedSnapshot,
     position: int,
     const: Mapping[str, str],
+    names: tuple[str, ...],
     part: _Part,
 ) -> Callback:
+    attributes = _Attributes(const, ("agent", *names))
+
     def observe(options: CallbackOptions) -> Iterator[Observation]:
         for agent in shared.at(position).agents:
             if agent.lifecycle:
                 for labels, value in part(agent):
-                    yield Observation(value, {**const, "agent": agent.agent, **labels})
+                    yield Observation(value, attributes((agent.agent, *labels)))
 
     return observe
 
 
-def _buckets(agent: AgentSnapshot) -> Iterator[tuple[Mapping[str, str], float]]:
+def _buckets(agent: AgentSnapshot) -> Iterator[tuple[tuple[str, ...], float]]:
     for bound, count in duration_buckets(agent):
-        yield {"le": bound}, count
+        yield (bound,), count
 
 
 # The OpenTelemetry API has no asynchronous histogram (only observable counters, up-down counters and
 # gauges), so the histogram the account keeps is published as counters, as Prometheus spells it.
-_DURATION_PARTS: tuple[tuple[str, str, str, _Part], ...] = (
-    ("sum", "s", "The sum of the rollout durations (lifecycle API only).",
-     lambda a: (({}, a.duration_sum),)),
-    ("count", "{rollout}", "The number of rollout durations (lifecycle API only).",
-     lambda a: (({}, a.duration_count),)),
+_DURATION_PARTS: tuple[tuple[str, str, str, tuple[str, ...], _Part], ...] = (
+    ("sum", "s", "The sum of the rollout durations (lifecycle API only).", (),
+     lambda a: (((), a.duration_sum),)),
+    ("count", "{rollout}", "The number of rollout durations (lifecycle API only).", (),
+     lambda a: (((), a.duration_count),)),
     ("bucket", "{rollout}", "Rollout durations at most the le bound, cumulative as in Prometheus "
-     "(lifecycle API only).", _buckets),
+     "(lifecycle API only).", ("le",), _buckets),
 )  # fmt: skip
 
 
@@ -119,7 +146,14 @@ def instrument_meter(telemetry: RolloutTelemetry, meter_provider: MeterProvider 
     """Publish the account through observable instruments on ``meter_provider`` (default: the global one).
 
     Every collection reads one snapshot, shared by all the instruments' callbacks; the groups' family reads
-    one groups snapshot of its own.
+    one groups snapshot of its own. The account hands out an unchanged agent's snapshot again, so a
+    collection derives only what changed, and each series' attributes are made once (``_Attributes``).
+
+    What the SDK does not allow: a callback must give one ``Observation`` object per series at every
+    collection (an observable counter's series that is not observed is gone from that export), and the SDK
+    makes of each a ``Measurement``, a copy of its attributes and a data point at every collection, objects
+    the garbage collector tracks. Unlike the Prometheus endpoint's text, an OpenTelemetry collection
+    therefore leaves several objects per series to the collector whatever the callbacks do.
     """
     meter = (meter_provider or metrics.get_meter_provider()).get_meter("rollout_telemetry")
     shared = _SharedSnapshot(telemetry.snapshot)
@@ -130,10 +164,10 @@ def instrument_meter(telemetry: RolloutTelemetry, meter_provider: MeterProvider 
             meter.create_observable_counter if family.type == "counter" else meter.create_observable_gauge
         )
         create(family.otel_name, callbacks=[callback], unit=family.unit, description=family.help)
-    for position, (part, unit, description, values) in enumerate(_DURATION_PARTS, start=len(FAMILIES)):
+    for position, (part, unit, description, names, values) in enumerate(_DURATION_PARTS, start=len(FAMILIES)):
         meter.create_observable_counter(
             f"{DURATION_HISTOGRAM.name}_{part}",
-            callbacks=[_duration(shared, position, const, values)],
+            callbacks=[_duration(shared, position, const, names, values)],
             unit=unit,
             description=description,
         )
@@ -149,9 +183,11 @@ def instrument_meter(telemetry: RolloutTelemetry, meter_provider: MeterProvider 
 def _groups(
     telemetry: RolloutTelemetry, family: Family[GroupsSnapshot], const: Mapping[str, str]
 ) -> Callback:
+    attributes = _Attributes(const, family.labels)
+
     def observe(options: CallbackOptions) -> Iterator[Observation]:
         for labels, value in family.sample(telemetry.groups.snapshot()):
-            yield Observation(value, {**const, **dict(zip(family.labels, labels, strict=True))})
+            yield Observation(value, attributes(labels))
 
     return observe
 

@@ -5,10 +5,16 @@ families of the catalogue (``rollout_telemetry.series``) from it. Families with 
 a healthy run publishes only the always-present set. ``describe()`` returns every family a collector can
 produce, as prometheus_client's contract asks: registering a collector twice fails, and ``?name[]=``
 filtering finds the families.
+
+Served by the package's own endpoint, the same collectors write their families as text themselves
+(``render``, through ``_exposition.encode``): the bytes prometheus_client would write from ``collect()``,
+without an object per series, and the account's collector keeps each agent's lines while its snapshot is
+unchanged, so a scrape's cost follows what changed.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
@@ -19,10 +25,11 @@ from prometheus_client.samples import Exemplar
 from rollout_telemetry._contract.outcome import Disposition
 from rollout_telemetry._store.coverage import Coverage, CoverageSnapshot
 from rollout_telemetry._store.groups import GroupsSnapshot
-from rollout_telemetry._store.snapshot import AccountSnapshot
+from rollout_telemetry._store.snapshot import AccountSnapshot, AgentSnapshot
 from rollout_telemetry._views.family import Family
 from rollout_telemetry._views.run_series import COVERAGE_FAMILIES, GROUP_FAMILIES, SPAN_FAMILIES
 from rollout_telemetry._views.series import DURATION_HISTOGRAM, FAMILIES, duration_buckets
+from rollout_telemetry.exporters._exposition import Format, Layout, Rendered, rendering
 
 __all__ = ["AccountCollector", "CoverageCollector", "GroupsCollector", "SpanStatsCollector"]
 
@@ -47,8 +54,10 @@ class _CatalogueCollector(Collector, Generic[S]):
         self._read = read_snapshot
         self._families = tuple(families)
         const = dict(const_labels or {})
+        self._const = const
         self._names = tuple(const)
         self._values = tuple(const.values())
+        self._layouts: dict[Format, tuple[Layout, ...]] = {}
 
     def _empty(self, family: Family[Any]) -> CounterMetricFamily | GaugeMetricFamily | HistogramMetricFamily:
         return _TYPES[family.type](family.name, family.help, labels=[*self._names, *family.labels])
@@ -61,7 +70,14 @@ class _CatalogueCollector(Collector, Generic[S]):
         return [self._empty(family) for family in self._described()]
 
     def collect(self) -> Iterator[Metric]:
-        """Yield the families of one snapshot; families with no samples are left out."""
+        """Yield the families of one snapshot; families with no samples are left out.
+
+        Asked by ``_exposition.encode`` (the package's endpoint), yield them as one ``Rendered`` text.
+        """
+        fmt = rendering()
+        if fmt is not None:
+            yield Rendered(self.render(fmt))
+            return
         snap = self._read()
         values = self._values
         for family in self._families:
@@ -76,6 +92,50 @@ class _CatalogueCollector(Collector, Generic[S]):
             if metric.samples:
                 yield metric
         yield from self._more(snap)
+
+    def render(self, fmt: Format) -> list[bytes]:
+        """The families of one snapshot written in ``fmt``, in pieces: joined, the bytes prometheus_client
+        writes from ``collect()``, without its objects."""
+        layouts = self._layouts_of(fmt)
+        return _joined(layouts, [self._written(self._read(), layouts)])
+
+    def _layouts_of(self, fmt: Format) -> tuple[Layout, ...]:
+        layouts = self._layouts.get(fmt)
+        if layouts is None:
+            layouts = self._layouts[fmt] = tuple(Layout(f, self._const, fmt) for f in self._described())
+        return layouts
+
+    def _written(
+        self,
+        snap: S,
+        layouts: tuple[Layout, ...],
+        before: Sequence[Written] = (),
+        only: Iterable[int] | None = None,
+    ) -> Sequence[Written]:
+        """Each family's samples from ``snap`` and their lines, in the order of ``layouts`` (``_described``).
+
+        A family whose samples equal those in ``before`` keeps its lines from there (``before`` itself is
+        returned if every family did); with ``only``, just those families are read again.
+        """
+        written: list[Written] | None = None
+        for index in range(len(layouts)) if only is None else only:
+            key = self._key(index, snap)
+            if index < len(before) and before[index][0] == key:
+                continue
+            if written is None:
+                written = list(before) if before else [_NOTHING] * len(layouts)
+            written[index] = (key, self._write(index, layouts[index], snap))
+        return before if written is None else written
+
+    def _key(self, index: int, snap: S) -> object:
+        """What the lines of the family at ``index`` are written from, as one flat tuple of strings and
+        numbers (none of which the garbage collector tracks), so unchanged lines are seen as such."""
+        family = self._families[index]
+        return _flat(family.sample(snap)), self._exemplars(family, snap)
+
+    def _write(self, index: int, layout: Layout, snap: S) -> bytes:
+        family = self._families[index]
+        return layout.lines(family.sample(snap), self._exemplars(family, snap)).encode()
 
     def _exemplars(self, family: Family[S], snap: S) -> Mapping[tuple[str, ...], tuple[str, str]] | None:
         return None
@@ -96,6 +156,8 @@ class AccountCollector(_CatalogueCollector[AccountSnapshot]):
         self, read_snapshot: Callable[[], AccountSnapshot], const_labels: Mapping[str, str] | None = None
     ) -> None:
         super().__init__(read_snapshot, FAMILIES, const_labels)
+        self._kept: dict[Format, dict[str, tuple[AgentSnapshot, Sequence[Written]]]] = {}
+        self._timely = tuple(index for index, family in enumerate(FAMILIES) if family.timely)
 
     def _described(self) -> Iterator[Family[Any]]:
         yield from FAMILIES
@@ -118,14 +180,91 @@ class AccountCollector(_CatalogueCollector[AccountSnapshot]):
     def _more(self, snap: AccountSnapshot) -> Iterator[Metric]:
         histogram = self._empty(DURATION_HISTOGRAM)
         assert isinstance(histogram, HistogramMetricFamily)
-        for agent in snap.agents:
-            if agent.lifecycle:
-                buckets: list[Any] = duration_buckets(agent)
-                for index, (trace_id, span_id, duration) in agent.bucket_exemplars.items():
-                    buckets[index] = (*buckets[index], _exemplar((trace_id, span_id), duration))
-                histogram.add_metric([*self._values, agent.agent], buckets, agent.duration_sum)
+        for labels, counts, total, exemplars in _durations(snap):
+            buckets: list[Any] = counts
+            for index, (trace_id, span_id, duration) in exemplars.items():
+                buckets[index] = (*buckets[index], _exemplar((trace_id, span_id), duration))
+            histogram.add_metric([*self._values, *labels], buckets, total)
         if histogram.samples:
             yield histogram
+
+    def _key(self, index: int, snap: AccountSnapshot) -> object:
+        if index == len(FAMILIES):  # the histogram, last
+            return _flat(
+                (labels, total, *(count for _, count in buckets), exemplars)
+                for labels, buckets, total, exemplars in _durations(snap)
+            )
+        return super()._key(index, snap)
+
+    def _write(self, index: int, layout: Layout, snap: AccountSnapshot) -> bytes:
+        if index == len(FAMILIES):
+            return "".join([layout.histogram(*series) for series in _durations(snap)]).encode()
+        return super()._write(index, layout, snap)
+
+    def render(self, fmt: Format) -> list[bytes]:
+        """The account's families written in ``fmt``, each agent's lines kept while they are the same.
+
+        The account hands out the same ``AgentSnapshot`` while an agent's counts are unchanged: its lines
+        are kept whole, but for a family whose samples depend on the time (``Family.timely``), read again.
+        A changed agent's families are read again, and only those whose samples changed are written.
+        """
+        snap = self._read()
+        layouts = self._layouts_of(fmt)
+        kept = self._kept.setdefault(fmt, {})
+        rows = [self._written(AccountSnapshot((), snap.rejected, snap.overflow, snap.taken_at), layouts)]
+        for agent in snap.agents:
+            one = AccountSnapshot((agent,), taken_at=snap.taken_at)
+            entry = kept.get(agent.agent)
+            if entry is None or entry[0] is not agent:
+                written = self._written(one, layouts, entry[1] if entry is not None else ())
+            else:
+                written = self._written(one, layouts, entry[1], only=self._timely)
+            if entry is None or entry[0] is not agent or written is not entry[1]:
+                kept[agent.agent] = (agent, written)  # an agent unchanged keeps its entry: nothing new lives
+            rows.append(written)
+        return _joined(layouts, rows)
+
+
+def _durations(
+    snap: AccountSnapshot,
+) -> Iterator[tuple[tuple[str, ...], list[tuple[str, float]], float, Mapping[int, tuple[str, str, float]]]]:
+    """Each duration histogram series: its labels, cumulative buckets, sum, and latest trace by bucket."""
+    for agent in snap.agents:
+        if agent.lifecycle:
+            yield (agent.agent,), duration_buckets(agent), agent.duration_sum, agent.bucket_exemplars
+
+
+def _flat(samples: Iterable[tuple[Any, ...]]) -> tuple[object, ...]:
+    """Samples as one flat tuple: each one's label values, then its values (a family's samples all have as
+    many labels and values), a negative zero followed by a mark: it equals 0.0 but is written ``-0.0``."""
+    flat: list[object] = []
+    for labels, *values in samples:
+        flat += labels
+        for value in values:
+            flat.append(value)
+            if value == 0 and type(value) is float and math.copysign(1.0, value) < 0:
+                flat.append(_NEGATIVE_ZERO)
+    return tuple(flat)
+
+
+_NEGATIVE_ZERO = object()
+
+
+Written = tuple[object, bytes]
+"""A family's samples from one snapshot (or part of one), as ``_key`` makes them, and its lines (UTF-8)."""
+_NOTHING: Written = ((), b"")
+
+
+def _joined(layouts: Sequence[Layout], rows: Sequence[Sequence[Written]]) -> list[bytes]:
+    """The families in order, each its header and the lines of every row, as pieces to join; a family
+    without lines is left out."""
+    out: list[bytes] = []
+    for index, layout in enumerate(layouts):
+        lines = [row[index][1] for row in rows if row[index][1]]
+        if lines:
+            out.append(layout.header)
+            out += lines
+    return out
 
 
 _EXEMPLARY = {"rollout_failed_total": Disposition.FAILED, "rollout_masked_total": Disposition.MASKED}

@@ -144,7 +144,6 @@ class RolloutTelemetry:
         response: object,
         task_index: int | None = None,
         rollout_index: int | None = None,
-        *,
         attempt: int | None = None,
     ) -> None:
         """Record one completed rollout from its verify response (dict, pydantic model or object).
@@ -156,7 +155,7 @@ class RolloutTelemetry:
         decides (none given is attempt 0, as NeMo Gym's unstamped first attempt). Bad input is counted and
         logged (raised with ``strict=True``).
         """
-        # task_index and rollout_index are not keyword-only: a cheaper call (docs/performance.md).
+        # task_index, rollout_index and attempt are not keyword-only: a cheaper call (docs/performance.md).
         try:
             if task_index is None and self._coverage is None:  # the common call: straight to the account
                 self._account.count(agent, classify(response))
@@ -203,8 +202,10 @@ class RolloutTelemetry:
         """
         coverage = self._coverage
         if coverage is not None:
-            identity = None if member is None else (member[0], member[1])
-            attempt = 0 if member is None or member[2] is None else member[2]
+            identity, attempt = None, 0
+            if member is not None:
+                identity, attempt = (member[0], member[1]), member[2] or 0
+                member = (member[0], member[1], attempt)  # NeMo Gym's unstamped attempt is 0, groups' too
             disposition = outcome[0]
             earlier = coverage.observe(
                 agent,
@@ -234,11 +235,16 @@ class RolloutTelemetry:
         task_index: int | None = None,
         rollout_index: int | None = None,
         attempt: int | None = None,
+        terminal: bool = False,
     ) -> None:
         """Record one rollout that never reached the output; ``reason`` goes to the log, never a label.
 
-        The identity and ``attempt`` are ``record``'s: a failed attempt retried later is replaced by it."""
-        self._record_absent(_FAILED, agent, failure_kind, reason, task_index, rollout_index, attempt)
+        The identity and ``attempt`` are ``record``'s: a failed attempt retried later is replaced by it.
+        ``terminal``: the rollout is not to be retried (NeMo Gym's ``_ng_failure_terminal``), so the coverage
+        account never counts it ``retryable``."""
+        self._record_absent(
+            _FAILED, agent, failure_kind, reason, task_index, rollout_index, attempt, terminal
+        )
 
     def record_omission(
         self,
@@ -249,11 +255,14 @@ class RolloutTelemetry:
         task_index: int | None = None,
         rollout_index: int | None = None,
         attempt: int | None = None,
+        terminal: bool = False,
     ) -> None:
         """Record one rollout left out of the output on purpose; ``reason`` goes to the log.
 
-        The identity and ``attempt`` are ``record``'s."""
-        self._record_absent(_OMITTED, agent, failure_kind, reason, task_index, rollout_index, attempt)
+        The identity, ``attempt`` and ``terminal`` are ``record_failure``'s."""
+        self._record_absent(
+            _OMITTED, agent, failure_kind, reason, task_index, rollout_index, attempt, terminal
+        )
 
     def _record_absent(  # noqa: PLR0917 - the identity as plain arguments: no tuple per failure
         self,
@@ -264,13 +273,15 @@ class RolloutTelemetry:
         task_index: int | None,
         rollout_index: int | None,
         attempt: int | None,
+        terminal: bool,
     ) -> None:
         try:
             outcome = check_outcome(disposition, None, None, failure_kind, reason)
             if task_index is None and self._coverage is None:  # the common call: straight to the account
                 self._account.count(agent, outcome)
             else:
-                self._settle(agent, outcome, None, self._member(task_index, rollout_index, attempt))
+                member = self._member(task_index, rollout_index, attempt)
+                self._settle(agent, outcome, None, member, None, terminal)
             if reason is not None:
                 self._log_reason(agent, disposition, failure_kind, reason)
         except Exception as exc:

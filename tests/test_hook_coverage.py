@@ -7,6 +7,9 @@ import asyncio
 import contextlib
 import io
 import json
+import re
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -325,3 +328,19 @@ def test_an_attempt_not_given_is_attempt_0_for_groups_too() -> None:
     assert groups.states["valid"] == 1
     (coverage,) = telemetry.coverage_snapshot().agents
     assert coverage.rollouts[Disposition.MEASURED] == 2
+
+
+def test_the_docs_page_example_prints_what_it_says() -> None:
+    """docs/coverage-in-hook-mode.md's example runs as written and prints the figures its comments give."""
+    page = (Path(__file__).parent.parent / "docs" / "coverage-in-hook-mode.md").read_text(encoding="utf-8")
+    (example,) = re.findall(r"```python\n(.*?)```", page, re.S)
+    said = [comment.strip() for comment in re.findall(r"print\(.*\)  # (.*)", example)]
+    result = subprocess.run(
+        [sys.executable, "-W", "error", "-c", example],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == said

@@ -475,9 +475,8 @@ class RolloutTelemetry:
         Raises:
             ConfigError: the file cannot be read.
         """
-        from rollout_telemetry._sources.inputs import (
-            read_inputs,  # _sources imports the facade: here, not at the top
-        )
+        # Imported here: _sources imports the facade.
+        from rollout_telemetry._sources.inputs import read_inputs
 
         declared: set[str] = set()
         count = 0

@@ -28,11 +28,9 @@ from pathlib import Path
 
 from prometheus_client import generate_latest
 
-from rollout_telemetry import Disposition, RolloutTelemetry
+from rollout_telemetry import RolloutTelemetry
 from rollout_telemetry._contract.outcome import classify
 from rollout_telemetry._sources.follow import RunFiles, RunFollower
-from rollout_telemetry._store.coverage import Coverage
-from rollout_telemetry.exporters.prometheus import CoverageCollector
 
 AGENTS = ("math_agent", "code_agent", "browser_agent")
 
@@ -109,13 +107,10 @@ def report_peak_rss(path: Path) -> int:
 def scrape_seconds(rollouts: int) -> float:
     """The time of one /metrics render of a follower that has recorded ``rollouts`` rollouts (best of 5)."""
     telemetry = RolloutTelemetry()
-    coverage = Coverage(telemetry.names)
-    telemetry.registry.register(CoverageCollector(coverage))
+    telemetry.cover()  # as a follower does: every outcome weighed in the coverage account
     measured = classify({"reward": 0.5})
     for i in range(rollouts):
-        agent = AGENTS[i % 3]
-        coverage.observe(agent, (i // 8, i % 8), 0, Disposition.MEASURED, succeeded=True)
-        telemetry.record_classified(agent, measured)
+        telemetry.record_classified(AGENTS[i % 3], measured, (i // 8, i % 8), 0)
     best = float("inf")
     for _ in range(5):
         started = time.perf_counter()

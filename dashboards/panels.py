@@ -185,13 +185,16 @@ COVERAGE_GAUGES: tuple[CoverageGauge, ...] = (
         "Retryable failures",
         "Failed rollouts NeMo Gym will dispatch again when the run resumes: no success written, no terminal "
         "failure row, fewer attempts used than NEMO_GYM_MAX_ROLLOUT_ATTEMPTS (default 3). The other failed "
-        "rollouts are final. Unit: rollouts; from rollout_run_retryable (serve --follow).",
+        "rollouts are final. Unit: rollouts; from rollout_run_retryable (serve --follow, or the hook API "
+        "with expected work declared).",
     ),
 )
 
 DONE = 'disposition!="unknown"'
 """Every disposition but unknown: the rollouts seen."""
-NOT_FOLLOWED = "Not followed: coverage comes from serve --follow"
+NOT_FOLLOWED = (
+    "No coverage: follow the run's files (serve --follow) or declare its expected work (expect_tasks)"
+)
 DISPOSITION_COLORS = (
     ("measured", "green"),
     ("masked", "orange"),
@@ -238,7 +241,8 @@ COVERAGE = Row(
             "materialized inputs; without them, of those seen), the share (0-1) whose newest attempt was "
             "measured, masked, unscored, failed or omitted, and the share still unknown (expected, not seen "
             "yet). rollout_run_rollouts by disposition / rollout_run_expected, summed over followers. "
-            "Published by serve --follow; measured + ... + unknown = 100%.",
+            "Published by serve --follow, and by the hook API once expected work is declared; measured + ... "
+            "+ unknown = 100%.",
             "percentunit",
             (
                 Query(

@@ -12,8 +12,6 @@ import pytest
 
 from rollout_telemetry import Disposition, RolloutTelemetry
 from rollout_telemetry._sources.follow import RunFiles, RunFollower
-from rollout_telemetry._store.coverage import Coverage
-from rollout_telemetry.exporters.prometheus import CoverageCollector
 from tests.support import FakeClock, exposition, samples, value, wait_until
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -33,9 +31,7 @@ def run_dir(tmp_path: Path) -> Path:
 
 def _follower(clock: FakeClock, main: Path) -> tuple[RolloutTelemetry, RunFollower]:
     telemetry = RolloutTelemetry(run="r", clock=clock)
-    coverage = Coverage()
-    telemetry.registry.register(CoverageCollector(coverage, telemetry.const_labels))
-    return telemetry, RunFollower(telemetry, RunFiles.from_main(main), coverage)
+    return telemetry, RunFollower(telemetry, RunFiles.from_main(main))
 
 
 def test_sidecars_are_found_by_name(tmp_path: Path) -> None:

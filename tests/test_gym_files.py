@@ -102,7 +102,7 @@ def test_report_accounts_for_every_row(
     warnings = [r.getMessage() for r in caplog.records]
     assert not [m for m in warnings if "unregistered failure kind" in m]
     (duplicate,) = [m for m in warnings if "duplicate_rollout" in m]
-    assert "line 6 repeats line 5" in duplicate
+    assert "line 6: repeats line 5" in duplicate
 
 
 def test_a_restarted_follower_rebuilds_the_same_report(tmp_path: Path) -> None:

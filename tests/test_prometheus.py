@@ -135,9 +135,9 @@ def test_collectors_describe_their_families_so_a_second_registration_fails(
     with pytest.raises(ValueError, match="Duplicated timeseries"):
         telemetry.registry.register(AccountCollector(telemetry.snapshot))
     registry = CollectorRegistry()
-    registry.register(CoverageCollector(Coverage()))
+    registry.register(CoverageCollector(Coverage().snapshot))
     with pytest.raises(ValueError, match="Duplicated timeseries"):
-        registry.register(CoverageCollector(Coverage()))
+        registry.register(CoverageCollector(Coverage().snapshot))
     registry.register(SpanStatsCollector(dict))
     with pytest.raises(ValueError, match="Duplicated timeseries"):
         registry.register(SpanStatsCollector(dict))

@@ -80,8 +80,6 @@ def test_a_long_agent_name_is_one_row_and_one_label(
 
     from rollout_telemetry import RolloutTelemetry
     from rollout_telemetry._sources.follow import RunFiles, RunFollower
-    from rollout_telemetry._store.coverage import Coverage
-    from rollout_telemetry.exporters.prometheus import CoverageCollector
     from tests.support import exposition, samples
 
     agent = "agent_" + "x" * 194
@@ -108,9 +106,7 @@ def test_a_long_agent_name_is_one_row_and_one_label(
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     telemetry = RolloutTelemetry(tracer_provider=provider)
-    coverage = Coverage(telemetry.names)
-    telemetry.registry.register(CoverageCollector(coverage))
-    RunFollower(telemetry, RunFiles.from_main(main_file), coverage).poll()
+    RunFollower(telemetry, RunFiles.from_main(main_file)).poll()
     with telemetry.rollout(agent) as rollout:
         rollout.complete({"reward": 1.0})
     agent_labels = {

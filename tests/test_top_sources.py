@@ -25,7 +25,6 @@ from rollout_telemetry._cli.top_sources import (
 from rollout_telemetry._recording.telemetry import RolloutTelemetry
 from rollout_telemetry._serve.server import BasicAuth, TLSConfig, hash_password
 from rollout_telemetry._sources.follow import RunFiles, RunFollower
-from rollout_telemetry._store.coverage import Coverage
 from tests.support import FakeClock, exposition, free_port
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -206,7 +205,7 @@ def test_follow_source_reads_a_runs_files() -> None:
     """A run's files give the same figures report counts: per agent, without an in-flight list."""
     telemetry = RolloutTelemetry()
     files = RunFiles.from_main(FIXTURES / "run.jsonl")
-    follower = RunFollower(telemetry, files, Coverage(telemetry.names))
+    follower = RunFollower(telemetry, files)
     reading = FollowSource(follower, telemetry.registry).read()
     snapshot = telemetry.snapshot()
     assert reading.in_flight is None
@@ -255,9 +254,7 @@ def test_a_missing_run_file_is_down_until_it_appears(tmp_path: Path) -> None:
     """--follow on a file not written yet says so, then reads it once it is there."""
     telemetry = RolloutTelemetry()
     main = tmp_path / "run.jsonl"
-    source = FollowSource(
-        RunFollower(telemetry, RunFiles.from_main(main), Coverage(telemetry.names)), telemetry.registry
-    )
+    source = FollowSource(RunFollower(telemetry, RunFiles.from_main(main)), telemetry.registry)
     with pytest.raises(SourceDown, match="no such file"):
         source.read()
     main.write_bytes((FIXTURES / "run.jsonl").read_bytes())

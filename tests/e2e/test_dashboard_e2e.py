@@ -11,12 +11,15 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.e2e.dashboard import COVERAGE, FAILURE_PANELS, dashboard_queries, followed_run_panels
+from tests.e2e.dashboard import FAILURE_PANELS, dashboard_queries, followed_run_panels
 from tests.e2e.processes import Exporter
 from tests.e2e.prometheus import RULES, Prometheus
 from tests.support import samples, wait_until
 
-WARMUP, DURATION = 3.0, 8.0
+WARMUP, DURATION, RATE = 3.0, 8.0, 30
+PLANNED = int(DURATION * RATE)
+"""The rollouts the demo declares and starts: 30 a second for 8 s, in groups of 4, agent by agent."""
+DEMO_AGENTS = ("math_agent", "code_agent", "browser_agent")
 
 pytestmark = pytest.mark.e2e
 
@@ -34,9 +37,18 @@ def _account(text: str) -> dict[str, dict[str, float]]:
     return account
 
 
+def _total(text: str, name: str, **labels: str) -> float:
+    """The sum of a family's samples in one scrape, of those with ``labels``."""
+    return sum(
+        count
+        for (sample, sample_labels), count in samples(text).items()
+        if sample == name and labels.items() <= dict(sample_labels).items()
+    )
+
+
 def _run(tmp_path: Path, shares: list[str]) -> None:
     """Run the demo under a real Prometheus until the run is over and scraped, then check everything."""
-    args = ["demo", "--seed", "7", "--rate", "30", "--duration", str(DURATION), "--warmup", str(WARMUP),
+    args = ["demo", "--seed", "7", "--rate", str(RATE), "--duration", str(DURATION), "--warmup", str(WARMUP),
             "--linger", "120", "--run", "e2e", "--max-rollout-seconds", "0.3", "--summary-interval", "60",
             *shares]  # fmt: skip
     exporter = Exporter(args, tmp_path / "exporter.log")
@@ -48,37 +60,48 @@ def _run(tmp_path: Path, shares: list[str]) -> None:
         # Prometheus applies new targets after a while: wait until it scrapes (and fails) the target.
         prometheus.wait_for(lambda: bool(prometheus.query("up")), timeout=30, what="the first scrape")
         with exporter:
-            over = time.monotonic() + WARMUP + DURATION
 
             def run_over() -> bool:
-                # Past the run's duration and nothing in flight (a stalled rollout ends after stall_after).
+                # Exactly over: every declared rollout decided, none waiting for a retry, none in flight (a
+                # stalled one ends after stall_after). Nothing the exporter counts changes after that.
                 text = exporter.scrape()
-                in_flight = sum(v for (n, _), v in samples(text).items() if n == "rollout_in_flight")
-                return time.monotonic() > over and in_flight == 0
+                return (
+                    _total(text, "rollout_run_expected") == PLANNED
+                    and _total(text, "rollout_run_rollouts", disposition="unknown") == 0
+                    and _total(text, "rollout_run_retryable") == 0
+                    and _total(text, "rollout_in_flight") == 0
+                )
 
             wait_until(run_over, timeout=WARMUP + DURATION + 60, what="the demo run to be over")
+            over_at = time.time()
             final = exporter.scrape()
-            completed = sum(v for (n, _), v in samples(final).items() if n == "rollout_completed_total")
+            completed = _total(final, "rollout_completed_total")
             assert completed > 0
 
-            def scraped_final() -> bool:
-                got = prometheus.query('sum(rollout_completed_total{run="e2e"})')
-                return bool(got) and float(got[0]["value"][1]) == completed
+            def scraped_after(moment: float) -> float | None:
+                stamps = prometheus.query('timestamp(rollout_completed_total{run="e2e"})')
+                newest = max((float(r["value"][1]) for r in stamps), default=0.0)
+                return newest if newest > moment else None
 
-            prometheus.wait_for(scraped_final, timeout=30, what="the final counts to be scraped")
+            # A scrape that began once the run was over holds every final count (waiting for the completed
+            # count alone could stop at a scrape taken before the run's last failures).
+            prometheus.wait_for(
+                lambda: scraped_after(over_at) is not None, timeout=30, what="a scrape of the final counts"
+            )
+            got = prometheus.query('sum(rollout_completed_total{run="e2e"})')
+            assert float(got[0]["value"][1]) == completed
             first = prometheus.query('min_over_time(rollout_completed_total{run="e2e"}[1h])')
             assert [float(r["value"][1]) for r in first] == [0.0, 0.0, 0.0], "the warm-up was not scraped"
             # The timestamp of the newest scrape: evaluating there leaves nothing to extrapolate.
-            stamp = max(
-                float(r["value"][1])
-                for r in prometheus.query('timestamp(rollout_completed_total{run="e2e"})')
-            )
+            stamp = scraped_after(over_at)
+            assert stamp is not None
             prometheus.wait_for(
                 lambda: bool(prometheus.query("agent:rollout_masked:ratio_rate5m")),
                 timeout=30,
                 what="the recording rules to be evaluated",
             )
             _check(prometheus, _account(final), stamp, healthy=shares == HEALTHY)
+            _check_coverage(prometheus, final, stamp, healthy=shares == HEALTHY)
 
 
 HEALTHY = ["--masked", "0", "--failed", "0", "--omitted", "0", "--stalled", "0"]
@@ -88,14 +111,10 @@ TROUBLED = ["--masked", "0.25", "--failed", "0.15", "--omitted", "0.05"]
 def _check(
     prometheus: Prometheus, account: dict[str, dict[str, float]], stamp: float, *, healthy: bool
 ) -> None:
-    # Every dashboard query returns at least one series; in a healthy run the failure panels read 0. The
-    # coverage row has nothing in library mode (its panels say "Not followed"), nor has its variable.
-    assert not prometheus.query('group by (agent) (rollout_run_rollouts{run=~"e2e"})')
-    for title, expr, names in dashboard_queries():
+    # Every dashboard query returns at least one series, the coverage row's too (the demo declares its
+    # expected work); in a healthy run the failure panels read 0.
+    for title, expr, _ in dashboard_queries():
         result = prometheus.query(expr, at=stamp)
-        if names & COVERAGE:
-            assert not result, f"coverage panel {title!r} has data in library mode: {result}"
-            continue
         assert result, f"panel {title!r} returned nothing for {expr}"
         if healthy and title in FAILURE_PANELS:
             assert all(float(r["value"][1]) == 0 for r in result), (title, result)
@@ -164,6 +183,30 @@ def _check(
             assert masked_ratio[agent] > 0
             assert failed[agent] > 0
             assert unmasked[agent] != mean[agent]
+
+
+def _check_coverage(prometheus: Prometheus, final: str, stamp: float, *, healthy: bool) -> None:
+    """The coverage row on the demo: every rollout it declared, decided; its retries counted."""
+    panels = followed_run_panels(prometheus, "e2e", stamp, lifecycle=True)
+    (bars,) = panels["Run progress by disposition"]
+    for agent in DEMO_AGENTS:
+        shares = {
+            r["metric"]["disposition"]: float(r["value"][1]) for r in bars if r["metric"]["agent"] == agent
+        }
+        counts = {d: _total(final, "rollout_run_rollouts", agent=agent, disposition=d) for d in shares}
+        expected = _total(final, "rollout_run_expected", agent=agent)
+        assert shares == pytest.approx({d: n / expected for d, n in counts.items()}, abs=1e-12)
+        assert shares["unknown"] == 0
+    expected_stat, done_stat = panels["Rollouts done of expected"]
+    # Groups of 4 dealt to the 3 agents in turn: 60 groups, 20 each.
+    assert sorted(float(r["value"][1]) for r in expected_stat) == [PLANNED / 3] * 3
+    assert sorted(float(r["value"][1]) for r in done_stat) == [PLANNED / 3] * 3
+    (retries,) = panels["Retries per minute"]
+    assert {r["metric"]["agent"] for r in retries} == set(DEMO_AGENTS)
+    retried = _total(final, "rollout_retried_total")
+    assert (retried == 0) == healthy
+    (retryable,) = panels["Retryable failures"]
+    assert all(float(r["value"][1]) == 0 for r in retryable)  # over: every failure retried or final
 
 
 def _by_agent(result: list[dict[str, Any]]) -> dict[tuple[tuple[str, str], ...], float]:

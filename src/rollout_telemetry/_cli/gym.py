@@ -16,7 +16,6 @@ from rollout_telemetry._cli.process import interrupt_on_sigterm
 from rollout_telemetry._cli.report import print_report
 from rollout_telemetry._recording.telemetry import RolloutTelemetry
 from rollout_telemetry._sources.gym import GymCommand, GymProcess, describe_status
-from rollout_telemetry.exporters.prometheus import CoverageCollector
 
 __all__ = ["NAME", "add_parser", "run"]
 
@@ -70,7 +69,6 @@ def run(args: argparse.Namespace) -> int:
     interrupt_on_sigterm()  # outside Gym's run (which passes it on to Gym): stop as Ctrl-C does
     telemetry = RolloutTelemetry(run=args.run)
     follower = options.run_follower(args, command.output, telemetry, skip_existing=not command.resume)
-    telemetry.registry.register(CoverageCollector(follower.coverage, telemetry.const_labels))
     follower.poll()  # a resumed run's rows, before the first scrape
     server = options.serve_endpoint(telemetry, args, security)
     try:

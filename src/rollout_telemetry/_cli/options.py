@@ -15,7 +15,7 @@ from rollout_telemetry._recording.telemetry import RolloutTelemetry
 from rollout_telemetry._serve.credentials import BasicAuth
 from rollout_telemetry._serve.server import MetricsServer, TLSConfig
 from rollout_telemetry._sources.follow import RunFiles, RunFollower
-from rollout_telemetry._store.coverage import DEFAULT_MAX_ATTEMPTS, Coverage
+from rollout_telemetry._store.coverage import DEFAULT_MAX_ATTEMPTS
 from rollout_telemetry.errors import ConfigError
 
 __all__ = [
@@ -157,8 +157,9 @@ def run_follower(
     failures, inputs = getattr(args, "failures", None), getattr(args, "inputs", None)
     files = RunFiles.from_main(path, failures=failures, inputs=inputs)
     max_attempts = args.max_attempts or _default_max_attempts()
-    coverage = Coverage(telemetry.names, max_attempts=max_attempts)
-    return RunFollower(telemetry, files, coverage, default_agent=args.agent, skip_existing=skip_existing)
+    return RunFollower(
+        telemetry, files, max_attempts=max_attempts, default_agent=args.agent, skip_existing=skip_existing
+    )
 
 
 def endpoint_security(args: argparse.Namespace) -> tuple[TLSConfig | None, BasicAuth | None]:

@@ -10,7 +10,6 @@ from rollout_telemetry._cli import options
 from rollout_telemetry._cli.args import OneLineParser, at_least
 from rollout_telemetry._cli.process import freeze_the_heap, install_sigterm
 from rollout_telemetry._recording.telemetry import RolloutTelemetry
-from rollout_telemetry.exporters.prometheus import CoverageCollector
 
 __all__ = ["NAME", "add_parser", "run"]
 
@@ -49,7 +48,6 @@ def run(args: argparse.Namespace) -> int:
     telemetry = RolloutTelemetry(run=args.run)
     follower = options.run_follower(args, args.follow, telemetry)
     files = follower.files
-    telemetry.registry.register(CoverageCollector(follower.coverage, telemetry.const_labels))
     follower.poll()  # what is already there, before the first scrape can see partial counts
     server = options.serve_endpoint(telemetry, args, security)
     stopped = threading.Event()

@@ -13,11 +13,18 @@ can be seen firing:
   that errors without masking);
 - ``truncation``: half of the answers hit max_output_tokens and score 0;
 - ``policy``: every reward is multiplied by 0.4, nothing else changes.
+
+The run declares its expected work as NeMo Gym materializes its inputs: with a duration, every rollout of
+the run before the first starts; without one, each task's rollouts as the task starts. So the coverage row
+of the dashboard fills: what became of each rollout, failed ones retried (a failed attempt is retried up to
+NeMo Gym's 3 attempts), and the rollouts still to come as ``unknown``. Stopped (Ctrl-C, SIGTERM), the demo
+abandons the rollouts in flight, as NeMo Gym leaves them: counted nowhere, so they stay ``unknown``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -25,6 +32,7 @@ from typing import Any, Literal
 
 from rollout_telemetry import failure_kinds
 from rollout_telemetry._recording.telemetry import RolloutTelemetry
+from rollout_telemetry._store.coverage import DEFAULT_MAX_ATTEMPTS
 from rollout_telemetry.errors import ConfigError
 
 __all__ = ["SCENARIOS", "DemoConfig", "Scenario", "run_demo", "summary_lines"]
@@ -131,13 +139,15 @@ def _response(rng: random.Random, config: DemoConfig, truncated: bool) -> dict[s
     }
 
 
-async def _one_rollout(
+async def _one_rollout(  # noqa: PLR0917 - one call site
     telemetry: RolloutTelemetry,
     config: DemoConfig,
     rng: random.Random,
     member: tuple[str, int, int, bool],
     phase: _Phase,
-) -> None:
+    attempt: int,
+) -> bool:
+    """One attempt of a rollout; return whether it failed (NeMo Gym would retry it)."""
     agent, task, index, easy = member
     draw = rng.random()
     seconds = rng.uniform(0.01, config.max_rollout_seconds)
@@ -149,20 +159,42 @@ async def _one_rollout(
     if truncated or rng.random() < phase.zeroed:
         reward = 0.0
     stalls = rng.random() < config.stalled
-    async with telemetry.rollout(agent, task_index=task, rollout_index=index, attempt=0) as rollout:
-        await asyncio.sleep(0.7 * seconds)  # the agent's turn (a new rollout is at stage "agent")
-        rollout.stage("verification")
-        # A hung judge: in flight past stall_after, so the stall series, /rollouts and the alert show it.
-        await asyncio.sleep(config.stall_after + 2.0 if stalls else 0.3 * seconds)
+    async with telemetry.rollout(agent, task_index=task, rollout_index=index, attempt=attempt) as rollout:
+        try:
+            await asyncio.sleep(0.7 * seconds)  # the agent's turn (a new rollout is at stage "agent")
+            rollout.stage("verification")
+            # A hung judge: in flight past stall_after, so the stall series, /rollouts and the alert show it.
+            await asyncio.sleep(config.stall_after + 2.0 if stalls else 0.3 * seconds)
+        except asyncio.CancelledError:  # the demo stops: the rollout is left as NeMo Gym leaves it
+            rollout.abandon()
+            raise
         if draw < phase.failed:
             rollout.fail(rng.choice(_FAIL_KINDS), reason=f"simulated failure after {seconds:.2f}s")
         elif draw < phase.failed + config.omitted:
-            rollout.omit(rng.choice(_OMIT_KINDS), reason="simulated omission")
+            rollout.omit(rng.choice(_OMIT_KINDS), reason="simulated omission", terminal=True)
         elif draw < phase.failed + config.omitted + config.masked:
             kind = rng.choice(_MASK_KINDS)
             rollout.complete({"reward": 0.0, "mask_sample": True, "failure_kind": kind})
         else:
             rollout.complete({"reward": reward, "response": _response(rng, config, truncated)})
+    return draw < phase.failed
+
+
+def _member(number: int, config: DemoConfig) -> tuple[str, int, int]:
+    """The ``number``-th rollout of the run: (agent, task index, rollout index). A group's members start one
+    after another: agent and task by block, rollout index within it."""
+    block, index = divmod(number, config.group_size)
+    return config.agents[block % len(config.agents)], block // len(config.agents), index
+
+
+def _expect(telemetry: RolloutTelemetry, config: DemoConfig, numbers: range) -> None:
+    """Declare the rollouts ``numbers`` of the run as expected work (NeMo Gym's materialized inputs)."""
+    by_agent: dict[str, list[tuple[int, int]]] = {}
+    for number in numbers:
+        agent, task, index = _member(number, config)
+        by_agent.setdefault(agent, []).append((task, index))
+    for agent, identities in by_agent.items():
+        telemetry.expect_rollouts(agent, identities)
 
 
 async def run_demo(
@@ -172,10 +204,14 @@ async def run_demo(
     on_tick: Callable[[], None] | None = None,
     tick_seconds: float = 5.0,
 ) -> int:
-    """Run the simulated collection; return how many rollouts were started."""
+    """Run the simulated collection; return how many rollouts were started (their retries aside)."""
     rng = random.Random(config.seed)
     telemetry.declare(*config.agents)  # counters exist from 0, so increase() sees every rollout
     telemetry.declare_groups(*config.agents, group_size=config.group_size)
+    # With a duration, the run's rollouts are known before the first starts; without, task by task.
+    planned = math.ceil(config.rate * config.duration) if config.duration > 0 else None
+    if planned is not None:
+        _expect(telemetry, config, range(planned))
     before, after = _phases(config)
     easy = False
     loop = asyncio.get_running_loop()
@@ -188,26 +224,35 @@ async def run_demo(
 
     async def guarded(member: tuple[str, int, int, bool], phase: _Phase) -> None:
         async with limit:
-            await _one_rollout(telemetry, config, rng, member, phase)
+            for attempt in range(DEFAULT_MAX_ATTEMPTS):  # a failed attempt is retried, as NeMo Gym does
+                if not await _one_rollout(telemetry, config, rng, member, phase, attempt):
+                    break
 
-    while config.duration <= 0 or loop.time() - start < config.duration:
-        # A group's members start one after another: agent and task by block, rollout index within it.
-        block, index = divmod(started, config.group_size)
-        if index == 0:
-            easy = rng.random() < config.uniform
-        member = (config.agents[block % len(config.agents)], block // len(config.agents), index, easy)
-        phase = before if loop.time() - start < config.drop_after else after
-        task = asyncio.create_task(guarded(member, phase))
-        tasks.add(task)
-        task.add_done_callback(tasks.discard)
-        started += 1
-        if on_tick is not None and loop.time() >= next_tick:
-            on_tick()
-            next_tick += tick_seconds
-        # Pace against the schedule, not the last sleep, so the rate holds on a busy machine.
-        await asyncio.sleep(max(start + started * interval - loop.time(), 0.0))
-    if tasks:
-        await asyncio.gather(*tasks)
+    try:
+        while planned is None or started < planned:
+            agent, task_index, index = _member(started, config)
+            if index == 0:
+                easy = rng.random() < config.uniform
+                if planned is None:
+                    _expect(telemetry, config, range(started, started + config.group_size))
+            member = (agent, task_index, index, easy)
+            phase = before if loop.time() - start < config.drop_after else after
+            task = asyncio.create_task(guarded(member, phase))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+            started += 1
+            if on_tick is not None and loop.time() >= next_tick:
+                on_tick()
+                next_tick += tick_seconds
+            # Pace against the schedule, not the last sleep, so the rate holds on a busy machine.
+            await asyncio.sleep(max(start + started * interval - loop.time(), 0.0))
+        if tasks:
+            await asyncio.gather(*tasks)
+    finally:  # stopped (cancelled): the rollouts in flight are abandoned, as NeMo Gym leaves them
+        for task in list(tasks):
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
     return started
 
 

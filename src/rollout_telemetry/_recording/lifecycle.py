@@ -7,7 +7,8 @@ account under its one lock, so a rollout is never counted twice and never lost:
   one, or one given outside the block, is a counted rejection (raised with ``strict=True``);
 - an exception escaping the block records a failure (``agent_run_error`` unless the exception type maps
   to another kind) and re-raises;
-- leaving the block without an outcome records a failure of kind ``rollout_telemetry:no_outcome``.
+- leaving the block without an outcome records a failure of kind ``rollout_telemetry:no_outcome``;
+- ``abandon()`` takes the rollout out of flight counted nowhere, as a stopped run leaves it.
 
 Whatever a user hook does (``redact_reason`` raising, say), the span is ended and its context detached.
 """
@@ -57,8 +58,9 @@ def kind_of_exception(exc: BaseException) -> str:
 # The states of a rollout context.
 _NEW, _IN_FLIGHT, _DONE, _NOT_TRACKED = 0, 1, 2, 3
 
-Settle = Callable[[str, Classified, "InFlight | None", "Member | None", "tuple[str, str] | None"], None]
-"""The facade's one path for an outcome: count it (ending its flight), then give it to its group."""
+Settle = Callable[[str, Classified, "InFlight | None", "Member | None", "tuple[str, str] | None", bool], None]
+"""The facade's one path for an outcome: weigh it in the coverage account, count it (ending its flight), then
+give it to its group; the last argument marks a failure that is not to be retried (``terminal``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,15 +217,20 @@ class RolloutContext:
             outcome = absent(Disposition.FAILED, failure_kinds.PROTOCOL_VIOLATION, str(exc))
         self._finish(outcome)
 
-    def fail(self, failure_kind: str | None = None, *, reason: str | None = None) -> None:
-        """Record that the rollout never reached the output."""
-        self._absent(Disposition.FAILED, failure_kind, reason)
+    def fail(
+        self, failure_kind: str | None = None, *, reason: str | None = None, terminal: bool = False
+    ) -> None:
+        """Record that the rollout never reached the output; ``terminal``: it is not to be retried (NeMo
+        Gym's ``_ng_failure_terminal``), so the coverage account never counts it ``retryable``."""
+        self._absent(Disposition.FAILED, failure_kind, reason, terminal)
 
-    def omit(self, failure_kind: str | None = None, *, reason: str | None = None) -> None:
-        """Record that the rollout was left out on purpose."""
-        self._absent(Disposition.OMITTED, failure_kind, reason)
+    def omit(
+        self, failure_kind: str | None = None, *, reason: str | None = None, terminal: bool = False
+    ) -> None:
+        """Record that the rollout was left out on purpose; ``terminal`` as for ``fail``."""
+        self._absent(Disposition.OMITTED, failure_kind, reason, terminal)
 
-    def _absent(self, disposition: Disposition, failure_kind: object, reason: object) -> None:
+    def _absent(self, disposition: Disposition, failure_kind: object, reason: object, terminal: bool) -> None:
         if self._state != _IN_FLIGHT:
             self._refuse(disposition.value)
             return
@@ -232,7 +239,17 @@ class RolloutContext:
         except OutcomeError as exc:
             self._shared.rejections.reject(exc)
             outcome = absent(Disposition.FAILED, failure_kinds.PROTOCOL_VIOLATION, str(exc))
-        self._finish(outcome)
+        self._finish(outcome, terminal)
+
+    def abandon(self) -> None:
+        """Stop tracking the rollout without an outcome, as NeMo Gym leaves a rollout in flight when it is
+        stopped: out of flight, counted nowhere (with expected work declared, the coverage account shows it
+        ``unknown``: a resumed run produces it). Its span ends with a ``rollout.abandoned`` event. Outside
+        the block, or after an outcome, it is a counted rejection, as an outcome would be."""
+        if self._state != _IN_FLIGHT:
+            self._refuse("abandon")
+            return
+        self._finish(None)
 
     def _refuse(self, what: str) -> None:
         if self._state == _NOT_TRACKED:
@@ -247,20 +264,25 @@ class RolloutContext:
             msg = f"rollout of {self.agent!r} already has an outcome; {what}() ignored"
         self._shared.rejections.reject(RolloutUsageError(reason, msg))
 
-    def _finish(self, outcome: Classified) -> None:
+    def _finish(self, outcome: Classified | None, terminal: bool = False) -> None:
+        # The one way out of flight: with an outcome, settled; without one (abandon), counted nowhere.
         handle = self._handle
         assert handle is not None  # in flight
         span = self._span
         self._state = _DONE
         try:
             try:
-                self._shared.settle(
-                    self.agent,
-                    outcome,
-                    handle,
-                    self._member,
-                    None if span is None else self.span_ids,
-                )
+                if outcome is None:
+                    self._shared.account.abandon(handle)
+                else:
+                    self._shared.settle(
+                        self.agent,
+                        outcome,
+                        handle,
+                        self._member,
+                        None if span is None else self.span_ids,
+                        terminal,
+                    )
             finally:
                 if span is not None:
                     self._shared.spans.finish(span, outcome)

@@ -189,15 +189,19 @@ class SpanRecorder:
         """Add an event to a rollout's open span."""
         open_span.span.add_event(name, dict(attributes))
 
-    def finish(self, open_span: OpenSpan, outcome: Classified) -> None:
-        """Set the outcome on the span, mark a failure as an error, and end a span this recorder opened.
+    def finish(self, open_span: OpenSpan, outcome: Classified | None) -> None:
+        """Set the outcome on the span, mark a failure as an error, and end a span this recorder opened;
+        ``None`` (a rollout abandoned without an outcome) puts a ``rollout.abandoned`` event there instead.
 
         The span is ended and its context detached whatever happens here (a raising ``redact`` hook
         included); the hook's exception is raised after that.
         """
-        disposition, reward, failure_kind, failure_reason, _ = outcome
         span = open_span.span
         try:
+            if outcome is None:
+                span.add_event("rollout.abandoned")
+                return
+            disposition, reward, failure_kind, failure_reason, _ = outcome
             attributes: dict[str, str | float | bool] = {
                 "rollout.disposition": disposition.value,
                 "rollout.mask_sample": disposition is Disposition.MASKED,

@@ -9,13 +9,20 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from prometheus_client.registry import CollectorRegistry
 
-from rollout_telemetry._contract.identity import Member, member
-from rollout_telemetry._contract.outcome import Classified, Disposition, check_outcome, classify
+from rollout_telemetry._contract.identity import MAX_ROLLOUT_INDEX, Member, member
+from rollout_telemetry._contract.outcome import (
+    REACHED_OUTPUT,
+    Classified,
+    Disposition,
+    check_outcome,
+    classify,
+)
 from rollout_telemetry._recording.lifecycle import RolloutContext, Shared
 from rollout_telemetry._recording.spans import DEFAULT_REASON_LIMIT, SpanMode, SpanRecorder
 from rollout_telemetry._recording.stalls import DEFAULT_STALL_AFTER, Stalls, stall_bound
@@ -23,13 +30,14 @@ from rollout_telemetry._serve.credentials import BasicAuth
 from rollout_telemetry._serve.push import push_registry
 from rollout_telemetry._serve.server import MetricsServer, TLSConfig
 from rollout_telemetry._store.account import Account, InFlight
+from rollout_telemetry._store.coverage import DEFAULT_MAX_ATTEMPTS, Coverage, CoverageSnapshot
 from rollout_telemetry._store.groups import DEFAULT_MIN_VALID, Groups
 from rollout_telemetry._store.names import DEFAULT_MAX_AGENTS, DEFAULT_MAX_KINDS_PER_AGENT, Names
 from rollout_telemetry._store.rejections import Rejections
 from rollout_telemetry._store.snapshot import AccountSnapshot
-from rollout_telemetry._views.progress import progress_metrics
-from rollout_telemetry.errors import ConfigError, OutcomeError
-from rollout_telemetry.exporters.prometheus import AccountCollector, GroupsCollector
+from rollout_telemetry._views.progress import coverage_metrics, expected_rollouts, progress_metrics
+from rollout_telemetry.errors import ConfigError, OutcomeError, Rejection
+from rollout_telemetry.exporters.prometheus import AccountCollector, CoverageCollector, GroupsCollector
 from rollout_telemetry.failure_kinds import KindValidator
 
 if TYPE_CHECKING:
@@ -100,6 +108,7 @@ class RolloutTelemetry:
         self.groups = Groups(self.names, min_valid=min_valid_per_group)
         """The groups of the run (GRPO-style): fed by ``_settle``, with every outcome that has an identity."""
         self._expected: dict[str, int] = {}
+        self._coverage: Coverage | None = None  # kept once expected work is declared, or files followed
         labels: dict[str, str] = {}
         if run is not None:
             labels["run"] = run
@@ -109,6 +118,7 @@ class RolloutTelemetry:
         self._collector = AccountCollector(self.snapshot, labels)
         self.registry.register(self._collector)
         self.registry.register(GroupsCollector(self.groups.snapshot, labels))
+        self.registry.register(CoverageCollector(self.coverage_snapshot, labels))
         self.spans = SpanRecorder(
             tracer_provider=tracer_provider,
             mode=span_mode,
@@ -134,47 +144,84 @@ class RolloutTelemetry:
         response: object,
         task_index: int | None = None,
         rollout_index: int | None = None,
+        attempt: int | None = None,
     ) -> None:
         """Record one completed rollout from its verify response (dict, pydantic model or object).
 
         ``mask_sample=True`` makes it masked, a missing or ``None`` reward makes it unscored, otherwise it
         is measured; ``response.usage`` and truncation are counted when present. With ``task_index`` and
-        ``rollout_index`` the rollout is a member of its task's group (see ``declare_groups``). Bad input is
-        counted and logged (raised with ``strict=True``).
+        ``rollout_index`` the rollout is a member of its task's group (see ``declare_groups``) and, once
+        expected work is declared (``expect_tasks``), of the run's coverage, where its newest ``attempt``
+        decides (none given is attempt 0, as NeMo Gym's unstamped first attempt). Bad input is counted and
+        logged (raised with ``strict=True``).
         """
-        # task_index and rollout_index are not keyword-only: a cheaper call (docs/performance.md).
+        # task_index, rollout_index and attempt are not keyword-only: a cheaper call (docs/performance.md).
         try:
-            if task_index is None:  # the common call: straight to the account
+            if task_index is None and self._coverage is None:  # the common call: straight to the account
                 self._account.count(agent, classify(response))
             else:
                 outcome = classify(response)
-                self._settle(agent, outcome, None, self._member(task_index, rollout_index))
+                self._settle(agent, outcome, None, self._member(task_index, rollout_index, attempt))
         except Exception as exc:  # the collector must never be taken down by its telemetry
             self.rejections.reject(exc)
 
-    def _member(self, task_index: object, rollout_index: object, attempt: int | None = None) -> Member | None:
+    def _member(self, task_index: object, rollout_index: object, attempt: object = None) -> Member | None:
         """A rollout's identity, checked before its outcome is counted (``_blocks.check_identity``); a bad one
-        is a counted rejection (``invalid_task_index``, ...) and the outcome is counted without it."""
+        is a counted rejection (``invalid_task_index``, ...) and the outcome is counted without it. Neither a
+        task index nor an attempt: a rollout without an identity (``None``)."""
+        if task_index is None and attempt is None:
+            return None
         try:
             return member(task_index, rollout_index, attempt)
         except OutcomeError as exc:
             self.rejections.reject(exc)
             return None
 
-    def _settle(
+    def _settle(  # noqa: PLR0917 - positional: the lifecycle calls it once per rollout
         self,
         agent: str,
         outcome: Classified,
         in_flight: InFlight | None = None,
         member: Member | None = None,
         exemplar: tuple[str, str] | None = None,
+        terminal: bool = False,
+        line: int = 0,
     ) -> None:
-        """Count one outcome, then give it to its group: the one path of an outcome that has an identity.
+        """Weigh one outcome in the coverage account, count it, then give it to its group: the one path of an
+        outcome that has an identity, or that the coverage account must see.
 
         ``member`` is (task index, rollout index, attempt or ``None``), checked before anything was counted
         (``_member``, the follower for a row, the lifecycle when the rollout starts); a bad one was rejected
         and is ``None`` here. ``exemplar`` is the (trace id, span id) of the rollout's span, if any.
+        ``terminal`` marks a failure NeMo Gym will not retry, ``line`` the line of a followed row.
+
+        Raises:
+            Rejection: ``duplicate_rollout``, an outcome that reached the output repeating an earlier one of
+                the same identity and attempt: nothing is counted (a rollout block's flight still ends, and
+                is counted, since it ran).
         """
+        coverage = self._coverage
+        if coverage is not None:
+            identity, attempt = None, 0
+            if member is not None:
+                identity, attempt = (member[0], member[1]), member[2] or 0
+                member = (member[0], member[1], attempt)  # NeMo Gym's unstamped attempt is 0, groups' too
+            disposition = outcome[0]
+            earlier = coverage.observe(
+                agent,
+                identity,
+                attempt,
+                disposition,
+                succeeded=disposition in REACHED_OUTPUT,
+                terminal=terminal,
+                line=line,
+            )
+            if earlier is not None:
+                if in_flight is not None:  # in flight until now: its flight ends, as anything it ran
+                    self._account.count(agent, outcome, in_flight, exemplar)
+                where = f"line {earlier}" if earlier else "an earlier outcome"
+                msg = f"repeats {where} (same task, rollout and attempt): counted once"
+                raise Rejection("duplicate_rollout", msg)
         self._account.count(agent, outcome, in_flight, exemplar)
         if member is not None and self.groups.active:
             self.groups.observe(agent, member[0], member[1], outcome, member[2])
@@ -187,9 +234,17 @@ class RolloutTelemetry:
         reason: str | None = None,
         task_index: int | None = None,
         rollout_index: int | None = None,
+        attempt: int | None = None,
+        terminal: bool = False,
     ) -> None:
-        """Record one rollout that never reached the output; ``reason`` goes to the log, never a label."""
-        self._record_absent(_FAILED, agent, failure_kind, reason, task_index, rollout_index)
+        """Record one rollout that never reached the output; ``reason`` goes to the log, never a label.
+
+        The identity and ``attempt`` are ``record``'s: a failed attempt retried later is replaced by it.
+        ``terminal``: the rollout is not to be retried (NeMo Gym's ``_ng_failure_terminal``), so the coverage
+        account never counts it ``retryable``."""
+        self._record_absent(
+            _FAILED, agent, failure_kind, reason, task_index, rollout_index, attempt, terminal
+        )
 
     def record_omission(
         self,
@@ -199,11 +254,17 @@ class RolloutTelemetry:
         reason: str | None = None,
         task_index: int | None = None,
         rollout_index: int | None = None,
+        attempt: int | None = None,
+        terminal: bool = False,
     ) -> None:
-        """Record one rollout left out of the output on purpose; ``reason`` goes to the log."""
-        self._record_absent(_OMITTED, agent, failure_kind, reason, task_index, rollout_index)
+        """Record one rollout left out of the output on purpose; ``reason`` goes to the log.
 
-    def _record_absent(  # noqa: PLR0917 - the identity as two plain arguments: no tuple per failure
+        The identity, ``attempt`` and ``terminal`` are ``record_failure``'s."""
+        self._record_absent(
+            _OMITTED, agent, failure_kind, reason, task_index, rollout_index, attempt, terminal
+        )
+
+    def _record_absent(  # noqa: PLR0917 - the identity as plain arguments: no tuple per failure
         self,
         disposition: Disposition,
         agent: str,
@@ -211,13 +272,16 @@ class RolloutTelemetry:
         reason: str | None,
         task_index: int | None,
         rollout_index: int | None,
+        attempt: int | None,
+        terminal: bool,
     ) -> None:
         try:
             outcome = check_outcome(disposition, None, None, failure_kind, reason)
-            if task_index is None:  # the common call: straight to the account
+            if task_index is None and self._coverage is None:  # the common call: straight to the account
                 self._account.count(agent, outcome)
             else:
-                self._settle(agent, outcome, None, self._member(task_index, rollout_index))
+                member = self._member(task_index, rollout_index, attempt)
+                self._settle(agent, outcome, None, member, None, terminal)
             if reason is not None:
                 self._log_reason(agent, disposition, failure_kind, reason)
         except Exception as exc:
@@ -235,21 +299,27 @@ class RolloutTelemetry:
         outcome: Classified,
         identity: tuple[int, int] | None = None,
         attempt: int | None = None,
+        *,
+        terminal: bool = False,
+        line: int = 0,
     ) -> None:
         """Record an outcome already checked by ``outcome.classify`` or ``outcome.absent``.
 
-        For readers that need the classification themselves (the file follower gives the same one to the
-        coverage account). ``identity`` is (task index, rollout index): the rollout joins its group, where a
-        higher ``attempt`` replaces a lower one. Its
-        ``failure_reason`` goes to a debug log line, never a label.
+        For readers that classify themselves (the file follower). ``identity`` is (task index, rollout
+        index), checked by the caller: the rollout joins its group and the coverage account, where a higher
+        ``attempt`` replaces a lower one. ``terminal`` marks a failure NeMo Gym will not retry, ``line`` the
+        row's line (named when a later row repeats it). Its ``failure_reason`` goes to a debug log line,
+        never a label.
 
         Raises:
             OutcomeError: the agent name is not a non-empty string.
+            Rejection: ``duplicate_rollout`` (see ``_settle``): nothing was counted.
         """
-        if identity is None:
+        if identity is None and self._coverage is None:
             self._account.count(agent, outcome)
         else:
-            self._settle(agent, outcome, None, (identity[0], identity[1], attempt))
+            member = None if identity is None else (identity[0], identity[1], attempt)
+            self._settle(agent, outcome, None, member, None, terminal, line)
         if outcome[3] is not None:
             self._log_reason(agent, outcome[0], outcome[2], outcome[3])
 
@@ -300,8 +370,11 @@ class RolloutTelemetry:
         return self._stalls.in_flight(limit)
 
     def new_run(self) -> None:
-        """A new run of the source begins: its groups start again; every count goes on, never backwards."""
+        """A new run of the source begins: its groups and coverage start again; every count goes on, never
+        backwards (see ``Coverage.new_run``)."""
         self.groups.new_run()
+        if self._coverage is not None:
+            self._coverage.new_run()
 
     def declare(self, *agents: str) -> None:
         """Publish ``agents`` with zero counts before their first rollout.
@@ -335,13 +408,107 @@ class RolloutTelemetry:
             self.declare(agent)
             self.groups.declare(agent, group_size)
 
+    # -- the run's expected work: its coverage -------------------------------------------------------
+
+    def cover(self, *, max_attempts: int = DEFAULT_MAX_ATTEMPTS) -> Coverage:
+        """Keep the run's coverage account from now on (what became of each rollout identity); return it.
+
+        ``expect_tasks``, ``expect_rollouts`` and ``expect_inputs`` call it; a file follower does too. From
+        then on every outcome is weighed there, by its identity, the newest attempt deciding, and the
+        ``rollout_run_*`` families and Gym's ``coverage/...`` keys (``progress_metrics``) describe it.
+
+        Args:
+            max_attempts: attempts NeMo Gym makes before it stops retrying a rollout (its
+                ``NEMO_GYM_MAX_ROLLOUT_ATTEMPTS``): a failed rollout with fewer is ``retryable``.
+
+        Raises:
+            ConfigError: ``max_attempts`` is below 1, or differs from the one the account was kept with.
+        """
+        coverage = self._coverage
+        if coverage is None:
+            coverage = self._coverage = Coverage(self.names, max_attempts=max_attempts)
+        elif coverage.max_attempts != max_attempts:
+            msg = f"the coverage account counts {coverage.max_attempts} attempts, not {max_attempts}"
+            raise ConfigError(msg)
+        return coverage
+
+    def expect_rollouts(self, agent: str, identities: Iterable[tuple[int, int]]) -> None:
+        """Declare rollouts the run is expected to produce: ``identities`` of ``agent`` as (task index,
+        rollout index) pairs, as NeMo Gym's materialized inputs list them.
+
+        The rollouts not recorded yet are ``unknown`` in the coverage account (``rollout_run_rollouts``); each
+        task's expected rollouts are its group (``rollout_groups_total``).
+
+        Raises:
+            OutcomeError: the agent name or an identity is invalid (those before it are declared).
+        """
+        coverage = self.cover()
+        for task_index, rollout_index in identities:
+            coverage.expect(agent, task_index, rollout_index)
+            self.groups.expect(agent, task_index, rollout_index)
+
+    def expect_tasks(self, agent: str, tasks: int, rollouts_per_task: int = 1) -> None:
+        """Declare ``agent`` and its expected work: tasks ``0 .. tasks - 1``, each with rollouts ``0 ..
+        rollouts_per_task - 1`` (``expect_rollouts``). Record outcomes with their ``task_index``,
+        ``rollout_index`` and ``attempt`` to see what became of each.
+
+        Raises:
+            ConfigError: ``tasks`` is negative or ``rollouts_per_task`` is not from 1 to 65,535.
+        """
+        if type(tasks) is not int or tasks < 0:
+            msg = f"tasks must be an integer >= 0, got {tasks!r}"
+            raise ConfigError(msg)
+        if type(rollouts_per_task) is not int or not 1 <= rollouts_per_task <= MAX_ROLLOUT_INDEX + 1:
+            most = MAX_ROLLOUT_INDEX + 1
+            msg = f"rollouts_per_task must be an integer from 1 to {most}, got {rollouts_per_task!r}"
+            raise ConfigError(msg)
+        self.declare(agent)
+        self.expect_rollouts(agent, ((t, r) for t in range(tasks) for r in range(rollouts_per_task)))
+
+    def expect_inputs(self, path: str | Path, *, agent: str | None = None) -> int:
+        """Declare the expected work NeMo Gym materialized for a run (``<stem>_materialized_inputs.jsonl``).
+
+        Each row names its agent (``agent_ref.name``, else ``_ng_environment_server``, else ``agent``) and
+        its identity. A row that cannot be read is a counted rejection naming its line; the others are
+        declared. Returns how many rollouts were declared.
+
+        Raises:
+            ConfigError: the file cannot be read.
+        """
+        # Imported here: _sources imports the facade.
+        from rollout_telemetry._sources.inputs import read_inputs
+
+        declared: set[str] = set()
+        count = 0
+        for number, expected in read_inputs(path, agent):
+            if isinstance(expected, Rejection):
+                located = Rejection(expected.reason, f"line {number}: {expected}")
+                self.rejections.reject(located, source=str(path))
+                continue
+            name, identity = expected
+            if name not in declared:
+                self.declare(name)
+                declared.add(name)
+            self.expect_rollouts(name, (identity,))
+            count += 1
+        return count
+
+    def coverage_snapshot(self) -> CoverageSnapshot:
+        """The run's coverage (``cover``) at one moment; no agent before expected work or followed files."""
+        coverage = self._coverage
+        return coverage.snapshot() if coverage is not None else CoverageSnapshot(agents=())
+
     def progress_metrics(self) -> dict[str, float]:
-        """NeMo Gym's ``progress/...`` keys, ready for ``wandb.log``."""
-        return progress_metrics(
+        """NeMo Gym's ``progress/...`` keys, ready for ``wandb.log``; with the run's coverage (``cover``),
+        its ``coverage/...`` keys too, and ``reward_lower_bound`` against the rollouts expected."""
+        coverage = self.coverage_snapshot()
+        keys = progress_metrics(
             self._account.snapshot(),
             elapsed_seconds=self._clock() - self._started,
-            expected=self._expected,
+            expected={**self._expected, **expected_rollouts(coverage)},
         )
+        keys.update(coverage_metrics(coverage))
+        return keys
 
     def serve(
         self,

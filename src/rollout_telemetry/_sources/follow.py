@@ -36,8 +36,9 @@ from rollout_telemetry._sources.gym_rows import (
     row_attempt,
     row_identity,
 )
+from rollout_telemetry._sources.inputs import input_rollout
 from rollout_telemetry._sources.tail import MAX_LINE, Tail
-from rollout_telemetry._store.coverage import Coverage
+from rollout_telemetry._store.coverage import DEFAULT_MAX_ATTEMPTS
 from rollout_telemetry.errors import Rejection
 
 __all__ = ["MAX_LINE", "NO_RESULT_CLASSES", "RunFiles", "RunFollower"]
@@ -85,7 +86,8 @@ class RunFollower:
     Args:
         telemetry: the account the live counters go to.
         files: the run's files.
-        coverage: the coverage account; a new one (sharing the telemetry's names) by default.
+        max_attempts: attempts NeMo Gym makes before it stops retrying a rollout (its
+            ``NEMO_GYM_MAX_ROLLOUT_ATTEMPTS``), for the telemetry's coverage account (``cover``).
         default_agent: the agent of rows that name none and match no input row.
         skip_existing: files present now are left from an earlier run (a fresh run is about to replace
             them): each is read only once it changes, from its start.
@@ -97,15 +99,16 @@ class RunFollower:
         self,
         telemetry: RolloutTelemetry,
         files: RunFiles,
-        coverage: Coverage | None = None,
         *,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         default_agent: str | None = None,
         skip_existing: bool = False,
         max_line: int = MAX_LINE,
     ) -> None:
         self.telemetry = telemetry
         self.files = files
-        self.coverage = coverage if coverage is not None else Coverage(telemetry.names)
+        self.coverage = telemetry.cover(max_attempts=max_attempts)
+        """The telemetry's coverage account (``RolloutTelemetry.cover``), which every row is weighed in."""
         self.default_agent = default_agent
         self.max_line = max_line
         tail = functools.partial(Tail, skip_existing=skip_existing, max_line=max_line)
@@ -192,8 +195,7 @@ class RunFollower:
     def _start_over(self, started_over: set[Tail]) -> None:
         # A new run (see the class): the run's description starts again; the counters go on.
         self.restarts += 1
-        self.coverage.new_run()
-        self.telemetry.new_run()
+        self.telemetry.new_run()  # its coverage and groups
         # Rows waiting for their input row are kept, unless their file is read again from its start.
         self._waiting = {
             identity: kept
@@ -240,14 +242,8 @@ class RunFollower:
             self._reject(tail, number, exc)
 
     def _input(self, row: Row) -> None:
-        identity = row_identity(row)
-        agent = row_agent(row) or self.default_agent
-        if identity is None:
-            raise Rejection("missing_identity", "a materialized inputs row needs its identity")
-        if agent is None:
-            raise Rejection("missing_agent", "no agent_ref.name or _ng_environment_server")
-        self.coverage.expect(agent, *identity)
-        self.telemetry.groups.expect(agent, *identity)
+        agent, identity = input_rollout(row, self.default_agent)
+        self.telemetry.expect_rollouts(agent, (identity,))
         for tail, number, waiting in self._waiting.pop(identity, ()):
             self._counted(tail, number, waiting, agent, identity)
 
@@ -258,15 +254,11 @@ class RunFollower:
             raise Rejection("missing_agent", "no agent_ref.name, _ng_environment_server or input row")
         attempt = row_attempt(row)
         if tail is self._main:
-            outcome = classify(row)
-            earlier = self.coverage.observe(agent, identity, attempt, outcome[0], succeeded=True, line=number)
-            if earlier is not None:
-                msg = f"line {number} repeats line {earlier} (same task, rollout and attempt): counted once"
-                raise Rejection("duplicate_rollout", msg)
+            outcome, terminal = classify(row), False
         else:
             outcome, terminal = failure_outcome(row)
-            self.coverage.observe(agent, identity, attempt, outcome[0], succeeded=False, terminal=terminal)
-        self.telemetry.record_classified(agent, outcome, identity, attempt)
+        # The one path of every outcome: coverage (a repeated row is refused there), counts, groups.
+        self.telemetry.record_classified(agent, outcome, identity, attempt, terminal=terminal, line=number)
         self.rows += 1
 
     def _reject(self, tail: Tail, number: int, exc: Rejection) -> None:

@@ -230,6 +230,13 @@ class Account:
             lock.release()
         return state, slot, now
 
+    def abandon(self, handle: InFlight) -> None:
+        """Take a rollout out of flight (by the handle ``begin`` returned) without an outcome: nothing is
+        counted, as nothing is when a run stops with the rollout in flight."""
+        state, slot, _ = handle
+        with self._lock:
+            state.flights.end(slot)
+
     def set_stage(self, handle: InFlight, stage: str) -> None:
         """Say which stage a rollout in flight (by the handle ``begin`` returned) is at.
 

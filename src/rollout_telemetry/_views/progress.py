@@ -12,7 +12,7 @@ from rollout_telemetry._contract.outcome import REACHED_OUTPUT, Disposition
 from rollout_telemetry._store.coverage import CoverageSnapshot
 from rollout_telemetry._store.snapshot import AccountSnapshot, finished
 
-__all__ = ["coverage_metrics", "progress_metrics"]
+__all__ = ["coverage_metrics", "expected_rollouts", "progress_metrics"]
 
 
 def _pct(numerator: float, denominator: int) -> float:
@@ -66,6 +66,12 @@ def progress_metrics(
     minutes = elapsed_seconds / 60.0
     keys["progress/total/rollouts_per_min"] = total / minutes if minutes > 0 else 0.0
     return keys
+
+
+def expected_rollouts(snapshot: CoverageSnapshot) -> dict[str, int]:
+    """The rollouts expected of each agent in the run's coverage (none until expected work is known): the
+    ``expected`` that ``reward_lower_bound`` divides by."""
+    return {agent.agent: agent.expected for agent in snapshot.agents if agent.expected is not None}
 
 
 def coverage_metrics(snapshot: CoverageSnapshot) -> dict[str, int]:

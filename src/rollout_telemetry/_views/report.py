@@ -23,7 +23,7 @@ from rollout_telemetry._contract.outcome import Disposition
 from rollout_telemetry._store.coverage import CoverageSnapshot
 from rollout_telemetry._store.groups import GROUP_STATES, GroupsSnapshot
 from rollout_telemetry._store.snapshot import AccountSnapshot, AgentSnapshot
-from rollout_telemetry._views.progress import coverage_metrics, progress_metrics
+from rollout_telemetry._views.progress import coverage_metrics, expected_rollouts, progress_metrics
 
 __all__ = ["build_report", "render_table"]
 
@@ -79,8 +79,7 @@ def build_report(
                 },
             }
         )
-    expected = {a.agent: a.expected for a in coverage.agents if a.expected is not None}
-    progress = progress_metrics(account, elapsed_seconds=0.0, expected=expected)
+    progress = progress_metrics(account, elapsed_seconds=0.0, expected=expected_rollouts(coverage))
     progress.pop("progress/total/rollouts_per_min")  # a rate of the live run, not of its files
     return {
         "agents": agents,

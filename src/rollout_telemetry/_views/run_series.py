@@ -1,5 +1,5 @@
-"""The families of the run's other stores: the run coverage account (``serve --follow``), the groups and the
-OTLP span export statistics. The account's own families and the catalogue are in ``_views.series``."""
+"""The families of the run's other stores: the run coverage account (``RolloutTelemetry.cover``), the groups
+and the OTLP span export statistics. The account's own families and the catalogue are in ``_views.series``."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def _coverage_restarts(snap: CoverageSnapshot) -> Iterator[Sample]:
         yield (), snap.restarts
 
 
-_FOLLOW = "in follow mode (serve --follow), per agent"
+_FOLLOW = "with coverage (serve --follow, or the hook API with expected work declared), per agent"
 
 COVERAGE_FAMILIES: tuple[Family[CoverageSnapshot], ...] = (
     Family(
@@ -40,9 +40,9 @@ COVERAGE_FAMILIES: tuple[Family[CoverageSnapshot], ...] = (
         _coverage_rollouts,
     ),
     Family(
-        "rollout_run_expected", "gauge", _AGENT, "{rollout}", _FOLLOW + ", with materialized inputs",
-        "Rollouts the run is expected to produce, from the materialized inputs (plus any seen outside "
-        "them): the sum of rollout_run_rollouts over dispositions.",
+        "rollout_run_expected", "gauge", _AGENT, "{rollout}", _FOLLOW + ", once expected work is known",
+        "Rollouts the run is expected to produce, from the materialized inputs or the hook API's "
+        "expect_tasks (plus any seen outside them): the sum of rollout_run_rollouts over dispositions.",
         _each(lambda a: a.expected),
     ),
     Family(
@@ -64,7 +64,7 @@ COVERAGE_FAMILIES: tuple[Family[CoverageSnapshot], ...] = (
         _coverage_restarts,
     ),
 )  # fmt: skip
-"""The run coverage account's families (``serve --follow``)."""
+"""The run coverage account's families (``serve --follow``, or the hook API's expected work)."""
 
 
 def _group_states(snap: GroupsSnapshot) -> Iterator[Sample]:

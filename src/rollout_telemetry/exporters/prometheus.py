@@ -23,7 +23,7 @@ from prometheus_client.registry import Collector
 from prometheus_client.samples import Exemplar
 
 from rollout_telemetry._contract.outcome import Disposition
-from rollout_telemetry._store.coverage import Coverage, CoverageSnapshot
+from rollout_telemetry._store.coverage import CoverageSnapshot
 from rollout_telemetry._store.groups import GroupsSnapshot
 from rollout_telemetry._store.snapshot import AccountSnapshot, AgentSnapshot
 from rollout_telemetry._views.family import Family
@@ -278,8 +278,10 @@ def _exemplar(ids: tuple[str, str], value: float) -> Exemplar:
 class CoverageCollector(_CatalogueCollector[CoverageSnapshot]):
     """Publishes the run coverage account: ``rollout_run_rollouts``, ``rollout_run_expected``, retries."""
 
-    def __init__(self, coverage: Coverage, const_labels: Mapping[str, str] | None = None) -> None:
-        super().__init__(coverage.snapshot, COVERAGE_FAMILIES, const_labels)
+    def __init__(
+        self, read_snapshot: Callable[[], CoverageSnapshot], const_labels: Mapping[str, str] | None = None
+    ) -> None:
+        super().__init__(read_snapshot, COVERAGE_FAMILIES, const_labels)
 
 
 class GroupsCollector(_CatalogueCollector[GroupsSnapshot]):

@@ -274,6 +274,16 @@ def test_bad_expected_work_is_refused() -> None:
         telemetry.cover(max_attempts=5)
 
 
+def test_declared_work_keeps_the_account_kept_with_other_attempts(tmp_path: Path) -> None:
+    """Expected work declared after the account was kept with 5 attempts (a follower's --max-attempts
+    reading its inputs) goes to that account: expect_* never asks for the default 3 again."""
+    telemetry = RolloutTelemetry()
+    assert telemetry.cover(max_attempts=5).max_attempts == 5
+    telemetry.expect_tasks("math", tasks=2, rollouts_per_task=2)
+    assert telemetry.cover().max_attempts == 5
+    assert {a.agent: a.expected for a in telemetry.coverage_snapshot().agents} == {"math": 4}
+
+
 def test_a_stopped_demo_leaves_its_rollouts_in_flight_unknown_not_failed() -> None:
     """Stopping the demo (its task cancelled) abandons the rollouts in flight: none is counted failed, none
     stays in flight, and expected = done + unknown."""

@@ -410,7 +410,7 @@ class RolloutTelemetry:
 
     # -- the run's expected work: its coverage -------------------------------------------------------
 
-    def cover(self, *, max_attempts: int = DEFAULT_MAX_ATTEMPTS) -> Coverage:
+    def cover(self, *, max_attempts: int | None = None) -> Coverage:
         """Keep the run's coverage account from now on (what became of each rollout identity); return it.
 
         ``expect_tasks``, ``expect_rollouts`` and ``expect_inputs`` call it; a file follower does too. From
@@ -419,15 +419,17 @@ class RolloutTelemetry:
 
         Args:
             max_attempts: attempts NeMo Gym makes before it stops retrying a rollout (its
-                ``NEMO_GYM_MAX_ROLLOUT_ATTEMPTS``): a failed rollout with fewer is ``retryable``.
+                ``NEMO_GYM_MAX_ROLLOUT_ATTEMPTS``): a failed rollout with fewer is ``retryable``. Not given:
+                the kept account's, else 3.
 
         Raises:
             ConfigError: ``max_attempts`` is below 1, or differs from the one the account was kept with.
         """
         coverage = self._coverage
         if coverage is None:
-            coverage = self._coverage = Coverage(self.names, max_attempts=max_attempts)
-        elif coverage.max_attempts != max_attempts:
+            attempts = DEFAULT_MAX_ATTEMPTS if max_attempts is None else max_attempts
+            coverage = self._coverage = Coverage(self.names, max_attempts=attempts)
+        elif max_attempts is not None and coverage.max_attempts != max_attempts:
             msg = f"the coverage account counts {coverage.max_attempts} attempts, not {max_attempts}"
             raise ConfigError(msg)
         return coverage

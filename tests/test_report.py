@@ -57,11 +57,12 @@ def test_table_report(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_report_counts_rejected_rows(capsys: pytest.CaptureFixture[str]) -> None:
-    """Rejected rows are reported, and the good rows still are."""
+    """Rejected rows are reported, and the good rows still are (the one naming no agent under the file's)."""
     assert main(["report", str(FIXTURES / "bad.jsonl"), "--format", "json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["rejected"]["malformed_json"] == 2
-    assert report["agents"][0]["rollouts"]["measured"] == 2
+    rollouts = {row["agent"]: row["rollouts"] for row in report["agents"]}
+    assert (rollouts["math_agent"]["measured"], rollouts["bad"]["measured"]) == (2, 1)
 
 
 def test_missing_file_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -167,3 +168,88 @@ def test_a_progress_bar_on_a_terminal_and_none_when_piped(tmp_path: Path) -> Non
     )
     assert "reading" in terminal.stderr
     assert json.loads(terminal.stdout) == json.loads(piped.stdout)
+
+
+def _rows(path: Path, rows: list[dict[str, object]]) -> Path:
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+def test_an_empty_results_file_beside_its_inputs_is_every_rollout_unknown(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run that died before its first row: every expected rollout unknown, exit 0, as NeMo Gym counts it."""
+    (tmp_path / "run.jsonl").write_text("")
+    inputs = [
+        {"agent_ref": {"name": "math"}, "_ng_task_index": t, "_ng_rollout_index": r}
+        for t in range(3)
+        for r in range(2)
+    ]
+    _rows(tmp_path / "run_materialized_inputs.jsonl", inputs)
+    assert main(["report", str(tmp_path / "run.jsonl"), "--format", "json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    (agent,) = report["agents"]
+    assert (agent["agent"], agent["rollouts"]["expected"], agent["rollouts"]["unknown"]) == ("math", 6, 6)
+    assert report["gym_coverage"] == {"coverage/expected": 6, "coverage/scored": 0, "coverage/missing": 6}
+    assert main(["report", str(tmp_path / "run.jsonl")]) == 0
+    assert "Rollouts by agent" in capsys.readouterr().out
+    (tmp_path / "run_materialized_inputs.jsonl").unlink()
+    assert main(["report", str(tmp_path / "run.jsonl")]) == 1  # no inputs: nothing to report
+    assert "it is empty" in capsys.readouterr().err
+
+
+def test_rows_without_identity_fill_the_expected_ones(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Rows with neither agent nor identity beside inputs naming one agent are that agent's rollouts, and fill
+    its expected ones instead of adding to them (Gym's polymath example: 5 expected, 5 done, not 10)."""
+    inputs = [{"agent_ref": {"name": "poly"}, "_ng_task_index": t, "_ng_rollout_index": 0} for t in range(5)]
+    _rows(tmp_path / "run_materialized_inputs.jsonl", inputs)
+    _rows(tmp_path / "run.jsonl", [{"reward": r} for r in (1.0, 1.0, 0.0, 1.0, 1.0)])
+    for extra in ([], ["--agent", "someone"]):  # the inputs' one agent wins over --agent
+        assert main(["report", str(tmp_path / "run.jsonl"), "--format", "json", *extra]) == 0
+        out, err = capsys.readouterr()
+        report = json.loads(out)
+        (agent,) = report["agents"]
+        assert agent["agent"] == "poly"
+        assert (
+            agent["rollouts"]["expected"],
+            agent["rollouts"]["measured"],
+            agent["rollouts"]["unknown"],
+        ) == (5, 5, 0)
+        assert report["gym_progress"]["progress/poly/reward_lower_bound"] == 80.0
+        assert report["gym_coverage"]["coverage/missing"] == 0
+        assert err == ""  # the inputs named them: nothing to say
+
+
+def test_several_files_and_a_glob(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Several PATHs or a quoted glob: one report per run, a sidecar read with its main file (not as a run),
+    JSON as a list; a wrong file among them is said in one line, the others still reported, exit 2."""
+    for name, reward in (("a", 1.0), ("b", 0.0)):
+        _rows(
+            tmp_path / f"{name}.jsonl",
+            [{"reward": reward, "_ng_environment_server": name, "_ng_task_index": 0, "_ng_rollout_index": 0}],
+        )
+        _rows(
+            tmp_path / f"{name}_materialized_inputs.jsonl",
+            [{"_ng_environment_server": name, "_ng_task_index": 0, "_ng_rollout_index": 0}],
+        )
+    assert main(["report", str(tmp_path / "*.jsonl"), "--format", "json"]) == 0
+    reports = json.loads(capsys.readouterr().out)
+    assert [
+        (r["file"], r["agents"][0]["agent"], r["agents"][0]["rollouts"]["expected"]) for r in reports
+    ] == [
+        (str(tmp_path / "a.jsonl"), "a", 1),
+        (str(tmp_path / "b.jsonl"), "b", 1),
+    ]
+    (tmp_path / "c.jsonl").write_text("x,y\n1,2\n")
+    assert (
+        main(["report", str(tmp_path / "a.jsonl"), str(tmp_path / "c.jsonl"), str(tmp_path / "b.jsonl")]) == 2
+    )
+    out, err = capsys.readouterr()
+    assert err.count("\n") == 1
+    assert "c.jsonl is not JSON Lines" in err
+    assert out.count("Rollouts by agent") == 2
+    assert str(tmp_path / "b.jsonl") in out
+    assert main(["report", str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl"), "--inputs", "x"]) == 2
+    assert "give one PATH with them" in capsys.readouterr().err

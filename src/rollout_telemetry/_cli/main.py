@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from typing import Protocol
@@ -44,6 +45,7 @@ def _parser() -> tuple[OneLineParser, dict[str, argparse.ArgumentParser]]:
             "as Prometheus metrics and OpenTelemetry spans."
         ),
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     options.add_logging_options(parser, None)
     commands = parser.add_subparsers(
         dest="command", metavar="COMMAND", required=True, parser_class=OneLineParser
@@ -53,8 +55,28 @@ def _parser() -> tuple[OneLineParser, dict[str, argparse.ArgumentParser]]:
     return parser, dict(commands.choices)
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("rollout-telemetry")
+    except PackageNotFoundError:  # run from a source tree that is not installed
+        return "(not installed)"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; return the exit status."""
+    """Run the command line; return the exit status (130 after Ctrl-C, quietly, as a shell reports it)."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # the reader of stdout went away (`| head`): nothing more to say to it
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's last flush does not fail again
+        return 141
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser, subcommands = _parser()
     try:
         args, unknown = parser.parse_known_args(argv)
@@ -67,8 +89,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     run = {command.NAME: command.run for command in _COMMANDS}[args.command]
     try:
         return run(args)
+    except BrokenPipeError:
+        raise
     except (RolloutTelemetryError, ValueError, OSError, ImportError) as exc:
         print(f"rollout-telemetry {args.command}: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:  # Ctrl-C where a command has no use for it: stop quietly, as a shell reports it
-        return 130

@@ -14,6 +14,7 @@ from rollout_telemetry._cli.args import at_least_one, port, readable_file
 from rollout_telemetry._recording.telemetry import RolloutTelemetry
 from rollout_telemetry._serve.credentials import BasicAuth
 from rollout_telemetry._serve.server import MetricsServer, TLSConfig
+from rollout_telemetry._sources.file_kind import check_json_lines
 from rollout_telemetry._sources.follow import RunFiles, RunFollower
 from rollout_telemetry._store.coverage import DEFAULT_MAX_ATTEMPTS, Coverage
 from rollout_telemetry.errors import ConfigError
@@ -27,6 +28,7 @@ __all__ = [
     "endpoint_security",
     "run_follower",
     "serve_endpoint",
+    "unnamed_note",
 ]
 
 
@@ -115,10 +117,12 @@ def add_run_files(parser: argparse.ArgumentParser, *, sidecars: bool = True) -> 
 
 
 def check_run_file(path: Path, what: str, *, must_exist: bool = False) -> None:
-    """A run's file: a regular file that can be read, or one that does not exist yet (unless ``must_exist``).
+    """A run's file: a regular file of JSON Lines that can be read, or one that does not exist yet (unless
+    ``must_exist``).
 
     Raises:
-        ConfigError: a directory, a FIFO, a device, an unreadable file, or a missing one that must exist.
+        ConfigError: a directory, a FIFO, a device, an unreadable file, one that is not JSON Lines
+            (``check_json_lines``), or a missing one that must exist.
     """
     try:
         mode = path.stat().st_mode
@@ -139,6 +143,7 @@ def check_run_file(path: Path, what: str, *, must_exist: bool = False) -> None:
     if not os.access(path, os.R_OK):
         msg = f"{what}{path} cannot be read (permissions)"
         raise ConfigError(msg)
+    check_json_lines(path, what)
 
 
 def _default_max_attempts() -> int:
@@ -158,7 +163,19 @@ def run_follower(
     files = RunFiles.from_main(path, failures=failures, inputs=inputs)
     max_attempts = args.max_attempts or _default_max_attempts()
     coverage = Coverage(telemetry.names, max_attempts=max_attempts)
-    return RunFollower(telemetry, files, coverage, default_agent=args.agent, skip_existing=skip_existing)
+    agent = args.agent or files.name  # rows nothing names are the file's (unnamed_note says so)
+    return RunFollower(telemetry, files, coverage, default_agent=agent, skip_existing=skip_existing)
+
+
+def unnamed_note(args: argparse.Namespace, follower: RunFollower) -> str | None:
+    """The line that says rows named no agent and were given the file's name, and how to name them."""
+    if args.agent or not follower.unnamed:
+        return None
+    return (
+        f"{follower.unnamed} rows of {follower.files.main} name no agent (no agent_ref.name, "
+        f"_ng_environment_server or materialized inputs row): shown as '{follower.default_agent}'; "
+        "--agent NAME names them"
+    )
 
 
 def endpoint_security(args: argparse.Namespace) -> tuple[TLSConfig | None, BasicAuth | None]:

@@ -53,13 +53,18 @@ class RunFiles:
     failures: Path | None = None
     inputs: Path | None = None
 
+    @property
+    def name(self) -> str:
+        """The name a run's files give its rows that name no agent: the main file's stem."""
+        return _stem(self.main)
+
     @classmethod
     def from_main(
         cls, main: str | Path, *, failures: str | Path | None = None, inputs: str | Path | None = None
     ) -> RunFiles:
         """Find the sidecars by name next to ``<stem>.jsonl`` unless given explicitly."""
         path = Path(main)
-        stem = path.name.removesuffix(".jsonl")
+        stem = _stem(path)
         return cls(
             main=path,
             failures=Path(failures) if failures else path.with_name(f"{stem}_failures.jsonl"),
@@ -67,13 +72,19 @@ class RunFiles:
         )
 
 
+def _stem(main: Path) -> str:
+    return main.name.removesuffix(".jsonl")
+
+
 class RunFollower:
     """Feeds a run's files into a telemetry account and a coverage account, once or continuously.
 
     The agent of a row is its ``agent_ref.name``, else its ``_ng_environment_server``, else that of the
-    materialized inputs row with the same identity, else ``default_agent``. A row whose identity is not in
-    the inputs yet waits for them (it is counted when they catch up, never dropped); ``finish()`` settles
-    what still waits once the files are complete.
+    materialized inputs row with the same identity, else the one agent the inputs name (when they name
+    exactly one: a run's rows are its inputs' rollouts), else ``default_agent``; rows counted under
+    ``default_agent`` are counted in ``unnamed``. A row whose identity is not in the inputs yet waits for them
+    (it is counted when they catch up, never dropped); ``finish()`` settles what still waits once the files
+    are complete.
 
     When a file of the run starts over (NeMo Gym's fresh run over the same output deletes and recreates
     the output and its sidecar and rewrites the inputs), a new run begins: what describes the run (the
@@ -86,7 +97,8 @@ class RunFollower:
         telemetry: the account the live counters go to.
         files: the run's files.
         coverage: the coverage account; a new one (sharing the telemetry's names) by default.
-        default_agent: the agent of rows that name none and match no input row.
+        default_agent: the agent of rows that name none and that the inputs cannot tell
+            (``RunFiles.name`` is the command line's).
         skip_existing: files present now are left from an earlier run (a fresh run is about to replace
             them): each is read only once it changes, from its start.
         max_line: the longest line read, in bytes; a longer one is skipped to its newline, once, and
@@ -119,6 +131,9 @@ class RunFollower:
         """Times the run started over (a new run in the same files)."""
         self.rows = 0
         """Rows counted (successes and failures; duplicates and rejected rows excluded), every run."""
+        self.unnamed = 0
+        """Rows counted under ``default_agent``: nothing in the files named their agent."""
+        self._input_agents: set[str] = set()
         self._waiting: dict[tuple[int, int], list[tuple[Tail, int, Row]]] = {}
 
     @property
@@ -187,11 +202,12 @@ class RunFollower:
             waiting, self._waiting = self._waiting, {}
             for identity, rows in waiting.items():
                 for tail, number, row in rows:
-                    self._counted(tail, number, row, self.default_agent, identity)
+                    self._counted(tail, number, row, None, identity)
 
     def _start_over(self, started_over: set[Tail]) -> None:
         # A new run (see the class): the run's description starts again; the counters go on.
         self.restarts += 1
+        self._input_agents = set()
         self.coverage.new_run()
         self.telemetry.new_run()
         # Rows waiting for their input row are kept, unless their file is read again from its start.
@@ -229,7 +245,7 @@ class RunFollower:
             if agent is None and (self._inputs is not None and self._inputs.identity is not None):
                 self._waiting.setdefault(identity, []).append((tail, number, row))
                 return
-        self._count(tail, number, row, agent or self.default_agent, identity)
+        self._count(tail, number, row, agent, identity)
 
     def _counted(
         self, tail: Tail, number: int, row: Row, agent: str | None, identity: tuple[int, int]
@@ -248,12 +264,19 @@ class RunFollower:
             raise Rejection("missing_agent", "no agent_ref.name or _ng_environment_server")
         self.coverage.expect(agent, *identity)
         self.telemetry.groups.expect(agent, *identity)
+        self._input_agents.add(agent)
         for tail, number, waiting in self._waiting.pop(identity, ()):
             self._counted(tail, number, waiting, agent, identity)
 
     def _count(
         self, tail: Tail, number: int, row: Row, agent: str | None, identity: tuple[int, int] | None
     ) -> None:
+        unnamed = False
+        if agent is None:  # nothing names it: the inputs' one agent, else the default
+            if len(self._input_agents) == 1:
+                agent = next(iter(self._input_agents))
+            else:
+                agent, unnamed = self.default_agent, True
         if agent is None:
             raise Rejection("missing_agent", "no agent_ref.name, _ng_environment_server or input row")
         attempt = row_attempt(row)
@@ -268,6 +291,7 @@ class RunFollower:
             self.coverage.observe(agent, identity, attempt, outcome[0], succeeded=False, terminal=terminal)
         self.telemetry.record_classified(agent, outcome, identity, attempt)
         self.rows += 1
+        self.unnamed += unnamed
 
     def _reject(self, tail: Tail, number: int, exc: Rejection) -> None:
         located = Rejection(exc.reason, f"line {number}: {exc}")

@@ -253,3 +253,73 @@ def test_several_files_and_a_glob(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert str(tmp_path / "b.jsonl") in out
     assert main(["report", str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl"), "--inputs", "x"]) == 2
     assert "give one PATH with them" in capsys.readouterr().err
+
+
+def test_a_last_row_without_its_newline_is_counted_once_the_files_are_complete(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A finished file whose last row has no newline (ten of NeMo Gym's example files): report counts it."""
+    row = {"reward": 1.0, "_ng_environment_server": "a"}
+    (tmp_path / "run.jsonl").write_text(json.dumps(row) + "\n" + json.dumps(row | {"reward": 0.0}))
+    assert main(["report", str(tmp_path / "run.jsonl"), "--format", "json"]) == 0
+    (agent,) = json.loads(capsys.readouterr().out)["agents"]
+    assert (agent["events"]["measured"], agent["events"]["mean_reward"]) == (2, 0.5)
+
+
+def test_truncation_tokens_and_groups_of_several(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The events give the truncated share of rows and the mean input and output tokens per response with
+    usage; groups are shown only for tasks of more than one rollout (one rollout per task shows none)."""
+
+    def response(input_tokens: int, output_tokens: int, truncated: bool) -> dict[str, object]:
+        cut: dict[str, object] = {
+            "status": "incomplete",
+            "incomplete_details": {"reason": "max_output_tokens"},
+        }
+        usage = {"input_tokens": input_tokens, "output_tokens": output_tokens}
+        return {"status": "completed", "usage": usage} | (cut if truncated else {})
+
+    rows = [
+        # "solo": one rollout per task (an evaluation); 1 of 4 rows truncated; usage on 3 of them.
+        {"reward": 1.0, "response": response(100, 10, False)},
+        {"reward": 0.0, "response": response(200, 50, True)},
+        {"reward": 1.0, "response": response(300, 30, False)},
+        {"reward": 1.0, "response": "no Responses API object"},
+    ]
+    identified = [
+        row | {"_ng_environment_server": "solo", "_ng_task_index": t, "_ng_rollout_index": 0}
+        for t, row in enumerate(rows)
+    ]
+    # "grpo": two tasks of two rollouts, rewards that differ (valid) and that do not (uniform).
+    grpo = [
+        {
+            "reward": reward,
+            "_ng_environment_server": "grpo",
+            "_ng_task_index": task,
+            "_ng_rollout_index": rollout,
+        }
+        for task, rollout, reward in ((0, 0, 1.0), (0, 1, 0.0), (1, 0, 1.0), (1, 1, 1.0))
+    ]
+    _rows(tmp_path / "run.jsonl", identified + grpo)
+    _rows(
+        tmp_path / "run_materialized_inputs.jsonl",
+        [
+            {key: row[key] for key in ("_ng_environment_server", "_ng_task_index", "_ng_rollout_index")}
+            for row in identified + grpo
+        ],
+    )
+    assert main(["report", str(tmp_path / "run.jsonl"), "--format", "json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    events = {row["agent"]: row["events"] for row in report["agents"]}
+    assert events["solo"]["truncated_share"] == 0.25
+    assert (events["solo"]["mean_input_tokens"], events["solo"]["mean_output_tokens"]) == (200.0, 30.0)
+    assert events["grpo"]["truncated_share"] == 0.0
+    assert events["grpo"]["mean_input_tokens"] is None  # no usage: no mean, not 0
+    assert report["groups"] == {
+        "grpo": {"valid": 1, "degraded": 0, "uniform": 1, "insufficient": 0, "no_valid": 0, "open": 0}
+    }
+    assert main(["report", str(tmp_path / "run.jsonl")]) == 0
+    table = capsys.readouterr().out
+    assert "trunc %" in table
+    assert "25.0" in table
+    assert "200.0" in table
+    assert "Groups by agent" in table

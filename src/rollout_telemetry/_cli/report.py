@@ -94,7 +94,7 @@ def main_files(given: list[str]) -> list[Path]:
     paths: list[Path] = []
     for text in given:
         if not Path(text).exists() and glob.has_magic(text):
-            matched = sorted(glob.glob(text))
+            matched = sorted(glob.glob(text, recursive=True))
             if not matched:
                 msg = f"{text} matches no file"
                 raise ConfigError(msg)

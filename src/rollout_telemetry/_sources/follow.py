@@ -172,13 +172,16 @@ class RunFollower:
                 if present[tail] is None:
                     continue  # not there (yet, or any more)
                 for number, line in tail.lines():
-                    if line is None:
-                        msg = f"longer than {self.max_line} bytes: skipped"
-                        self._reject(tail, number, Rejection("line_too_long", msg))
-                    else:
-                        self._handle(tail, number, line)
+                    self._take(tail, number, line)
                     read += 1
             return read
+
+    def _take(self, tail: Tail, number: int, line: memoryview | None) -> None:
+        if line is None:
+            msg = f"longer than {self.max_line} bytes: skipped"
+            self._reject(tail, number, Rejection("line_too_long", msg))
+        else:
+            self._handle(tail, number, line)
 
     def read_all(self) -> int:
         """Read every file to its current end in one go, as ``report`` does; return the lines read.
@@ -196,9 +199,13 @@ class RunFollower:
                 gc.enable()
 
     def finish(self) -> None:
-        """The files are complete: count the rows still waiting for an input row under ``default_agent``,
-        or reject them as ``missing_agent``."""
+        """The files are complete: read a last line that has no newline (a writer that never ends its last
+        row, as some of NeMo Gym's example files), then count the rows still waiting for an input row under
+        ``default_agent``, or reject them as ``missing_agent``."""
         with self._lock:
+            for tail in self._tails():
+                if tail.identity is not None and (last := tail.last_line()) is not None:
+                    self._take(tail, *last)
             waiting, self._waiting = self._waiting, {}
             for identity, rows in waiting.items():
                 for tail, number, row in rows:

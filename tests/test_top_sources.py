@@ -219,6 +219,30 @@ def test_follow_source_reads_a_runs_files() -> None:
         assert totals.mean_reward == agent.mean_reward
 
 
+def test_a_run_with_no_agent_says_why(tmp_path: Path) -> None:
+    """A run's files with no row yet, or whose every row was rejected: no agent, and the screen says why."""
+    from rich.console import Console
+
+    from rollout_telemetry._cli.top_model import TopView
+    from rollout_telemetry._cli.top_screen import render
+
+    main = tmp_path / "run.jsonl"
+    main.write_text("")
+    telemetry = RolloutTelemetry()
+    source = FollowSource(RunFollower(telemetry, RunFiles.from_main(main)), telemetry.registry)
+    assert source.read().no_agent == f"no rollout row in {main} yet"
+    main.write_text('{"reward": "high", "_ng_environment_server": "a"}\nnot json\n')
+    reading = source.read()
+    assert reading.agents == ()
+    assert reading.no_agent is not None
+    assert reading.no_agent.startswith("every row was rejected (invalid_reward 1, malformed_json 1)")
+    poller = Poller(source, 1.0, clock=FakeClock())
+    poller.poll_once()  # nothing new: the same reason
+    console = Console(width=200, record=True)
+    console.print(render(TopView((poller.view,), 1.0, 0.0), width=200))
+    assert "0 agents: every row was rejected (invalid_reward 1, malformed_json 1)" in console.export_text()
+
+
 class _Flaky:
     """A source that answers until told to fail."""
 

@@ -87,6 +87,8 @@ class Reading:
     in_flight: tuple[InFlightRollout, ...] | None = None
     """The oldest rollouts in flight, oldest first; ``None`` where the source has no such list."""
     stall_after_seconds: float | None = None
+    no_agent: str | None = None
+    """Why there is no agent to show, where the source can tell (a run's files: empty, every row rejected)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +157,8 @@ class SourceView:
     stall_after_seconds: float | None = None
     waiting: bool = False
     """No reading has finished yet."""
+    no_agent: str | None = None
+    """Why the source shows no agent (``Reading.no_agent``)."""
 
 
 @dataclass(frozen=True, slots=True)

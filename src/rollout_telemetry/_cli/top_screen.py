@@ -193,6 +193,8 @@ def _source_line(source: SourceView) -> Text:
     in_flight = [a.totals.in_flight for a in source.agents if a.totals.in_flight is not None]
     stalled = sum(a.totals.stalled or 0 for a in source.agents)
     line.append(f"  {len(source.agents)} agent{'' if len(source.agents) == 1 else 's'}")
+    if not source.agents:
+        line.append(f": {source.no_agent or 'no rollout recorded yet'}", style="yellow")
     if in_flight:
         line.append(f"  {_count(sum(in_flight))} in flight")
     if stalled:

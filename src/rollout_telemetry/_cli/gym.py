@@ -36,8 +36,6 @@ def add_parser(commands: argparse._SubParsersAction[OneLineParser]) -> None:
             "in the Gym command, files left at the output path by an earlier run are not read: Gym replaces "
             "them."
         ),
-        epilog="example: rollout-telemetry gym --port 9464 -- gym eval run --no-serve --agent my_agent "
-        "--input data.jsonl --output out/rollouts.jsonl",
     )
     gym.add_argument(
         "gym_command", nargs=argparse.REMAINDER, metavar="GYM_COMMAND", help="the Gym command, after --"

@@ -17,7 +17,7 @@ from rollout_telemetry._cli import demo, gym, hash_password, options, ray_target
 from rollout_telemetry._cli.args import OneLineParser
 from rollout_telemetry.errors import RolloutTelemetryError
 
-__all__ = ["main"]
+__all__ = ["EXAMPLES", "main"]
 
 
 class _Command(Protocol):
@@ -36,6 +36,18 @@ class _Command(Protocol):
 _COMMANDS: tuple[_Command, ...] = (demo, serve, gym, report, top, hash_password, ray_targets)
 """The commands, in the order ``--help`` lists them."""
 
+EXAMPLES = {
+    demo.NAME: "rollout-telemetry demo --port 9464 --duration 60",
+    serve.NAME: "rollout-telemetry serve results/rollouts.jsonl --port 9464 --run grpo-exp-42",
+    gym.NAME: "rollout-telemetry gym --port 9464 -- gym eval run --no-serve --agent my_agent "
+    "--input data.jsonl --output results/rollouts.jsonl",
+    report.NAME: "rollout-telemetry report results/rollouts.jsonl --format json",
+    top.NAME: "rollout-telemetry top --follow results/rollouts.jsonl",
+    hash_password.NAME: "rollout-telemetry hash-password < password.txt > metrics.hash",
+    ray_targets.NAME: "rollout-telemetry ray-targets --address 10.0.0.1:6379 --namespace grpo-exp-42 --url",
+}
+"""One example per command: at the end of its ``--help``, and all of them at the end of the tool's."""
+
 
 def _parser() -> tuple[OneLineParser, dict[str, argparse.ArgumentParser]]:
     parser = OneLineParser(
@@ -52,6 +64,9 @@ def _parser() -> tuple[OneLineParser, dict[str, argparse.ArgumentParser]]:
     )
     for command in _COMMANDS:
         command.add_parser(commands)
+    for name, subcommand in commands.choices.items():
+        subcommand.epilog = f"example: {EXAMPLES[name]}"
+    parser.epilog = "examples:\n" + "\n".join(f"  {EXAMPLES[command.NAME]}" for command in _COMMANDS)
     return parser, dict(commands.choices)
 
 

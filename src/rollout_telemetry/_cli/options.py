@@ -35,7 +35,9 @@ __all__ = [
 def add_serve_options(parser: argparse.ArgumentParser) -> None:
     """The endpoint's flags (address, port, run label) and security flags, read by ``serve_endpoint()``."""
     group = parser.add_argument_group("endpoint")
-    group.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
+    group.add_argument(
+        "--host", metavar="ADDRESS", default="127.0.0.1", help="address to bind (default: 127.0.0.1)"
+    )
     group.add_argument(
         "--port", type=port, default=9464, help="port for /metrics (default: 9464; 0 picks one)"
     )
@@ -46,7 +48,12 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="take the first free port of PORT..PORT+N-1 (one per process on a node; default: 1)",
     )
-    group.add_argument("--run", default=None, help="run name, added as a 'run' label on every series")
+    group.add_argument(
+        "--run",
+        metavar="NAME",
+        default=None,
+        help="run name, added as a 'run' label on every series (default: none, no such label)",
+    )
     add_security_options(parser)
 
 
@@ -92,19 +99,23 @@ def add_run_files(parser: argparse.ArgumentParser, *, sidecars: bool = True) -> 
     """The flags that say how to read a run's files, read by ``run_follower()``."""
     if sidecars:
         parser.add_argument(
-            "--failures", default=None, help="the failures sidecar (default: <stem>_failures.jsonl)"
+            "--failures",
+            metavar="FILE",
+            default=None,
+            help="the failures sidecar (default: <stem>_failures.jsonl beside PATH)",
         )
         parser.add_argument(
             "--inputs",
+            metavar="FILE",
             default=None,
-            help="the materialized inputs (default: <stem>_materialized_inputs.jsonl)",
+            help="the materialized inputs (default: <stem>_materialized_inputs.jsonl beside PATH)",
         )
     parser.add_argument(
         "--agent",
         default=None,
         metavar="NAME",
-        help="the agent of rows that name none (no _ng_environment_server or agent_ref.name) and match no "
-        "materialized inputs row",
+        help="the agent of rows that name none (no agent_ref.name or _ng_environment_server) and that the "
+        "materialized inputs cannot tell (default: the inputs' one agent, else <stem>, said in one line)",
     )
     parser.add_argument(
         "--max-attempts",

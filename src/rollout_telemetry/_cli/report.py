@@ -36,7 +36,6 @@ def add_parser(commands: argparse._SubParsersAction[OneLineParser]) -> None:
             "PATHs (or a quoted glob) are reported one after the other; a run's sidecars among them are "
             "read with their main file. Exit status: 0, 1 if a file has no usable row, 2 for a wrong input."
         ),
-        epilog="example: rollout-telemetry report results/rollouts.jsonl --format json",
     )
     report.add_argument(
         "paths",

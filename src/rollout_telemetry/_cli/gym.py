@@ -87,6 +87,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"rollout-telemetry gym: Gym wrote no rollout to {command.output}", file=sys.stderr)
         else:
             print_report(telemetry, follower, args.format)
+            options.say_unnamed(args, follower)
             if follower.restarts:
                 print(
                     f"rollout-telemetry gym: the files started over {follower.restarts} time(s) during the "

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
 from stat import S_ISDIR, S_ISREG
 
@@ -27,8 +28,8 @@ __all__ = [
     "check_run_file",
     "endpoint_security",
     "run_follower",
+    "say_unnamed",
     "serve_endpoint",
-    "unnamed_note",
 ]
 
 
@@ -174,18 +175,19 @@ def run_follower(
     files = RunFiles.from_main(path, failures=failures, inputs=inputs)
     max_attempts = args.max_attempts or _default_max_attempts()
     coverage = Coverage(telemetry.names, max_attempts=max_attempts)
-    agent = args.agent or files.name  # rows nothing names are the file's (unnamed_note says so)
+    agent = args.agent or files.name  # rows nothing names are the file's (say_unnamed says so)
     return RunFollower(telemetry, files, coverage, default_agent=agent, skip_existing=skip_existing)
 
 
-def unnamed_note(args: argparse.Namespace, follower: RunFollower) -> str | None:
-    """The line that says rows named no agent and were given the file's name, and how to name them."""
+def say_unnamed(args: argparse.Namespace, follower: RunFollower) -> None:
+    """Say on stderr, in one line, that rows named no agent and took the file's name, and how to name them."""
     if args.agent or not follower.unnamed:
-        return None
-    return (
-        f"{follower.unnamed} rows of {follower.files.main} name no agent (no agent_ref.name, "
-        f"_ng_environment_server or materialized inputs row): shown as '{follower.default_agent}'; "
-        "--agent NAME names them"
+        return
+    print(
+        f"rollout-telemetry {args.command}: {follower.unnamed} rows of {follower.files.main} name no agent "
+        "(no agent_ref.name, _ng_environment_server or materialized inputs row): shown as "
+        f"'{follower.default_agent}'; --agent NAME names them",
+        file=sys.stderr,
     )
 
 

@@ -125,9 +125,7 @@ def _read(
     follower = options.run_follower(args, path, telemetry)
     _read_with_progress(follower)
     follower.finish()
-    note = options.unnamed_note(args, follower)
-    if note:
-        print(f"rollout-telemetry report: {note}", file=sys.stderr)
+    options.say_unnamed(args, follower)
     if follower.rows == 0 and not follower.coverage.snapshot().expected_known:
         rejected = sum(telemetry.snapshot().rejected.values())
         why = f"all {rejected} rows were rejected" if rejected else "it is empty"

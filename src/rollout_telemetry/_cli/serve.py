@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 import threading
 from pathlib import Path
 
@@ -75,7 +74,5 @@ def run(args: argparse.Namespace) -> int:
         snap = telemetry.snapshot()
         done = sum(a.completed + a.failed + a.omitted for a in snap.agents)
         print(f"stopped: {done} rollout outcomes read from {files.main}", flush=True)
-        note = options.unnamed_note(args, follower)
-        if note:
-            print(f"rollout-telemetry serve: {note}", file=sys.stderr)
+        options.say_unnamed(args, follower)
     return 0

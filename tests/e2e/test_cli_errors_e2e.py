@@ -87,6 +87,9 @@ CASES: list[tuple[list[str], str]] = [
     (["report", "/proc/self/mem"], "/proc/self/mem cannot be read: Input/output error"),
     (["report", "nope/*.jsonl"], "nope/*.jsonl matches no file"),
     (["serve", "rollouts.csv", "--port", "0"], "rollouts.csv is not JSON Lines"),
+    (["serve", "run.jsonl", "--follow", "run.jsonl", "--port", "0"], "give the run's main output once"),
+    (["serve", "--port", "0"], "give the run's main output once: serve PATH (or serve --follow PATH)"),
+    (["top", "--follow", "run_failures.jsonl"], "is the run's failures sidecar, not rollouts"),
     (["serve", "other_materialized_inputs.jsonl", "--port", "0"], "not rollouts: give the run's main output"),
 ]  # fmt: skip
 

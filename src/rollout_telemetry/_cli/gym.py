@@ -83,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"rollout-telemetry gym: {describe_status(status)}", file=sys.stderr)
         follower.read_all()  # what Gym wrote last
         follower.finish()
-        if follower.rows == 0 and not follower.coverage.snapshot().expected_known:
+        if not follower.tells_of_a_run:
             print(f"rollout-telemetry gym: Gym wrote no rollout to {command.output}", file=sys.stderr)
         else:
             print_report(telemetry, follower, args.format)

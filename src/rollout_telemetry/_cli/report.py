@@ -19,7 +19,7 @@ from rollout_telemetry._sources.follow import RunFollower
 from rollout_telemetry._views.report import build_report, render_table
 from rollout_telemetry.errors import ConfigError, RolloutTelemetryError
 
-__all__ = ["NAME", "add_parser", "main_files", "print_report", "run"]
+__all__ = ["NAME", "add_parser", "main_files", "print_report", "run", "show_report"]
 
 NAME = "report"
 
@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     status, reports = 0, []
     for path in paths:
         try:
-            report, telemetry, follower = _read(args, path)
+            report = _read(args, path)
         except RolloutTelemetryError as exc:
             print(f"rollout-telemetry report: {exc}", file=sys.stderr)
             status = 2
@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
         if args.format == "json":
             reports.append(report)
         else:
-            print_report(telemetry, follower, "table", heading=None if one else str(path))
+            show_report(report, "table", heading=None if one else str(path))
     if reports:
         print(json.dumps(reports[0] if one else reports, indent=2), flush=True)
     return status
@@ -111,9 +111,7 @@ def main_files(given: list[str]) -> list[Path]:
     ]
 
 
-def _read(
-    args: argparse.Namespace, path: Path
-) -> tuple[dict[str, Any] | None, RolloutTelemetry, RunFollower]:
+def _read(args: argparse.Namespace, path: Path) -> dict[str, Any] | None:
     """Read one run's files to their end: its report, or ``None`` (said on stderr) when no row was usable.
 
     Raises:
@@ -126,23 +124,25 @@ def _read(
     _read_with_progress(follower)
     follower.finish()
     options.say_unnamed(args, follower)
-    if follower.rows == 0 and not follower.coverage.snapshot().expected_known:
+    if not follower.tells_of_a_run:
         rejected = sum(telemetry.snapshot().rejected.values())
         why = f"all {rejected} rows were rejected" if rejected else "it is empty"
         print(f"rollout-telemetry report: no usable rollout row in {path}: {why}", file=sys.stderr)
-        return None, telemetry, follower
-    return {"file": str(path), **_report(telemetry, follower)}, telemetry, follower
+        return None
+    return {"file": str(path), **_report(telemetry, follower)}
 
 
 def _report(telemetry: RolloutTelemetry, follower: RunFollower) -> dict[str, Any]:
     return build_report(telemetry.snapshot(), follower.coverage.snapshot(), telemetry.groups.snapshot())
 
 
-def print_report(
-    telemetry: RolloutTelemetry, follower: RunFollower, output_format: str, *, heading: str | None = None
-) -> None:
+def print_report(telemetry: RolloutTelemetry, follower: RunFollower, output_format: str) -> None:
     """Print the report of what ``follower`` has read, as a table (as wide as the terminal) or as JSON."""
-    report = _report(telemetry, follower)
+    show_report(_report(telemetry, follower), output_format)
+
+
+def show_report(report: dict[str, Any], output_format: str, *, heading: str | None = None) -> None:
+    """Print a report, as a table (as wide as the terminal, under ``heading`` if given) or as JSON."""
     if output_format == "json":
         print(json.dumps(report, indent=2, sort_keys=False), flush=True)
         return

@@ -151,6 +151,12 @@ class RunFollower:
         return total
 
     @property
+    def tells_of_a_run(self) -> bool:
+        """Whether what was read tells of a run: a row counted, or the rollouts it was to produce (an empty
+        output beside its materialized inputs is a run whose every rollout is unknown, as Gym counts it)."""
+        return self.rows > 0 or self.coverage.snapshot().expected_known
+
+    @property
     def waiting(self) -> int:
         """Rows that name no agent and wait for their materialized inputs row."""
         return sum(len(rows) for rows in self._waiting.values())

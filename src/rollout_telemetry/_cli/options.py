@@ -181,14 +181,9 @@ def run_follower(
 
 def say_unnamed(args: argparse.Namespace, follower: RunFollower) -> None:
     """Say on stderr, in one line, that rows named no agent and took the file's name, and how to name them."""
-    if args.agent or not follower.unnamed:
-        return
-    print(
-        f"rollout-telemetry {args.command}: {follower.unnamed} rows of {follower.files.main} name no agent "
-        "(no agent_ref.name, _ng_environment_server or materialized inputs row): shown as "
-        f"'{follower.default_agent}'; --agent NAME names them",
-        file=sys.stderr,
-    )
+    note = None if args.agent else follower.unnamed_note()
+    if note:
+        print(f"rollout-telemetry {args.command}: {note}", file=sys.stderr)
 
 
 def endpoint_security(args: argparse.Namespace) -> tuple[TLSConfig | None, BasicAuth | None]:

@@ -194,7 +194,9 @@ def _source_line(source: SourceView) -> Text:
     stalled = sum(a.totals.stalled or 0 for a in source.agents)
     line.append(f"  {len(source.agents)} agent{'' if len(source.agents) == 1 else 's'}")
     if not source.agents:
-        line.append(f": {source.no_agent or 'no rollout recorded yet'}", style="yellow")
+        line.append(f": {source.note or 'no rollout recorded yet'}", style="yellow")
+    elif source.note:
+        line.append(f"  {source.note}", style="yellow")
     if in_flight:
         line.append(f"  {_count(sum(in_flight))} in flight")
     if stalled:

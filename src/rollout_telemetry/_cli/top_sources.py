@@ -271,7 +271,7 @@ class FollowSource:
         except OSError as exc:
             raise SourceDown(_why(exc)) from exc
         agents = parse_metrics(generate_latest(self._registry).decode("utf-8"))
-        return Reading(agents, no_agent=None if agents else self._no_agent())
+        return Reading(agents, note=self._follower.unnamed_note() if agents else self._no_agent())
 
     def _no_agent(self) -> str:
         """Why no agent has a row: the files hold none yet, or every row was rejected (the reasons)."""
@@ -315,7 +315,7 @@ class Poller:
             agents=rows,
             in_flight=reading.in_flight,
             stall_after_seconds=reading.stall_after_seconds,
-            no_agent=reading.no_agent,
+            note=reading.note,
         )
         return self.view
 

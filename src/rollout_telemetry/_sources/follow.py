@@ -150,6 +150,16 @@ class RunFollower:
                 total += tail.path.stat().st_size
         return total
 
+    def unnamed_note(self) -> str | None:
+        """The line saying how many rows named no agent and took ``default_agent``, and how to name them."""
+        if not self.unnamed:
+            return None
+        return (
+            f"{self.unnamed} rows of {self.files.main} name no agent (no agent_ref.name, "
+            f"_ng_environment_server or materialized inputs row): shown as '{self.default_agent}'; "
+            "--agent NAME names them"
+        )
+
     @property
     def tells_of_a_run(self) -> bool:
         """Whether what was read tells of a run: a row counted, or the rollouts it was to produce (an empty

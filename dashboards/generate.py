@@ -1,11 +1,12 @@
-"""Build the dashboard, the Prometheus rules and the README's alert table from ``dashboards/``.
+"""Build the dashboard and the Prometheus rules from ``dashboards/``.
 
     .venv/bin/python -m dashboards.generate           # write every file that differs
     .venv/bin/python -m dashboards.generate --check   # exit 1 naming each file that is not what is built
 
 ``dashboards/rollout-progress.json`` comes from the panels of ``dashboards/panels.py``,
-``dashboards/prometheus/rules.yml`` from the rules of ``dashboards/rules.py``, and the README's alert table
-from those rules too; the queries of both are the formulas of ``dashboards/promql.py``. A development tool:
+``dashboards/prometheus/rules.yml`` from the rules of ``dashboards/rules.py``; the queries of both are the
+formulas of ``dashboards/promql.py``. The docs' alert and panel tables are built from the same by
+``python -m docs.generate``. A development tool:
 nothing in the ``rollout_telemetry`` package imports it.
 """
 
@@ -14,26 +15,19 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from dashboards import rules
 from dashboards.model import DATASOURCE, Row, panel_json, row_json
 from dashboards.panels import ROWS
-from dashboards.rulefile import alert_table
 
-__all__ = ["PATH", "README_PATH", "RULES_PATH", "dashboard", "main", "outputs", "readme", "render"]
+__all__ = ["PATH", "RULES_PATH", "dashboard", "main", "outputs", "refresh", "render"]
 
 PATH = Path(__file__).parent / "rollout-progress.json"
 RULES_PATH = Path(__file__).parent / "prometheus" / "rules.yml"
-README_PATH = Path(__file__).parent.parent / "README.md"
 GRID = 24
-
-ALERTS_BEGIN = (
-    "<!-- The alert table is generated from dashboards/rules.py by python -m dashboards.generate -->\n"
-)
-ALERTS_END = "<!-- End of the generated alert table. -->\n"
 
 
 def _query_variable(name: str, label: str, query: str, *, hide: int = 0) -> dict[str, Any]:
@@ -163,46 +157,40 @@ def render() -> str:
     return json.dumps(dashboard(), indent=2, ensure_ascii=False) + "\n"
 
 
-def readme(text: str) -> str:
-    """``text`` (the README) with the alert table between its markers rebuilt from the rules.
-
-    Raises:
-        ValueError: the README lacks the markers.
-    """
-    before, begin, rest = text.partition(ALERTS_BEGIN)
-    _, end, after = rest.partition(ALERTS_END)
-    if not (begin and end):
-        msg = f"{README_PATH} has no alert table between {ALERTS_BEGIN.strip()} and {ALERTS_END.strip()}"
-        raise ValueError(msg)
-    # Blank lines around the table: a Markdown table ends only at a blank line.
-    return f"{before}{begin}\n{alert_table(rules.alerting_rules())}\n{end}{after}"
-
-
 def outputs() -> dict[Path, str]:
     """Each generated file and the text it must hold."""
     return {
         PATH: render(),
         RULES_PATH: rules.text(),
-        README_PATH: readme(README_PATH.read_text(encoding="utf-8")),
     }
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Write the generated files, or with ``--check`` report each one that is not what is built."""
-    parser = argparse.ArgumentParser(
-        prog="python -m dashboards.generate", description=__doc__.splitlines()[0]
-    )
+def refresh(
+    module: str, description: str, build: Callable[[], dict[Path, str]], argv: Sequence[str] | None
+) -> int:
+    """The command line of a generator ``python -m <module>``: write each file of ``build()`` that differs,
+    or with ``--check`` exit 1 naming each one (a missing file differs)."""
+    parser = argparse.ArgumentParser(prog=f"python -m {module}", description=description)
     parser.add_argument("--check", action="store_true", help="fail if a committed file differs")
     args = parser.parse_args(argv)
-    stale = {path: text for path, text in outputs().items() if path.read_text(encoding="utf-8") != text}
+    stale = {
+        path: text
+        for path, text in build().items()
+        if not path.exists() or path.read_text(encoding="utf-8") != text
+    }
     if args.check:
         for path in stale:
-            print(f"{path} is out of date: run python -m dashboards.generate", file=sys.stderr)
+            print(f"{path} is out of date: run python -m {module}", file=sys.stderr)
         return 1 if stale else 0
     for path, text in stale.items():
         path.write_text(text, encoding="utf-8")
         print(f"wrote {path}")
     return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Write the generated files, or with ``--check`` report each one that is not what is built."""
+    return refresh("dashboards.generate", __doc__.splitlines()[0], outputs, argv)
 
 
 if __name__ == "__main__":

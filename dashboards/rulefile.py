@@ -1,4 +1,4 @@
-"""Rules as frozen values, and how they become Prometheus' rules file and the README's alert table.
+"""Rules as frozen values, and how they become Prometheus' rules file (and the docs' alert table).
 
 Only what a rule says is written: its name, expression, ``for``, labels and annotations. The file's layout
 (long expressions broken over lines, descriptions folded) is written once here, and the text is parsed back
@@ -23,7 +23,6 @@ __all__ = [
     "Alert",
     "Group",
     "Record",
-    "alert_table",
     "comment",
     "promql_lines",
     "recorded",
@@ -67,7 +66,7 @@ class Alert:
     summary: str
     description: str
     when: str
-    """When it fires, thresholds included, in one sentence: the file's header and the README's table."""
+    """When it fires, thresholds included, in one sentence: the file's header and the docs' alert table."""
     cause: str | None = None
     """The ``cause`` label of the reward-drop alerts: what the drop is put down to."""
 
@@ -273,9 +272,3 @@ def render(header: Sequence[str], groups: Sequence[Group]) -> str:
         msg = "the rules file does not read back as the rules"
         raise AssertionError(msg)
     return text
-
-
-def alert_table(alerts: Sequence[Alert]) -> str:
-    """The README's table of the alerts: name, when it fires, severity."""
-    rows = [f"| `{alert.name}` | {alert.when} | {alert.severity} |" for alert in alerts]
-    return "\n".join(["| alert | fires when | severity |", "|---|---|---|", *rows]) + "\n"

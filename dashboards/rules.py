@@ -2,7 +2,7 @@
 
 The recording rules are the dashboard's formulas (``dashboards/promql.py``) rendered in the rules' scope:
 every run and agent, a fixed window, a series per run and agent. ``python -m dashboards.generate`` writes
-them to ``dashboards/prometheus/rules.yml``; the thresholds table at the top of that file and the README's
+them to ``dashboards/prometheus/rules.yml``; the thresholds table at the top of that file and the docs'
 alert table are built from the alerts below, so changing a threshold here changes all three.
 """
 
@@ -37,7 +37,7 @@ __all__ = [
     "text",
 ]
 
-# Thresholds and durations (minutes): every alert, its sentence and the README read them from here.
+# Thresholds and durations (minutes): every alert, its sentence and the docs read them from here.
 WINDOW = 5
 """The rate window of the recording rules (the ``rate5m`` of their names)."""
 MASKED_SHARE_HIGH = 0.20

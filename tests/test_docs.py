@@ -1,28 +1,80 @@
-"""The README documents every published series and span attribute and the endpoint's bounds, and starts with
-the two commands."""
+"""The README fits a screen or two and starts with the two commands; the docs' reference pages are what the
+code generates; the guides state the endpoint's bounds and the registry's limits as built."""
 
 from __future__ import annotations
 
 import inspect
 from pathlib import Path
 
-from rollout_telemetry._recording.spans import ATTRIBUTES
+import pytest
+from docs import generate
+
 from rollout_telemetry._serve import auth, discovery, server
-from rollout_telemetry._views.series import CATALOGUE
 
-README = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
-
-
-def test_every_family_is_in_the_metric_table() -> None:
-    """Each family of the catalogue has a row of its own in one of the README's metric tables."""
-    for family in CATALOGUE:
-        assert f"| `{family.name}` | {family.type} |" in README, family.name
+ROOT = Path(__file__).parent.parent
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+GUIDES = ROOT / "docs" / "guides"
+SECURITY = (GUIDES / "security.md").read_text(encoding="utf-8")
+RAY = (GUIDES / "ray.md").read_text(encoding="utf-8")
+LIFECYCLE = (GUIDES / "lifecycle.md").read_text(encoding="utf-8")
 
 
-def test_every_span_attribute_is_documented() -> None:
-    """Each span attribute the recorder sets is named in the README."""
-    for attribute in ATTRIBUTES:
-        assert f"`{attribute}`" in README, attribute
+def test_the_readme_fits_a_screen_or_two() -> None:
+    """The README is the front door: at most 150 lines, the manual is the docs site."""
+    assert len(README.splitlines()) <= 150
+
+
+@pytest.mark.parametrize("page", sorted(set(generate.PAGES) - {"cli.md"}))
+def test_a_reference_page_is_what_the_code_generates(page: str) -> None:
+    """The committed page equals what ``python -m docs.generate`` builds now (``cli.md``, whose ``--help``
+    differs between Python versions, is checked by ``.ci/run`` on ``.venv``'s interpreter)."""
+    assert (generate.REFERENCE / page).read_text(encoding="utf-8") == generate.PAGES[page](), (
+        "run: .venv/bin/python -m docs.generate"
+    )
+
+
+def test_the_command_reference_has_every_command() -> None:
+    """The command reference has a section for the program and for each of its commands."""
+    text = (generate.REFERENCE / "cli.md").read_text(encoding="utf-8")
+    for name in generate._commands():
+        assert f"## `rollout-telemetry {name}`" in text, name
+        assert f"usage: rollout-telemetry {name}" in text, name
+
+
+def test_the_generator_refuses_an_undocumented_argument() -> None:
+    """A constructor argument without an ``Args:`` entry fails the generation, naming it."""
+
+    class Undocumented:
+        """One argument documented.
+
+        Args:
+            documented: it is.
+        """
+
+        def __init__(self, documented: int, forgotten: int = 1) -> None:
+            del documented, forgotten
+
+    with pytest.raises(ValueError, match="'forgotten'"):
+        generate._constructor_table(Undocumented)
+
+
+def test_every_nav_page_exists_and_every_page_is_in_the_nav() -> None:
+    """``mkdocs.yml``'s nav names every page of ``docs/`` once, and only pages that exist."""
+    import yaml
+
+    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))
+
+    def pages(entries: list[object]) -> list[str]:
+        found: list[str] = []
+        for entry in entries:
+            assert isinstance(entry, dict)
+            for value in entry.values():
+                found += pages(value) if isinstance(value, list) else [value]
+        return found
+
+    named = pages(config["nav"])
+    assert len(named) == len(set(named))
+    assert set(named) == {str(p.relative_to(ROOT / "docs")) for p in (ROOT / "docs").rglob("*.md")}
 
 
 def test_readme_starts_with_the_two_commands() -> None:
@@ -35,7 +87,7 @@ def test_readme_starts_with_the_two_commands() -> None:
 
 
 def test_the_security_section_states_each_bound_as_built() -> None:
-    """Each bound of the HTTP endpoint appears in the README's table with the value the code uses."""
+    """Each bound of the HTTP endpoint appears in the security guide's table with the value the code uses."""
 
     def seconds(value: float) -> str:
         return f"{value:g} s"
@@ -55,7 +107,7 @@ def test_the_security_section_states_each_bound_as_built() -> None:
         "WRITE_TIMEOUT": seconds(server.WRITE_TIMEOUT),
     }
     for name, value in rows.items():
-        row = next(line for line in README.splitlines() if f"(`{name}`)" in line)
+        row = next(line for line in SECURITY.splitlines() if f"(`{name}`)" in line)
         assert f"| {value} " in row, (name, value, row)
     assert server.MAX_HEAD == 16 * 1024  # "16 KiB" exactly
     prose = [
@@ -72,7 +124,7 @@ def test_the_security_section_states_each_bound_as_built() -> None:
         f"shares for {server.READ_INTERVAL:g} s",
         f"may be up to {server.READ_INTERVAL:g} s old",
     ]
-    flat = " ".join(README.split())  # phrases may wrap across lines
+    flat = " ".join((SECURITY + LIFECYCLE).split())  # phrases may wrap across lines; /rollouts is a guide
     for phrase in prose:
         assert phrase in flat, phrase
 
@@ -85,8 +137,9 @@ def _default_threads() -> int:
 
 
 def test_the_ray_section_states_what_the_registry_accepts_as_built() -> None:
-    """The target cap, the label limits and a sample of the reserved labels in the README are the code's."""
-    section = README.split("## On a Ray cluster", 1)[1].split("\n## ", 1)[0]
+    """The target cap, the label limits and a sample of the reserved labels in the Ray guide are the code's
+    own."""
+    section = RAY
     assert f"at most **{discovery.MAX_TARGETS:,}** targets (`MAX_TARGETS`" in section
     assert f"at most {discovery.MAX_TARGET_LABELS} labels" in section
     for label in ("job", "instance", "run", "agent", "failure_kind", "disposition", "le"):

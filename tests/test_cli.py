@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import argparse
+import re
+import shlex
+
 import pytest
 
-from rollout_telemetry._cli.main import main
+from rollout_telemetry._cli.main import EXAMPLES, _parser, main
 
 
 def test_help_describes_the_tool(capsys: pytest.CaptureFixture[str]) -> None:
@@ -70,3 +74,77 @@ def test_ray_targets_start_checks_security_flags_first(capsys: pytest.CaptureFix
     command = ["ray-targets", "--address", "127.0.0.1:1", "--namespace", "x", "--start"]
     assert main([*command, "--basic-auth-user", "prometheus"]) == 2
     assert "--basic-auth-user needs --basic-auth-hash-file" in capsys.readouterr().err
+
+
+def _subcommands() -> dict[str, argparse.ArgumentParser]:
+    return _parser()[1]
+
+
+def _options(parser: argparse.ArgumentParser) -> list[argparse.Action]:
+    """The options of a command that take a value (argparse keeps no public list of them)."""
+    return [
+        a for a in parser._actions if a.option_strings and a.nargs != 0 and a.help is not argparse.SUPPRESS
+    ]
+
+
+def test_every_command_ends_its_help_with_an_example_that_parses(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each command's --help ends with one example, the tool's --help lists them all, and each example is
+    a command line the parser takes (shell redirections aside)."""
+    monkeypatch.setenv("COLUMNS", "1000")
+    parser, subcommands = _parser()
+    assert subcommands.keys() == EXAMPLES.keys()
+    for name, subcommand in subcommands.items():
+        assert subcommand.format_help().rstrip().endswith(f"example: {EXAMPLES[name]}")
+        assert f"  {EXAMPLES[name]}\n" in parser.format_help()
+        words = shlex.split(EXAMPLES[name])
+        words = words[: words.index("<")] if "<" in words else words
+        assert words[0] == "rollout-telemetry"
+        assert parser.parse_args(words[1:]).command == name
+
+
+def test_every_option_with_a_value_states_its_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    """In every command's --help, each option that takes a value and is not required says its default."""
+    monkeypatch.setenv("COLUMNS", "1000")
+    for name, subcommand in _subcommands().items():
+        text = subcommand.format_help()
+        for action in _options(subcommand):
+            if action.required:
+                continue
+            said = re.search(rf"^  {re.escape(action.option_strings[-1])} \S+\s+(.*)", text, re.MULTILINE)
+            assert said is not None, (name, action.option_strings)
+            assert "default" in said[1], (name, action.option_strings, said[1])
+
+
+METAVARS = {
+    "ADDRESS",
+    "NAME",
+    "FILE",
+    "PATH",
+    "N",
+    "NUMBER",
+    "SECONDS",
+    "SHARE",
+    "PORT",
+    "URL",
+    "VAR",
+    "AGENTS",
+}
+
+
+def test_metavars_are_one_vocabulary(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A value's metavar names its kind, from one vocabulary, and an option reads the same in every command
+    (no --failures FAILURES beside --agent NAME)."""
+    monkeypatch.setenv("COLUMNS", "1000")
+    seen: dict[str, str] = {}
+    for name, subcommand in _subcommands().items():
+        text = subcommand.format_help()
+        for action in _options(subcommand):
+            if action.choices:
+                continue  # {table,json}: the choices themselves
+            option = action.option_strings[-1]
+            found = re.search(rf"^  {re.escape(option)} ([A-Z_]+)", text, re.MULTILINE)
+            assert found is not None, (name, option)
+            assert found[1] in METAVARS, (name, option, found[1])
+            assert seen.setdefault(option, found[1]) == found[1], (name, option)
+            if re.search(r"\bfile\b", action.help or ""):
+                assert found[1] in ("FILE", "PATH"), (name, option)

@@ -146,14 +146,22 @@ def test_retryable_follows_nemo_gyms_resume_rule() -> None:
 
 
 def test_a_row_without_identity_is_a_rollout_of_its_own() -> None:
-    """Rows without an identity are each counted, never matched, and counted apart."""
+    """Rows without an identity are each counted and counted apart; they fill the agent's unknown rollouts
+    first, as NeMo Gym counts rows against its inputs, and only beyond those add to expected."""
     coverage = Coverage()
     coverage.expect("a", 0, 0)
-    for _ in range(2):
-        coverage.observe("a", None, 0, MEASURED, succeeded=True)
+    coverage.expect("a", 0, 1)
+    coverage.observe("a", None, 0, MEASURED, succeeded=True)
     agent = coverage.snapshot().agent("a")
     assert agent is not None
-    assert (agent.rollouts[MEASURED], agent.unidentified, agent.unknown, agent.expected) == (2, 2, 1, 3)
+    assert (agent.rollouts[MEASURED], agent.unidentified, agent.unknown, agent.expected) == (1, 1, 1, 2)
+    for _ in range(2):
+        coverage.observe("a", None, 0, MEASURED, succeeded=True)
+    snap = coverage.snapshot()
+    agent = snap.agent("a")
+    assert agent is not None
+    assert (agent.rollouts[MEASURED], agent.unidentified, agent.unknown, agent.expected) == (3, 3, 0, 3)
+    assert snap.unexpected == 1
 
 
 def test_fully_masked_and_measured_tasks_as_nemo_gym_counts_them() -> None:
@@ -248,8 +256,9 @@ def _check_against_model(coverage: Coverage, steps: list[Step]) -> None:
         assert (agent.measured_tasks, agent.fully_masked_tasks) == (measured_tasks, fully_masked)
         if known:
             seen = len(mine_ids) + len(unidentified.get(name, []))
-            assert agent.expected == len(wanted | mine_ids) + len(unidentified.get(name, []))
-            assert agent.unknown == len(wanted - mine_ids)
+            filled = min(len(unidentified.get(name, [])), len(wanted - mine_ids))  # unknown ones they fill
+            assert agent.expected == len(wanted | mine_ids) + len(unidentified.get(name, [])) - filled
+            assert agent.unknown == len(wanted - mine_ids) - filled
             assert agent.expected == seen + agent.unknown
         else:
             assert agent.expected is None

@@ -160,8 +160,8 @@ def test_rows_wait_for_their_inputs_row_and_never_drop(tmp_path: Path) -> None:
     assert (follower.waiting, agent.measured) == (0, 1)
 
 
-def test_the_default_agent_and_missing_agent(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """Rows naming no agent and matching no input row take --agent; without it they are missing_agent."""
+def test_the_default_agent_and_the_files_name(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Rows naming no agent and matching no input row take --agent; without it the file's name, said once."""
     (tmp_path / "run.jsonl").write_text(
         '{"reward": 1.0}\n{"reward": 0.0, "_ng_task_index": 3, "_ng_rollout_index": 0}\n'
     )
@@ -170,8 +170,13 @@ def test_the_default_agent_and_missing_agent(tmp_path: Path, capsys: pytest.Capt
     assert [row["agent"] for row in report["agents"]] == ["solo"]
     assert report["agents"][0]["events"]["measured"] == 2
     assert report["rows_without_identity"] == 1
-    assert main(["report", str(tmp_path / "run.jsonl"), "--format", "json"]) == 1
-    assert "all 2 rows were rejected" in capsys.readouterr().err
+    assert capsys.readouterr().err == ""  # named with --agent: nothing to say
+    assert main(["report", str(tmp_path / "run.jsonl"), "--format", "json"]) == 0
+    out, err = capsys.readouterr()
+    assert [row["agent"] for row in json.loads(out)["agents"]] == ["run"]
+    assert err.count("\n") == 1
+    assert "2 rows of" in err
+    assert "shown as 'run'; --agent NAME names them" in err
 
 
 GYM_CLASSES = (

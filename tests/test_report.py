@@ -57,11 +57,12 @@ def test_table_report(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_report_counts_rejected_rows(capsys: pytest.CaptureFixture[str]) -> None:
-    """Rejected rows are reported, and the good rows still are."""
+    """Rejected rows are reported, and the good rows still are (the one naming no agent under the file's)."""
     assert main(["report", str(FIXTURES / "bad.jsonl"), "--format", "json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["rejected"]["malformed_json"] == 2
-    assert report["agents"][0]["rollouts"]["measured"] == 2
+    rollouts = {row["agent"]: row["rollouts"] for row in report["agents"]}
+    assert (rollouts["math_agent"]["measured"], rollouts["bad"]["measured"]) == (2, 1)
 
 
 def test_missing_file_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -163,3 +164,158 @@ def test_a_progress_bar_on_a_terminal_and_none_when_piped(tmp_path: Path) -> Non
     )
     assert "reading" in terminal.stderr
     assert json.loads(terminal.stdout) == json.loads(piped.stdout)
+
+
+def _rows(path: Path, rows: list[dict[str, object]]) -> Path:
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+def test_an_empty_results_file_beside_its_inputs_is_every_rollout_unknown(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run that died before its first row: every expected rollout unknown, exit 0, as NeMo Gym counts it."""
+    (tmp_path / "run.jsonl").write_text("")
+    inputs = [
+        {"agent_ref": {"name": "math"}, "_ng_task_index": t, "_ng_rollout_index": r}
+        for t in range(3)
+        for r in range(2)
+    ]
+    _rows(tmp_path / "run_materialized_inputs.jsonl", inputs)
+    assert main(["report", str(tmp_path / "run.jsonl"), "--format", "json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    (agent,) = report["agents"]
+    assert (agent["agent"], agent["rollouts"]["expected"], agent["rollouts"]["unknown"]) == ("math", 6, 6)
+    assert report["gym_coverage"] == {"coverage/expected": 6, "coverage/scored": 0, "coverage/missing": 6}
+    assert main(["report", str(tmp_path / "run.jsonl")]) == 0
+    assert "Rollouts by agent" in capsys.readouterr().out
+    (tmp_path / "run_materialized_inputs.jsonl").unlink()
+    assert main(["report", str(tmp_path / "run.jsonl")]) == 1  # no inputs: nothing to report
+    assert "it is empty" in capsys.readouterr().err
+
+
+def test_rows_without_identity_fill_the_expected_ones(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Rows with neither agent nor identity beside inputs naming one agent are that agent's rollouts, and fill
+    its expected ones instead of adding to them (Gym's polymath example: 5 expected, 5 done, not 10)."""
+    inputs = [{"agent_ref": {"name": "poly"}, "_ng_task_index": t, "_ng_rollout_index": 0} for t in range(5)]
+    _rows(tmp_path / "run_materialized_inputs.jsonl", inputs)
+    _rows(tmp_path / "run.jsonl", [{"reward": r} for r in (1.0, 1.0, 0.0, 1.0, 1.0)])
+    for extra in ([], ["--agent", "someone"]):  # the inputs' one agent wins over --agent
+        assert main(["report", str(tmp_path / "run.jsonl"), "--format", "json", *extra]) == 0
+        out, err = capsys.readouterr()
+        report = json.loads(out)
+        (agent,) = report["agents"]
+        assert agent["agent"] == "poly"
+        assert (
+            agent["rollouts"]["expected"],
+            agent["rollouts"]["measured"],
+            agent["rollouts"]["unknown"],
+        ) == (5, 5, 0)
+        assert report["gym_progress"]["progress/poly/reward_lower_bound"] == 80.0
+        assert report["gym_coverage"]["coverage/missing"] == 0
+        assert err == ""  # the inputs named them: nothing to say
+
+
+def test_several_files_and_a_glob(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Several PATHs or a quoted glob: one report per run, a sidecar read with its main file (not as a run),
+    JSON as a list; a wrong file among them is said in one line, the others still reported, exit 2."""
+    for name, reward in (("a", 1.0), ("b", 0.0)):
+        _rows(
+            tmp_path / f"{name}.jsonl",
+            [{"reward": reward, "_ng_environment_server": name, "_ng_task_index": 0, "_ng_rollout_index": 0}],
+        )
+        _rows(
+            tmp_path / f"{name}_materialized_inputs.jsonl",
+            [{"_ng_environment_server": name, "_ng_task_index": 0, "_ng_rollout_index": 0}],
+        )
+    assert main(["report", str(tmp_path / "*.jsonl"), "--format", "json"]) == 0
+    reports = json.loads(capsys.readouterr().out)
+    assert [
+        (r["file"], r["agents"][0]["agent"], r["agents"][0]["rollouts"]["expected"]) for r in reports
+    ] == [
+        (str(tmp_path / "a.jsonl"), "a", 1),
+        (str(tmp_path / "b.jsonl"), "b", 1),
+    ]
+    (tmp_path / "c.jsonl").write_text("x,y\n1,2\n")
+    assert (
+        main(["report", str(tmp_path / "a.jsonl"), str(tmp_path / "c.jsonl"), str(tmp_path / "b.jsonl")]) == 2
+    )
+    out, err = capsys.readouterr()
+    assert err.count("\n") == 1
+    assert "c.jsonl is not JSON Lines" in err
+    assert out.count("Rollouts by agent") == 2
+    assert str(tmp_path / "b.jsonl") in out
+    assert main(["report", str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl"), "--inputs", "x"]) == 2
+    assert "give one PATH with them" in capsys.readouterr().err
+
+
+def test_a_last_row_without_its_newline_is_counted_once_the_files_are_complete(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A finished file whose last row has no newline (ten of NeMo Gym's example files): report counts it."""
+    row = {"reward": 1.0, "_ng_environment_server": "a"}
+    (tmp_path / "run.jsonl").write_text(json.dumps(row) + "\n" + json.dumps(row | {"reward": 0.0}))
+    assert main(["report", str(tmp_path / "run.jsonl"), "--format", "json"]) == 0
+    (agent,) = json.loads(capsys.readouterr().out)["agents"]
+    assert (agent["events"]["measured"], agent["events"]["mean_reward"]) == (2, 0.5)
+
+
+def test_truncation_tokens_and_groups_of_several(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The events give the truncated share of rows and the mean input and output tokens per response with
+    usage; groups are shown only for tasks of more than one rollout (one rollout per task shows none)."""
+
+    def response(input_tokens: int, output_tokens: int, truncated: bool) -> dict[str, object]:
+        cut: dict[str, object] = {
+            "status": "incomplete",
+            "incomplete_details": {"reason": "max_output_tokens"},
+        }
+        usage = {"input_tokens": input_tokens, "output_tokens": output_tokens}
+        return {"status": "completed", "usage": usage} | (cut if truncated else {})
+
+    rows = [
+        # "solo": one rollout per task (an evaluation); 1 of 4 rows truncated; usage on 3 of them.
+        {"reward": 1.0, "response": response(100, 10, False)},
+        {"reward": 0.0, "response": response(200, 50, True)},
+        {"reward": 1.0, "response": response(300, 30, False)},
+        {"reward": 1.0, "response": "no Responses API object"},
+    ]
+    identified = [
+        row | {"_ng_environment_server": "solo", "_ng_task_index": t, "_ng_rollout_index": 0}
+        for t, row in enumerate(rows)
+    ]
+    # "grpo": two tasks of two rollouts, rewards that differ (valid) and that do not (uniform).
+    grpo = [
+        {
+            "reward": reward,
+            "_ng_environment_server": "grpo",
+            "_ng_task_index": task,
+            "_ng_rollout_index": rollout,
+        }
+        for task, rollout, reward in ((0, 0, 1.0), (0, 1, 0.0), (1, 0, 1.0), (1, 1, 1.0))
+    ]
+    _rows(tmp_path / "run.jsonl", identified + grpo)
+    _rows(
+        tmp_path / "run_materialized_inputs.jsonl",
+        [
+            {key: row[key] for key in ("_ng_environment_server", "_ng_task_index", "_ng_rollout_index")}
+            for row in identified + grpo
+        ],
+    )
+    assert main(["report", str(tmp_path / "run.jsonl"), "--format", "json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    events = {row["agent"]: row["events"] for row in report["agents"]}
+    assert events["solo"]["truncated_share"] == 0.25
+    assert (events["solo"]["mean_input_tokens"], events["solo"]["mean_output_tokens"]) == (200.0, 30.0)
+    assert events["grpo"]["truncated_share"] == 0.0
+    assert events["grpo"]["mean_input_tokens"] is None  # no usage: no mean, not 0
+    assert report["groups"] == {
+        "grpo": {"valid": 1, "degraded": 0, "uniform": 1, "insufficient": 0, "no_valid": 0, "open": 0}
+    }
+    assert main(["report", str(tmp_path / "run.jsonl")]) == 0
+    table = capsys.readouterr().out
+    assert "trunc %" in table
+    assert "25.0" in table
+    assert "200.0" in table
+    assert "Groups by agent" in table

@@ -218,6 +218,30 @@ def test_follow_source_reads_a_runs_files() -> None:
         assert totals.mean_reward == agent.mean_reward
 
 
+def test_a_run_with_no_agent_says_why(tmp_path: Path) -> None:
+    """A run's files with no row yet, or whose every row was rejected: no agent, and the screen says why."""
+    from rich.console import Console
+
+    from rollout_telemetry._cli.top_model import TopView
+    from rollout_telemetry._cli.top_screen import render
+
+    main = tmp_path / "run.jsonl"
+    main.write_text("")
+    telemetry = RolloutTelemetry()
+    source = FollowSource(RunFollower(telemetry, RunFiles.from_main(main)), telemetry.registry)
+    assert source.read().note == f"no rollout row in {main} yet"
+    main.write_text('{"reward": "high", "_ng_environment_server": "a"}\nnot json\n')
+    reading = source.read()
+    assert reading.agents == ()
+    assert reading.note is not None
+    assert reading.note.startswith("every row was rejected (invalid_reward 1, malformed_json 1)")
+    poller = Poller(source, 1.0, clock=FakeClock())
+    poller.poll_once()  # nothing new: the same reason
+    console = Console(width=200, record=True)
+    console.print(render(TopView((poller.view,), 1.0, 0.0), width=200))
+    assert "0 agents: every row was rejected (invalid_reward 1, malformed_json 1)" in console.export_text()
+
+
 class _Flaky:
     """A source that answers until told to fail."""
 
@@ -259,3 +283,17 @@ def test_a_missing_run_file_is_down_until_it_appears(tmp_path: Path) -> None:
         source.read()
     main.write_bytes((FIXTURES / "run.jsonl").read_bytes())
     assert {a.agent for a in source.read().agents} >= {"math_agent", "code_agent"}
+
+
+def test_rows_naming_no_agent_are_the_files_and_the_screen_says_so(tmp_path: Path) -> None:
+    """top --follow on rows naming no agent shows them under the file's name, with how to name them."""
+    main = tmp_path / "evals.jsonl"
+    main.write_text('{"reward": 1.0}\n{"reward": 0.0}\n')
+    telemetry = RolloutTelemetry()
+    follower = RunFollower(telemetry, RunFiles.from_main(main), default_agent=RunFiles.from_main(main).name)
+    reading = FollowSource(follower, telemetry.registry).read()
+    assert [agent.agent for agent in reading.agents] == ["evals"]
+    assert reading.note == (
+        f"2 rows of {main} name no agent (no agent_ref.name, _ng_environment_server or materialized inputs "
+        "row): shown as 'evals'; --agent NAME names them"
+    )

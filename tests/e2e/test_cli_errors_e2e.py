@@ -3,6 +3,8 @@ no traceback, and nothing started."""
 
 from __future__ import annotations
 
+import gzip
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -26,6 +28,14 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> Path:
     ca.cert_pem.write_to_path(str(folder / "ca.pem"))
     (folder / "not-pem.txt").write_text("hello\n")
     (folder / "metrics.hash").write_text("scrypt$16384$8$1$c2FsdA==$aGFzaA==\n")
+    # Files that are not a run's main output, or not JSON Lines at all.
+    row = {"reward": 1.0, "_ng_environment_server": "a"}
+    (folder / "other_materialized_inputs.jsonl").write_text('{"_ng_task_index": 0, "_ng_rollout_index": 0}\n')
+    (folder / "pretty.jsonl").write_text(json.dumps(row, indent=2) + "\n")
+    (folder / "array.json").write_text(json.dumps([row, row]) + "\n")
+    (folder / "run.jsonl.gz").write_bytes(gzip.compress(json.dumps(row).encode() + b"\n"))
+    (folder / "model.bin").write_bytes(bytes(range(256)) * 4)
+    (folder / "rollouts.csv").write_text("task,reward\n0,1.0\n1,0.0\n")
     return folder
 
 
@@ -64,6 +74,23 @@ CASES: list[tuple[list[str], str]] = [
     (["report", "run.jsonl", "--max-attempts", "0"], "--max-attempts: must be a whole number of at least 1"),
     (["top", "--interval", "0"], "--interval: must be a number of at least 0.1"),
     (["nonsense"], "invalid choice: 'nonsense'"),
+    (["report", "other_materialized_inputs.jsonl"],
+     "is the run's materialized inputs (what it was to produce), not rollouts: give the run's main output "
+     "other.jsonl"),
+    (["report", "run.jsonl", "--inputs", "nope_inputs.jsonl"], "--inputs nope_inputs.jsonl does not exist"),
+    (["report", "pretty.jsonl"], "pretty.jsonl holds pretty-printed JSON, not JSON Lines"),
+    (["report", "array.json"], "array.json holds a JSON array, not JSON Lines"),
+    (["report", "run.jsonl.gz"], "run.jsonl.gz is gzip-compressed: decompress it first"),
+    (["report", "model.bin"], "model.bin is a binary file, not JSON Lines"),
+    (["report", "rollouts.csv"], "rollouts.csv is not JSON Lines (it looks like CSV)"),
+    # Not readable though it is a regular file (reading it fails with an I/O error, for root too).
+    (["report", "/proc/self/mem"], "/proc/self/mem cannot be read: Input/output error"),
+    (["report", "nope/*.jsonl"], "nope/*.jsonl matches no file"),
+    (["serve", "rollouts.csv", "--port", "0"], "rollouts.csv is not JSON Lines"),
+    (["serve", "run.jsonl", "--follow", "run.jsonl", "--port", "0"], "give the run's main output once"),
+    (["serve", "--port", "0"], "give the run's main output once: serve PATH (or serve --follow PATH)"),
+    (["top", "--follow", "run_failures.jsonl"], "is the run's failures sidecar, not rollouts"),
+    (["serve", "other_materialized_inputs.jsonl", "--port", "0"], "not rollouts: give the run's main output"),
 ]  # fmt: skip
 
 

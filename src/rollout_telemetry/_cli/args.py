@@ -7,20 +7,23 @@ status 2; argparse's own mistakes (an unknown flag, a missing value) say which c
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import NoReturn, TypeVar
+from typing import Any, NoReturn, TypeVar
 from urllib.parse import urlsplit
 
 _N = TypeVar("_N", int, float)
 
 __all__ = [
+    "HelpFormatter",
     "OneLineParser",
     "at_least",
     "at_least_one",
+    "metavar_of",
     "non_negative",
     "port",
     "positive",
@@ -30,8 +33,49 @@ __all__ = [
 ]
 
 
+class HelpFormatter(argparse.HelpFormatter):
+    """``--help`` alike in every command: a value's metavar names its kind, every default is stated.
+
+    - An option without its own metavar gets its type's (``metavar_of``): SECONDS, SHARE, PORT, N, FILE...,
+      so the same kind of value reads the same in every command.
+    - An option that takes a value and whose help does not state its default gets ``(default: ...)``.
+    - Text is filled paragraph by paragraph (lines kept), so an epilog can list examples one a line.
+    """
+
+    def _get_default_metavar_for_optional(self, action: argparse.Action) -> str:
+        return metavar_of(action.type) or action.dest.upper()
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if (
+            "default" in text
+            or action.required
+            or not action.option_strings
+            or action.nargs == 0
+            or action.default is argparse.SUPPRESS
+        ):
+            return action.help
+        shown = "none" if action.default is None else _shown(action.default)
+        return f"{text} (default: {shown.replace('%', '%%')})"
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        fill = super()._fill_text  # a line's own indent is kept
+        return "\n".join(
+            fill(line, width, indent + line[: len(line) - len(line.lstrip())]) for line in text.splitlines()
+        )
+
+
+def _shown(value: object) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
 class OneLineParser(argparse.ArgumentParser):
-    """An ``ArgumentParser`` whose errors are one line naming the command, exit status 2."""
+    """An ``ArgumentParser`` whose errors are one line naming the command, exit status 2, and whose help is
+    ``HelpFormatter``'s."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         """Print ``<prog>: error: <message> (see '<prog> --help')`` and exit 2."""
@@ -63,7 +107,11 @@ def non_negative(text: str) -> float:
 
 def at_least(minimum: float) -> Callable[[str], float]:
     """A number of seconds of at least ``minimum`` (a poll or summary interval: 0 would spin a core)."""
-    return lambda text: _checked(
+    return functools.partial(_at_least, minimum)
+
+
+def _at_least(minimum: float, text: str) -> float:
+    return _checked(
         text, float, lambda v: math.isfinite(v) and v >= minimum, f"a number of at least {minimum:g}"
     )
 
@@ -110,3 +158,23 @@ def readable_file(text: str) -> str:
         msg = f"{text} cannot be read (permissions)"
         raise argparse.ArgumentTypeError(msg)
     return text
+
+
+_METAVARS: dict[object, str] = {
+    positive: "NUMBER",  # seconds, or a rate
+    non_negative: "SECONDS",
+    _at_least: "SECONDS",
+    share: "SHARE",
+    port: "PORT",
+    at_least_one: "N",
+    int: "N",
+    url: "URL",
+    readable_file: "FILE",
+}
+
+
+def metavar_of(value_type: object) -> str | None:
+    """The metavar of a value of ``value_type`` (one of the types above), or ``None``."""
+    if isinstance(value_type, functools.partial):
+        value_type = value_type.func
+    return _METAVARS.get(value_type)

@@ -35,8 +35,6 @@ def add_parser(commands: argparse._SubParsersAction[OneLineParser]) -> None:
             "in the Gym command, files left at the output path by an earlier run are not read: Gym replaces "
             "them."
         ),
-        epilog="example: rollout-telemetry gym --port 9464 -- gym eval run --no-serve --agent my_agent "
-        "--input data.jsonl --output out/rollouts.jsonl",
     )
     gym.add_argument(
         "gym_command", nargs=argparse.REMAINDER, metavar="GYM_COMMAND", help="the Gym command, after --"
@@ -83,10 +81,11 @@ def run(args: argparse.Namespace) -> int:
             print(f"rollout-telemetry gym: {describe_status(status)}", file=sys.stderr)
         follower.read_all()  # what Gym wrote last
         follower.finish()
-        if follower.rows == 0 and not follower.coverage.snapshot().expected_known:
+        if not follower.tells_of_a_run:
             print(f"rollout-telemetry gym: Gym wrote no rollout to {command.output}", file=sys.stderr)
         else:
             print_report(telemetry, follower, args.format)
+            options.say_unnamed(args, follower)
             if follower.restarts:
                 print(
                     f"rollout-telemetry gym: the files started over {follower.restarts} time(s) during the "

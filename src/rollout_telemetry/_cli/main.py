@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from typing import Protocol
@@ -16,7 +17,7 @@ from rollout_telemetry._cli import demo, gym, hash_password, options, ray_target
 from rollout_telemetry._cli.args import OneLineParser
 from rollout_telemetry.errors import RolloutTelemetryError
 
-__all__ = ["main"]
+__all__ = ["EXAMPLES", "main"]
 
 
 class _Command(Protocol):
@@ -35,6 +36,18 @@ class _Command(Protocol):
 _COMMANDS: tuple[_Command, ...] = (demo, serve, gym, report, top, hash_password, ray_targets)
 """The commands, in the order ``--help`` lists them."""
 
+EXAMPLES = {
+    demo.NAME: "rollout-telemetry demo --port 9464 --duration 60",
+    serve.NAME: "rollout-telemetry serve results/rollouts.jsonl --port 9464 --run grpo-exp-42",
+    gym.NAME: "rollout-telemetry gym --port 9464 -- gym eval run --no-serve --agent my_agent "
+    "--input data.jsonl --output results/rollouts.jsonl",
+    report.NAME: "rollout-telemetry report results/rollouts.jsonl --format json",
+    top.NAME: "rollout-telemetry top --follow results/rollouts.jsonl",
+    hash_password.NAME: "rollout-telemetry hash-password < password.txt > metrics.hash",
+    ray_targets.NAME: "rollout-telemetry ray-targets --address 10.0.0.1:6379 --namespace grpo-exp-42 --url",
+}
+"""One example per command: at the end of its ``--help``, and all of them at the end of the tool's."""
+
 
 def _parser() -> tuple[OneLineParser, dict[str, argparse.ArgumentParser]]:
     parser = OneLineParser(
@@ -44,17 +57,41 @@ def _parser() -> tuple[OneLineParser, dict[str, argparse.ArgumentParser]]:
             "as Prometheus metrics and OpenTelemetry spans."
         ),
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     options.add_logging_options(parser, None)
     commands = parser.add_subparsers(
         dest="command", metavar="COMMAND", required=True, parser_class=OneLineParser
     )
     for command in _COMMANDS:
         command.add_parser(commands)
+    for name, subcommand in commands.choices.items():
+        subcommand.epilog = f"example: {EXAMPLES[name]}"
+    parser.epilog = "examples:\n" + "\n".join(f"  {EXAMPLES[command.NAME]}" for command in _COMMANDS)
     return parser, dict(commands.choices)
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("rollout-telemetry")
+    except PackageNotFoundError:  # run from a source tree that is not installed
+        return "(not installed)"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; return the exit status."""
+    """Run the command line; return the exit status (130 after Ctrl-C, quietly, as a shell reports it)."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # the reader of stdout went away (`| head`): nothing more to say to it
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's last flush does not fail again
+        return 141
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser, subcommands = _parser()
     try:
         args, unknown = parser.parse_known_args(argv)
@@ -67,8 +104,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     run = {command.NAME: command.run for command in _COMMANDS}[args.command]
     try:
         return run(args)
+    except BrokenPipeError:
+        raise
     except (RolloutTelemetryError, ValueError, OSError, ImportError) as exc:
         print(f"rollout-telemetry {args.command}: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:  # Ctrl-C where a command has no use for it: stop quietly, as a shell reports it
-        return 130

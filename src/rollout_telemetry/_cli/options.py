@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
 from stat import S_ISDIR, S_ISREG
 
@@ -14,6 +15,7 @@ from rollout_telemetry._cli.args import at_least_one, port, readable_file
 from rollout_telemetry._recording.telemetry import RolloutTelemetry
 from rollout_telemetry._serve.credentials import BasicAuth
 from rollout_telemetry._serve.server import MetricsServer, TLSConfig
+from rollout_telemetry._sources.file_kind import check_json_lines
 from rollout_telemetry._sources.follow import RunFiles, RunFollower
 from rollout_telemetry._store.coverage import DEFAULT_MAX_ATTEMPTS
 from rollout_telemetry.errors import ConfigError
@@ -26,6 +28,7 @@ __all__ = [
     "check_run_file",
     "endpoint_security",
     "run_follower",
+    "say_unnamed",
     "serve_endpoint",
 ]
 
@@ -33,7 +36,9 @@ __all__ = [
 def add_serve_options(parser: argparse.ArgumentParser) -> None:
     """The endpoint's flags (address, port, run label) and security flags, read by ``serve_endpoint()``."""
     group = parser.add_argument_group("endpoint")
-    group.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
+    group.add_argument(
+        "--host", metavar="ADDRESS", default="127.0.0.1", help="address to bind (default: 127.0.0.1)"
+    )
     group.add_argument(
         "--port", type=port, default=9464, help="port for /metrics (default: 9464; 0 picks one)"
     )
@@ -44,7 +49,12 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="take the first free port of PORT..PORT+N-1 (one per process on a node; default: 1)",
     )
-    group.add_argument("--run", default=None, help="run name, added as a 'run' label on every series")
+    group.add_argument(
+        "--run",
+        metavar="NAME",
+        default=None,
+        help="run name, added as a 'run' label on every series (default: none, no such label)",
+    )
     add_security_options(parser)
 
 
@@ -90,19 +100,23 @@ def add_run_files(parser: argparse.ArgumentParser, *, sidecars: bool = True) -> 
     """The flags that say how to read a run's files, read by ``run_follower()``."""
     if sidecars:
         parser.add_argument(
-            "--failures", default=None, help="the failures sidecar (default: <stem>_failures.jsonl)"
+            "--failures",
+            metavar="FILE",
+            default=None,
+            help="the failures sidecar (default: <stem>_failures.jsonl beside PATH)",
         )
         parser.add_argument(
             "--inputs",
+            metavar="FILE",
             default=None,
-            help="the materialized inputs (default: <stem>_materialized_inputs.jsonl)",
+            help="the materialized inputs (default: <stem>_materialized_inputs.jsonl beside PATH)",
         )
     parser.add_argument(
         "--agent",
         default=None,
         metavar="NAME",
-        help="the agent of rows that name none (no _ng_environment_server or agent_ref.name) and match no "
-        "materialized inputs row",
+        help="the agent of rows that name none (no agent_ref.name or _ng_environment_server) and that the "
+        "materialized inputs cannot tell (default: the inputs' one agent, else <stem>, said in one line)",
     )
     parser.add_argument(
         "--max-attempts",
@@ -115,10 +129,12 @@ def add_run_files(parser: argparse.ArgumentParser, *, sidecars: bool = True) -> 
 
 
 def check_run_file(path: Path, what: str, *, must_exist: bool = False) -> None:
-    """A run's file: a regular file that can be read, or one that does not exist yet (unless ``must_exist``).
+    """A run's file: a regular file of JSON Lines that can be read, or one that does not exist yet (unless
+    ``must_exist``).
 
     Raises:
-        ConfigError: a directory, a FIFO, a device, an unreadable file, or a missing one that must exist.
+        ConfigError: a directory, a FIFO, a device, an unreadable file, one that is not JSON Lines
+            (``check_json_lines``), or a missing one that must exist.
     """
     try:
         mode = path.stat().st_mode
@@ -139,6 +155,7 @@ def check_run_file(path: Path, what: str, *, must_exist: bool = False) -> None:
     if not os.access(path, os.R_OK):
         msg = f"{what}{path} cannot be read (permissions)"
         raise ConfigError(msg)
+    check_json_lines(path, what)
 
 
 def _default_max_attempts() -> int:
@@ -157,9 +174,17 @@ def run_follower(
     failures, inputs = getattr(args, "failures", None), getattr(args, "inputs", None)
     files = RunFiles.from_main(path, failures=failures, inputs=inputs)
     max_attempts = args.max_attempts or _default_max_attempts()
+    agent = args.agent or files.name  # rows nothing names are the file's (say_unnamed says so)
     return RunFollower(
-        telemetry, files, max_attempts=max_attempts, default_agent=args.agent, skip_existing=skip_existing
+        telemetry, files, max_attempts=max_attempts, default_agent=agent, skip_existing=skip_existing
     )
+
+
+def say_unnamed(args: argparse.Namespace, follower: RunFollower) -> None:
+    """Say on stderr, in one line, that rows named no agent and took the file's name, and how to name them."""
+    note = None if args.agent else follower.unnamed_note()
+    if note:
+        print(f"rollout-telemetry {args.command}: {note}", file=sys.stderr)
 
 
 def endpoint_security(args: argparse.Namespace) -> tuple[TLSConfig | None, BasicAuth | None]:

@@ -31,9 +31,15 @@ def add_parser(commands: argparse._SubParsersAction[OneLineParser]) -> None:
             "registry keeps the options it was created with. Needs rollout-telemetry[ray]."
         ),
     )
-    targets.add_argument("--address", required=True, help="the Ray cluster's address (e.g. 10.0.0.1:6379)")
-    targets.add_argument("--namespace", required=True, help="the Ray namespace of the run's registry")
-    targets.add_argument("--name", default=None, help="the registry actor's name (default: the library's)")
+    targets.add_argument(
+        "--address", metavar="ADDRESS", required=True, help="the Ray cluster's address (e.g. 10.0.0.1:6379)"
+    )
+    targets.add_argument(
+        "--namespace", metavar="NAME", required=True, help="the Ray namespace of the run's registry"
+    )
+    targets.add_argument(
+        "--name", metavar="NAME", default=None, help="the registry actor's name (default: the library's)"
+    )
     targets.add_argument("--url", action="store_true", help="print the http_sd_configs URL instead")
     start = targets.add_argument_group("starting the registry")
     start.add_argument(
@@ -41,12 +47,16 @@ def add_parser(commands: argparse._SubParsersAction[OneLineParser]) -> None:
     )
     start.add_argument(
         "--host",
+        metavar="ADDRESS",
         default=None,
         help="address discovery binds (default: this node's address as Ray reports it)",
     )
     start.add_argument("--port", type=port, default=0, help="port of /targets (default: 0, a free one)")
     start.add_argument(
-        "--file-sd", metavar="PATH", default=None, help="also write a file_sd_configs file here"
+        "--file-sd",
+        metavar="FILE",
+        default=None,
+        help="also write a file_sd_configs file here (default: none, no file)",
     )
     options.add_security_options(targets)
     options.add_logging_options(targets, argparse.SUPPRESS)

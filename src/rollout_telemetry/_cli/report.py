@@ -3,19 +3,23 @@
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import os
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 from rollout_telemetry._cli import options
 from rollout_telemetry._cli.args import OneLineParser
 from rollout_telemetry._recording.telemetry import RolloutTelemetry
+from rollout_telemetry._sources.file_kind import SIDECAR_SUFFIXES, check_main_file
 from rollout_telemetry._sources.follow import RunFollower
 from rollout_telemetry._views.report import build_report, render_table
+from rollout_telemetry.errors import ConfigError, RolloutTelemetryError
 
-__all__ = ["NAME", "add_parser", "print_report", "run"]
+__all__ = ["NAME", "add_parser", "main_files", "print_report", "run", "show_report"]
 
 NAME = "report"
 
@@ -27,35 +31,118 @@ def add_parser(commands: argparse._SubParsersAction[OneLineParser]) -> None:
         description=(
             "Read a finished (or running) run's files and print a per-agent table: the coverage account "
             "(expected, measured, masked, unscored, failed, omitted, unknown, retried), mean and unmasked "
-            "reward, masked share, top failure kinds, and NeMo Gym's end-of-run coverage keys."
+            "reward, masked and truncated shares, mean input and output tokens, top failure kinds, groups "
+            "(where a task has more than one rollout), and NeMo Gym's end-of-run coverage keys. Several "
+            "PATHs (or a quoted glob) are reported one after the other; a run's sidecars among them are "
+            "read with their main file. Exit status: 0, 1 if a file has no usable row, 2 for a wrong input."
         ),
     )
-    report.add_argument("path", metavar="PATH", help="the run's main output file, <stem>.jsonl")
+    report.add_argument(
+        "paths",
+        nargs="+",
+        metavar="PATH",
+        help="a run's main output file, <stem>.jsonl; several, or a glob such as 'runs/*.jsonl'",
+    )
     options.add_run_files(report)
-    report.add_argument("--format", choices=("table", "json"), default="table", help="output format")
+    report.add_argument(
+        "--format",
+        choices=("table", "json"),
+        default="table",
+        help="output format (default: table; json: one object, a list of them for several PATHs)",
+    )
     options.add_logging_options(report, argparse.SUPPRESS)
 
 
 def run(args: argparse.Namespace) -> int:
-    """Read the run's files to their end and print the report; status 1 if no row could be used."""
-    options.check_run_file(Path(args.path), "", must_exist=True)
+    """Report each run given; the exit status is the worst: 2 for a wrong input, 1 for a file with no row."""
+    paths = main_files(args.paths)
+    if len(paths) > 1 and (args.failures or args.inputs):
+        msg = "--failures and --inputs name one run's files: give one PATH with them"
+        raise ConfigError(msg)
+    for flag, given in (("--failures", args.failures), ("--inputs", args.inputs)):
+        if given and not os.path.lexists(given):  # a finished run's file that is not there: a typo
+            msg = f"{flag} {given} does not exist"
+            raise ConfigError(msg)
+    one = len(args.paths) == 1 and os.path.lexists(args.paths[0])  # one run named: no list, no heading
+    status, reports = 0, []
+    for path in paths:
+        try:
+            report = _read(args, path)
+        except RolloutTelemetryError as exc:
+            print(f"rollout-telemetry report: {exc}", file=sys.stderr)
+            status = 2
+            continue
+        if report is None:
+            status = max(status, 1)
+            continue
+        if args.format == "json":
+            reports.append(report)
+        else:
+            show_report(report, "table", heading=None if one else str(path))
+    if reports:
+        print(json.dumps(reports[0] if one else reports, indent=2), flush=True)
+    return status
+
+
+def main_files(given: list[str]) -> list[Path]:
+    """The main files ``given`` names, a glob expanded; a run's sidecar dropped when its main file is there.
+
+    Raises:
+        ConfigError: a glob that matches no file.
+    """
+    paths: list[Path] = []
+    for text in given:
+        if not Path(text).exists() and glob.has_magic(text):
+            matched = sorted(glob.glob(text, recursive=True))
+            if not matched:
+                msg = f"{text} matches no file"
+                raise ConfigError(msg)
+            paths += map(Path, matched)
+        else:
+            paths.append(Path(text))
+    named = set(paths)
+    return [
+        path
+        for path in dict.fromkeys(paths)
+        if not any(
+            path.name.endswith(suffix) and path.with_name(path.name.removesuffix(suffix) + ".jsonl") in named
+            for suffix in SIDECAR_SUFFIXES
+        )
+    ]
+
+
+def _read(args: argparse.Namespace, path: Path) -> dict[str, Any] | None:
+    """Read one run's files to their end: its report, or ``None`` (said on stderr) when no row was usable.
+
+    Raises:
+        ConfigError: the file is missing, not a run's main output, or not JSON Lines.
+    """
+    check_main_file(path)
+    options.check_run_file(path, "", must_exist=True)
     telemetry = RolloutTelemetry()
-    follower = options.run_follower(args, args.path, telemetry)
-    main_file = follower.files.main
+    follower = options.run_follower(args, path, telemetry)
     _read_with_progress(follower)
     follower.finish()
-    if follower.rows == 0:
+    options.say_unnamed(args, follower)
+    if not follower.tells_of_a_run:
         rejected = sum(telemetry.snapshot().rejected.values())
         why = f"all {rejected} rows were rejected" if rejected else "it is empty"
-        print(f"rollout-telemetry report: no usable rollout row in {main_file}: {why}", file=sys.stderr)
-        return 1
-    print_report(telemetry, follower, args.format)
-    return 0
+        print(f"rollout-telemetry report: no usable rollout row in {path}: {why}", file=sys.stderr)
+        return None
+    return {"file": str(path), **_report(telemetry, follower)}
+
+
+def _report(telemetry: RolloutTelemetry, follower: RunFollower) -> dict[str, Any]:
+    return build_report(telemetry.snapshot(), follower.coverage.snapshot(), telemetry.groups.snapshot())
 
 
 def print_report(telemetry: RolloutTelemetry, follower: RunFollower, output_format: str) -> None:
     """Print the report of what ``follower`` has read, as a table (as wide as the terminal) or as JSON."""
-    report = build_report(telemetry.snapshot(), follower.coverage.snapshot(), telemetry.groups.snapshot())
+    show_report(_report(telemetry, follower), output_format)
+
+
+def show_report(report: dict[str, Any], output_format: str, *, heading: str | None = None) -> None:
+    """Print a report, as a table (as wide as the terminal, under ``heading`` if given) or as JSON."""
     if output_format == "json":
         print(json.dumps(report, indent=2, sort_keys=False), flush=True)
         return
@@ -64,6 +151,8 @@ def print_report(telemetry: RolloutTelemetry, follower: RunFollower, output_form
     console = Console()
     if not console.is_terminal:  # piped: as wide as COLUMNS says, else wide rather than squeezed
         console = Console(width=int(os.environ.get("COLUMNS", "") or 0) or 200)
+    if heading is not None:
+        console.rule(heading, align="left")
     console.print(render_table(report, console.width))
 
 
@@ -77,7 +166,8 @@ def _read_with_progress(follower: RunFollower) -> None:
         return
     from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
 
-    reader = threading.Thread(target=follower.read_all, name="rollout-telemetry-report")
+    # A daemon: on Ctrl-C the command ends at once, not when the reading does.
+    reader = threading.Thread(target=follower.read_all, name="rollout-telemetry-report", daemon=True)
     with Progress(
         "reading", BarColumn(), DownloadColumn(), TimeRemainingColumn(), console=console, transient=True
     ) as progress:

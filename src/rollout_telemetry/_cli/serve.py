@@ -10,6 +10,8 @@ from rollout_telemetry._cli import options
 from rollout_telemetry._cli.args import OneLineParser, at_least
 from rollout_telemetry._cli.process import freeze_the_heap, install_sigterm
 from rollout_telemetry._recording.telemetry import RolloutTelemetry
+from rollout_telemetry._sources.file_kind import check_main_file
+from rollout_telemetry.errors import ConfigError
 
 __all__ = ["NAME", "add_parser", "run"]
 
@@ -27,9 +29,8 @@ def add_parser(commands: argparse._SubParsersAction[OneLineParser]) -> None:
             "newline arrives; a truncated or replaced file is read again from the start."
         ),
     )
-    serve.add_argument(
-        "--follow", required=True, metavar="PATH", help="the run's main output file, <stem>.jsonl"
-    )
+    serve.add_argument("path", nargs="?", metavar="PATH", help="the run's main output file, <stem>.jsonl")
+    serve.add_argument("--follow", metavar="PATH", help="the same as PATH (the older form)")
     options.add_run_files(serve)
     serve.add_argument(
         "--poll-interval",
@@ -43,10 +44,15 @@ def add_parser(commands: argparse._SubParsersAction[OneLineParser]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Serve the run's counters and coverage until Ctrl-C/SIGTERM; then say how many outcomes were read."""
-    options.check_run_file(Path(args.follow), "--follow ")
+    if (args.path is None) == (args.follow is None):
+        msg = "give the run's main output once: serve PATH (or serve --follow PATH)"
+        raise ConfigError(msg)
+    path, what = (Path(args.path), "") if args.path else (Path(args.follow), "--follow ")
+    check_main_file(path, what)
+    options.check_run_file(path, what)
     security = options.endpoint_security(args)  # every input checked before anything starts
     telemetry = RolloutTelemetry(run=args.run)
-    follower = options.run_follower(args, args.follow, telemetry)
+    follower = options.run_follower(args, path, telemetry)
     files = follower.files
     follower.poll()  # what is already there, before the first scrape can see partial counts
     server = options.serve_endpoint(telemetry, args, security)
@@ -66,4 +72,5 @@ def run(args: argparse.Namespace) -> int:
         snap = telemetry.snapshot()
         done = sum(a.completed + a.failed + a.omitted for a in snap.agents)
         print(f"stopped: {done} rollout outcomes read from {files.main}", flush=True)
+        options.say_unnamed(args, follower)
     return 0

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import argparse
 import os
+from pathlib import Path
 
 from rollout_telemetry._cli import options
 from rollout_telemetry._cli.args import OneLineParser, at_least, readable_file
 from rollout_telemetry._recording.telemetry import RolloutTelemetry
+from rollout_telemetry._sources.file_kind import check_main_file
 
 __all__ = ["NAME", "add_parser", "run"]
 
@@ -68,6 +70,8 @@ def run(args: argparse.Namespace) -> int:
         if args.urls:
             msg = "give exporter URLs or --follow PATH, not both"
             raise ValueError(msg)
+        check_main_file(Path(args.follow), "--follow ")
+        options.check_run_file(Path(args.follow), "--follow ")
         telemetry = RolloutTelemetry()
         follower = options.run_follower(args, args.follow, telemetry)
         sources.append(FollowSource(follower, telemetry.registry))

@@ -87,6 +87,9 @@ class Reading:
     in_flight: tuple[InFlightRollout, ...] | None = None
     """The oldest rollouts in flight, oldest first; ``None`` where the source has no such list."""
     stall_after_seconds: float | None = None
+    note: str | None = None
+    """What the source says of its agents, where it can tell: why there is none (a run's files: empty, every
+    row rejected), or that rows named none and were given the file's name."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +158,8 @@ class SourceView:
     stall_after_seconds: float | None = None
     waiting: bool = False
     """No reading has finished yet."""
+    note: str | None = None
+    """What the source says of its agents (``Reading.note``)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -193,6 +193,10 @@ def _source_line(source: SourceView) -> Text:
     in_flight = [a.totals.in_flight for a in source.agents if a.totals.in_flight is not None]
     stalled = sum(a.totals.stalled or 0 for a in source.agents)
     line.append(f"  {len(source.agents)} agent{'' if len(source.agents) == 1 else 's'}")
+    if not source.agents:
+        line.append(f": {source.note or 'no rollout recorded yet'}", style="yellow")
+    elif source.note:
+        line.append(f"  {source.note}", style="yellow")
     if in_flight:
         line.append(f"  {_count(sum(in_flight))} in flight")
     if stalled:

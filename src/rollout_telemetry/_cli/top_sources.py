@@ -270,7 +270,16 @@ class FollowSource:
             self._follower.poll()
         except OSError as exc:
             raise SourceDown(_why(exc)) from exc
-        return Reading(parse_metrics(generate_latest(self._registry).decode("utf-8")))
+        agents = parse_metrics(generate_latest(self._registry).decode("utf-8"))
+        return Reading(agents, note=self._follower.unnamed_note() if agents else self._no_agent())
+
+    def _no_agent(self) -> str:
+        """Why no agent has a row: the files hold none yet, or every row was rejected (the reasons)."""
+        rejected = self._follower.telemetry.snapshot().rejected
+        if not rejected:
+            return f"no rollout row in {self._follower.files.main} yet"
+        reasons = ", ".join(f"{reason} {count}" for reason, count in sorted(rejected.items()))
+        return f"every row was rejected ({reasons}); `rollout-telemetry report PATH` says why, line by line"
 
 
 class Poller:
@@ -306,6 +315,7 @@ class Poller:
             agents=rows,
             in_flight=reading.in_flight,
             stall_after_seconds=reading.stall_after_seconds,
+            note=reading.note,
         )
         return self.view
 

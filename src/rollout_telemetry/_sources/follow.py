@@ -54,13 +54,18 @@ class RunFiles:
     failures: Path | None = None
     inputs: Path | None = None
 
+    @property
+    def name(self) -> str:
+        """The name a run's files give its rows that name no agent: the main file's stem."""
+        return _stem(self.main)
+
     @classmethod
     def from_main(
         cls, main: str | Path, *, failures: str | Path | None = None, inputs: str | Path | None = None
     ) -> RunFiles:
         """Find the sidecars by name next to ``<stem>.jsonl`` unless given explicitly."""
         path = Path(main)
-        stem = path.name.removesuffix(".jsonl")
+        stem = _stem(path)
         return cls(
             main=path,
             failures=Path(failures) if failures else path.with_name(f"{stem}_failures.jsonl"),
@@ -68,13 +73,19 @@ class RunFiles:
         )
 
 
+def _stem(main: Path) -> str:
+    return main.name.removesuffix(".jsonl")
+
+
 class RunFollower:
     """Feeds a run's files into a telemetry account and a coverage account, once or continuously.
 
     The agent of a row is its ``agent_ref.name``, else its ``_ng_environment_server``, else that of the
-    materialized inputs row with the same identity, else ``default_agent``. A row whose identity is not in
-    the inputs yet waits for them (it is counted when they catch up, never dropped); ``finish()`` settles
-    what still waits once the files are complete.
+    materialized inputs row with the same identity, else the one agent the inputs name (when they name
+    exactly one: a run's rows are its inputs' rollouts), else ``default_agent``; rows counted under
+    ``default_agent`` are counted in ``unnamed``. A row whose identity is not in the inputs yet waits for them
+    (it is counted when they catch up, never dropped); ``finish()`` settles what still waits once the files
+    are complete.
 
     When a file of the run starts over (NeMo Gym's fresh run over the same output deletes and recreates
     the output and its sidecar and rewrites the inputs), a new run begins: what describes the run (the
@@ -88,7 +99,8 @@ class RunFollower:
         files: the run's files.
         max_attempts: attempts NeMo Gym makes before it stops retrying a rollout (its
             ``NEMO_GYM_MAX_ROLLOUT_ATTEMPTS``), for the telemetry's coverage account (``cover``).
-        default_agent: the agent of rows that name none and match no input row.
+        default_agent: the agent of rows that name none and that the inputs cannot tell
+            (``RunFiles.name`` is the command line's).
         skip_existing: files present now are left from an earlier run (a fresh run is about to replace
             them): each is read only once it changes, from its start.
         max_line: the longest line read, in bytes; a longer one is skipped to its newline, once, and
@@ -122,6 +134,9 @@ class RunFollower:
         """Times the run started over (a new run in the same files)."""
         self.rows = 0
         """Rows counted (successes and failures; duplicates and rejected rows excluded), every run."""
+        self.unnamed = 0
+        """Rows counted under ``default_agent``: nothing in the files named their agent."""
+        self._input_agents: set[str] = set()
         self._waiting: dict[tuple[int, int], list[tuple[Tail, int, Row]]] = {}
 
     @property
@@ -137,6 +152,22 @@ class RunFollower:
             with contextlib.suppress(OSError):
                 total += tail.path.stat().st_size
         return total
+
+    def unnamed_note(self) -> str | None:
+        """The line saying how many rows named no agent and took ``default_agent``, and how to name them."""
+        if not self.unnamed:
+            return None
+        return (
+            f"{self.unnamed} rows of {self.files.main} name no agent (no agent_ref.name, "
+            f"_ng_environment_server or materialized inputs row): shown as '{self.default_agent}'; "
+            "--agent NAME names them"
+        )
+
+    @property
+    def tells_of_a_run(self) -> bool:
+        """Whether what was read tells of a run: a row counted, or the rollouts it was to produce (an empty
+        output beside its materialized inputs is a run whose every rollout is unknown, as Gym counts it)."""
+        return self.rows > 0 or self.coverage.snapshot().expected_known
 
     @property
     def waiting(self) -> int:
@@ -160,13 +191,16 @@ class RunFollower:
                 if present[tail] is None:
                     continue  # not there (yet, or any more)
                 for number, line in tail.lines():
-                    if line is None:
-                        msg = f"longer than {self.max_line} bytes: skipped"
-                        self._reject(tail, number, Rejection("line_too_long", msg))
-                    else:
-                        self._handle(tail, number, line)
+                    self._take(tail, number, line)
                     read += 1
             return read
+
+    def _take(self, tail: Tail, number: int, line: memoryview | None) -> None:
+        if line is None:
+            msg = f"longer than {self.max_line} bytes: skipped"
+            self._reject(tail, number, Rejection("line_too_long", msg))
+        else:
+            self._handle(tail, number, line)
 
     def read_all(self) -> int:
         """Read every file to its current end in one go, as ``report`` does; return the lines read.
@@ -184,17 +218,22 @@ class RunFollower:
                 gc.enable()
 
     def finish(self) -> None:
-        """The files are complete: count the rows still waiting for an input row under ``default_agent``,
-        or reject them as ``missing_agent``."""
+        """The files are complete: read a last line that has no newline (a writer that never ends its last
+        row, as some of NeMo Gym's example files), then count the rows still waiting for an input row under
+        ``default_agent``, or reject them as ``missing_agent``."""
         with self._lock:
+            for tail in self._tails():
+                if tail.identity is not None and (last := tail.last_line()) is not None:
+                    self._take(tail, *last)
             waiting, self._waiting = self._waiting, {}
             for identity, rows in waiting.items():
                 for tail, number, row in rows:
-                    self._counted(tail, number, row, self.default_agent, identity)
+                    self._counted(tail, number, row, None, identity)
 
     def _start_over(self, started_over: set[Tail]) -> None:
         # A new run (see the class): the run's description starts again; the counters go on.
         self.restarts += 1
+        self._input_agents = set()
         self.telemetry.new_run()  # its coverage and groups
         # Rows waiting for their input row are kept, unless their file is read again from its start.
         self._waiting = {
@@ -231,7 +270,7 @@ class RunFollower:
             if agent is None and (self._inputs is not None and self._inputs.identity is not None):
                 self._waiting.setdefault(identity, []).append((tail, number, row))
                 return
-        self._count(tail, number, row, agent or self.default_agent, identity)
+        self._count(tail, number, row, agent, identity)
 
     def _counted(
         self, tail: Tail, number: int, row: Row, agent: str | None, identity: tuple[int, int]
@@ -244,12 +283,19 @@ class RunFollower:
     def _input(self, row: Row) -> None:
         agent, identity = input_rollout(row, self.default_agent)
         self.telemetry.expect_rollouts(agent, (identity,))
+        self._input_agents.add(agent)
         for tail, number, waiting in self._waiting.pop(identity, ()):
             self._counted(tail, number, waiting, agent, identity)
 
     def _count(
         self, tail: Tail, number: int, row: Row, agent: str | None, identity: tuple[int, int] | None
     ) -> None:
+        unnamed = False
+        if agent is None:  # nothing names it: the inputs' one agent, else the default
+            if len(self._input_agents) == 1:
+                agent = next(iter(self._input_agents))
+            else:
+                agent, unnamed = self.default_agent, True
         if agent is None:
             raise Rejection("missing_agent", "no agent_ref.name, _ng_environment_server or input row")
         attempt = row_attempt(row)
@@ -260,6 +306,7 @@ class RunFollower:
         # The one path of every outcome: coverage (a repeated row is refused there), counts, groups.
         self.telemetry.record_classified(agent, outcome, identity, attempt, terminal=terminal, line=number)
         self.rows += 1
+        self.unnamed += unnamed
 
     def _reject(self, tail: Tail, number: int, exc: Rejection) -> None:
         located = Rejection(exc.reason, f"line {number}: {exc}")

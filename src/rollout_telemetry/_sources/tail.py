@@ -137,6 +137,26 @@ class Tail:
                 if len(self.head) < size:
                     self.head = os.pread(handle.fileno(), size, 0)
 
+    def last_line(self) -> tuple[int, memoryview | None] | None:
+        """The file's last line when it has no newline, taken as whole: call once the file is complete.
+
+        ``None`` when there is none (or only white space); like ``lines()``, a line longer than ``max_line``
+        (or the end of one being passed over) comes as ``(number, None)``.
+        """
+        try:
+            with open(self.path, "rb", buffering=0) as handle:
+                handle.seek(self.offset)
+                rest = handle.read(self.max_line + 1)
+        except OSError as exc:
+            _log.warning("cannot read %s: %s", self.path, exc)
+            return None
+        if not rest.strip() and not self.skipping:
+            return None
+        self.offset += len(rest)
+        self.line_number += 1
+        too_long, self.skipping = self.skipping or len(rest) > self.max_line, False
+        return self.line_number, None if too_long else memoryview(rest)
+
     def _read(self, handle: io.FileIO) -> Iterator[tuple[int, memoryview | None]]:
         handle.seek(self.offset)
         buffer = bytearray(_CHUNK)

@@ -115,11 +115,12 @@ class Account:
         if tokens is not None:
             counts = state.tokens
             if counts is None:
-                counts = state.tokens = [0, 0, 0, 0]
+                counts = state.tokens = [0, 0, 0, 0, 0]
             counts[0] += tokens[0]
             counts[1] += tokens[1]
             counts[2] += tokens[2]
             counts[3] += tokens[3]
+            counts[4] += 1  # responses that carried usage: what a mean per response divides by
         if truncated is not None:
             try:
                 state.truncated[truncated] += 1

@@ -68,7 +68,8 @@ class AgentState:
         self.duration_buckets = [0] * (len(DURATION_BUCKETS) + 1)
         self.duration_sum = 0.0
         self.duration_count = 0
-        self.tokens: list[int] | None = None  # input, output, cached, reasoning; None until a usage
+        # Input, output, cached and reasoning tokens, then the responses that carried usage; None until one.
+        self.tokens: list[int] | None = None
         # Truncations by reason, keyed like the kinds of a cell: the reason itself, or its label if cut or
         # folded; ``reasons`` maps each key to its label.
         self.truncated: dict[str, int] = {}
@@ -168,6 +169,7 @@ class AgentCopy:
             duration_buckets=self.duration_buckets,
             duration_sum=self.duration_sum,
             duration_count=self.duration_count,
-            tokens=self.tokens,
+            tokens=None if self.tokens is None else self.tokens[:4],
+            usage_responses=0 if self.tokens is None else self.tokens[4],
             truncated=truncated,
         )

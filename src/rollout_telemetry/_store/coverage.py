@@ -17,6 +17,9 @@ With the expected identities known (from the materialized inputs), at every mome
     expected = measured + masked + unscored + failed + omitted + unknown
 
 where unknown is expected but not seen yet; a rollout seen outside the expected ones counts in expected too.
+A row without an identity cannot say which expected rollout it is, but it is one of the run's: as NeMo Gym
+counts its rows against the materialized inputs, each such rollout of an agent counts against one of the
+agent's unknown ones (and only beyond them adds to expected).
 
 A failed rollout is *retryable* when NeMo Gym would dispatch it again on resume: no success was written for
 it, none of its failure rows is terminal, and it has used fewer than ``max_attempts`` attempts (its failure
@@ -341,12 +344,14 @@ class Coverage:
         """Copy the coverage of every agent: O(agents), whatever the number of rollouts."""
         with self._lock:
             known = self._expected_known
+            # The rollouts without an identity that fill expected ones, by agent (see the module).
+            filled = {label: min(state.unidentified, state.unknown) for label, state in self._agents.items()}
             agents = tuple(
                 AgentCoverage(
                     agent=label,
                     rollouts=dict(state.rollouts),
-                    expected=sum(state.rollouts.values()) + state.unknown if known else None,
-                    unknown=state.unknown if known else None,
+                    expected=sum(state.rollouts.values()) + state.unknown - filled[label] if known else None,
+                    unknown=state.unknown - filled[label] if known else None,
                     retried=state.retried + self._retried_before.get(label, 0),
                     measured_tasks=state.measured_tasks,
                     fully_masked_tasks=state.fully_masked_tasks,
@@ -355,6 +360,8 @@ class Coverage:
                 )
                 for label, state in sorted(self._agents.items())
             )
-            unexpected = sum(state.unexpected for state in self._agents.values()) if known else 0
+            unexpected = (
+                sum(s.unexpected - filled[label] for label, s in self._agents.items()) if known else 0
+            )
             restarts = self._restarts
         return CoverageSnapshot(agents=agents, expected_known=known, unexpected=unexpected, restarts=restarts)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from rollout_telemetry._contract.identity import MAX_ROLLOUT_INDEX, check_identity, rank, supersedes
@@ -102,6 +102,9 @@ class AgentGroups:
     agent: str
     states: Mapping[GroupState, int]
     open: int
+    singles: Mapping[GroupState, int] = field(default_factory=dict)
+    """Of ``states``, the groups of one member: a task with one rollout, which nothing compares (an
+    evaluation's usual shape; ``insufficient`` or ``no_valid`` by the rule, but no alarm)."""
 
     @property
     def completed(self) -> int:
@@ -137,6 +140,7 @@ class Groups:
         self._lock = _fork.lock_for(self)
         self._sizes: dict[str, int] = {}  # agent label -> declared group size
         self._states: dict[str, dict[GroupState, int]] = {}  # completed groups by state: a counter, every run
+        self._singles: dict[str, dict[GroupState, int]] = {}  # of those, the groups of one member
         self.new_run()
 
     def new_run(self) -> None:
@@ -266,6 +270,9 @@ class Groups:
         if counts is None:
             counts = self._states[label] = dict.fromkeys(GROUP_STATES, 0)
         counts[classified] += 1
+        if len(valid) == 1:
+            singles = self._singles.setdefault(label, dict.fromkeys(GROUP_STATES, 0))
+            singles[classified] += 1
         state.flags[number] |= _COMPLETED
         state.open -= 1
 
@@ -277,6 +284,7 @@ class Groups:
                     agent=label,
                     states=dict(counts),
                     open=state.open if (state := self._agents.get(label)) is not None else 0,
+                    singles=dict(self._singles.get(label, {})),
                 )
                 for label, counts in sorted(self._states.items())
             )

@@ -81,6 +81,8 @@ class AgentSnapshot:
     tokens: tuple[int, ...] | None = None
     """Tokens of the model responses that carried usage: (input, output, cached, reasoning); ``None`` until
     one did."""
+    usage_responses: int = 0
+    """Model responses that carried usage (what ``tokens`` sums over)."""
     truncated: Mapping[str, int] = field(default_factory=dict)
     """Truncated responses by reason label."""
 

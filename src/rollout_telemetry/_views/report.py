@@ -11,7 +11,11 @@ Two kinds of count sit side by side, and the report keeps them apart:
 
 With materialized inputs the rollouts of each task also form a **group**, classified once every member has
 an outcome (valid, degraded, uniform, insufficient, no_valid; see ``groups``); groups still waiting for a
-member are ``open``.
+member are ``open``. Only groups of more than one member are shown: a task with one rollout (an ordinary
+evaluation) compares nothing, and would read as ``insufficient``.
+
+The events also give the share of rows whose model response was truncated, and the mean input and output
+tokens per response that carried usage.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from typing import Any
 
 from rollout_telemetry._contract.outcome import Disposition
 from rollout_telemetry._store.coverage import CoverageSnapshot
-from rollout_telemetry._store.groups import GROUP_STATES, GroupsSnapshot
+from rollout_telemetry._store.groups import GROUP_STATES, AgentGroups, GroupsSnapshot
 from rollout_telemetry._store.snapshot import AccountSnapshot, AgentSnapshot
 from rollout_telemetry._views.progress import coverage_metrics, expected_rollouts, progress_metrics
 
@@ -74,6 +78,9 @@ def build_report(
                     "mean_reward": events.mean_reward if events else None,
                     "mean_reward_unmasked": _unmasked(events),
                     "masked_share": (events.masked_ratio if events else None) or 0.0,
+                    "truncated_share": _truncated_share(events),
+                    "mean_input_tokens": _mean_tokens(events, 0),
+                    "mean_output_tokens": _mean_tokens(events, 1),
                     # Most frequent first, ties by name: the same report whatever order the rows came in.
                     "top_failure_kinds": dict(sorted(kinds.items(), key=lambda kv: (-kv[1], kv[0]))[:top]),
                 },
@@ -88,10 +95,30 @@ def build_report(
         "rows_without_identity": sum(a.unidentified for a in coverage.agents),
         "rejected": dict(account.rejected),
         "groups": {
-            agent.agent: {**{state: agent.states[state] for state in GROUP_STATES}, "open": agent.open}
+            agent.agent: {**compared, "open": agent.open}
             for agent in (groups.agents if groups is not None else ())
+            if sum((compared := _compared(agent)).values())
         },
     }
+
+
+def _compared(groups: AgentGroups) -> dict[str, int]:
+    """Completed groups by state, those of one member left out: a task with one rollout compares nothing."""
+    return {state: groups.states[state] - groups.singles.get(state, 0) for state in GROUP_STATES}
+
+
+def _truncated_share(events: AgentSnapshot | None) -> float | None:
+    """Truncated model responses per row read (``None`` before the first row)."""
+    if events is None or not (rows := events.completed + events.failed + events.omitted):
+        return None
+    return round(sum(events.truncated.values()) / rows, 4)
+
+
+def _mean_tokens(events: AgentSnapshot | None, which: int) -> float | None:
+    """Mean tokens of one type (0 input, 1 output) per model response that carried usage."""
+    if events is None or events.tokens is None or not events.usage_responses:
+        return None
+    return round(events.tokens[which] / events.usage_responses, 1)
 
 
 def _unmasked(events: AgentSnapshot | None) -> float | None:
@@ -99,6 +126,10 @@ def _unmasked(events: AgentSnapshot | None) -> float | None:
     if events is None:
         return None
     return events.mean_reward_unmasked if events.troubled else events.mean_reward
+
+
+def _percent(share: float | None) -> str:
+    return "-" if share is None else f"{100 * share:.1f}"
 
 
 def _number(value: object, pattern: str = "{:d}") -> str:
@@ -125,7 +156,9 @@ def _by_agent_lines(report: dict[str, Any]) -> list[str]:
             + ", ".join(f"{column} {_number(seen[column])}" for column in _EVENT_COLUMNS)
             + f"; reward {_number(seen['mean_reward'], '{:+.4f}')}, unmasked "
             + f"{_number(seen['mean_reward_unmasked'], '{:+.4f}')}, "
-            + f"masked {100 * seen['masked_share']:.1f} %",
+            + f"masked {100 * seen['masked_share']:.1f} %, truncated {_percent(seen['truncated_share'])} %, "
+            + f"tokens in {_number(seen['mean_input_tokens'], '{:.1f}')}, "
+            + f"out {_number(seen['mean_output_tokens'], '{:.1f}')}",
             f"  top failure kinds: {kinds or '-'}",
         ]
     return lines
@@ -153,7 +186,7 @@ def render_table(report: dict[str, Any], width: int = _WIDE) -> Any:
         title_justify="left",
     )
     events.add_column("agent", no_wrap=True, min_width=agent_width)
-    for column in (*_EVENT_COLUMNS, "reward", "unmasked", "masked %"):
+    for column in (*_EVENT_COLUMNS, "reward", "unmasked", "masked %", "trunc %", "tokens in", "out"):
         events.add_column(column, justify="right")
     events.add_column("top failure kinds")
     for row in report["agents"]:
@@ -166,12 +199,15 @@ def render_table(report: dict[str, Any], width: int = _WIDE) -> Any:
             _number(seen["mean_reward"], "{:+.4f}"),
             _number(seen["mean_reward_unmasked"], "{:+.4f}"),
             f"{100 * seen['masked_share']:.1f}",
+            _percent(seen["truncated_share"]),
+            _number(seen["mean_input_tokens"], "{:.1f}"),
+            _number(seen["mean_output_tokens"], "{:.1f}"),
             kinds or "-",
         )
     parts: list[Any] = [rollouts, events] if width >= _WIDE else _by_agent_lines(report)
     if report.get("groups"):
         by_state = Table(
-            title="Groups by agent: the rollouts of one task, classified once every member has an outcome",
+            title="Groups by agent: the rollouts of a task of several, classified once each has an outcome",
             title_justify="left",
         )
         by_state.add_column("agent", no_wrap=True)

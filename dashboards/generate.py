@@ -5,8 +5,9 @@
 
 ``dashboards/rollout-progress.json`` comes from the panels of ``dashboards/panels.py``,
 ``dashboards/prometheus/rules.yml`` from the rules of ``dashboards/rules.py``, and the README's alert table
-from those rules too; the queries of both are the formulas of ``dashboards/promql.py``. A development tool:
-nothing in the ``rollout_telemetry`` package imports it.
+from those rules too; the queries of both are the formulas of ``dashboards/promql.py``. The README's span
+attribute table is the one table of ``rollout_telemetry/_recording/semconv.py``. A development tool: nothing
+in the ``rollout_telemetry`` package imports it.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from dashboards import rules
 from dashboards.model import DATASOURCE, Row, panel_json, row_json
 from dashboards.panels import ROWS
 from dashboards.rulefile import alert_table
+from rollout_telemetry._recording.semconv import markdown_table
 
 __all__ = ["PATH", "README_PATH", "RULES_PATH", "dashboard", "main", "outputs", "readme", "render"]
 
@@ -34,6 +36,11 @@ ALERTS_BEGIN = (
     "<!-- The alert table is generated from dashboards/rules.py by python -m dashboards.generate -->\n"
 )
 ALERTS_END = "<!-- End of the generated alert table. -->\n"
+SPANS_BEGIN = (
+    "<!-- The span attribute table is generated from src/rollout_telemetry/_recording/semconv.py by "
+    "python -m dashboards.generate -->\n"
+)
+SPANS_END = "<!-- End of the generated span attribute table. -->\n"
 
 
 def _query_variable(name: str, label: str, query: str, *, hide: int = 0) -> dict[str, Any]:
@@ -164,18 +171,24 @@ def render() -> str:
 
 
 def readme(text: str) -> str:
-    """``text`` (the README) with the alert table between its markers rebuilt from the rules.
+    """``text`` (the README) with the alert table and the span attribute table between their markers rebuilt
+    from the rules and from the span attribute table of the code.
 
     Raises:
         ValueError: the README lacks the markers.
     """
-    before, begin, rest = text.partition(ALERTS_BEGIN)
-    _, end, after = rest.partition(ALERTS_END)
+    text = _between(text, ALERTS_BEGIN, ALERTS_END, alert_table(rules.alerting_rules()))
+    return _between(text, SPANS_BEGIN, SPANS_END, markdown_table())
+
+
+def _between(text: str, begin_marker: str, end_marker: str, table: str) -> str:
+    before, begin, rest = text.partition(begin_marker)
+    _, end, after = rest.partition(end_marker)
     if not (begin and end):
-        msg = f"{README_PATH} has no alert table between {ALERTS_BEGIN.strip()} and {ALERTS_END.strip()}"
+        msg = f"{README_PATH} has no table between {begin_marker.strip()} and {end_marker.strip()}"
         raise ValueError(msg)
     # Blank lines around the table: a Markdown table ends only at a blank line.
-    return f"{before}{begin}\n{alert_table(rules.alerting_rules())}\n{end}{after}"
+    return f"{before}{begin}\n{table}\n{end}{after}"
 
 
 def outputs() -> dict[Path, str]:

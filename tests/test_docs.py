@@ -22,7 +22,7 @@ def test_every_family_is_in_the_metric_table() -> None:
 def test_every_span_attribute_is_documented() -> None:
     """Each span attribute the recorder sets is named in the README."""
     for attribute in ATTRIBUTES:
-        assert f"`{attribute}`" in README, attribute
+        assert f"`{attribute.name}`" in README, attribute.name
 
 
 def test_readme_starts_with_the_two_commands() -> None:

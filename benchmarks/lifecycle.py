@@ -9,16 +9,42 @@ work; and the bare block forwarding its outcome to ``record()``, the least a blo
 Goal: the lifecycle block at most 2x ``record()``. Also prints what a ``stage()`` call adds to a block, and
 what one stall check costs (every scrape and the watcher thread run one) at 100 to 10,000 rollouts in flight.
 
+With ``--against REV`` it times instead a lifecycle block with tracing on (an SDK tracer provider whose batch
+processor hands spans to an exporter that drops them: what recording pays, not the network) in this tree
+against the same block of revision ``REV``, both imported in one process as ``record_against.py`` does, in
+interleaved rounds, in several fresh processes: this tree with the GenAI conventions' default, and with
+``OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental`` (the evaluation event, the newer usage
+attributes). Goal: within 1.1x of ``REV``. With ``--instructions`` it counts machine instructions per block
+instead (valgrind's callgrind, fixed string hashing), free of what else the machine runs; the batch processor
+then holds every span (its worker never wakes), so each count is the recording path alone.
+
     .venv/bin/python benchmarks/lifecycle.py [--calls 100000] [--rounds 9]
+    .venv/bin/python benchmarks/lifecycle.py --against e4c29d2 [--processes 5]
+    .venv/bin/python benchmarks/lifecycle.py --against e4c29d2 --instructions
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import re
+import shutil
 import statistics
+import subprocess
+import sys
+import tempfile
 import timeit
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from pathlib import Path
 
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/ is a package of the checkout
+
+from benchmarks.record import ROWS
+from benchmarks.record_against import package_at
 from rollout_telemetry import RolloutTelemetry
 
 
@@ -106,11 +132,182 @@ def stall_check_seconds(in_flight: int) -> float:
     return seconds
 
 
+class DroppingExporter(SpanExporter):
+    """Takes every batch and drops it: the export side costs nothing measured here."""
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        return SpanExportResult.SUCCESS
+
+
+TRACED = {
+    "measured": "with rollout('math_agent', task_index=1, rollout_index=0) as handle:\n"
+    "    handle.complete(measured)",
+    "with usage": "with rollout('math_agent', task_index=1, rollout_index=0) as handle:\n"
+    "    handle.complete(with_usage)",
+    "failed": "with rollout('math_agent', task_index=1, rollout_index=0) as handle:\n"
+    "    handle.fail('session_lost', reason='reset timed out after 30s')",
+}
+"""The blocks timed with tracing on: a measured row, one with usage, a failure with its reason."""
+
+
+def traced(
+    telemetry_class: type[RolloutTelemetry], *, latest: bool = False, hold: int = 0
+) -> dict[str, object]:
+    """The globals a traced block sees: a telemetry on its own SDK tracer provider, and the rows.
+
+    With ``hold`` the batch processor keeps that many spans without waking its worker thread.
+    """
+    provider = TracerProvider()
+    if hold:
+        delay = 10**9  # milliseconds: never, within a run
+        processor = BatchSpanProcessor(DroppingExporter(), hold, delay, max_export_batch_size=hold)
+    else:
+        processor = BatchSpanProcessor(DroppingExporter())
+    provider.add_span_processor(processor)
+    variable = "OTEL_SEMCONV_STABILITY_OPT_IN"
+    before = os.environ.pop(variable, None)
+    if latest:
+        os.environ[variable] = "gen_ai_latest_experimental"
+    try:  # read when the telemetry is made (a revision before the conventions ignores it)
+        telemetry = telemetry_class(run="bench", tracer_provider=provider)
+    finally:
+        os.environ.pop(variable, None)
+        if before is not None:
+            os.environ[variable] = before
+    return {"rollout": telemetry.rollout, **ROWS}
+
+
+def traced_measure(rev: str, calls: int, rounds: int) -> dict[str, dict[str, float]]:
+    """In this process: per block, median per-round ratios against ``rev``, and the A/A ratios."""
+    with tempfile.TemporaryDirectory() as tmp:
+        other = package_at(rev, Path(tmp)).RolloutTelemetry
+        candidates = {
+            "ours": traced(RolloutTelemetry),
+            "ours again": traced(RolloutTelemetry),
+            "ours, opt-in": traced(RolloutTelemetry, latest=True),
+            "theirs": traced(other),
+            "theirs again": traced(other),
+        }
+        times: dict[tuple[str, str], list[float]] = {}
+        order = list(candidates)
+        for round_ in range(rounds + 1):  # the first round warms up and is not kept
+            for block, statement in TRACED.items():
+                for who in order:
+                    seconds = timeit.timeit(statement, globals=candidates[who], number=calls) / calls
+                    if round_:
+                        times.setdefault((block, who), []).append(seconds)
+            order.append(order.pop(0))
+
+    def ratio(block: str, a: str, b: str) -> float:
+        pairs = zip(times[block, a], times[block, b], strict=True)
+        return statistics.median(x / y for x, y in pairs)
+
+    return {
+        block: {
+            "ours_us": statistics.median(times[block, "ours"]) * 1e6,
+            "theirs_us": statistics.median(times[block, "theirs"]) * 1e6,
+            "ratio": ratio(block, "ours", "theirs"),
+            "ratio_opt_in": ratio(block, "ours, opt-in", "theirs"),
+            "aa_ours": ratio(block, "ours again", "ours"),
+            "aa_theirs": ratio(block, "theirs again", "theirs"),
+        }
+        for block in TRACED
+    }
+
+
+def traced_against(rev: str, calls: int, rounds: int, processes: int) -> None:
+    """Print the traced blocks of this tree against ``rev``: medians over fresh processes, then min-max."""
+    command = [sys.executable, __file__, "--against", rev, "--one-process"]
+    command += ["--calls", str(calls), "--rounds", str(rounds)]
+    runs = []
+    for _ in range(processes):
+        done = subprocess.run(command, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            sys.exit(f"lifecycle.py: a measuring process failed: {done.stderr.strip()[-500:]}")
+        runs.append(json.loads(done.stdout))
+    print(f"a lifecycle block with tracing on, this tree against {rev}: {processes} processes, each {rounds}")
+    print(f"interleaved rounds of {calls:,} blocks. Median over processes, then min-max. Goal: within 1.1x.")
+    print(
+        f"{'block':<12}{'this tree':>10}{rev:>10}  {'ratio':<22}{'ratio, opt-in':<22}{'A/A this tree':<22}A/A"
+    )
+    for block in TRACED:
+
+        def over(key: str, block: str = block) -> str:
+            values = sorted(run[block][key] for run in runs)
+            return f"{statistics.median(values):.3f}x ({values[0]:.3f}-{values[-1]:.3f})"
+
+        ours = statistics.median(run[block]["ours_us"] for run in runs)
+        theirs = statistics.median(run[block]["theirs_us"] for run in runs)
+        print(
+            f"{block:<12}{ours:>8.2f}us{theirs:>8.2f}us  {over('ratio'):<22}{over('ratio_opt_in'):<22}"
+            f"{over('aa_ours'):<22}{over('aa_theirs')}"
+        )
+
+
+CANDIDATES = ("ours", "ours, opt-in", "theirs")
+
+
+def run_blocks(rev: str, which: str, block: str, calls: int) -> None:
+    """In this process: ``calls`` traced blocks of one candidate (after a warm-up of 1,000)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        telemetry = RolloutTelemetry if which != "theirs" else package_at(rev, Path(tmp)).RolloutTelemetry
+        names = traced(telemetry, latest=which == "ours, opt-in", hold=calls + 1_000)
+        timeit.timeit(TRACED[block], globals=names, number=1_000)
+        timeit.timeit(TRACED[block], globals=names, number=calls)
+
+
+def instructions(rev: str, calls: int) -> None:
+    """Print the machine instructions per traced block of each candidate (callgrind), and the ratios.
+
+    Each count is the difference between a process running ``3 * calls`` blocks and one running ``calls``, so
+    start-up cancels.
+    """
+    if shutil.which("valgrind") is None:
+        sys.exit("lifecycle.py: --instructions needs valgrind (apt-get install valgrind)")
+
+    def collected(which: str, block: str, n: int) -> int:
+        command = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, __file__]
+        command += ["--against", rev, "--run-blocks", str(n), "--which", which, "--block", block]
+        env = {**os.environ, "PYTHONHASHSEED": "0"}
+        done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+        if done.returncode != 0:
+            sys.exit(f"lifecycle.py: a measuring process failed: {done.stderr.strip()[-500:]}")
+        return int(re.findall(r"Collected : (\d+)", done.stderr)[-1])
+
+    print(f"machine instructions per lifecycle block with tracing on (callgrind), this tree against {rev}")
+    print(f"{'block':<12}{'this tree':>10}{'opt-in':>10}{rev:>10}{'ratio':>8}{'opt-in':>8}")
+    for block in TRACED:
+        per_block = {
+            which: (collected(which, block, 3 * calls) - collected(which, block, calls)) / (2 * calls)
+            for which in CANDIDATES
+        }
+        ours, opt_in, theirs = (per_block[which] for which in CANDIDATES)
+        counts = f"{ours:>10.0f}{opt_in:>10.0f}{theirs:>10.0f}"
+        print(f"{block:<12}{counts}{ours / theirs:>7.3f}x{opt_in / theirs:>7.3f}x")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument("--against", metavar="REV", help="time traced blocks against this revision instead")
+    parser.add_argument("--processes", type=int, default=5, help="fresh processes, with --against")
+    parser.add_argument("--instructions", action="store_true", help="with --against: count instructions")
+    parser.add_argument("--one-process", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--run-blocks", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--which", choices=CANDIDATES, help=argparse.SUPPRESS)
+    parser.add_argument("--block", choices=list(TRACED), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.against:
+        if args.run_blocks is not None:
+            run_blocks(args.against, args.which, args.block, args.run_blocks)
+        elif args.instructions:
+            instructions(args.against, 2_000)
+        elif args.one_process:
+            print(json.dumps(traced_measure(args.against, args.calls, args.rounds)))
+        else:
+            traced_against(args.against, args.calls, args.rounds, args.processes)
+        return
     ops = candidates()
     for op in ops.values():  # warm up
         timeit.timeit(op, number=args.calls)

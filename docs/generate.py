@@ -72,17 +72,29 @@ def metrics_page() -> str:
 
 
 def spans_page() -> str:
-    """Every attribute a rollout span carries, with its meaning."""
-    from rollout_telemetry._recording.spans import ATTRIBUTES
+    """Every attribute a rollout span or one of its events carries: type, where, when, opt-in, meaning."""
+    from rollout_telemetry._recording.semconv import ATTRIBUTES
 
     return _page(
         "Span attributes",
-        "ATTRIBUTES in rollout_telemetry._recording.spans",
-        'Each rollout of the lifecycle API is a span named `rollout <agent>` (`span_mode="span"`), or its '
-        'attributes go on the current span (`span_mode="annotate"`). See '
+        "ATTRIBUTES in rollout_telemetry._recording.semconv",
+        "Each rollout of the lifecycle API (and, in follow mode with `--otlp-endpoint`, each row counted) is "
+        "an OpenTelemetry GenAI agent span, `invoke_agent <agent>`; with "
+        '`span_mode="annotate"` its attributes go on the current span. *opt-in*: only with '
+        "`OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental`. See "
         "[OpenTelemetry](../guides/opentelemetry.md).",
-        ("attribute", "meaning"),
-        ((f"`{name}`", meaning) for name, meaning in ATTRIBUTES.items()),
+        ("attribute", "type", "on", "set", "opt-in", "meaning"),
+        (
+            (
+                f"`{a.name}`",
+                a.type,
+                "span" if a.on == "span" else f"`{a.on}` event",
+                a.when,
+                "yes" if a.opt_in else "",
+                a.meaning,
+            )
+            for a in ATTRIBUTES
+        ),
     )
 
 

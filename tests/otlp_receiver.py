@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -22,6 +23,33 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 def _value(value: AnyValue) -> Any:
     kind = value.WhichOneof("value")
     return getattr(value, kind) if kind else None
+
+
+@dataclass(frozen=True)
+class ReceivedSpan:
+    """A span as the receiver decoded it: what a trace backend would store."""
+
+    name: str
+    kind: int
+    """The protobuf enum: 1 internal, 2 server, 3 client."""
+    attributes: dict[str, Any]
+    events: list[tuple[str, dict[str, Any]]]
+    status_code: int
+    status_message: str
+    start_ns: int
+    end_ns: int
+    scope: str
+    schema_url: str
+    parent_span_id: bytes
+
+    def values(self) -> Iterator[Any]:
+        """Every value it carries: its name, attributes, events' names and attributes, status message."""
+        yield self.name
+        yield self.status_message
+        yield from self.attributes.values()
+        for event, attributes in self.events:
+            yield event
+            yield from attributes.values()
 
 
 class OTLPReceiver:
@@ -99,6 +127,34 @@ class OTLPReceiver:
                         for span in scope.spans:
                             attributes = {a.key: _value(a.value) for a in span.attributes}
                             found.append((span.name, attributes, span.status.code, span.status.message))
+        return found
+
+    def received(self) -> list[ReceivedSpan]:
+        """Every span received, whole."""
+        found: list[ReceivedSpan] = []
+        with self.lock:
+            for request in self.traces:
+                for resource in request.resource_spans:
+                    for scope in resource.scope_spans:
+                        for span in scope.spans:
+                            found.append(
+                                ReceivedSpan(
+                                    name=span.name,
+                                    kind=span.kind,
+                                    attributes={a.key: _value(a.value) for a in span.attributes},
+                                    events=[
+                                        (e.name, {a.key: _value(a.value) for a in e.attributes})
+                                        for e in span.events
+                                    ],
+                                    status_code=span.status.code,
+                                    status_message=span.status.message,
+                                    start_ns=span.start_time_unix_nano,
+                                    end_ns=span.end_time_unix_nano,
+                                    scope=scope.scope.name,
+                                    schema_url=scope.schema_url,
+                                    parent_span_id=span.parent_span_id,
+                                )
+                            )
         return found
 
     def points(self) -> Iterator[tuple[str, dict[str, Any], float]]:

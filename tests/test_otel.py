@@ -24,6 +24,12 @@ from rollout_telemetry.exporters.otel import Callback, instrument_meter
 from tests.support import FakeClock
 
 
+@pytest.fixture(autouse=True)
+def _baseline_conventions(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The GenAI conventions' default (no opt-in), whatever the environment running the tests says."""
+    monkeypatch.delenv("OTEL_SEMCONV_STABILITY_OPT_IN", raising=False)
+
+
 @pytest.fixture
 def spans() -> InMemorySpanExporter:
     """An in-memory span exporter."""
@@ -49,8 +55,9 @@ def test_measured_span(traced: RolloutTelemetry, spans: InMemorySpanExporter) ->
     with traced.rollout("math", task_index=17, rollout_index=2, attempt=0) as rollout:
         rollout.complete({"reward": 0.5})
     span = _only(spans)
-    assert span.name == "rollout math"
+    assert span.name == "invoke_agent math"
     assert dict(span.attributes or {}) == {
+        "gen_ai.operation.name": "invoke_agent",
         "gen_ai.agent.name": "math",
         "rollout.agent": "math",
         "rollout.task_index": 17,

@@ -47,7 +47,7 @@ def test_spans_and_metrics_reach_a_real_receiver() -> None:
         assert spans[2][1]["rollout.mask_sample"] is True
         assert spans[2][1]["rollout.failure_kind"] == "judge_failed"
         name, attrs, code, message = spans[3]
-        assert name == "rollout browser"
+        assert name == "invoke_agent browser"
         assert attrs["error.type"] == "session_lost"
         assert attrs["gen_ai.agent.name"] == "browser"
         assert code == STATUS_ERROR

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
-import sys
-from collections.abc import Callable
 
 from rollout_telemetry._cli import options
 from rollout_telemetry._cli.args import (
@@ -16,18 +13,15 @@ from rollout_telemetry._cli.args import (
     non_negative,
     positive,
     share,
-    url,
 )
+from rollout_telemetry._cli.otlp import add_otlp_option, otlp_export
 from rollout_telemetry._cli.process import freeze_the_heap, install_sigterm, interrupt_on_sigterm
 from rollout_telemetry._cli.simulation import SCENARIOS, DemoConfig, run_demo, summary_lines
 from rollout_telemetry._recording.telemetry import RolloutTelemetry
 
-__all__ = ["NAME", "OTLP_FLUSH_SECONDS", "add_parser", "run"]
+__all__ = ["NAME", "add_parser", "run"]
 
 NAME = "demo"
-
-OTLP_FLUSH_SECONDS = 3.0
-"""The longest the demo waits at exit for an OTLP endpoint to take what is pending."""
 
 
 def add_parser(commands: argparse._SubParsersAction[OneLineParser]) -> None:
@@ -74,13 +68,7 @@ def add_parser(commands: argparse._SubParsersAction[OneLineParser]) -> None:
         default=5.0,
         help="seconds in flight after which a rollout counts as stalled (default: 5, short for a demo)",
     )
-    demo.add_argument(
-        "--otlp-endpoint",
-        type=url,
-        default=None,
-        help="also send spans and metrics over OTLP/HTTP to this base URL (e.g. http://127.0.0.1:4318); "
-        "needs rollout-telemetry[otel]",
-    )
+    add_otlp_option(demo, "spans and metrics")
     demo.add_argument(
         "--linger", type=non_negative, default=0.0, help="keep serving this many seconds after the run"
     )
@@ -138,30 +126,13 @@ def run(args: argparse.Namespace) -> int:
         drop_after=args.drop_after,
     )
     security = options.endpoint_security(args)  # every input checked before anything starts
-    shutdown_otel: Callable[[], None] | None = None
-    if args.otlp_endpoint:
-        from rollout_telemetry.exporters.otel import instrument_meter, otlp_providers
-
-        if not args.verbose:  # the SDK logs every failed batch; the demo says it once, at exit
-            logging.getLogger("opentelemetry").setLevel(logging.CRITICAL)
-        otlp = otlp_providers(args.otlp_endpoint, export_interval_millis=2000, timeout_seconds=2.0)
-        telemetry = RolloutTelemetry(
-            run=args.run, tracer_provider=otlp.tracer_provider, stall_after=config.stall_after
-        )
-        instrument_meter(telemetry, otlp.meter_provider)
-        telemetry.registry.register(otlp.span_stats.collector(telemetry.const_labels))
-
-        def shutdown_otel() -> None:
-            finished = otlp.shutdown(timeout=OTLP_FLUSH_SECONDS)
-            lost = otlp.span_stats.failed + otlp.span_stats.dropped
-            if lost or not finished:
-                print(
-                    f"rollout-telemetry demo: {lost} spans could not be sent to {args.otlp_endpoint}"
-                    + ("" if finished else f" (stopped waiting after {OTLP_FLUSH_SECONDS:g} s)"),
-                    file=sys.stderr,
-                )
-    else:
-        telemetry = RolloutTelemetry(run=args.run, stall_after=config.stall_after)
+    otlp = otlp_export(args, NAME)
+    tracer_provider = None if otlp is None else otlp.tracer_provider
+    telemetry = RolloutTelemetry(
+        run=args.run, tracer_provider=tracer_provider, stall_after=config.stall_after
+    )
+    if otlp is not None:
+        otlp.attach(telemetry)
     server = options.serve_endpoint(telemetry, args, security)
     interrupt_on_sigterm()
     freeze_the_heap()
@@ -190,8 +161,8 @@ def run(args: argparse.Namespace) -> int:
     finally:
         tick()
         server.stop()
-        if shutdown_otel is not None:
-            shutdown_otel()
+        if otlp is not None:
+            otlp.shutdown()
     return 0
 
 

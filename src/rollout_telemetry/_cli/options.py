@@ -168,15 +168,26 @@ def _default_max_attempts() -> int:
 
 
 def run_follower(
-    args: argparse.Namespace, path: str | Path, telemetry: RolloutTelemetry, *, skip_existing: bool = False
+    args: argparse.Namespace,
+    path: str | Path,
+    telemetry: RolloutTelemetry,
+    *,
+    skip_existing: bool = False,
+    spans: bool = False,
 ) -> RunFollower:
-    """A follower of the run whose main file is ``path``, as the ``add_run_files()`` flags say."""
+    """A follower of the run whose main file is ``path``, as the ``add_run_files()`` flags say; with ``spans``
+    each rollout it counts is also a span."""
     failures, inputs = getattr(args, "failures", None), getattr(args, "inputs", None)
     files = RunFiles.from_main(path, failures=failures, inputs=inputs)
     max_attempts = args.max_attempts or _default_max_attempts()
     agent = args.agent or files.name  # rows nothing names are the file's (say_unnamed says so)
     return RunFollower(
-        telemetry, files, max_attempts=max_attempts, default_agent=agent, skip_existing=skip_existing
+        telemetry,
+        files,
+        max_attempts=max_attempts,
+        default_agent=agent,
+        skip_existing=skip_existing,
+        spans=spans,
     )
 
 

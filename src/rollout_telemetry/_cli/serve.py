@@ -8,6 +8,7 @@ from pathlib import Path
 
 from rollout_telemetry._cli import options
 from rollout_telemetry._cli.args import OneLineParser, at_least
+from rollout_telemetry._cli.otlp import add_otlp_option, otlp_export
 from rollout_telemetry._cli.process import freeze_the_heap, install_sigterm
 from rollout_telemetry._recording.telemetry import RolloutTelemetry
 from rollout_telemetry._sources.file_kind import check_main_file
@@ -38,6 +39,7 @@ def add_parser(commands: argparse._SubParsersAction[OneLineParser]) -> None:
         default=0.5,
         help="seconds between reads of the files (default: 0.5)",
     )
+    add_otlp_option(serve, "the metrics and one span per finished rollout (its row's outcome)")
     options.add_serve_options(serve)
     options.add_logging_options(serve, argparse.SUPPRESS)
 
@@ -51,8 +53,11 @@ def run(args: argparse.Namespace) -> int:
     check_main_file(path, what)
     options.check_run_file(path, what)
     security = options.endpoint_security(args)  # every input checked before anything starts
-    telemetry = RolloutTelemetry(run=args.run)
-    follower = options.run_follower(args, path, telemetry)
+    otlp = otlp_export(args, NAME)
+    telemetry = RolloutTelemetry(run=args.run, tracer_provider=None if otlp is None else otlp.tracer_provider)
+    if otlp is not None:
+        otlp.attach(telemetry)
+    follower = options.run_follower(args, path, telemetry, spans=otlp is not None)
     files = follower.files
     follower.poll()  # what is already there, before the first scrape can see partial counts
     server = options.serve_endpoint(telemetry, args, security)
@@ -69,6 +74,8 @@ def run(args: argparse.Namespace) -> int:
     finally:
         follower.stop()
         server.stop()
+        if otlp is not None:
+            otlp.shutdown()
         snap = telemetry.snapshot()
         done = sum(a.completed + a.failed + a.omitted for a in snap.agents)
         print(f"stopped: {done} rollout outcomes read from {files.main}", flush=True)

@@ -1,5 +1,8 @@
 """Rollout spans through ``opentelemetry-api``: one span per rollout, or attributes on the current span.
 
+A rollout span is a GenAI agent span (``invoke_agent {agent}``) with the rollout's own ``rollout.*``
+attributes; which GenAI conventions it follows, and every attribute it carries, are in ``semconv``.
+
 With no SDK configured the global tracer provider is a proxy with nothing behind it; the recorder looks
 that up at most once a second (on the telemetry's clock) and in between returns at once, so tracing costs
 close to nothing until a user configures it.
@@ -20,6 +23,12 @@ from opentelemetry import trace
 from opentelemetry.trace import ProxyTracerProvider, Span, Status, StatusCode, TracerProvider
 
 from rollout_telemetry._contract.outcome import Classified, Disposition
+from rollout_telemetry._recording.semconv import (
+    ATTRIBUTES,
+    EVALUATION_EVENT,
+    latest_experimental,
+    schema_url,
+)
 from rollout_telemetry.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -28,9 +37,11 @@ if TYPE_CHECKING:
 __all__ = [
     "ATTRIBUTES",
     "DEFAULT_REASON_LIMIT",
+    "Attributes",
     "OpenSpan",
     "SpanMode",
     "SpanRecorder",
+    "span_name",
 ]
 
 SpanMode = Literal["span", "annotate", "off"]
@@ -38,29 +49,28 @@ SpanMode = Literal["span", "annotate", "off"]
 DEFAULT_REASON_LIMIT = 256
 """``failure_reason`` on spans is truncated to this many characters unless configured otherwise."""
 
-ATTRIBUTES: Mapping[str, str] = {
-    "gen_ai.agent.name": "the agent (OpenTelemetry GenAI convention)",
-    "rollout.agent": "the agent",
-    "rollout.task_index": "task index, when given",
-    "rollout.rollout_index": "rollout index within the task, when given",
-    "rollout.attempt": "attempt number, when given",
-    "rollout.disposition": "measured, masked, unscored, failed or omitted",
-    "rollout.reward": "the reward, when the rollout carried one",
-    "rollout.mask_sample": "whether the reward was masked",
-    "rollout.failure_kind": "the failure kind of a masked, unscored, failed or omitted rollout",
-    "error.type": "the failure kind, on failed rollouts only (span status ERROR)",
-    "rollout.failure_reason": "on the 'rollout.failure' event: free text, truncated and redactable",
-}
-"""Every span attribute the recorder sets, with its meaning."""
-
 _SCOPE = "rollout_telemetry"
 _RECHECK_SECONDS = 1.0
+_ROOT = otel_context.Context()
+"""The empty context: a span started in it is a root span, whatever the reading thread's context is."""
+
+Attributes = dict[str, str | int | float | bool]
+
+
+def span_name(agent: str) -> str:
+    """The name of a rollout's span (the GenAI agent span's ``invoke_agent {gen_ai.agent.name}``)."""
+    return f"invoke_agent {agent}"
 
 
 def _identity(
     agent: str, task_index: int | None, rollout_index: int | None, attempt: int | None
-) -> dict[str, str | int]:
-    attributes: dict[str, str | int] = {"gen_ai.agent.name": agent, "rollout.agent": agent}
+) -> Attributes:
+    # Set when the span starts: the conventions ask for the operation and the agent's name then (sampling).
+    attributes: Attributes = {
+        "gen_ai.operation.name": "invoke_agent",
+        "gen_ai.agent.name": agent,
+        "rollout.agent": agent,
+    }
     if task_index is not None:
         attributes["rollout.task_index"] = task_index
     if rollout_index is not None:
@@ -92,6 +102,9 @@ class SpanRecorder:
         redact: applied to ``failure_reason`` before truncation.
         clock: monotonic seconds; the lifecycle passes the account's, so one clock read serves both.
         names: resolves the agent and kind labels on spans; without one, names go on spans as given.
+        latest: follow the latest experimental GenAI conventions (``semconv.LATEST``) rather than the
+            baseline; by default, whether ``OTEL_SEMCONV_STABILITY_OPT_IN`` lists
+            ``gen_ai_latest_experimental`` when the recorder is made.
     """
 
     def __init__(
@@ -103,6 +116,7 @@ class SpanRecorder:
         redact: Callable[[str], str] | None = None,
         clock: Callable[[], float] = time.monotonic,
         names: Names | None = None,
+        latest: bool | None = None,
     ) -> None:
         if mode not in ("span", "annotate", "off"):
             msg = f"span_mode must be 'span', 'annotate' or 'off', got {mode!r}"
@@ -116,6 +130,9 @@ class SpanRecorder:
         self._clock = clock
         self._reason_limit = reason_limit
         self._redact = redact
+        self.latest = latest_experimental() if latest is None else latest
+        """Whether spans follow the latest experimental GenAI conventions (see ``semconv``)."""
+        self._schema_url = schema_url(self.latest)
         self._own_tracer: trace.Tracer | None = None
         self._global_provider: TracerProvider | None = None
         self._global_tracer: trace.Tracer | None = None
@@ -132,7 +149,7 @@ class SpanRecorder:
     def _tracer(self) -> trace.Tracer | None:
         if self._provider is not None:
             if self._own_tracer is None:
-                self._own_tracer = self._provider.get_tracer(_SCOPE)
+                self._own_tracer = self._provider.get_tracer(_SCOPE, schema_url=self._schema_url)
             return self._own_tracer
         # Looking up the global provider costs more than recording a rollout, so the answer is kept for
         # a second: a provider configured later is picked up within that second.
@@ -147,7 +164,7 @@ class SpanRecorder:
                 self._quiet_until = self._recheck_at
         elif provider is not self._global_provider:
             self._global_provider = provider
-            self._global_tracer = provider.get_tracer(_SCOPE)
+            self._global_tracer = provider.get_tracer(_SCOPE, schema_url=self._schema_url)
         return self._global_tracer
 
     def start(
@@ -180,7 +197,7 @@ class SpanRecorder:
         else:
             return None
         span = tracer.start_span(
-            f"rollout {agent}", attributes=_identity(agent, task_index, rollout_index, attempt)
+            span_name(agent), attributes=_identity(agent, task_index, rollout_index, attempt)
         )
         token = otel_context.attach(trace.set_span_in_context(span))
         return OpenSpan(span, token, owned=True, agent=agent)
@@ -189,45 +206,108 @@ class SpanRecorder:
         """Add an event to a rollout's open span."""
         open_span.span.add_event(name, dict(attributes))
 
-    def finish(self, open_span: OpenSpan, outcome: Classified | None) -> None:
+    def finished(  # noqa: PLR0917 - the identity as plain arguments, as start() takes it
+        self,
+        agent: str,
+        task_index: int | None,
+        rollout_index: int | None,
+        attempt: int | None,
+        outcome: Classified,
+        start_ns: int,
+        end_ns: int,
+        attributes: Attributes | None = None,
+    ) -> None:
+        """One span for a rollout that had finished before it was seen (a row of a followed file).
+
+        A root span from ``start_ns`` to ``end_ns`` (wall-clock nanoseconds) with the same attributes as a
+        lifecycle span, plus ``attributes``. Only in ``"span"`` mode: there is no current span to annotate.
+        """
+        if self._mode != "span":
+            return
+        tracer = self._tracer()
+        if tracer is None:
+            return
+        if self._names is not None:
+            agent = self._names.agent(agent)[0]
+        identity = _identity(agent, task_index, rollout_index, attempt)
+        if attributes:
+            identity.update(attributes)
+        span = tracer.start_span(span_name(agent), context=_ROOT, attributes=identity, start_time=start_ns)
+        self.finish(OpenSpan(span, None, owned=True, agent=agent), outcome, end_ns)
+
+    def finish(self, open_span: OpenSpan, outcome: Classified | None, end_ns: int | None = None) -> None:
         """Set the outcome on the span, mark a failure as an error, and end a span this recorder opened;
         ``None`` (a rollout abandoned without an outcome) puts a ``rollout.abandoned`` event there instead.
 
-        The span is ended and its context detached whatever happens here (a raising ``redact`` hook
-        included); the hook's exception is raised after that.
+        The span is ended (at ``end_ns``, wall-clock nanoseconds, if given) and its context detached whatever
+        happens here (a raising ``redact`` hook included); the hook's exception is raised after that.
         """
         span = open_span.span
         try:
             if outcome is None:
                 span.add_event("rollout.abandoned")
-                return
-            disposition, reward, failure_kind, failure_reason, _ = outcome
-            attributes: dict[str, str | float | bool] = {
-                "rollout.disposition": disposition.value,
-                "rollout.mask_sample": disposition is Disposition.MASKED,
-            }
-            if reward is not None:
-                attributes["rollout.reward"] = reward
-            if (
-                failure_kind is not None
-                and self._names is not None
-                and disposition is not Disposition.MEASURED
-            ):
-                failure_kind = self._names.kind(open_span.agent, failure_kind)[0]
-            if failure_kind is not None:
-                attributes["rollout.failure_kind"] = failure_kind
-            if disposition is Disposition.FAILED:
-                attributes["error.type"] = failure_kind or "unspecified"
-            span.set_attributes(attributes)
-            cleaned = self.clean_reason(failure_reason) if failure_reason is not None else None
-            if cleaned is not None:
-                span.add_event("rollout.failure", {"rollout.failure_reason": cleaned})
-            if disposition is Disposition.FAILED:
-                span.set_status(Status(StatusCode.ERROR, cleaned))
+            else:
+                self._outcome(open_span, outcome)
         finally:
             if open_span.owned:
                 try:
                     if open_span.token is not None:
                         otel_context.detach(open_span.token)  # type: ignore[arg-type]
                 finally:
-                    span.end()
+                    span.end(end_ns)
+
+    def _outcome(self, open_span: OpenSpan, outcome: Classified) -> None:
+        # The outcome's attributes, its failure event, the evaluation event (opt-in) and the error status.
+        span = open_span.span
+        disposition, reward, failure_kind, failure_reason, generation = outcome
+        attributes: Attributes = {
+            "rollout.disposition": disposition.value,
+            "rollout.mask_sample": disposition is Disposition.MASKED,
+        }
+        if reward is not None:
+            attributes["rollout.reward"] = reward
+        if failure_kind is not None and self._names is not None and disposition is not Disposition.MEASURED:
+            failure_kind = self._names.kind(open_span.agent, failure_kind)[0]
+        if failure_kind is not None:
+            attributes["rollout.failure_kind"] = failure_kind
+        if disposition is Disposition.FAILED:
+            attributes["error.type"] = failure_kind or "unspecified"
+        if generation is not None and generation[0] is not None:
+            self._usage(attributes, generation[0])
+        span.set_attributes(attributes)
+        cleaned = self.clean_reason(failure_reason) if failure_reason is not None else None
+        if cleaned is not None:
+            span.add_event("rollout.failure", {"rollout.failure_reason": cleaned})
+        if self.latest:
+            span.add_event(EVALUATION_EVENT, self._evaluation(disposition, reward, failure_kind, cleaned))
+        if disposition is Disposition.FAILED:
+            span.set_status(Status(StatusCode.ERROR, cleaned))
+
+    def _evaluation(
+        self, disposition: Disposition, reward: float | None, failure_kind: str | None, cleaned: str | None
+    ) -> Attributes:
+        # The outcome as a GenAI evaluation result: the reward is the score, the disposition its label.
+        evaluation: Attributes = {
+            "gen_ai.evaluation.name": "reward",
+            "gen_ai.evaluation.score.label": disposition.value,
+        }
+        if reward is not None:
+            evaluation["gen_ai.evaluation.score.value"] = reward
+        if disposition is not Disposition.MEASURED:
+            evaluation["error.type"] = failure_kind or "unspecified"
+        if cleaned is not None and self._redact is not None:
+            # Free text reaches the event that evaluation tools surface only through the user's hook.
+            evaluation["gen_ai.evaluation.explanation"] = cleaned
+        return evaluation
+
+    def _usage(self, attributes: Attributes, tokens: tuple[int, int, int, int]) -> None:
+        input_tokens, output_tokens, cached, reasoning = tokens
+        attributes["gen_ai.usage.input_tokens"] = input_tokens
+        attributes["gen_ai.usage.output_tokens"] = output_tokens
+        # Only with the opt-in (newer than the baseline), and only when counted: a response that does not
+        # report them reads as 0, which would claim that none were cached or spent on reasoning.
+        if self.latest:
+            if cached:
+                attributes["gen_ai.usage.cache_read.input_tokens"] = cached
+            if reasoning:
+                attributes["gen_ai.usage.reasoning.output_tokens"] = reasoning

@@ -11,6 +11,10 @@ line is one event for the live counters; the coverage account keys rollouts by i
 deciding. A bad line (not JSON, not an object, missing what is needed, a bad field) is counted in
 ``rollout_telemetry_rejected_total{reason}`` with a rate-limited warning naming the file and line number,
 and reading goes on.
+
+With ``spans=True`` each counted row is also one span (``SpanRecorder.finished``): the rows carry no start
+or end time, so a span ends when its row is read and lasts the rollout's ``ng_perf.total_latency_ms`` when
+Gym wrote one (an instant otherwise); ``rollout.timing`` says which.
 """
 
 from __future__ import annotations
@@ -20,21 +24,25 @@ import functools
 import gc
 import logging
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from rollout_telemetry._contract.outcome import classify
+from rollout_telemetry._contract.outcome import Classified, classify
+from rollout_telemetry._recording.spans import Attributes
 from rollout_telemetry._recording.telemetry import RolloutTelemetry
 from rollout_telemetry._sources.gym_rows import (
     NO_RESULT_CLASSES,
     Row,
     decode_row,
     failure_outcome,
+    gym_rollout_id,
     recover_row,
     row_agent,
     row_attempt,
     row_identity,
+    row_latency,
 )
 from rollout_telemetry._sources.inputs import input_rollout
 from rollout_telemetry._sources.tail import MAX_LINE, Tail
@@ -105,6 +113,8 @@ class RunFollower:
             them): each is read only once it changes, from its start.
         max_line: the longest line read, in bytes; a longer one is skipped to its newline, once, and
             counted as ``line_too_long``.
+        spans: make one span per counted rollout through the telemetry's span recorder (off by default).
+        wall_clock: nanoseconds since the epoch, when a span's row is read.
     """
 
     def __init__(
@@ -116,8 +126,12 @@ class RunFollower:
         default_agent: str | None = None,
         skip_existing: bool = False,
         max_line: int = MAX_LINE,
+        spans: bool = False,
+        wall_clock: Callable[[], int] = time.time_ns,
     ) -> None:
         self.telemetry = telemetry
+        self.spans = spans
+        self._wall_clock = wall_clock
         self.files = files
         self.coverage = telemetry.cover(max_attempts=max_attempts)
         """The telemetry's coverage account (``RolloutTelemetry.cover``), which every row is weighed in."""
@@ -307,6 +321,28 @@ class RunFollower:
         self.telemetry.record_classified(agent, outcome, identity, attempt, terminal=terminal, line=number)
         self.rows += 1
         self.unnamed += unnamed
+        if self.spans:
+            self._span(row, agent, identity, attempt, outcome)
+
+    def _span(
+        self, row: Row, agent: str, identity: tuple[int, int] | None, attempt: int, outcome: Classified
+    ) -> None:
+        # After the row is counted: a span that cannot be made (a raising redact hook, a broken provider)
+        # is counted as an internal error and loses nothing else.
+        try:
+            end = self._wall_clock()
+            latency = row_latency(row)
+            attributes: Attributes = {"rollout.timing": "read" if latency is None else "ng_perf"}
+            rollout_id = gym_rollout_id(row, identity, attempt)
+            if rollout_id is not None:
+                attributes["nemo.gym.rollout.id"] = rollout_id
+            start = end if latency is None else end - round(latency * 1e9)
+            task_index, rollout_index = (None, None) if identity is None else identity
+            self.telemetry.spans.finished(
+                agent, task_index, rollout_index, attempt, outcome, start, end, attributes
+            )
+        except Exception as exc:
+            self.telemetry.rejections.reject(exc)
 
     def _reject(self, tail: Tail, number: int, exc: Rejection) -> None:
         located = Rejection(exc.reason, f"line {number}: {exc}")

@@ -8,6 +8,7 @@ parsing instead of being built into Python objects and thrown away. A line that 
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import msgspec
@@ -18,14 +19,17 @@ from rollout_telemetry._contract.outcome import Classified, Disposition, absent
 from rollout_telemetry.errors import Rejection
 
 __all__ = [
+    "MAX_LATENCY_MS",
     "NO_RESULT_CLASSES",
     "Row",
     "decode_row",
     "failure_outcome",
+    "gym_rollout_id",
     "recover_row",
     "row_agent",
     "row_attempt",
     "row_identity",
+    "row_latency",
 ]
 
 _MAX_RECOVERY = 1024
@@ -68,6 +72,9 @@ class Row(msgspec.Struct, forbid_unknown_fields=False, gc=False):
     error_message: Any = None
     error_class: Any = None
     omitted: Any = msgspec.field(default=None, name="_ng_omitted")
+    # Read for a followed rollout's span only: Gym's correlation id and its small per-rollout summary.
+    rollout_id: Any = msgspec.field(default=None, name="_ng_rollout_id")
+    perf: Any = msgspec.field(default=None, name="ng_perf")
 
 
 _DECODER = msgspec.json.Decoder(Row)
@@ -83,6 +90,13 @@ NO_RESULT_CLASSES = frozenset(
 
 _TERMINAL_CLASSES = frozenset({"skipped"})
 """Failure classes NeMo Gym never retries, whatever the row's ``_ng_failure_terminal`` says."""
+
+MAX_LATENCY_MS = 7 * 24 * 3600 * 1000
+"""The longest ``ng_perf.total_latency_ms`` taken as a rollout's duration (a week); longer is no timing."""
+
+_ROLLOUT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+"""NeMo Gym's pattern of an explicit rollout id (``rollout_correlation.ROLLOUT_ID_PATTERN``), at most 128
+characters here: a row's id that does not match is not Gym's, and is not put on a span."""
 
 
 def decode_row(line: bytes | memoryview) -> Row:
@@ -183,3 +197,31 @@ def failure_outcome(row: Row) -> tuple[Classified, bool]:
     reward = None if row.failure_class in NO_RESULT_CLASSES else row.reward
     terminal = row.failure_terminal is True or row.failure_class in _TERMINAL_CLASSES
     return absent(disposition, kind, reason, reward), terminal
+
+
+def row_latency(row: Row) -> float | None:
+    """The rollout's duration in seconds as Gym measured it (``ng_perf.total_latency_ms``: from dispatching
+    the rollout to its result; written when Gym's observability is on), or ``None`` without a usable one."""
+    perf = row.perf
+    latency = perf.get("total_latency_ms") if type(perf) is dict else None
+    if type(latency) is not int and type(latency) is not float:  # a bool is no latency
+        return None
+    if not 0 <= latency <= MAX_LATENCY_MS:  # NaN fails both comparisons
+        return None
+    return latency / 1000
+
+
+def gym_rollout_id(row: Row, identity: tuple[int, int] | None, attempt: int) -> str | None:
+    """The id NeMo Gym gives the rollout (``nemo.gym.rollout.id`` on its own spans), as its
+    ``maybe_rollout_id_from_run_body`` makes it: the row's ``_ng_rollout_id``, else ``<task>-<rollout>``;
+    ``-a<attempt>`` appended for a retry. ``None`` when the row has neither, or an id Gym would refuse."""
+    explicit = row.rollout_id
+    if explicit is not None:
+        if type(explicit) is not str or _ROLLOUT_ID.fullmatch(explicit) is None:
+            return None
+        rollout_id = explicit
+    elif identity is not None:
+        rollout_id = f"{identity[0]}-{identity[1]}"
+    else:
+        return None
+    return f"{rollout_id}-a{attempt}" if attempt > 0 else rollout_id

@@ -1,0 +1,88 @@
+"""``--otlp-endpoint``: the commands that send their spans and metrics over OTLP/HTTP (``demo``, ``serve``).
+
+The SDK is imported only when the flag is given (``rollout-telemetry[otel]``). At exit what is pending is
+flushed for at most ``FLUSH_SECONDS``, so an endpoint that is down or slow cannot hold the command; spans that
+could not be sent are said once, on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from rollout_telemetry._cli.args import url
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import TracerProvider
+
+    from rollout_telemetry._recording.telemetry import RolloutTelemetry
+    from rollout_telemetry.exporters.otel import OTLPExport
+
+__all__ = ["FLUSH_SECONDS", "OTLP", "add_otlp_option", "otlp_export"]
+
+FLUSH_SECONDS = 3.0
+"""The longest a command waits at exit for an OTLP endpoint to take what is pending."""
+
+
+def add_otlp_option(parser: argparse.ArgumentParser, what: str) -> None:
+    """``--otlp-endpoint URL``, read by ``otlp_export()``; ``what`` says what the command sends."""
+    parser.add_argument(
+        "--otlp-endpoint",
+        type=url,
+        default=None,
+        metavar="URL",
+        help=f"also send {what} over OTLP/HTTP to this base URL (e.g. http://127.0.0.1:4318); "
+        "needs rollout-telemetry[otel]",
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class OTLP:
+    """A command's OTLP export: give ``tracer_provider`` to the telemetry, then ``attach`` it; ``shutdown``
+    at exit."""
+
+    export: OTLPExport
+    endpoint: str
+    command: str
+
+    @property
+    def tracer_provider(self) -> TracerProvider:
+        """The SDK tracer provider the command's telemetry records its spans to."""
+        return self.export.tracer_provider
+
+    def attach(self, telemetry: RolloutTelemetry) -> None:
+        """Publish the telemetry's metrics over OTLP, and the span export counts on ``/metrics``."""
+        from rollout_telemetry.exporters.otel import instrument_meter
+
+        instrument_meter(telemetry, self.export.meter_provider)
+        telemetry.registry.register(self.export.span_stats.collector(telemetry.const_labels))
+
+    def shutdown(self) -> None:
+        """Flush and stop the export, waiting at most ``FLUSH_SECONDS``; say on stderr what was not sent."""
+        finished = self.export.shutdown(timeout=FLUSH_SECONDS)
+        lost = self.export.span_stats.failed + self.export.span_stats.dropped
+        if lost or not finished:
+            print(
+                f"rollout-telemetry {self.command}: {lost} spans could not be sent to {self.endpoint}"
+                + ("" if finished else f" (stopped waiting after {FLUSH_SECONDS:g} s)"),
+                file=sys.stderr,
+            )
+
+
+def otlp_export(args: argparse.Namespace, command: str) -> OTLP | None:
+    """The OTLP export ``--otlp-endpoint`` asks for, or ``None`` without it.
+
+    Raises:
+        ImportError: the OpenTelemetry SDK is not installed; the message says what to install.
+    """
+    if not args.otlp_endpoint:
+        return None
+    from rollout_telemetry.exporters.otel import otlp_providers
+
+    if not args.verbose:  # the SDK logs every failed batch; the command says it once, at exit
+        logging.getLogger("opentelemetry").setLevel(logging.CRITICAL)
+    export = otlp_providers(args.otlp_endpoint, export_interval_millis=2000, timeout_seconds=2.0)
+    return OTLP(export, args.otlp_endpoint, command)

@@ -335,6 +335,17 @@ class RolloutTelemetry:
             self.declare(agent)
             self.groups.declare(agent, group_size)
 
+    def declare_reward_range(self, *agents: str, reward_range: tuple[float, float]) -> None:
+        """The lowest and highest reward ``agents`` can get (default [0, 1]): a uniform group's common reward
+        at either end is counted as ``lowest`` (too hard) or ``highest`` (too easy), anything else as
+        ``other`` (``rollout_groups_uniform_total``).
+
+        Raises:
+            ConfigError: the range is not two finite numbers, the lowest below the highest.
+        """
+        for agent in agents:
+            self.groups.declare_range(agent, reward_range)
+
     def progress_metrics(self) -> dict[str, float]:
         """NeMo Gym's ``progress/...`` keys, ready for ``wandb.log``."""
         return progress_metrics(

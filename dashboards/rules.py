@@ -235,7 +235,7 @@ def alerting_rules() -> tuple[Alert, ...]:
             cause="truncation",
             summary=f"{AGENT}: reward fell while more answers are truncated",
             description=f"The {drop} while the truncated share {rose}: answers are cut short (check "
-            "rollout_truncated_total by reason and output tokens per rollout against max_output_tokens).",
+            "rollout_truncated_total by cause and output tokens per rollout against max_output_tokens).",
             when=f"{fell} while its truncated share rose by more than {SHARE_RISE:g} "
             f"(`{TRUNCATED_RISE}`), for {_minutes(DROP_FOR)}",
         ),

@@ -19,6 +19,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import ProxyTracerProvider, Span, Status, StatusCode, TracerProvider
 
+from rollout_telemetry._contract.generation import truncation_cause
 from rollout_telemetry._contract.outcome import Classified, Disposition
 from rollout_telemetry.errors import ConfigError
 
@@ -50,6 +51,8 @@ ATTRIBUTES: Mapping[str, str] = {
     "rollout.failure_kind": "the failure kind of a masked, unscored, failed or omitted rollout",
     "error.type": "the failure kind, on failed rollouts only (span status ERROR)",
     "rollout.failure_reason": "on the 'rollout.failure' event: free text, truncated and redactable",
+    "rollout.truncation_cause": "why the answer was cut short, as rollout_truncated_total{cause} counts it",
+    "rollout.truncation_reason": "the raw incomplete_details.reason or finish_reason, cut to reason_limit",
 }
 """Every span attribute the recorder sets, with its meaning."""
 
@@ -195,7 +198,7 @@ class SpanRecorder:
         The span is ended and its context detached whatever happens here (a raising ``redact`` hook
         included); the hook's exception is raised after that.
         """
-        disposition, reward, failure_kind, failure_reason, _ = outcome
+        disposition, reward, failure_kind, failure_reason, generation = outcome
         span = open_span.span
         try:
             attributes: dict[str, str | float | bool] = {
@@ -214,6 +217,9 @@ class SpanRecorder:
                 attributes["rollout.failure_kind"] = failure_kind
             if disposition is Disposition.FAILED:
                 attributes["error.type"] = failure_kind or "unspecified"
+            if generation is not None and generation[1] is not None:  # the raw reason: here and nowhere else
+                attributes["rollout.truncation_cause"] = truncation_cause(generation[1])
+                attributes["rollout.truncation_reason"] = generation[1][: self._reason_limit]
             span.set_attributes(attributes)
             cleaned = self.clean_reason(failure_reason) if failure_reason is not None else None
             if cleaned is not None:

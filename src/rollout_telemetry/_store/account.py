@@ -15,7 +15,7 @@ import logging
 from collections.abc import Callable
 from typing import TypeVar
 
-from rollout_telemetry._contract.generation import Generation
+from rollout_telemetry._contract.generation import Generation, truncation_cause
 from rollout_telemetry._contract.outcome import Classified, Disposition
 from rollout_telemetry._store import fork as _fork
 from rollout_telemetry._store.agent import DURATION_BUCKETS, AgentState, Cell
@@ -118,18 +118,9 @@ class Account:
             counts[1] += tokens[1]
             counts[2] += tokens[2]
             counts[3] += tokens[3]
-        if truncated is not None:
-            try:
-                state.truncated[truncated] += 1
-            except KeyError:
-                self._truncated(state, truncated)
-
-    def _truncated(self, state: AgentState, reason: str) -> None:
-        # Called under the lock when ``reason`` is not a key of ``state.truncated``.
-        label, folded = self.names.truncation(state.label, reason)
-        self._first_count(
-            state.truncated, state.reasons, reason, label=label, folded=folded, what="truncation_reason"
-        )
+        if truncated is not None:  # counted by cause, a bounded set: the raw reason goes on the span only
+            by_cause, cause = state.truncated, truncation_cause(truncated)
+            by_cause[cause] = by_cause.get(cause, 0) + 1
 
     def _overflowed(self, label: str) -> None:
         # Called under the lock.

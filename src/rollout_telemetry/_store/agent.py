@@ -51,7 +51,6 @@ class AgentState:
         "label",
         "labels",
         "lifecycle",
-        "reasons",
         "tokens",
         "truncated",
     )
@@ -69,10 +68,7 @@ class AgentState:
         self.duration_sum = 0.0
         self.duration_count = 0
         self.tokens: list[int] | None = None  # input, output, cached, reasoning; None until a usage
-        # Truncations by reason, keyed like the kinds of a cell: the reason itself, or its label if cut or
-        # folded; ``reasons`` maps each key to its label.
-        self.truncated: dict[str, int] = {}
-        self.reasons: dict[str, str] = {}
+        self.truncated: dict[str, int] = {}  # truncations by cause (generation.TRUNCATION_CAUSES)
 
     def copy(self) -> AgentCopy:
         """Copy what a snapshot needs; called under the account lock."""
@@ -90,7 +86,6 @@ class AgentState:
             duration_count=self.duration_count,
             tokens=None if self.tokens is None else tuple(self.tokens),
             truncated=self.truncated.copy(),
-            reasons=self.reasons.copy(),
         )
 
 
@@ -116,16 +111,11 @@ class AgentCopy:
     duration_count: int
     tokens: tuple[int, ...] | None
     truncated: dict[str, int]
-    reasons: dict[str, str]
 
     def snapshot(self) -> AgentSnapshot:
         """Derive the agent's snapshot: totals, sums and counts by label; outside the lock."""
         labels = self.labels
         in_flight, stalled_now, oldest = self.flights
-        truncated: dict[str, int] = {}
-        for reason_key, count in self.truncated.items():
-            reason = self.reasons[reason_key]
-            truncated[reason] = truncated.get(reason, 0) + count
         kinds: dict[Disposition, dict[str, int]] = {}
         totals: dict[Disposition, int] = {}
         unrewarded: dict[Disposition, int] = {}
@@ -169,5 +159,5 @@ class AgentCopy:
             duration_sum=self.duration_sum,
             duration_count=self.duration_count,
             tokens=self.tokens,
-            truncated=truncated,
+            truncated=self.truncated,
         )

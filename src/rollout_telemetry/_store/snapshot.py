@@ -82,7 +82,7 @@ class AgentSnapshot:
     """Tokens of the model responses that carried usage: (input, output, cached, reasoning); ``None`` until
     one did."""
     truncated: Mapping[str, int] = field(default_factory=dict)
-    """Truncated responses by reason label."""
+    """Truncated responses by cause (``generation.TRUNCATION_CAUSES``)."""
 
     @property
     def in_flight(self) -> int:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from rollout_telemetry._contract.generation import TOKEN_TYPES
+from rollout_telemetry._contract.generation import TOKEN_TYPES, TRUNCATION_CAUSES
 from rollout_telemetry._contract.outcome import Disposition
 from rollout_telemetry._store.agent import DURATION_BUCKETS
 from rollout_telemetry._store.snapshot import AccountSnapshot, AgentSnapshot
@@ -67,8 +67,10 @@ def _tokens(snap: AccountSnapshot) -> Iterator[Sample]:
 
 def _truncated(snap: AccountSnapshot) -> Iterator[Sample]:
     for agent in snap.agents:
-        for reason, count in agent.truncated.items():
-            yield (agent.agent, reason), count
+        for cause in TRUNCATION_CAUSES:  # in a fixed order, only the causes seen
+            count = agent.truncated.get(cause)
+            if count is not None:
+                yield (agent.agent, cause), count
 
 
 def _in_flight_age(snap: AccountSnapshot) -> Iterator[Sample]:
@@ -177,11 +179,14 @@ FAMILIES: tuple[Family[AccountSnapshot], ...] = (
         _tokens,
     ),
     Family(
-        "rollout_truncated_total", "counter", ("agent", "reason"), "{rollout}",
-        "once a response of the agent is truncated for that reason",
-        "Completed rollouts whose model response was incomplete, by incomplete_details.reason (for example "
-        "max_output_tokens; 'unspecified' when status is incomplete without one). A truncated answer "
-        "usually scores 0 for a reason that is neither the environment nor the policy's reasoning.",
+        "rollout_truncated_total", "counter", ("agent", "cause"), "{rollout}",
+        "once a response of the agent is truncated for that cause",
+        "Completed rollouts whose model response was cut short, by cause: output_cap (max_output_tokens, "
+        "length), context_window (the prompt and answer filled the model's context), turn_budget (the "
+        "agent's max turns or steps), content_filter, or other (an unknown or unspecified reason), from "
+        "incomplete_details.reason or a finish_reason that means a cut; the raw reason is on the span. A "
+        "truncated answer usually scores 0 for a reason that is neither the environment nor the policy's "
+        "reasoning, and each cause has its own fix.",
         _truncated,
     ),
     Family(

@@ -238,3 +238,20 @@ def test_followed_gym_rows_count_their_usage(tmp_path: Path) -> None:
     assert value(text, "rollout_completed_total", agent="math") == 3
     assert value(text, "rollout_tokens_total", agent="math", type="input") == 2 * usage["input_tokens"]
     assert value(text, "rollout_tokens_total", agent="math", type="output") == 2 * usage["output_tokens"]
+
+
+def test_a_responses_api_status_is_trusted_over_a_finish_reason() -> None:
+    """A response with status completed is not truncated, whatever finish_reason it also carries."""
+    assert check_generation({"status": "completed", "finish_reason": "length", "usage": _usage()}) == (
+        (120, 40, 8, 16),
+        None,
+    )
+
+
+def test_an_object_with_only_a_finish_reason_is_read() -> None:
+    """A Chat Completions choice as an object (only finish_reason) is a truncation when it means a cut."""
+
+    class Choice:
+        finish_reason = "length"
+
+    assert check_generation(Choice()) == (None, "length")

@@ -159,8 +159,9 @@ def check_generation(model_response: object) -> Generation | None:
       ``invalid_usage``.
     - truncation: a non-null ``incomplete_details.reason`` (a string) is the reason, whatever ``status``
       says; ``status == "incomplete"`` without a reason is truncation of an unspecified reason (``""``);
-      otherwise a ``finish_reason`` whose cause is known (``length``, ``max_turns``, ...: see
-      ``truncation_cause``) is the reason, and any other one (``stop``, ``tool_calls``) no truncation.
+      without a ``status`` (no Responses API object: a Chat Completions choice, say), a ``finish_reason``
+      whose cause is known (``length``, ``max_turns``, ...: see ``truncation_cause``) is the reason, and any
+      other one (``stop``, ``tool_calls``) no truncation.
 
     A ``response`` that is not a mapping or an object (a plain string, say) is not a Responses API object:
     it carries neither, and ``None`` is returned. ``total_tokens`` is not read (it is input + output).
@@ -171,25 +172,25 @@ def check_generation(model_response: object) -> Generation | None:
     if type(model_response) is dict:
         get = model_response.get
         usage, details, status = get("usage"), get("incomplete_details"), get("status")
-        finish = get("finish_reason")
     else:  # a model or object (a followed row's response), another mapping, or no Responses API object
         usage = getattr(model_response, "usage", None)
         details = getattr(model_response, "incomplete_details", None)
         status = getattr(model_response, "status", None)
-        finish = getattr(model_response, "finish_reason", None)
-        if usage is None and details is None and status is None and finish is None:
-            if not isinstance(model_response, Mapping):
+        if usage is None and details is None and status is None:
+            if isinstance(model_response, Mapping):
+                usage = model_response.get("usage")
+                details = model_response.get("incomplete_details")
+                status = model_response.get("status")
+            elif getattr(model_response, "finish_reason", None) is None:
                 return None
-            usage = model_response.get("usage")
-            details = model_response.get("incomplete_details")
-            status = model_response.get("status")
-            finish = model_response.get("finish_reason")
     reason = None if details is None else part(details, "reason")
     if reason is None:
         if status == "incomplete":
             reason = ""
-        elif finish is not None and isinstance(finish, str) and truncation_cause(finish) != "other":
-            reason = str(finish)  # a finish reason that means a cut (length, ...); "stop" is none
+        elif status is None:  # no Responses API status (a Chat Completions choice, say): its finish_reason
+            finish = part(model_response, "finish_reason")
+            if isinstance(finish, str) and truncation_cause(finish) != "other":
+                reason = str.__str__(finish)  # one that means a cut (length, ...); "stop" is none
     elif type(reason) is not str:
         if not isinstance(reason, str):
             raise OutcomeError("incomplete_reason", f"must be a string, got {type(reason).__name__}")

@@ -424,3 +424,19 @@ def test_a_truncated_answer_keeps_its_raw_reason_on_the_span(
     ]
     assert truncated == [(frozenset({("run", "r"), ("agent", "math"), ("cause", "context_window")}), 1)]
     assert reason not in text
+
+
+def test_the_reward_histogram_reaches_opentelemetry() -> None:
+    """The measured rewards' histogram is published as its sum, count and bucket counters."""
+    reader = InMemoryMetricReader()
+    telemetry = RolloutTelemetry()
+    instrument_meter(telemetry, MeterProvider(metric_readers=[reader]))
+    telemetry.declare_reward_range("math", reward_range=(0, 1))
+    telemetry.record("math", {"reward": 1.0})
+    telemetry.record("math", {"reward": 0.0})
+    points = {(name, attrs.get("le")): v for name, attrs, v in _points(reader) if "measured_reward" in name}
+    assert points[("rollout_measured_reward_count", None)] == 2
+    assert points[("rollout_measured_reward_sum", None)] == 1.0
+    assert points[("rollout_measured_reward_bucket", "0.0")] == 1
+    assert points[("rollout_measured_reward_bucket", "0.9")] == 1
+    assert points[("rollout_measured_reward_bucket", "+Inf")] == 2

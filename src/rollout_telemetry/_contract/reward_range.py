@@ -16,10 +16,12 @@ from rollout_telemetry.errors import ConfigError
 
 __all__ = [
     "DEFAULT_REWARD_RANGE",
+    "REWARD_BUCKETS",
     "UNIFORM_AT",
     "RewardRange",
     "UniformAt",
     "check_reward_range",
+    "reward_bounds",
     "uniform_at",
 ]
 
@@ -27,6 +29,9 @@ RewardRange = tuple[float, float]
 """(lowest, highest) reward of an agent."""
 
 DEFAULT_REWARD_RANGE: RewardRange = (0.0, 1.0)
+
+REWARD_BUCKETS = 10
+"""Equal-width buckets of the reward histogram between the lowest and the highest reward."""
 
 UniformAt = Literal["lowest", "highest", "other"]
 UNIFORM_AT: tuple[UniformAt, ...] = ("lowest", "highest", "other")
@@ -59,3 +64,12 @@ def uniform_at(reward: float, reward_range: RewardRange) -> UniformAt:
     if reward >= high:
         return "highest"
     return "other"
+
+
+def reward_bounds(reward_range: RewardRange) -> tuple[float, ...]:
+    """The upper bounds of the reward histogram's buckets: the lowest reward (everything at or below it),
+    then ``REWARD_BUCKETS`` equal steps to the highest; +Inf is implied. Rounded to 12 digits, so [0, 1]
+    gives 0.1, 0.2, 0.3 rather than 0.30000000000000004."""
+    low, high = reward_range
+    step = (high - low) / REWARD_BUCKETS
+    return (*(round(low + step * index, 12) for index in range(REWARD_BUCKETS)), high)

@@ -16,6 +16,7 @@ from prometheus_client.registry import CollectorRegistry
 
 from rollout_telemetry._contract.identity import Member, member
 from rollout_telemetry._contract.outcome import Classified, Disposition, check_outcome, classify
+from rollout_telemetry._contract.reward_range import check_reward_range
 from rollout_telemetry._recording.lifecycle import RolloutContext, Shared
 from rollout_telemetry._recording.spans import DEFAULT_REASON_LIMIT, SpanMode, SpanRecorder
 from rollout_telemetry._recording.stalls import DEFAULT_STALL_AFTER, Stalls, stall_bound
@@ -338,13 +339,17 @@ class RolloutTelemetry:
     def declare_reward_range(self, *agents: str, reward_range: tuple[float, float]) -> None:
         """The lowest and highest reward ``agents`` can get (default [0, 1]): a uniform group's common reward
         at either end is counted as ``lowest`` (too hard) or ``highest`` (too easy), anything else as
-        ``other`` (``rollout_groups_uniform_total``).
+        ``other`` (``rollout_groups_uniform_total``), and the agents' measured rewards are histogrammed in
+        ten buckets of the range (``rollout_measured_reward``). Declare it before an agent's first reward.
 
         Raises:
-            ConfigError: the range is not two finite numbers, the lowest below the highest.
+            ConfigError: the range is not two finite numbers, the lowest below the highest, or an agent
+                already has a measured reward under another range.
         """
+        checked = check_reward_range(reward_range)
         for agent in agents:
-            self.groups.declare_range(agent, reward_range)
+            self._account.declare_range(agent, checked)
+            self.groups.declare_range(agent, checked)
 
     def progress_metrics(self) -> dict[str, float]:
         """NeMo Gym's ``progress/...`` keys, ready for ``wandb.log``."""

@@ -17,11 +17,13 @@ from typing import TypeVar
 
 from rollout_telemetry._contract.generation import Generation, truncation_cause
 from rollout_telemetry._contract.outcome import Classified, Disposition
+from rollout_telemetry._contract.reward_range import RewardRange, reward_bounds
 from rollout_telemetry._store import fork as _fork
 from rollout_telemetry._store.agent import DURATION_BUCKETS, AgentState, Cell
 from rollout_telemetry._store.flights import Flight, FlightRecord, Slot
 from rollout_telemetry._store.names import Names, cacheable
 from rollout_telemetry._store.snapshot import AccountSnapshot
+from rollout_telemetry.errors import ConfigError
 from rollout_telemetry.failure_kinds import OTHER
 
 __all__ = ["DURATION_BUCKETS", "Account", "InFlight"]
@@ -187,6 +189,8 @@ class Account:
                     cell.negative -= reward
             elif reward is None:
                 cell.unrewarded += 1
+            if disposition is _MEASURED and state.reward_bounds is not None:  # a measured reward is a float
+                state.reward_buckets[bisect.bisect_left(state.reward_bounds, reward)] += 1  # type: ignore[type-var]
             if generation is not None:
                 self._generated(state, generation)
         finally:
@@ -195,6 +199,25 @@ class Account:
     def declare(self, agent: str) -> None:
         """Make ``agent`` known with zero counts, so its always-present series start at 0."""
         self._state(agent)
+
+    def declare_range(self, agent: str, reward_range: RewardRange) -> None:
+        """Histogram ``agent``'s measured rewards in buckets of its reward range, from its first one on.
+
+        Raises:
+            ConfigError: the agent already has a measured reward (the histogram would miss it) under
+                another range.
+            OutcomeError: the agent name is not a non-empty string.
+        """
+        bounds = reward_bounds(reward_range)
+        state = self._state(agent)
+        with self._lock:
+            if bounds == state.reward_bounds:
+                return
+            if sum(state.cells[_MEASURED].kinds.values()):
+                msg = f"declare the reward range of {state.label!r} before its first measured reward"
+                raise ConfigError(msg)
+            state.reward_bounds = bounds
+            state.reward_buckets = [0] * (len(bounds) + 1)
 
     def reject(self, reason: str) -> None:
         """Count one rejected input under ``reason`` (a small closed set of names)."""

@@ -51,6 +51,8 @@ class AgentState:
         "label",
         "labels",
         "lifecycle",
+        "reward_bounds",
+        "reward_buckets",
         "tokens",
         "truncated",
     )
@@ -69,6 +71,9 @@ class AgentState:
         self.duration_count = 0
         self.tokens: list[int] | None = None  # input, output, cached, reasoning; None until a usage
         self.truncated: dict[str, int] = {}  # truncations by cause (generation.TRUNCATION_CAUSES)
+        # The measured rewards' histogram, once a reward range is declared (reward_range.reward_bounds).
+        self.reward_bounds: tuple[float, ...] | None = None
+        self.reward_buckets: list[int] = []
 
     def copy(self) -> AgentCopy:
         """Copy what a snapshot needs; called under the account lock."""
@@ -86,6 +91,8 @@ class AgentState:
             duration_count=self.duration_count,
             tokens=None if self.tokens is None else tuple(self.tokens),
             truncated=self.truncated.copy(),
+            reward_bounds=self.reward_bounds,
+            reward_buckets=tuple(self.reward_buckets),
         )
 
 
@@ -111,6 +118,8 @@ class AgentCopy:
     duration_count: int
     tokens: tuple[int, ...] | None
     truncated: dict[str, int]
+    reward_bounds: tuple[float, ...] | None
+    reward_buckets: tuple[int, ...]
 
     def snapshot(self) -> AgentSnapshot:
         """Derive the agent's snapshot: totals, sums and counts by label; outside the lock."""
@@ -160,4 +169,6 @@ class AgentCopy:
             duration_count=self.duration_count,
             tokens=self.tokens,
             truncated=self.truncated,
+            reward_bounds=self.reward_bounds,
+            reward_buckets=self.reward_buckets,
         )

@@ -83,6 +83,11 @@ class AgentSnapshot:
     one did."""
     truncated: Mapping[str, int] = field(default_factory=dict)
     """Truncated responses by cause (``generation.TRUNCATION_CAUSES``)."""
+    reward_bounds: tuple[float, ...] | None = None
+    """Upper bounds of the measured rewards' histogram buckets (+Inf implied); ``None`` without a declared
+    reward range."""
+    reward_buckets: tuple[int, ...] = ()
+    """Measured rewards per bucket of ``reward_bounds``, +Inf last (not cumulative)."""
 
     @property
     def in_flight(self) -> int:

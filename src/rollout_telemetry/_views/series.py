@@ -10,7 +10,8 @@ set.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from rollout_telemetry._contract.generation import TOKEN_TYPES, TRUNCATION_CAUSES
@@ -25,9 +26,12 @@ __all__ = [
     "CATALOGUE",
     "FAMILIES",
     "HISTOGRAMS",
+    "HISTOGRAM_VIEWS",
     "PUBLISHED",
+    "Histogram",
     "duration_buckets",
     "published",
+    "reward_buckets",
 ]
 
 _each = PerAgent[AgentSnapshot]
@@ -234,7 +238,16 @@ DURATION_HISTOGRAM: Family[AccountSnapshot] = Family(
     _each(lambda a: a.duration_sum if a.lifecycle else None),
 )  # fmt: skip
 
-HISTOGRAMS: tuple[Family[AccountSnapshot], ...] = (DURATION_HISTOGRAM,)
+REWARD_HISTOGRAM: Family[AccountSnapshot] = Family(
+    "rollout_measured_reward", "histogram", _AGENT, "1",
+    "per agent with a declared reward range (declare_reward_range), once it has a measured reward",
+    "Rewards of measured rollouts (unmasked, with a reward) in ten equal buckets of the agent's declared "
+    "reward range, the lowest reward its own bucket: the shape a mean hides (bimodal, collapsing to one "
+    "end). Masked rewards are not measurements and are left out.",
+    _each(lambda a: a.measured_sum if a.reward_bounds is not None and a.measured else None),
+)  # fmt: skip
+
+HISTOGRAMS: tuple[Family[AccountSnapshot], ...] = (DURATION_HISTOGRAM, REWARD_HISTOGRAM)
 
 ALWAYS_PRESENT: tuple[str, ...] = (*tuple(f.name for f in FAMILIES if f.appears == _ALWAYS), "rollout_reward")
 """The families a healthy run (rewards, nothing masked, failed or omitted) publishes."""
@@ -274,11 +287,56 @@ def published(name: str) -> str:
 BUCKET_BOUNDS: tuple[str, ...] = (*tuple(str(bound) for bound in DURATION_BUCKETS), "+Inf")
 
 
-def duration_buckets(agent: AgentSnapshot) -> list[tuple[str, float]]:
-    """Cumulative ``(le, count)`` pairs of an agent's duration histogram, ``+Inf`` last."""
+def _cumulative(bounds: Iterable[str], counts: Iterable[int]) -> list[tuple[str, float]]:
     running = 0
     buckets: list[tuple[str, float]] = []
-    for bound, count in zip(BUCKET_BOUNDS, agent.duration_buckets, strict=True):
+    for bound, count in zip(bounds, counts, strict=True):
         running += count
         buckets.append((bound, running))
     return buckets
+
+
+def duration_buckets(agent: AgentSnapshot) -> list[tuple[str, float]]:
+    """Cumulative ``(le, count)`` pairs of an agent's duration histogram, ``+Inf`` last."""
+    return _cumulative(BUCKET_BOUNDS, agent.duration_buckets)
+
+
+def reward_buckets(agent: AgentSnapshot) -> list[tuple[str, float]]:
+    """Cumulative ``(le, count)`` pairs of an agent's measured-reward histogram, ``+Inf`` last."""
+    bounds = agent.reward_bounds or ()
+    return _cumulative((*(repr(bound) for bound in bounds), "+Inf"), agent.reward_buckets)
+
+
+@dataclass(frozen=True, slots=True)
+class Histogram:
+    """A histogram of the account: its family, and per agent its cumulative buckets, sum and count."""
+
+    family: Family[AccountSnapshot]
+    has: Callable[[AgentSnapshot], bool]
+    """Whether the agent has this histogram."""
+    buckets: Callable[[AgentSnapshot], list[tuple[str, float]]]
+    total: Callable[[AgentSnapshot], float]
+    """The sum of the observed values (the ``_sum`` series)."""
+    count: Callable[[AgentSnapshot], float]
+    exemplars: Callable[[AgentSnapshot], Mapping[int, tuple[str, str, float]]] = lambda _: {}
+    """(trace id, span id, value) of the latest observation with a span, by bucket index."""
+
+
+HISTOGRAM_VIEWS: tuple[Histogram, ...] = (
+    Histogram(
+        DURATION_HISTOGRAM,
+        lambda a: a.lifecycle,
+        duration_buckets,
+        lambda a: a.duration_sum,
+        lambda a: a.duration_count,
+        lambda a: a.bucket_exemplars,
+    ),
+    Histogram(
+        REWARD_HISTOGRAM,
+        lambda a: a.reward_bounds is not None and a.measured > 0,
+        reward_buckets,
+        lambda a: a.measured_sum,
+        lambda a: a.measured,
+    ),
+)
+"""Every histogram of the account, as the exporters format them (``HISTOGRAMS``, in that order)."""

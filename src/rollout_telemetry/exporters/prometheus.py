@@ -22,7 +22,7 @@ from rollout_telemetry._store.groups import GroupsSnapshot
 from rollout_telemetry._store.snapshot import AccountSnapshot
 from rollout_telemetry._views.family import Family
 from rollout_telemetry._views.run_series import COVERAGE_FAMILIES, GROUP_FAMILIES, SPAN_FAMILIES
-from rollout_telemetry._views.series import DURATION_HISTOGRAM, FAMILIES, duration_buckets
+from rollout_telemetry._views.series import FAMILIES, HISTOGRAM_VIEWS
 
 __all__ = ["AccountCollector", "CoverageCollector", "GroupsCollector", "SpanStatsCollector"]
 
@@ -85,7 +85,7 @@ class _CatalogueCollector(Collector, Generic[S]):
 
 
 class AccountCollector(_CatalogueCollector[AccountSnapshot]):
-    """Builds every ``rollout_*`` family of the account, and the duration histogram, from one snapshot.
+    """Builds every ``rollout_*`` family of the account, and its histograms, from one snapshot.
 
     Args:
         read_snapshot: returns a fresh, consistent account snapshot.
@@ -99,7 +99,8 @@ class AccountCollector(_CatalogueCollector[AccountSnapshot]):
 
     def _described(self) -> Iterator[Family[Any]]:
         yield from FAMILIES
-        yield DURATION_HISTOGRAM
+        for view in HISTOGRAM_VIEWS:
+            yield view.family
 
     def _exemplars(
         self, family: Family[AccountSnapshot], snap: AccountSnapshot
@@ -116,16 +117,17 @@ class AccountCollector(_CatalogueCollector[AccountSnapshot]):
         }
 
     def _more(self, snap: AccountSnapshot) -> Iterator[Metric]:
-        histogram = self._empty(DURATION_HISTOGRAM)
-        assert isinstance(histogram, HistogramMetricFamily)
-        for agent in snap.agents:
-            if agent.lifecycle:
-                buckets: list[Any] = duration_buckets(agent)
-                for index, (trace_id, span_id, duration) in agent.bucket_exemplars.items():
-                    buckets[index] = (*buckets[index], _exemplar((trace_id, span_id), duration))
-                histogram.add_metric([*self._values, agent.agent], buckets, agent.duration_sum)
-        if histogram.samples:
-            yield histogram
+        for view in HISTOGRAM_VIEWS:
+            histogram = self._empty(view.family)
+            assert isinstance(histogram, HistogramMetricFamily)
+            for agent in snap.agents:
+                if view.has(agent):
+                    buckets: list[Any] = view.buckets(agent)
+                    for index, (trace_id, span_id, observed) in view.exemplars(agent).items():
+                        buckets[index] = (*buckets[index], _exemplar((trace_id, span_id), observed))
+                    histogram.add_metric([*self._values, agent.agent], buckets, view.total(agent))
+            if histogram.samples:
+                yield histogram
 
 
 _EXEMPLARY = {"rollout_failed_total": Disposition.FAILED, "rollout_masked_total": Disposition.MASKED}

@@ -15,6 +15,7 @@ from dashboards.promql import (
     contaminated_share,
     failed_share,
     finished_rate,
+    hollow_share,
     increase,
     lost_share,
     masked_share,
@@ -31,6 +32,7 @@ from dashboards.promql import (
 )
 from dashboards.rules import (
     CONTAMINATED_HIGH,
+    HOLLOW_HIGH,
     MASKED_SHARE_HIGH,
     STALLED_FOR,
     UNIFORM_END_HIGH,
@@ -534,6 +536,21 @@ NO_RANGE = "No reward range declared: declare_reward_range turns the histogram o
 QUANTILES = (0.1, 0.5, 0.9)
 
 
+def _alerting_share(title: str, description: str, expr: str, high: float, no_value: str) -> Panel:
+    """A share (0-1) per agent, red above the threshold its alert fires at."""
+    return Panel(
+        "timeseries",
+        title,
+        description,
+        "percentunit",
+        (Query(expr, "{{agent}}"),),
+        width=8,
+        limits=(0.0, 1.0),
+        thresholds=((None, GOOD), (high, BAD)),
+        no_value=no_value,
+    )
+
+
 def _reward_quantile(quantile: float) -> Query:
     buckets = rate("rollout_measured_reward_bucket", AGENTS, by=("le",))
     return Query(f"histogram_quantile({quantile:g}, {buckets})", f"{{{{agent}}}} p{quantile * 100:g}")
@@ -542,19 +559,15 @@ def _reward_quantile(quantile: float) -> Query:
 SIGNAL = Row(
     "Is the training signal sound?",
     (
-        Panel(
-            "timeseries",
+        _alerting_share(
             "Contaminated baselines",
             "Share (0-1) of completed groups whose valid members sat beside masked, unscored, failed or "
             "omitted ones: a trainer that keeps those members as reward 0 computes the valid members' "
             "advantages against a baseline that includes infrastructure losses (RolloutBaselineContaminated "
             f"above {CONTAMINATED_HIGH:g}). 0 while nothing is contaminated.",
-            "percentunit",
-            (Query(contaminated_share(AGENTS), "{{agent}}"),),
-            width=8,
-            limits=(0.0, 1.0),
-            thresholds=((None, GOOD), (CONTAMINATED_HIGH, BAD)),
-            no_value=NO_GROUPS,
+            contaminated_share(AGENTS),
+            CONTAMINATED_HIGH,
+            NO_GROUPS,
         ),
         Panel(
             "timeseries",
@@ -601,6 +614,15 @@ SIGNAL = Row(
             ),
             width=8,
             stacked=True,
+        ),
+        _alerting_share(
+            "Hollow rollouts share",
+            "Share (0-1) of the rollouts whose trajectory (ng_trajectory) was checked that had an agent turn "
+            "with no message and no tool call (NeMo Gym's agent_turn_hollow): recorded as completions, they "
+            f"did nothing (RolloutHollowRollouts above {HOLLOW_HIGH:g}).",
+            hollow_share(AGENTS),
+            HOLLOW_HIGH,
+            "No trajectory: rows carry no ng_trajectory",
         ),
         Panel(
             "timeseries",

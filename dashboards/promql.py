@@ -26,6 +26,7 @@ __all__ = [
     "contaminated_share",
     "failed_share",
     "finished_rate",
+    "hollow_share",
     "increase",
     "lost_share",
     "masked_share",
@@ -216,10 +217,22 @@ def no_signal_share(scope: Scope) -> str:
     return f"{rate('rollout_groups_total', scope, states)} / {rate('rollout_groups_total', scope)}"
 
 
+def _among(name: str, whole: str, scope: Scope, *matchers: str) -> str:
+    """A counter that appears once it counts, among the ``whole`` it is part of: 0 while it is absent."""
+    total = rate(whole, scope)
+    return f"({rate(name, scope, *matchers)} or {total} * 0) / {total}"
+
+
 def _among_groups(name: str, scope: Scope, *matchers: str) -> str:
     """A group counter that appears once it counts, among the groups completed: 0 while it is absent."""
-    groups = rate("rollout_groups_total", scope)
-    return f"({rate(name, scope, *matchers)} or {groups} * 0) / {groups}"
+    return _among(name, "rollout_groups_total", scope, *matchers)
+
+
+def hollow_share(scope: Scope) -> str:
+    """Rollouts with a hollow agent turn (no message, no tool call) among those with a checked trajectory."""
+    return _among(
+        "rollout_health_findings_total", "rollout_health_evaluated_total", scope, 'check="agent_turn_hollow"'
+    )
 
 
 def contaminated_share(scope: Scope) -> str:

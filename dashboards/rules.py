@@ -15,6 +15,7 @@ from dashboards.promql import (
     NO_SIGNAL_STATES,
     Scope,
     contaminated_share,
+    hollow_share,
     increase,
     lost_share,
     masked_share,
@@ -78,6 +79,10 @@ UNIFORM_END_HIGH = 0.5
 (RolloutGroupsTooEasy) fires."""
 UNIFORM_END_FOR = 10
 """How long that share stays above UNIFORM_END_HIGH before RolloutGroupsTooHard (TooEasy) fires."""
+HOLLOW_HIGH = 0.1
+"""Share of an agent's checked rollouts with a hollow turn above which RolloutHollowRollouts fires."""
+HOLLOW_FOR = 10
+"""How long that share stays above HOLLOW_HIGH before RolloutHollowRollouts fires."""
 DRIFT_HIGH = 1.5
 """Output tokens per rollout this many times their trailing hour's average (or that many times below it)
 is a drift."""
@@ -114,6 +119,7 @@ LOST_RISE = f"agent:rollout_lost:rise_{COMPARED}m"
 TRUNCATED_RISE = f"agent:rollout_truncated:rise_{COMPARED}m"
 CONTAMINATED_SHARE = f"agent:rollout_groups_contaminated:ratio_{RATE}"
 TOO_HARD_SHARE = f"agent:rollout_groups_uniform_lowest:ratio_{RATE}"
+HOLLOW_SHARE = f"agent:rollout_hollow:ratio_{RATE}"
 TOO_EASY_SHARE = f"agent:rollout_groups_uniform_highest:ratio_{RATE}"
 OUTPUT_PER_ROLLOUT = f"agent:rollout_output_tokens:per_rollout_{RATE}"
 OUTPUT_DRIFT = f"agent:rollout_output_tokens:drift_{DRIFT_BASELINE // 60}h"
@@ -174,6 +180,7 @@ def recording_rules() -> tuple[Record, ...]:
         ),
         recorded(NO_SIGNAL_SHARE, no_signal_share, RULES),
         recorded(CONTAMINATED_SHARE, contaminated_share, RULES),
+        recorded(HOLLOW_SHARE, hollow_share, RULES),
         Record(
             TOO_HARD_SHARE,
             uniform_share(RULES, "lowest"),
@@ -342,6 +349,19 @@ def alerting_rules() -> tuple[Alert, ...]:
         ),
         _uniform_end("RolloutGroupsTooHard", "lowest", TOO_HARD_SHARE, "hard"),
         _uniform_end("RolloutGroupsTooEasy", "highest", TOO_EASY_SHARE, "easy"),
+        Alert(
+            "RolloutHollowRollouts",
+            f"{HOLLOW_SHARE} > {HOLLOW_HIGH:g}",
+            HOLLOW_FOR,
+            "warning",
+            summary=f"{AGENT}: {{{{ $value | humanizePercentage }}}} of rollouts have a hollow turn",
+            description=f"More than {_share(HOLLOW_HIGH)} of the rollouts of agent {AGENT} (run {RUN}) whose "
+            f"trajectory was checked over the last {_minutes(WINDOW)} had an agent turn with no message and "
+            "no tool call (NeMo Gym's agent_turn_hollow): they are recorded as completions but did nothing. "
+            "Check rollout_health_findings_total by check and the model server.",
+            when=f"more than {HOLLOW_HIGH:g} of an agent's rollouts with a trajectory over "
+            f"{_minutes(WINDOW)} have a hollow turn (`{HOLLOW_SHARE}`), for {_minutes(HOLLOW_FOR)}",
+        ),
         Alert(
             "RolloutOutputLengthDrift",
             f"{OUTPUT_DRIFT} > {DRIFT_HIGH:g} or {OUTPUT_DRIFT} < 1 / {DRIFT_HIGH:g}",

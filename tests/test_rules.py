@@ -293,6 +293,7 @@ ON_THE_DASHBOARD = {
     "agent:rollout_groups_contaminated:ratio_rate5m": "Contaminated baselines",
     "agent:rollout_groups_uniform_lowest:ratio_rate5m": "Uniform groups: too hard, too easy",
     "agent:rollout_groups_uniform_highest:ratio_rate5m": "Uniform groups: too hard, too easy",
+    "agent:rollout_hollow:ratio_rate5m": "Hollow rollouts share",
 }
 """The recording rules a panel shows too, and the panel: each must be computed by the panel's formula."""
 

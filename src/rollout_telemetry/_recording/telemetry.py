@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING
 
 from prometheus_client.registry import CollectorRegistry
 
+from rollout_telemetry._contract.generation import part
+from rollout_telemetry._contract.health import findings
 from rollout_telemetry._contract.identity import Member, member
 from rollout_telemetry._contract.outcome import Classified, Disposition, check_outcome, classify
 from rollout_telemetry._contract.reward_range import check_reward_range
@@ -149,7 +151,8 @@ class RolloutTelemetry:
                 self._account.count(agent, classify(response))
             else:
                 outcome = classify(response)
-                self._settle(agent, outcome, None, self._member(task_index, rollout_index))
+                member = self._member(task_index, rollout_index)
+                self._settle(agent, outcome, None, member, health=findings(part(response, "ng_trajectory")))
         except Exception as exc:  # the collector must never be taken down by its telemetry
             self.rejections.reject(exc)
 
@@ -169,16 +172,19 @@ class RolloutTelemetry:
         in_flight: InFlight | None = None,
         member: Member | None = None,
         exemplar: tuple[str, str] | None = None,
+        *,
+        health: tuple[str, ...] | None = None,
     ) -> None:
         """Count one outcome, then give it to its group: the one path of an outcome that has an identity.
 
         ``member`` is (task index, rollout index, attempt or ``None``), checked before anything was counted
         (``_member``, the follower for a row, the lifecycle when the rollout starts); a bad one was rejected
-        and is ``None`` here. ``exemplar`` is the (trace id, span id) of the rollout's span, if any.
+        and is ``None`` here. ``exemplar`` is the (trace id, span id) of the rollout's span, if any;
+        ``health`` the health checks its trajectory failed (``health.findings``), ``None`` without one.
         """
-        self._account.count(agent, outcome, in_flight, exemplar)
+        self._account.count(agent, outcome, in_flight, exemplar, health)
         if member is not None and self.groups.active:
-            self.groups.observe(agent, member[0], member[1], outcome, member[2])
+            self.groups.observe(agent, member[0], member[1], outcome, member[2], health=health)
 
     def record_failure(
         self,
@@ -236,6 +242,7 @@ class RolloutTelemetry:
         outcome: Classified,
         identity: tuple[int, int] | None = None,
         attempt: int | None = None,
+        health: tuple[str, ...] | None = None,
     ) -> None:
         """Record an outcome already checked by ``outcome.classify`` or ``outcome.absent``.
 
@@ -248,9 +255,9 @@ class RolloutTelemetry:
             OutcomeError: the agent name is not a non-empty string.
         """
         if identity is None:
-            self._account.count(agent, outcome)
+            self._account.count(agent, outcome, health=health)
         else:
-            self._settle(agent, outcome, None, (identity[0], identity[1], attempt))
+            self._settle(agent, outcome, None, (identity[0], identity[1], attempt), health=health)
         if outcome[3] is not None:
             self._log_reason(agent, outcome[0], outcome[2], outcome[3])
 

@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from rollout_telemetry._contract.health import findings
 from rollout_telemetry._contract.outcome import classify
 from rollout_telemetry._recording.telemetry import RolloutTelemetry
 from rollout_telemetry._sources.gym_rows import (
@@ -257,8 +258,10 @@ class RunFollower:
         if agent is None:
             raise Rejection("missing_agent", "no agent_ref.name, _ng_environment_server or input row")
         attempt = row_attempt(row)
+        health = None
         if tail is self._main:
             outcome = classify(row)
+            health = findings(row.trajectory)
             earlier = self.coverage.observe(agent, identity, attempt, outcome[0], succeeded=True, line=number)
             if earlier is not None:
                 msg = f"line {number} repeats line {earlier} (same task, rollout and attempt): counted once"
@@ -266,7 +269,7 @@ class RunFollower:
         else:
             outcome, terminal = failure_outcome(row)
             self.coverage.observe(agent, identity, attempt, outcome[0], succeeded=False, terminal=terminal)
-        self.telemetry.record_classified(agent, outcome, identity, attempt)
+        self.telemetry.record_classified(agent, outcome, identity, attempt, health)
         self.rows += 1
 
     def _reject(self, tail: Tail, number: int, exc: Rejection) -> None:

@@ -68,6 +68,7 @@ class Row(msgspec.Struct, forbid_unknown_fields=False, gc=False):
     error_message: Any = None
     error_class: Any = None
     omitted: Any = msgspec.field(default=None, name="_ng_omitted")
+    trajectory: Any = msgspec.field(default=None, name="ng_trajectory")  # its health: _contract.health
 
 
 _DECODER = msgspec.json.Decoder(Row)

@@ -141,13 +141,15 @@ class Account:
         outcome: Classified,
         in_flight: InFlight | None = None,
         exemplar: tuple[str, str] | None = None,
+        health: tuple[str, ...] | None = None,
     ) -> None:
         """Count one classified outcome of ``agent`` (from ``outcome.classify`` or ``outcome.absent``).
 
         This is the one place a count changes. With ``in_flight`` (the handle ``begin`` returned) the same
         step takes that rollout out of flight and records its duration, under the same lock, so no
         snapshot sees a rollout both in flight and counted. ``exemplar`` (trace id, span id) is kept as the
-        latest occurrence of the outcome's kind and duration bucket.
+        latest occurrence of the outcome's kind and duration bucket. ``health`` is the health checks the
+        rollout's trajectory failed (``health.findings``), ``None`` when it carried none.
 
         Raises:
             OutcomeError: the agent name is not a non-empty string.
@@ -193,6 +195,10 @@ class Account:
                 state.reward_buckets[bisect.bisect_left(state.reward_bounds, reward)] += 1  # type: ignore[type-var]
             if generation is not None:
                 self._generated(state, generation)
+            if health is not None:
+                state.evaluated += 1
+                for check in health:
+                    state.findings[check] = state.findings.get(check, 0) + 1
         finally:
             lock.release()
 

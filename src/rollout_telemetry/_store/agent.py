@@ -46,7 +46,9 @@ class AgentState:
         "duration_buckets",
         "duration_count",
         "duration_sum",
+        "evaluated",
         "exemplars",
+        "findings",
         "flights",
         "label",
         "labels",
@@ -74,6 +76,8 @@ class AgentState:
         # The measured rewards' histogram, once a reward range is declared (reward_range.reward_bounds).
         self.reward_bounds: tuple[float, ...] | None = None
         self.reward_buckets: list[int] = []
+        self.evaluated = 0  # rollouts whose trajectory was checked (_contract.health)
+        self.findings: dict[str, int] = {}  # of those, the rollouts that failed each check
 
     def copy(self) -> AgentCopy:
         """Copy what a snapshot needs; called under the account lock."""
@@ -93,6 +97,8 @@ class AgentState:
             truncated=self.truncated.copy(),
             reward_bounds=self.reward_bounds,
             reward_buckets=tuple(self.reward_buckets),
+            evaluated=self.evaluated,
+            findings=self.findings.copy(),
         )
 
 
@@ -120,6 +126,8 @@ class AgentCopy:
     truncated: dict[str, int]
     reward_bounds: tuple[float, ...] | None
     reward_buckets: tuple[int, ...]
+    evaluated: int
+    findings: dict[str, int]
 
     def snapshot(self) -> AgentSnapshot:
         """Derive the agent's snapshot: totals, sums and counts by label; outside the lock."""
@@ -171,4 +179,6 @@ class AgentCopy:
             truncated=self.truncated,
             reward_bounds=self.reward_bounds,
             reward_buckets=self.reward_buckets,
+            evaluated=self.evaluated,
+            findings=self.findings,
         )

@@ -18,7 +18,9 @@ uniform. Two more things are counted of each completed group, for the training s
   members' advantages against a baseline that includes infrastructure losses. Only a degraded, uniform or
   insufficient group can be; its members are counted by the disposition of their standing attempt;
 - a uniform group's common reward is at the ``lowest`` or ``highest`` of its agent's declared reward range
-  (``_contract.reward_range``, [0, 1] unless declared) or ``other``: too hard, too easy, or stuck between.
+  (``_contract.reward_range``, [0, 1] unless declared) or ``other``: too hard, too easy, or stuck between;
+- its task is *consistently unhealthy* (NeMo Gym's ``task_consistently_unhealthy``) when two or more members
+  had their trajectory checked (``_contract.health``) and every one of them failed a check.
  The size of a group comes from ``declare(agent, group_size)`` (every task of the agent has that
 many rollouts) or, in follow mode, from the materialized inputs (``expect``: one call per expected
 rollout). A member is keyed by its rollout index, so a retried member replaces its earlier attempt while the
@@ -97,7 +99,9 @@ def contaminated(rewards: Sequence[float | None]) -> bool:
 _HAS_OUTCOME = 1
 _EXPECTED = 2  # among the materialized inputs
 _DISPOSITION_SHIFT = 2  # three bits: the standing outcome's disposition, by its position in _DISPOSITIONS
-_RANK_SHIFT = 5  # the rank (identity.rank, below 2**18) of the outcome that stands: 23 bits in all
+_EVALUATED = 32  # the standing outcome's trajectory was checked for health
+_UNHEALTHY = 64  # and failed a check
+_RANK_SHIFT = 7  # the rank (identity.rank, below 2**18) of the outcome that stands: 25 bits in all
 _DISPOSITIONS: tuple[Disposition, ...] = tuple(Disposition)
 _CODES = {disposition: code for code, disposition in enumerate(_DISPOSITIONS)}
 _MEASURED_CODE = _CODES[_MEASURED]
@@ -127,13 +131,14 @@ class _Agent:
 class _Counts:
     """One agent's completed groups, counted for every run; only touched under the lock."""
 
-    __slots__ = ("contaminated", "members", "states", "uniform")
+    __slots__ = ("contaminated", "members", "states", "unhealthy", "uniform")
 
     def __init__(self) -> None:
         self.states = dict.fromkeys(GROUP_STATES, 0)
         self.contaminated = dict.fromkeys(CONTAMINABLE, 0)
         self.uniform: dict[UniformAt, int] = dict.fromkeys(UNIFORM_AT, 0)
         self.members = dict.fromkeys(_DISPOSITIONS, 0)
+        self.unhealthy = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +154,8 @@ class AgentGroups:
     """Uniform groups by where their common reward lies in the agent's reward range."""
     members: Mapping[Disposition, int] = field(default_factory=lambda: dict.fromkeys(_DISPOSITIONS, 0))
     """Members of the completed groups by the disposition of their standing attempt."""
+    unhealthy: int = 0
+    """Completed groups whose task was consistently unhealthy (every checked member, two or more, failed)."""
 
     @property
     def completed(self) -> int:
@@ -264,12 +271,16 @@ class Groups:
         rollout_index: int,
         outcome: Classified,
         attempt: int | None = None,
+        *,
+        health: tuple[str, ...] | None = None,
     ) -> None:
         """Give one member's outcome to its group; a retried member replaces its earlier attempt.
 
         The precedence is the coverage account's (``_blocks.supersedes``): a higher ``attempt`` wins, and at
         the same attempt (or with none given) an outcome that reached the output wins over a failure or
         omission, then the later one wins.
+
+        ``health`` is the health checks the member's trajectory failed, ``None`` without one.
 
         The identity is the caller's to check (``_blocks.check_identity``), before the outcome is counted.
 
@@ -305,6 +316,7 @@ class Groups:
                 member & _EXPECTED
                 | _HAS_OUTCOME
                 | _CODES[outcome[0]] << _DISPOSITION_SHIFT
+                | (0 if health is None else _EVALUATED | (_UNHEALTHY if health else 0))
                 | new_rank << _RANK_SHIFT
             )
             state.rewards[slot] = reward
@@ -325,12 +337,17 @@ class Groups:
             counts = self._counts[label] = _Counts()
         states, rewards, members = state.states, state.rewards, counts.members
         valid: list[float | None] = []
+        evaluated = unhealthy = 0
         for slot in state.blocks.block(number):
             member = states[slot]
             if member & _HAS_OUTCOME:
                 code = member >> _DISPOSITION_SHIFT & 7
                 members[_DISPOSITIONS[code]] += 1
                 valid.append(rewards[slot] if code == _MEASURED_CODE else None)
+                evaluated += bool(member & _EVALUATED)
+                unhealthy += bool(member & _UNHEALTHY)
+        if evaluated >= 2 and unhealthy == evaluated:
+            counts.unhealthy += 1
         classified = group_state(valid, self.min_valid)
         counts.states[classified] += 1
         if contaminated(valid):
@@ -352,6 +369,7 @@ class Groups:
                     contaminated=counts.contaminated.copy(),
                     uniform=counts.uniform.copy(),
                     members=counts.members.copy(),
+                    unhealthy=counts.unhealthy,
                 )
                 for label, counts in sorted(self._counts.items())
             )

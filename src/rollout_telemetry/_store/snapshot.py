@@ -88,6 +88,10 @@ class AgentSnapshot:
     reward range."""
     reward_buckets: tuple[int, ...] = ()
     """Measured rewards per bucket of ``reward_bounds``, +Inf last (not cumulative)."""
+    evaluated: int = 0
+    """Rollouts whose trajectory was checked for health (``_contract.health``)."""
+    findings: Mapping[str, int] = field(default_factory=dict)
+    """Of those, the rollouts that failed each health check, by check."""
 
     @property
     def in_flight(self) -> int:

@@ -127,6 +127,13 @@ GROUP_FAMILIES: tuple[Family[GroupsSnapshot], ...] = (
         "[0, 1], declare_reward_range): lowest (the task is too hard), highest (too easy) or other.",
         _group_counts(lambda a: a.uniform.items(), lambda a: a.states["uniform"] > 0),
     ),
+    Family(
+        "rollout_tasks_unhealthy_total", "counter", ("agent",), "{task}",
+        "once a task of the agent is consistently unhealthy",
+        "Tasks whose rollouts with a trajectory (two or more) all failed a health check, counted once when "
+        "their group completes: NeMo Gym's task_consistently_unhealthy, live.",
+        PerAgent[AgentGroups](lambda a: a.unhealthy or None),
+    ),
 )  # fmt: skip
 """The groups' families."""
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rollout_telemetry._contract.generation import TOKEN_TYPES, TRUNCATION_CAUSES
+from rollout_telemetry._contract.health import HEALTH_CHECKS
 from rollout_telemetry._contract.outcome import Disposition
 from rollout_telemetry._store.agent import DURATION_BUCKETS
 from rollout_telemetry._store.snapshot import AccountSnapshot, AgentSnapshot
@@ -75,6 +76,13 @@ def _truncated(snap: AccountSnapshot) -> Iterator[Sample]:
             count = agent.truncated.get(cause)
             if count is not None:
                 yield (agent.agent, cause), count
+
+
+def _findings(snap: AccountSnapshot) -> Iterator[Sample]:
+    for agent in snap.agents:
+        if agent.findings:  # every check from the first finding on, so increase() sees each from 0
+            for check in HEALTH_CHECKS:
+                yield (agent.agent, check), agent.findings.get(check, 0)
 
 
 def _in_flight_age(snap: AccountSnapshot) -> Iterator[Sample]:
@@ -192,6 +200,22 @@ FAMILIES: tuple[Family[AccountSnapshot], ...] = (
         "truncated answer usually scores 0 for a reason that is neither the environment nor the policy's "
         "reasoning, and each cause has its own fix.",
         _truncated,
+    ),
+    Family(
+        "rollout_health_evaluated_total", "counter", _AGENT, "{rollout}",
+        "once a rollout of the agent carries a trajectory (ng_trajectory)",
+        "Rollouts whose trajectory was checked for health, as NeMo Gym 0.7.0's post-run checks would: the "
+        "denominator of the health findings' shares.",
+        _each(lambda a: a.evaluated or None),
+    ),
+    Family(
+        "rollout_health_findings_total", "counter", ("agent", "check"), "{rollout}",
+        "once a rollout of the agent fails a health check (every check then)",
+        "Rollouts whose trajectory failed a NeMo Gym 0.7.0 health check, by check: agent_turn_hollow (a "
+        "turn with no message and no tool call), model_call_runaway_generation (a call cut at its length "
+        "limit with no content), model_call_zero_completion_tokens (a call that generated nothing). A "
+        "rollout counts once per check.",
+        _findings,
     ),
     Family(
         "rollout_in_flight", "gauge", _STAGE, "{rollout}", "per agent and stage that used the lifecycle API",

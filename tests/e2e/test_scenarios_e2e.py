@@ -1,4 +1,4 @@
-"""End to end: each demo scenario fires exactly its reward-drop alert on a real Prometheus.
+"""End to end: each demo scenario fires exactly its alerts on a real Prometheus.
 
 The committed rules are evaluated with their windows shortened (5 minutes to 10 seconds, the 10-minute
 comparison to 12 seconds, every ``for:`` to 2 seconds), so a run of under a minute shows what a real run
@@ -26,7 +26,8 @@ WATCH = 16.0
 """Seconds after the drop during which alerts are collected (the drop is visible for about 12)."""
 EXPECTED = {
     "healthy": set(),
-    "infrastructure": {"RolloutRewardDropInfrastructure"},
+    # 20 more points of failures leave valid members beside lost ones in most groups: contaminated baselines.
+    "infrastructure": {"RolloutRewardDropInfrastructure", "RolloutBaselineContaminated"},
     "truncation": {"RolloutRewardDropTruncation"},
     "policy": {"RolloutRewardDropPolicy"},
 }
@@ -44,11 +45,15 @@ def _demo_args(scenario: str) -> list[str]:
     return ["demo", "--scenario", scenario, "--run", scenario, "--rate", "200",
             "--agents", "math_agent,code_agent", "--max-rollout-seconds", "0.2",
             "--drop-after", str(DROP_AFTER), "--duration", str(DROP_AFTER + WATCH + 5),
-            "--summary-interval", "60", "--stalled", "0"]  # fmt: skip
+            "--summary-interval", "60", "--stalled", "0",
+            # Few losses before the drop: about 11% of the groups of four hold one (1 - 0.97 ** 4), below
+            # RolloutBaselineContaminated's 20%; the demo's defaults (17% of rollouts lost) contaminate half.
+            "--masked", "0.02", "--failed", "0.01", "--omitted", "0"]  # fmt: skip
 
 
 def test_each_scenario_fires_exactly_its_alert(tmp_path: Path) -> None:
-    """healthy fires nothing; infrastructure, truncation and policy each fire their reward-drop alert only."""
+    """healthy fires nothing; truncation and policy their reward-drop alert only; infrastructure its own and
+    RolloutBaselineContaminated (its failures leave valid members beside failed ones)."""
     assert set(EXPECTED) == set(SCENARIOS)
     exporters = {
         scenario: Exporter([*_demo_args(scenario), "--seed", str(seed)], tmp_path / f"{scenario}.log")

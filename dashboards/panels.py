@@ -593,12 +593,12 @@ SIGNAL = Row(
             "short",
             (
                 Query(
-                    f"{rate('rollout_group_members_total', ALL, by=('disposition',))} * 60", "{{disposition}}"
+                    f"{or_zero(rate('rollout_group_members_total', ALL, by=('disposition',)), ALL)} * 60",
+                    "{{disposition}}",
                 ),
             ),
             width=8,
             stacked=True,
-            no_value="No group held a member that is not valid",
         ),
         Panel(
             "timeseries",

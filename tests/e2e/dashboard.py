@@ -20,6 +20,10 @@ LIFECYCLE = {
     "rollout_duration_seconds_bucket",
 }
 """Published by the lifecycle API only (the demo uses it; a followed run does not)."""
+TRAJECTORY = {"rollout_health_findings_total", "rollout_health_evaluated_total"}
+"""Published only for rollouts that carry a trajectory (``ng_trajectory``): the demo's do not."""
+DECLARED = {"rollout_measured_reward_bucket"}
+"""Published only for agents with a declared reward range: the demo declares one, ``serve --follow`` not."""
 FAILURE_PANELS = {
     "Reward lost to infrastructure",
     "Reward lost to infrastructure per agent",
@@ -46,15 +50,21 @@ def dashboard_queries(run: str = "e2e") -> Iterator[tuple[str, str, set[str]]]:
             yield panel["title"], expr, set(re.findall(r"\b(rollout_[a-z_]+)\b", expr))
 
 
-def followed_run_panels(prometheus: Prometheus, run: str, at: float) -> dict[str, list[list[dict[str, Any]]]]:
+def followed_run_panels(
+    prometheus: Prometheus, run: str, at: float, *, trajectories: bool = False
+) -> dict[str, list[list[dict[str, Any]]]]:
     """Every panel's results for a followed run at ``at``: each has data but the lifecycle ones (only the
-    hook API fills those), which must have none. The results by panel title, one list per target."""
+    hook API fills those) and the reward histogram's (no range is declared), which must have none; the
+    health panels have data exactly when the rows carry ``trajectories``. The results by panel title, one
+    list per target."""
     panels: dict[str, list[list[dict[str, Any]]]] = {}
     for title, expr, names in dashboard_queries(run=run):
         result = prometheus.query(expr, at=at)
         panels.setdefault(title, []).append(result)
-        if names & LIFECYCLE:
-            assert not result, f"{title!r}: a followed run has no lifecycle series"
+        if names & (LIFECYCLE | DECLARED):
+            assert not result, f"{title!r}: a followed run has no lifecycle or reward histogram series"
+        elif names & TRAJECTORY:
+            assert bool(result) is trajectories, f"{title!r}: {result}"
         else:
             assert result, f"panel {title!r} returned nothing for {expr}"
     return panels

@@ -176,6 +176,10 @@ async def run_demo(
     rng = random.Random(config.seed)
     telemetry.declare(*config.agents)  # counters exist from 0, so increase() sees every rollout
     telemetry.declare_groups(*config.agents, group_size=config.group_size)
+    # The rewards' range: their histogram, and uniform groups at either end (easy tasks score the highest).
+    telemetry.declare_reward_range(
+        *config.agents, reward_range=(-0.2 if config.negative_rewards else 0.0, 1.0)
+    )
     before, after = _phases(config)
     easy = False
     loop = asyncio.get_running_loop()

@@ -182,7 +182,9 @@ class RolloutTelemetry:
         and is ``None`` here. ``exemplar`` is the (trace id, span id) of the rollout's span, if any;
         ``health`` the health checks its trajectory failed (``health.findings``), ``None`` without one.
         """
-        self._account.count(agent, outcome, in_flight, exemplar, health)
+        self._account.count(agent, outcome, in_flight, exemplar)
+        if health is not None:
+            self._account.checked(agent, health)
         if member is not None and self.groups.active:
             self.groups.observe(agent, member[0], member[1], outcome, member[2], health=health)
 
@@ -254,10 +256,8 @@ class RolloutTelemetry:
         Raises:
             OutcomeError: the agent name is not a non-empty string.
         """
-        if identity is None:
-            self._account.count(agent, outcome, health=health)
-        else:
-            self._settle(agent, outcome, None, (identity[0], identity[1], attempt), health=health)
+        member = None if identity is None else (identity[0], identity[1], attempt)
+        self._settle(agent, outcome, None, member, health=health)
         if outcome[3] is not None:
             self._log_reason(agent, outcome[0], outcome[2], outcome[3])
 

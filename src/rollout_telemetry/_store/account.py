@@ -31,7 +31,7 @@ __all__ = ["DURATION_BUCKETS", "Account", "InFlight"]
 _log = logging.getLogger("rollout_telemetry.account")
 
 # A count's key: a name (a failure kind may be None, unspecified) or its label.
-_Key = TypeVar("_Key", str, str | None)
+_Key = TypeVar("_Key", str, str | int | None)  # int: a measured outcome's reward bucket (declare_range)
 _MEASURED = Disposition.MEASURED
 
 
@@ -141,15 +141,15 @@ class Account:
         outcome: Classified,
         in_flight: InFlight | None = None,
         exemplar: tuple[str, str] | None = None,
-        health: tuple[str, ...] | None = None,
     ) -> None:
         """Count one classified outcome of ``agent`` (from ``outcome.classify`` or ``outcome.absent``).
 
         This is the one place a count changes. With ``in_flight`` (the handle ``begin`` returned) the same
         step takes that rollout out of flight and records its duration, under the same lock, so no
         snapshot sees a rollout both in flight and counted. ``exemplar`` (trace id, span id) is kept as the
-        latest occurrence of the outcome's kind and duration bucket. ``health`` is the health checks the
-        rollout's trajectory failed (``health.findings``), ``None`` when it carried none.
+        latest occurrence of the outcome's kind and duration bucket. A measured outcome of an agent with a
+        reward histogram is counted under its bucket's index instead of ``None`` (see ``declare_range``):
+        the histogram costs no step of its own.
 
         Raises:
             OutcomeError: the agent name is not a non-empty string.
@@ -163,8 +163,9 @@ class Account:
             state, slot, started = in_flight
             duration = max(self._clock() - started, 0.0)
         disposition, reward, kind, _, generation = outcome
-        if disposition is _MEASURED:
-            kind = None  # a measured rollout is not counted by kind: its kind is no label
+        if disposition is _MEASURED:  # a measured rollout is not counted by kind: its kind is no label
+            bounds = state.reward_bounds
+            kind = None if bounds is None else bisect.bisect_left(bounds, reward)  # type: ignore[type-var,assignment]
         # acquire/release rather than `with`: cheaper on 3.11 to 3.13 (docs/performance.md).
         lock = self._lock
         lock.acquire()
@@ -191,20 +192,25 @@ class Account:
                     cell.negative -= reward
             elif reward is None:
                 cell.unrewarded += 1
-            if disposition is _MEASURED and state.reward_bounds is not None:  # a measured reward is a float
-                state.reward_buckets[bisect.bisect_left(state.reward_bounds, reward)] += 1  # type: ignore[type-var]
             if generation is not None:
                 self._generated(state, generation)
-            if health is not None:
-                state.evaluated += 1
-                for check in health:
-                    state.findings[check] = state.findings.get(check, 0) + 1
         finally:
             lock.release()
 
     def declare(self, agent: str) -> None:
         """Make ``agent`` known with zero counts, so its always-present series start at 0."""
         self._state(agent)
+
+    def checked(self, agent: str, health: tuple[str, ...]) -> None:
+        """Count one rollout whose trajectory was checked, and the health checks it failed (``findings``).
+
+        A step apart from ``count`` (only a rollout with a trajectory takes it), right after it.
+        """
+        state = self._state(agent)  # not the hot path: resolved as a new agent would be
+        with self._lock:
+            state.evaluated += 1
+            for check in health:
+                state.findings[check] = state.findings.get(check, 0) + 1
 
     def declare_range(self, agent: str, reward_range: RewardRange) -> None:
         """Histogram ``agent``'s measured rewards in buckets of its reward range, from its first one on.
@@ -223,7 +229,11 @@ class Account:
                 msg = f"declare the reward range of {state.label!r} before its first measured reward"
                 raise ConfigError(msg)
             state.reward_bounds = bounds
-            state.reward_buckets = [0] * (len(bounds) + 1)
+            # Every bucket a key of the measured counts from the start: counting one is `kinds[index] += 1`.
+            measured = state.cells[_MEASURED].kinds
+            for key in [key for key in measured if key is not None]:
+                del measured[key]
+            measured.update(dict.fromkeys(range(len(bounds) + 1), 0))
 
     def reject(self, reason: str) -> None:
         """Count one rejected input under ``reason`` (a small closed set of names)."""

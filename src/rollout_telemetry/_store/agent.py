@@ -31,7 +31,7 @@ class Cell:
     def __init__(self) -> None:
         # Counts by failure kind. A kind whose label is the kind itself is its own key, so the common
         # record is `kinds[kind] += 1`; a cut or folded kind is keyed by its label (see AgentState.labels).
-        self.kinds: dict[str | None, int] = {}
+        self.kinds: dict[str | int | None, int] = {}
         self.positive = 0.0
         self.negative = 0.0  # magnitudes, so both sums only grow
         self.unrewarded = 0
@@ -54,7 +54,6 @@ class AgentState:
         "labels",
         "lifecycle",
         "reward_bounds",
-        "reward_buckets",
         "tokens",
         "truncated",
     )
@@ -63,7 +62,7 @@ class AgentState:
         self.label = label
         self.cells = {disposition: Cell() for disposition in Disposition}
         self.cells[_MEASURED].kinds[None] = 0  # measured rollouts are counted under None, never resolved
-        self.labels: dict[str | None, str] = {}  # kind key -> its label, resolved once
+        self.labels: dict[str | int | None, str] = {}  # kind key -> its label, resolved once
         self.lifecycle = False  # the lifecycle API was used: its series are published
         self.flights = Flights()
         self.exemplars: dict[tuple[Disposition, str | None], tuple[str, str]] = {}  # latest trace per kind
@@ -73,9 +72,9 @@ class AgentState:
         self.duration_count = 0
         self.tokens: list[int] | None = None  # input, output, cached, reasoning; None until a usage
         self.truncated: dict[str, int] = {}  # truncations by cause (generation.TRUNCATION_CAUSES)
-        # The measured rewards' histogram, once a reward range is declared (reward_range.reward_bounds).
+        # The measured rewards' histogram, once a reward range is declared (reward_range.reward_bounds): the
+        # measured cell then counts by bucket index (0 .. len(bounds), +Inf last) instead of under None.
         self.reward_bounds: tuple[float, ...] | None = None
-        self.reward_buckets: list[int] = []
         self.evaluated = 0  # rollouts whose trajectory was checked (_contract.health)
         self.findings: dict[str, int] = {}  # of those, the rollouts that failed each check
 
@@ -96,13 +95,12 @@ class AgentState:
             tokens=None if self.tokens is None else tuple(self.tokens),
             truncated=self.truncated.copy(),
             reward_bounds=self.reward_bounds,
-            reward_buckets=tuple(self.reward_buckets),
             evaluated=self.evaluated,
             findings=self.findings.copy(),
         )
 
 
-CellCopy = tuple[Disposition, dict[str | None, int], float, float, int]
+CellCopy = tuple[Disposition, dict[str | int | None, int], float, float, int]
 """One cell, copied: (disposition, counts by kind key, positive sum, negative sum, unrewarded)."""
 
 
@@ -112,7 +110,7 @@ class AgentCopy:
 
     label: str
     cells: list[CellCopy]
-    labels: dict[str | None, str]
+    labels: dict[str | int | None, str]
     lifecycle: bool
     flights: tuple[dict[str, int], dict[str, int], dict[str, float]]
     """In flight, stalled now, and the oldest start, by stage (``Flights.by_stage``)."""
@@ -125,7 +123,6 @@ class AgentCopy:
     tokens: tuple[int, ...] | None
     truncated: dict[str, int]
     reward_bounds: tuple[float, ...] | None
-    reward_buckets: tuple[int, ...]
     evaluated: int
     findings: dict[str, int]
 
@@ -138,8 +135,11 @@ class AgentCopy:
         unrewarded: dict[Disposition, int] = {}
         positive: dict[Disposition, float] = {}
         negative: dict[Disposition, float] = {}
+        reward_buckets: tuple[int, ...] = ()
         for disposition, counts, pos, neg, unrew in self.cells:
             totals[disposition] = sum(counts.values())
+            if disposition is _MEASURED and self.reward_bounds is not None:
+                reward_buckets = tuple(counts.get(index, 0) for index in range(len(self.reward_bounds) + 1))
             unrewarded[disposition] = unrew
             positive[disposition] = pos
             negative[disposition] = neg
@@ -178,7 +178,7 @@ class AgentCopy:
             tokens=self.tokens,
             truncated=self.truncated,
             reward_bounds=self.reward_bounds,
-            reward_buckets=self.reward_buckets,
+            reward_buckets=reward_buckets,
             evaluated=self.evaluated,
             findings=self.findings,
         )

@@ -146,3 +146,15 @@ def test_follow_mode_reads_the_trajectory_of_each_row(tmp_path: Path) -> None:
         "model_call_runaway_generation": 0,
         "model_call_zero_completion_tokens": 1,
     }
+
+
+def test_the_lifecycle_checks_the_trajectory_of_a_rollout_with_its_identity(
+    telemetry: RolloutTelemetry,
+) -> None:
+    """complete() reads ng_trajectory as record() does: with an identity only."""
+    with telemetry.rollout("math", task_index=0, rollout_index=0) as rollout:
+        rollout.complete({"reward": 0.0, "ng_trajectory": HOLLOW})
+    with telemetry.rollout("math") as rollout:
+        rollout.complete({"reward": 0.0, "ng_trajectory": HOLLOW})  # no identity: not evaluated
+    assert value(exposition(telemetry.registry), "rollout_health_evaluated_total", agent="math") == 1
+    assert _findings(telemetry)["agent_turn_hollow"] == 1

@@ -18,9 +18,11 @@ import asyncio
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from rollout_telemetry import failure_kinds
+from rollout_telemetry._contract.generation import part
+from rollout_telemetry._contract.health import findings
 from rollout_telemetry._contract.identity import Member, member
 from rollout_telemetry._contract.outcome import Classified, Disposition, absent, classify
 from rollout_telemetry.errors import OutcomeError, RolloutUsageError
@@ -57,8 +59,21 @@ def kind_of_exception(exc: BaseException) -> str:
 # The states of a rollout context.
 _NEW, _IN_FLIGHT, _DONE, _NOT_TRACKED = 0, 1, 2, 3
 
-Settle = Callable[[str, Classified, "InFlight | None", "Member | None", "tuple[str, str] | None"], None]
-"""The facade's one path for an outcome: count it (ending its flight), then give it to its group."""
+
+class Settle(Protocol):
+    """The facade's one path for an outcome: count it (ending its flight), then give it to its group."""
+
+    def __call__(
+        self,
+        agent: str,
+        outcome: Classified,
+        in_flight: InFlight | None,
+        member: Member | None,
+        exemplar: tuple[str, str] | None,
+        /,
+        *,
+        health: tuple[str, ...] | None = None,
+    ) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,12 +223,15 @@ class RolloutContext:
         if self._state != _IN_FLIGHT:
             self._refuse("complete")
             return
+        health = None
         try:
             outcome = classify(response)
+            if self._member is not None:  # as record(): the trajectory of a rollout with its identity
+                health = findings(part(response, "ng_trajectory"))
         except OutcomeError as exc:
             self._shared.rejections.reject(exc)
             outcome = absent(Disposition.FAILED, failure_kinds.PROTOCOL_VIOLATION, str(exc))
-        self._finish(outcome)
+        self._finish(outcome, health)
 
     def fail(self, failure_kind: str | None = None, *, reason: str | None = None) -> None:
         """Record that the rollout never reached the output."""
@@ -247,7 +265,7 @@ class RolloutContext:
             msg = f"rollout of {self.agent!r} already has an outcome; {what}() ignored"
         self._shared.rejections.reject(RolloutUsageError(reason, msg))
 
-    def _finish(self, outcome: Classified) -> None:
+    def _finish(self, outcome: Classified, health: tuple[str, ...] | None = None) -> None:
         handle = self._handle
         assert handle is not None  # in flight
         span = self._span
@@ -260,6 +278,7 @@ class RolloutContext:
                     handle,
                     self._member,
                     None if span is None else self.span_ids,
+                    health=health,
                 )
             finally:
                 if span is not None:

@@ -7,16 +7,13 @@ shows over half an hour. The four scenarios run at once, one demo process each, 
 
 from __future__ import annotations
 
-import re
-import time
-from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
 
-from rollout_telemetry._cli.simulation import SCENARIOS
-from tests.e2e.processes import Exporter
-from tests.e2e.prometheus import RULES, Prometheus
+from rollout_telemetry._cli.simulation import DROP_SCENARIOS
+from tests.e2e.prometheus import Prometheus
+from tests.e2e.scenarios import fired_alerts, short_rules
 
 pytestmark = pytest.mark.e2e
 
@@ -33,14 +30,6 @@ EXPECTED = {
 }
 
 
-def short_rules() -> str:
-    """The committed rules with windows short enough for a test."""
-    text = RULES.read_text()
-    text = re.sub(r"\[\d+m\]", "[10s]", text)
-    text = re.sub(r"offset \d+m", "offset 12s", text)
-    return re.sub(r"for: \d+m", "for: 2s", text)
-
-
 def _demo_args(scenario: str) -> list[str]:
     return ["demo", "--scenario", scenario, "--run", scenario, "--rate", "200",
             "--agents", "math_agent,code_agent", "--max-rollout-seconds", "0.2",
@@ -54,26 +43,16 @@ def _demo_args(scenario: str) -> list[str]:
 def test_each_scenario_fires_exactly_its_alert(tmp_path: Path) -> None:
     """healthy fires nothing; truncation and policy their reward-drop alert only; infrastructure its own and
     RolloutBaselineContaminated (its failures leave valid members beside failed ones)."""
-    assert set(EXPECTED) == set(SCENARIOS)
-    exporters = {
-        scenario: Exporter([*_demo_args(scenario), "--seed", str(seed)], tmp_path / f"{scenario}.log")
-        for seed, scenario in enumerate(SCENARIOS)
+    assert set(EXPECTED) == set(DROP_SCENARIOS)
+    demos: dict[str, list[str]] = {
+        scenario: [*_demo_args(scenario), "--seed", str(seed)] for seed, scenario in enumerate(DROP_SCENARIOS)
     }
-    prometheus = Prometheus(
-        tmp_path, [e.target for e in exporters.values()], interval="1s", rules=short_rules()
-    )
-    fired: dict[str, set[str]] = {scenario: set() for scenario in SCENARIOS}
-    with prometheus, ExitStack() as stack:
-        prometheus.wait_for(lambda: bool(prometheus.query("up")), timeout=30, what="the first scrape")
-        for exporter in exporters.values():
-            stack.enter_context(exporter)
-        started = time.monotonic()
-        while time.monotonic() - started < DROP_AFTER + WATCH:
-            for alert in prometheus.query('ALERTS{alertstate="firing"}'):
-                fired[alert["metric"].get("run", "")].add(alert["metric"]["alertname"])
-            time.sleep(0.5)
+
+    def every_cause_visible(prometheus: Prometheus) -> None:
         # Every panel of the row had data along the way: the drop's causes are visible, not only alerted.
-        for scenario in SCENARIOS:
+        for scenario in DROP_SCENARIOS:
             for family in ("rollout_tokens_total", "rollout_truncated_total", "rollout_groups_total"):
                 assert prometheus.query(f'{family}{{run="{scenario}"}}'), (scenario, family)
+
+    fired = fired_alerts(tmp_path, demos, short_rules(), DROP_AFTER + WATCH, every_cause_visible)
     assert fired == EXPECTED

@@ -22,7 +22,7 @@ from typing import Literal
 
 from rollout_telemetry._contract.generation import part
 
-__all__ = ["HEALTH_CHECKS", "HealthCheck", "findings"]
+__all__ = ["HEALTH_CHECKS", "HealthCheck", "findings", "health_of"]
 
 HealthCheck = Literal[
     "agent_turn_hollow", "model_call_runaway_generation", "model_call_zero_completion_tokens"
@@ -93,6 +93,13 @@ def _has_content(response: object) -> bool:
 def _items(container: object, name: str) -> list[object]:
     items = part(container, name)
     return items if isinstance(items, list) else []
+
+
+def health_of(response: object) -> tuple[HealthCheck, ...] | None:
+    """The findings of a verify response's ``ng_trajectory``; ``None`` at once when it carries none (the
+    common case, a dict read without a call)."""
+    trajectory = response.get("ng_trajectory") if type(response) is dict else part(response, "ng_trajectory")
+    return None if trajectory is None else findings(trajectory)
 
 
 def findings(trajectory: object) -> tuple[HealthCheck, ...] | None:

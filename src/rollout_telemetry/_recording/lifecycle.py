@@ -21,8 +21,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Protocol
 
 from rollout_telemetry import failure_kinds
-from rollout_telemetry._contract.generation import part
-from rollout_telemetry._contract.health import findings
+from rollout_telemetry._contract.health import health_of
 from rollout_telemetry._contract.identity import Member, member
 from rollout_telemetry._contract.outcome import Classified, Disposition, absent, classify
 from rollout_telemetry.errors import OutcomeError, RolloutUsageError
@@ -227,7 +226,7 @@ class RolloutContext:
         try:
             outcome = classify(response)
             if self._member is not None:  # as record(): the trajectory of a rollout with its identity
-                health = findings(part(response, "ng_trajectory"))
+                health = health_of(response)
         except OutcomeError as exc:
             self._shared.rejections.reject(exc)
             outcome = absent(Disposition.FAILED, failure_kinds.PROTOCOL_VIOLATION, str(exc))

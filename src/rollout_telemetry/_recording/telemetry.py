@@ -14,8 +14,7 @@ from typing import TYPE_CHECKING
 
 from prometheus_client.registry import CollectorRegistry
 
-from rollout_telemetry._contract.generation import part
-from rollout_telemetry._contract.health import findings
+from rollout_telemetry._contract.health import health_of
 from rollout_telemetry._contract.identity import Member, member
 from rollout_telemetry._contract.outcome import Classified, Disposition, check_outcome, classify
 from rollout_telemetry._contract.reward_range import check_reward_range
@@ -152,7 +151,7 @@ class RolloutTelemetry:
             else:
                 outcome = classify(response)
                 member = self._member(task_index, rollout_index)
-                self._settle(agent, outcome, None, member, health=findings(part(response, "ng_trajectory")))
+                self._settle(agent, outcome, None, member, health=health_of(response))
         except Exception as exc:  # the collector must never be taken down by its telemetry
             self.rejections.reject(exc)
 

@@ -22,7 +22,7 @@ from typing import Literal
 
 from rollout_telemetry._contract.generation import part
 
-__all__ = ["HEALTH_CHECKS", "HealthCheck", "findings", "health_of"]
+__all__ = ["HEALTH_CHECKS", "TRAJECTORY", "HealthCheck", "findings", "health_of"]
 
 HealthCheck = Literal[
     "agent_turn_hollow", "model_call_runaway_generation", "model_call_zero_completion_tokens"
@@ -95,10 +95,15 @@ def _items(container: object, name: str) -> list[object]:
     return items if isinstance(items, list) else []
 
 
+TRAJECTORY = "ng_trajectory"
+"""The field of a verify response (and of a Gym row) that holds the rollout's trajectory. A caller on the
+recording path asks ``health_of`` only when a plain dict has it (``type(r) is not dict or TRAJECTORY in r``):
+the common response, a dict without one, then costs no call."""
+
+
 def health_of(response: object) -> tuple[HealthCheck, ...] | None:
-    """The findings of a verify response's ``ng_trajectory``; ``None`` at once when it carries none (the
-    common case, a dict read without a call)."""
-    trajectory = response.get("ng_trajectory") if type(response) is dict else part(response, "ng_trajectory")
+    """The findings of a verify response's trajectory (``ng_trajectory``); ``None`` when it carries none."""
+    trajectory = response.get(TRAJECTORY) if type(response) is dict else part(response, TRAJECTORY)
     return None if trajectory is None else findings(trajectory)
 
 

@@ -21,7 +21,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Protocol
 
 from rollout_telemetry import failure_kinds
-from rollout_telemetry._contract.health import health_of
+from rollout_telemetry._contract.health import TRAJECTORY, health_of
 from rollout_telemetry._contract.identity import Member, member
 from rollout_telemetry._contract.outcome import Classified, Disposition, absent, classify
 from rollout_telemetry.errors import OutcomeError, RolloutUsageError
@@ -225,7 +225,8 @@ class RolloutContext:
         health = None
         try:
             outcome = classify(response)
-            if self._member is not None:  # as record(): the trajectory of a rollout with its identity
+            # As record(): the trajectory of a rollout with its identity (a dict without one costs no call).
+            if self._member is not None and (type(response) is not dict or TRAJECTORY in response):
                 health = health_of(response)
         except OutcomeError as exc:
             self._shared.rejections.reject(exc)

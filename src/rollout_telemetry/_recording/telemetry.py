@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from prometheus_client.registry import CollectorRegistry
 
-from rollout_telemetry._contract.health import health_of
+from rollout_telemetry._contract.health import TRAJECTORY, health_of
 from rollout_telemetry._contract.identity import Member, member
 from rollout_telemetry._contract.outcome import Classified, Disposition, check_outcome, classify
 from rollout_telemetry._contract.reward_range import check_reward_range
@@ -151,7 +151,9 @@ class RolloutTelemetry:
             else:
                 outcome = classify(response)
                 member = self._member(task_index, rollout_index)
-                self._settle(agent, outcome, None, member, health=health_of(response))
+                # The trajectory's health: a dict without one (the common response) costs no call.
+                trajectory = type(response) is not dict or TRAJECTORY in response
+                self._settle(agent, outcome, None, member, health=health_of(response) if trajectory else None)
         except Exception as exc:  # the collector must never be taken down by its telemetry
             self.rejections.reject(exc)
 

@@ -62,16 +62,15 @@ _NEW, _IN_FLIGHT, _DONE, _NOT_TRACKED = 0, 1, 2, 3
 class Settle(Protocol):
     """The facade's one path for an outcome: count it (ending its flight), then give it to its group."""
 
-    def __call__(
+    def __call__(  # noqa: PLR0917 - the facade's _settle, as it is called
         self,
         agent: str,
         outcome: Classified,
         in_flight: InFlight | None,
         member: Member | None,
         exemplar: tuple[str, str] | None,
+        health: tuple[str, ...] | None,
         /,
-        *,
-        health: tuple[str, ...] | None = None,
     ) -> None: ...
 
 
@@ -278,7 +277,7 @@ class RolloutContext:
                     handle,
                     self._member,
                     None if span is None else self.span_ids,
-                    health=health,
+                    health,
                 )
             finally:
                 if span is not None:

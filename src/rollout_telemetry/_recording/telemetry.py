@@ -153,7 +153,7 @@ class RolloutTelemetry:
                 member = self._member(task_index, rollout_index)
                 # The trajectory's health: a dict without one (the common response) costs no call.
                 trajectory = type(response) is not dict or TRAJECTORY in response
-                self._settle(agent, outcome, None, member, health=health_of(response) if trajectory else None)
+                self._settle(agent, outcome, None, member, None, health_of(response) if trajectory else None)
         except Exception as exc:  # the collector must never be taken down by its telemetry
             self.rejections.reject(exc)
 
@@ -166,14 +166,13 @@ class RolloutTelemetry:
             self.rejections.reject(exc)
             return None
 
-    def _settle(
+    def _settle(  # noqa: PLR0917 - positional: cheaper on the lifecycle's path (docs/performance.md)
         self,
         agent: str,
         outcome: Classified,
         in_flight: InFlight | None = None,
         member: Member | None = None,
         exemplar: tuple[str, str] | None = None,
-        *,
         health: tuple[str, ...] | None = None,
     ) -> None:
         """Count one outcome, then give it to its group: the one path of an outcome that has an identity.
@@ -258,7 +257,7 @@ class RolloutTelemetry:
             OutcomeError: the agent name is not a non-empty string.
         """
         member = None if identity is None else (identity[0], identity[1], attempt)
-        self._settle(agent, outcome, None, member, health=health)
+        self._settle(agent, outcome, None, member, None, health)
         if outcome[3] is not None:
             self._log_reason(agent, outcome[0], outcome[2], outcome[3])
 

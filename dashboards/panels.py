@@ -12,8 +12,10 @@ from dashboards.model import Panel, Query, Row, Step
 from dashboards.promql import (
     COMPLETED,
     Scope,
+    contaminated_share,
     failed_share,
     finished_rate,
+    hollow_share,
     increase,
     lost_share,
     masked_share,
@@ -25,9 +27,16 @@ from dashboards.promql import (
     series,
     stalled_by_stage,
     truncated_share,
+    uniform_share,
     unmasked_reward,
 )
-from dashboards.rules import MASKED_SHARE_HIGH, STALLED_FOR
+from dashboards.rules import (
+    CONTAMINATED_HIGH,
+    HOLLOW_HIGH,
+    MASKED_SHARE_HIGH,
+    STALLED_FOR,
+    UNIFORM_END_HIGH,
+)
 
 __all__ = ["COVERAGE_GAUGES", "NOT_FOLLOWED", "ROWS", "CoverageGauge", "coverage_gauge"]
 
@@ -527,5 +536,111 @@ WHY = Row(
     ),
 )
 
-ROWS: tuple[Row, ...] = (OVERVIEW, WHY, COVERAGE, OVER_TIME)
+NO_RANGE = "No reward range declared: declare_reward_range turns the histogram on"
+QUANTILES = (0.1, 0.5, 0.9)
+
+
+def _alerting_share(title: str, description: str, expr: str, high: float, no_value: str) -> Panel:
+    """A share (0-1) per agent, red above the threshold its alert fires at."""
+    return Panel(
+        "timeseries",
+        title,
+        description,
+        "percentunit",
+        (Query(expr, "{{agent}}"),),
+        width=8,
+        limits=(0.0, 1.0),
+        thresholds=((None, GOOD), (high, BAD)),
+        no_value=no_value,
+    )
+
+
+def _reward_quantile(quantile: float) -> Query:
+    buckets = rate("rollout_measured_reward_bucket", AGENTS, by=("le",))
+    return Query(f"histogram_quantile({quantile:g}, {buckets})", f"{{{{agent}}}} p{quantile * 100:g}")
+
+
+SIGNAL = Row(
+    "Is the training signal sound?",
+    (
+        _alerting_share(
+            "Contaminated baselines",
+            "Share (0-1) of completed groups whose valid members sat beside masked, unscored, failed or "
+            "omitted ones: a trainer that keeps those members as reward 0 computes the valid members' "
+            "advantages against a baseline that includes infrastructure losses (RolloutBaselineContaminated "
+            f"above {CONTAMINATED_HIGH:g}). 0 while nothing is contaminated.",
+            contaminated_share(AGENTS),
+            CONTAMINATED_HIGH,
+            NO_GROUPS,
+        ),
+        Panel(
+            "timeseries",
+            "Uniform groups: too hard, too easy",
+            "Share (0-1) of completed groups uniform at the lowest reward of the agent's declared range "
+            "(too hard: RolloutGroupsTooHard) and at the highest (too easy: RolloutGroupsTooEasy), each "
+            f"firing above {UNIFORM_END_HIGH:g}. The range is [0, 1] unless declared (declare_reward_range).",
+            "percentunit",
+            (
+                Query(uniform_share(AGENTS, "lowest"), "{{agent}} too hard"),
+                Query(uniform_share(AGENTS, "highest"), "{{agent}} too easy"),
+            ),
+            width=8,
+            limits=(0.0, 1.0),
+            no_value=NO_GROUPS,
+        ),
+        Panel(
+            "timeseries",
+            "Group members by disposition per minute",
+            "Members of the groups completed per minute by the disposition of their standing attempt, "
+            "stacked: how many masked, unscored, failed or omitted members sat beside the measured ones. "
+            "Appears once a group holds a member that is not valid. Rollouts.",
+            "short",
+            (
+                Query(
+                    f"{or_zero(rate('rollout_group_members_total', ALL, by=('disposition',)), ALL)} * 60",
+                    "{{disposition}}",
+                ),
+            ),
+            width=8,
+            stacked=True,
+        ),
+        Panel(
+            "timeseries",
+            "Truncated per minute by cause",
+            "Truncated answers per minute by cause: output_cap (raise max_output_tokens), context_window "
+            "(shorten the prompt or history), turn_budget (the agent's max turns), content_filter, other. "
+            "The raw reason is on the rollout's span. Rollouts.",
+            "short",
+            (
+                Query(
+                    f"{or_zero(rate('rollout_truncated_total', ALL, by=('cause',)), ALL)} * 60", "{{cause}}"
+                ),
+            ),
+            width=8,
+            stacked=True,
+        ),
+        _alerting_share(
+            "Hollow rollouts share",
+            "Share (0-1) of the rollouts whose trajectory (ng_trajectory) was checked that had an agent turn "
+            "with no message and no tool call (NeMo Gym's agent_turn_hollow): recorded as completions, they "
+            f"did nothing (RolloutHollowRollouts above {HOLLOW_HIGH:g}).",
+            hollow_share(AGENTS),
+            HOLLOW_HIGH,
+            "No trajectory: rows carry no ng_trajectory",
+        ),
+        Panel(
+            "timeseries",
+            "Measured reward: 10th, 50th and 90th percentiles",
+            "Percentiles of the measured rewards (unmasked, with a reward) over the rate window, from the "
+            "rollout_measured_reward histogram (ten buckets of the declared reward range): a spread that "
+            "opens is a bimodal reward, one that closes on an end a collapsing one. Reward units.",
+            "none",
+            tuple(_reward_quantile(quantile) for quantile in QUANTILES),
+            width=8,
+            no_value=NO_RANGE,
+        ),
+    ),
+)
+
+ROWS: tuple[Row, ...] = (OVERVIEW, WHY, SIGNAL, COVERAGE, OVER_TIME)
 """The dashboard, top to bottom."""

@@ -23,8 +23,10 @@ from rollout_telemetry._views.series import published
 __all__ = [
     "COMPLETED",
     "Scope",
+    "contaminated_share",
     "failed_share",
     "finished_rate",
+    "hollow_share",
     "increase",
     "lost_share",
     "masked_share",
@@ -38,6 +40,7 @@ __all__ = [
     "series",
     "stalled_by_stage",
     "truncated_share",
+    "uniform_share",
     "unmasked_reward",
 ]
 
@@ -212,6 +215,36 @@ def no_signal_share(scope: Scope) -> str:
     """Groups that give no (or a noisy) learning signal among the groups completed."""
     states = f'state=~"{"|".join(NO_SIGNAL_STATES)}"'
     return f"{rate('rollout_groups_total', scope, states)} / {rate('rollout_groups_total', scope)}"
+
+
+def _among(name: str, whole: str, scope: Scope, *matchers: str) -> str:
+    """A counter that appears once it counts, among the ``whole`` it is part of: 0 while it is absent."""
+    total = rate(whole, scope)
+    return f"({rate(name, scope, *matchers)} or {total} * 0) / {total}"
+
+
+def _among_groups(name: str, scope: Scope, *matchers: str) -> str:
+    """A group counter that appears once it counts, among the groups completed: 0 while it is absent."""
+    return _among(name, "rollout_groups_total", scope, *matchers)
+
+
+def hollow_share(scope: Scope) -> str:
+    """Rollouts with a hollow agent turn (no message, no tool call) among those with a checked trajectory."""
+    return _among(
+        "rollout_health_findings_total", "rollout_health_evaluated_total", scope, 'check="agent_turn_hollow"'
+    )
+
+
+def contaminated_share(scope: Scope) -> str:
+    """Groups whose valid members sat beside masked, unscored, failed or omitted ones, among the groups
+    completed: the share of baselines a trainer that keeps lost members as reward 0 computes wrongly."""
+    return _among_groups("rollout_groups_contaminated_total", scope)
+
+
+def uniform_share(scope: Scope, at: str) -> str:
+    """Uniform groups whose common reward is ``at`` (lowest, highest) of the agent's range, among the groups
+    completed: too hard at the lowest, too easy at the highest."""
+    return _among_groups("rollout_groups_uniform_total", scope, f'reward="{at}"')
 
 
 def stalled_by_stage(scope: Scope) -> str:

@@ -8,10 +8,14 @@ alert table are built from the alerts below, so changing a threshold here change
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from dashboards.promql import (
     COMPLETED,
     NO_SIGNAL_STATES,
     Scope,
+    contaminated_share,
+    hollow_share,
     increase,
     lost_share,
     masked_share,
@@ -23,6 +27,7 @@ from dashboards.promql import (
     series,
     stalled_by_stage,
     truncated_share,
+    uniform_share,
     unmasked_reward,
 )
 from dashboards.rulefile import Alert, Group, Record, comment, recorded, render, threshold_table
@@ -64,6 +69,27 @@ NO_SIGNAL_HIGH = 0.5
 """Share of an agent's groups without a learning signal above which RolloutGroupsNoSignal fires."""
 NO_SIGNAL_FOR = 10
 """How long that share stays above NO_SIGNAL_HIGH before RolloutGroupsNoSignal fires."""
+CONTAMINATED_HIGH = 0.2
+"""Share of an agent's groups whose baseline includes lost members above which RolloutBaselineContaminated
+fires."""
+CONTAMINATED_FOR = 10
+"""How long that share stays above CONTAMINATED_HIGH before RolloutBaselineContaminated fires."""
+UNIFORM_END_HIGH = 0.5
+"""Share of an agent's groups uniform at the lowest (highest) reward above which RolloutGroupsTooHard
+(RolloutGroupsTooEasy) fires."""
+UNIFORM_END_FOR = 10
+"""How long that share stays above UNIFORM_END_HIGH before RolloutGroupsTooHard (TooEasy) fires."""
+HOLLOW_HIGH = 0.1
+"""Share of an agent's checked rollouts with a hollow turn above which RolloutHollowRollouts fires."""
+HOLLOW_FOR = 10
+"""How long that share stays above HOLLOW_HIGH before RolloutHollowRollouts fires."""
+DRIFT_HIGH = 1.5
+"""Output tokens per rollout this many times their trailing hour's average (or that many times below it)
+is a drift."""
+DRIFT_FOR = 10
+DRIFT_BASELINE = 60
+"""Minutes of the trailing window whose output tokens per rollout the last WINDOW's are compared with."""
+"""How long output length stays drifted before RolloutOutputLengthDrift fires."""
 RETRIES_FOR = 5
 """How long retries outpace completions before RolloutRetryStorm fires."""
 JOB = "rollout-telemetry"
@@ -71,6 +97,8 @@ JOB = "rollout-telemetry"
 
 RULES = Scope(("run", "agent"), f"{WINDOW}m")
 """The recording rules' scope: every run and agent, a fixed window, a series per run and agent."""
+TRAILING = replace(RULES, window=f"{DRIFT_BASELINE}m")
+"""The rules' scope over the trailing window that output length is compared with."""
 TARGETS = Scope(("job", "instance"), f"{NONE_COMPLETED_FOR}m")
 """Per scrape target: what one exporter process completed."""
 
@@ -89,6 +117,12 @@ NO_SIGNAL_SHARE = f"agent:rollout_groups_no_signal:ratio_{RATE}"
 REWARD_DROP_SERIES = f"agent:rollout_reward:drop_{COMPARED}m"
 LOST_RISE = f"agent:rollout_lost:rise_{COMPARED}m"
 TRUNCATED_RISE = f"agent:rollout_truncated:rise_{COMPARED}m"
+CONTAMINATED_SHARE = f"agent:rollout_groups_contaminated:ratio_{RATE}"
+TOO_HARD_SHARE = f"agent:rollout_groups_uniform_lowest:ratio_{RATE}"
+HOLLOW_SHARE = f"agent:rollout_hollow:ratio_{RATE}"
+TOO_EASY_SHARE = f"agent:rollout_groups_uniform_highest:ratio_{RATE}"
+OUTPUT_PER_ROLLOUT = f"agent:rollout_output_tokens:per_rollout_{RATE}"
+OUTPUT_DRIFT = f"agent:rollout_output_tokens:drift_{DRIFT_BASELINE // 60}h"
 
 AGENT, RUN, VALUE = "{{ $labels.agent }}", "{{ $labels.run }}", "{{ $value }}"
 """Alertmanager templates of the annotations."""
@@ -137,8 +171,26 @@ def recording_rules() -> tuple[Record, ...]:
         recorded(LOST_SHARE, lost_share, rates),
         truncated,
         recorded(TRUNCATED_SHARE, truncated_share, rates),
-        recorded(f"agent:rollout_output_tokens:per_rollout_{RATE}", output_tokens_per_rollout, rates),
+        recorded(OUTPUT_PER_ROLLOUT, output_tokens_per_rollout, rates),
+        Record(
+            OUTPUT_DRIFT,
+            f"{OUTPUT_PER_ROLLOUT} / ({output_tokens_per_rollout(TRAILING)})",
+            why=f"Output tokens per rollout against the same over the trailing {DRIFT_BASELINE} minutes: 1 "
+            "is steady, 2 twice as long as the hour's habit (reward hacking often starts so).",
+        ),
         recorded(NO_SIGNAL_SHARE, no_signal_share, RULES),
+        recorded(CONTAMINATED_SHARE, contaminated_share, RULES),
+        recorded(HOLLOW_SHARE, hollow_share, RULES),
+        Record(
+            TOO_HARD_SHARE,
+            uniform_share(RULES, "lowest"),
+            why="Groups uniform at the lowest reward of the agent's range among the groups completed.",
+        ),
+        Record(
+            TOO_EASY_SHARE,
+            uniform_share(RULES, "highest"),
+            why="Groups uniform at the highest reward of the agent's range among the groups completed.",
+        ),
         Record(
             REWARD_DROP_SERIES,
             f"{MEAN_REWARD} offset {COMPARED}m - {MEAN_REWARD}",
@@ -146,6 +198,23 @@ def recording_rules() -> tuple[Record, ...]:
         ),
         Record(LOST_RISE, _rise(LOST_SHARE)),
         Record(TRUNCATED_RISE, _rise(TRUNCATED_SHARE)),
+    )
+
+
+def _uniform_end(name: str, at: str, share: str, too: str) -> Alert:
+    """The alert on groups uniform at one end (``at``: lowest or highest) of the agent's reward range."""
+    return Alert(
+        name,
+        f"{share} > {UNIFORM_END_HIGH:g}",
+        UNIFORM_END_FOR,
+        "warning",
+        summary=f"{AGENT}: most groups score the {at} reward on every member",
+        description=f"More than {_share(UNIFORM_END_HIGH)} of the groups of agent {AGENT} (run {RUN}) "
+        f"completed in the last {_minutes(WINDOW)} were uniform at the {at} reward of its range: the tasks "
+        f"are too {too} for the policy, and those groups teach it nothing. Check "
+        "rollout_groups_uniform_total by reward.",
+        when=f"more than {UNIFORM_END_HIGH:g} of the groups an agent completed over {_minutes(WINDOW)} are "
+        f"uniform at the {at} reward (`{share}`), for {_minutes(UNIFORM_END_FOR)}",
     )
 
 
@@ -235,7 +304,7 @@ def alerting_rules() -> tuple[Alert, ...]:
             cause="truncation",
             summary=f"{AGENT}: reward fell while more answers are truncated",
             description=f"The {drop} while the truncated share {rose}: answers are cut short (check "
-            "rollout_truncated_total by reason and output tokens per rollout against max_output_tokens).",
+            "rollout_truncated_total by cause and output tokens per rollout against max_output_tokens).",
             when=f"{fell} while its truncated share rose by more than {SHARE_RISE:g} "
             f"(`{TRUNCATED_RISE}`), for {_minutes(DROP_FOR)}",
         ),
@@ -263,6 +332,50 @@ def alerting_rules() -> tuple[Alert, ...]:
             when=f"more than {NO_SIGNAL_HIGH:g} of the groups an agent completed over {_minutes(WINDOW)} are "
             f"{', '.join(states[:-1])} or {states[-1]} (`{NO_SIGNAL_SHARE}`), for "
             f"{_minutes(NO_SIGNAL_FOR)}",
+        ),
+        Alert(
+            "RolloutBaselineContaminated",
+            f"{CONTAMINATED_SHARE} > {CONTAMINATED_HIGH:g}",
+            CONTAMINATED_FOR,
+            "warning",
+            summary=f"{AGENT}: {{{{ $value | humanizePercentage }}}} of group baselines include lost members",
+            description=f"More than {_share(CONTAMINATED_HIGH)} of the groups of agent {AGENT} (run {RUN}) "
+            f"completed in the last {_minutes(WINDOW)} had valid members beside masked, unscored, failed or "
+            "omitted ones: a trainer that keeps those as reward 0 computes the valid members' advantages "
+            "against a wrong baseline. Check rollout_group_members_total by disposition and "
+            "rollout_failed_total by failure_kind.",
+            when=f"more than {CONTAMINATED_HIGH:g} of the groups an agent completed over {_minutes(WINDOW)} "
+            f"have a contaminated baseline (`{CONTAMINATED_SHARE}`), for {_minutes(CONTAMINATED_FOR)}",
+        ),
+        _uniform_end("RolloutGroupsTooHard", "lowest", TOO_HARD_SHARE, "hard"),
+        _uniform_end("RolloutGroupsTooEasy", "highest", TOO_EASY_SHARE, "easy"),
+        Alert(
+            "RolloutHollowRollouts",
+            f"{HOLLOW_SHARE} > {HOLLOW_HIGH:g}",
+            HOLLOW_FOR,
+            "warning",
+            summary=f"{AGENT}: {{{{ $value | humanizePercentage }}}} of rollouts have a hollow turn",
+            description=f"More than {_share(HOLLOW_HIGH)} of the rollouts of agent {AGENT} (run {RUN}) whose "
+            f"trajectory was checked over the last {_minutes(WINDOW)} had an agent turn with no message and "
+            "no tool call (NeMo Gym's agent_turn_hollow): they are recorded as completions but did nothing. "
+            "Check rollout_health_findings_total by check and the model server.",
+            when=f"more than {HOLLOW_HIGH:g} of an agent's rollouts with a trajectory over "
+            f"{_minutes(WINDOW)} have a hollow turn (`{HOLLOW_SHARE}`), for {_minutes(HOLLOW_FOR)}",
+        ),
+        Alert(
+            "RolloutOutputLengthDrift",
+            f"{OUTPUT_DRIFT} > {DRIFT_HIGH:g} or {OUTPUT_DRIFT} < 1 / {DRIFT_HIGH:g}",
+            DRIFT_FOR,
+            "warning",
+            summary=f"{AGENT}: output length drifted from its trailing hour's",
+            description=f"The output tokens per rollout of agent {AGENT} (run {RUN}) over the last "
+            f"{_minutes(WINDOW)} have been more than {DRIFT_HIGH:g} times (or less than 1/{DRIFT_HIGH:g} of) "
+            f"those over the trailing {_minutes(DRIFT_BASELINE)} for {_minutes(DRIFT_FOR)}. Longer "
+            "answers while the reward rises are an early sign of reward hacking; shorter ones, of a policy "
+            "giving up. Check the reward and rollout_truncated_total by cause.",
+            when=f"an agent's output tokens per rollout are more than {DRIFT_HIGH:g} times, or less than "
+            f"1/{DRIFT_HIGH:g} of, those over the trailing {_minutes(DRIFT_BASELINE)} (`{OUTPUT_DRIFT}`), "
+            f"for {_minutes(DRIFT_FOR)}",
         ),
         Alert(
             "RolloutRetryStorm",

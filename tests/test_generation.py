@@ -11,10 +11,10 @@ import pytest
 from pydantic import BaseModel
 
 from rollout_telemetry import OutcomeError, RolloutTelemetry
-from rollout_telemetry._contract.generation import check_generation
+from rollout_telemetry._contract.generation import TRUNCATION_CAUSES, check_generation, truncation_cause
 from rollout_telemetry._contract.outcome import classify
 from rollout_telemetry._sources.follow import RunFiles, RunFollower
-from tests.support import exposition, sample_names, value
+from tests.support import exposition, sample_names, samples, value
 
 GYM_ROWS = Path(__file__).parent / "fixtures" / "gym" / "run.jsonl"
 
@@ -135,27 +135,79 @@ def test_tokens_appear_only_once_a_rollout_carries_usage(telemetry: RolloutTelem
 
 
 def test_truncation_appears_only_once_something_is_truncated(telemetry: RolloutTelemetry) -> None:
-    """rollout_truncated_total{reason} counts incomplete responses; 'unspecified' without a reason."""
+    """rollout_truncated_total{cause} counts incomplete responses by cause; 'other' without a reason."""
     telemetry.record("math", _row(usage=_usage()))
     assert "rollout_truncated_total" not in sample_names(exposition(telemetry.registry))
     for _ in range(3):
         telemetry.record("math", _row(0.0, incomplete_details={"reason": "max_output_tokens"}))
     telemetry.record("math", _row(0.0, status="incomplete"))
     text = exposition(telemetry.registry)
-    assert value(text, "rollout_truncated_total", agent="math", reason="max_output_tokens") == 3
-    assert value(text, "rollout_truncated_total", agent="math", reason="unspecified") == 1
+    assert value(text, "rollout_truncated_total", agent="math", cause="output_cap") == 3
+    assert value(text, "rollout_truncated_total", agent="math", cause="other") == 1
+    assert {
+        dict(labels)["cause"] for (name, labels) in samples(text) if name == "rollout_truncated_total"
+    } == {
+        "output_cap",
+        "other",
+    }
 
 
-def test_truncation_reasons_are_capped_per_agent() -> None:
-    """Reasons beyond max_kinds_per_agent fold into _other and count as a truncation_reason overflow."""
+@pytest.mark.parametrize(
+    ("reason", "cause"),
+    [
+        ("max_output_tokens", "output_cap"),
+        ("length", "output_cap"),
+        ("model_context_window_exceeded", "context_window"),
+        (" Context_Length_Exceeded ", "context_window"),
+        ("error_max_turns", "turn_budget"),
+        ("max_steps", "turn_budget"),
+        ("content_filter", "content_filter"),
+        ("refusal", "content_filter"),
+        ("", "other"),
+        ("the sandbox ran out of disk", "other"),
+    ],
+)
+def test_truncation_cause(reason: str, cause: str) -> None:
+    """A raw reason maps to one cause of the bounded set, whatever its case; an unknown one to other."""
+    assert truncation_cause(reason) == cause
+    assert cause in TRUNCATION_CAUSES
+
+
+def test_any_number_of_raw_reasons_makes_at_most_five_series() -> None:
+    """Hundreds of distinct raw reasons stay within the causes: no cap is reached, no label overflows."""
     telemetry = RolloutTelemetry(max_kinds_per_agent=2)
-    for reason in ("a", "b", "c", "d", "c"):
+    reasons = [f"reason {number}" for number in range(300)] + ["length", "max_turns", "prompt_too_long"]
+    for reason in reasons:
         telemetry.record("math", _row(0.0, incomplete_details={"reason": reason}))
     text = exposition(telemetry.registry)
-    assert value(text, "rollout_truncated_total", reason="a") == 1
-    assert value(text, "rollout_truncated_total", reason="b") == 1
-    assert value(text, "rollout_truncated_total", reason="_other") == 3
-    assert value(text, "rollout_telemetry_label_overflow_total", label="truncation_reason") == 3
+    truncated = {
+        dict(labels)["cause"]: v
+        for (name, labels), v in samples(text).items()
+        if name == "rollout_truncated_total"
+    }
+    assert truncated == {"output_cap": 1, "context_window": 1, "turn_budget": 1, "other": 300}
+    assert "rollout_telemetry_label_overflow_total" not in sample_names(text)
+
+
+@pytest.mark.parametrize(
+    ("finish_reason", "truncated"),
+    [("length", "length"), ("max_turns", "max_turns"), ("stop", None), ("tool_calls", None), (7, None)],
+)
+def test_a_finish_reason_that_means_a_cut_is_a_truncation(
+    finish_reason: object, truncated: str | None
+) -> None:
+    """Without incomplete_details, a finish_reason whose cause is known is the raw reason; stop is none."""
+    generation = check_generation({"finish_reason": finish_reason, "usage": _usage()})
+    assert generation is not None
+    assert generation[1] == truncated
+
+
+def test_incomplete_details_win_over_the_finish_reason() -> None:
+    """A response with both is truncated for its incomplete_details.reason."""
+    generation = check_generation(
+        {"incomplete_details": {"reason": "content_filter"}, "finish_reason": "length"}
+    )
+    assert generation == (None, "content_filter")
 
 
 def test_lifecycle_counts_usage_in_the_same_step(telemetry: RolloutTelemetry) -> None:
@@ -164,7 +216,7 @@ def test_lifecycle_counts_usage_in_the_same_step(telemetry: RolloutTelemetry) ->
         rollout.complete(_row(0.0, usage=_usage(), incomplete_details={"reason": "max_output_tokens"}))
     text = exposition(telemetry.registry)
     assert value(text, "rollout_tokens_total", agent="math", type="output") == 40
-    assert value(text, "rollout_truncated_total", agent="math", reason="max_output_tokens") == 1
+    assert value(text, "rollout_truncated_total", agent="math", cause="output_cap") == 1
 
 
 def test_followed_gym_rows_count_their_usage(tmp_path: Path) -> None:
@@ -186,3 +238,20 @@ def test_followed_gym_rows_count_their_usage(tmp_path: Path) -> None:
     assert value(text, "rollout_completed_total", agent="math") == 3
     assert value(text, "rollout_tokens_total", agent="math", type="input") == 2 * usage["input_tokens"]
     assert value(text, "rollout_tokens_total", agent="math", type="output") == 2 * usage["output_tokens"]
+
+
+def test_a_responses_api_status_is_trusted_over_a_finish_reason() -> None:
+    """A response with status completed is not truncated, whatever finish_reason it also carries."""
+    assert check_generation({"status": "completed", "finish_reason": "length", "usage": _usage()}) == (
+        (120, 40, 8, 16),
+        None,
+    )
+
+
+def test_an_object_with_only_a_finish_reason_is_read() -> None:
+    """A Chat Completions choice as an object (only finish_reason) is a truncation when it means a cut."""
+
+    class Choice:
+        finish_reason = "length"
+
+    assert check_generation(Choice()) == (None, "length")

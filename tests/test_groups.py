@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,7 @@ from rollout_telemetry import Disposition, RolloutTelemetry
 from rollout_telemetry._cli.main import main
 from rollout_telemetry._contract.outcome import absent, classify
 from rollout_telemetry._sources.follow import RunFiles, RunFollower
-from rollout_telemetry._store.groups import GROUP_STATES, group_state
+from rollout_telemetry._store.groups import GROUP_STATES, contaminated, group_state
 from tests.support import exposition, sample_names, samples, value
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -187,3 +188,110 @@ def test_report_shows_the_groups_of_the_fixture_run(capsys: pytest.CaptureFixtur
     assert groups["browser_agent"] == zero | {"no_valid": 1, "open": 1}
     assert main(["report", str(FIXTURES / "run.jsonl")]) == 0
     assert "Groups by agent" in capsys.readouterr().out
+
+
+def _by(telemetry: RolloutTelemetry, family: str, label: str, agent: str = "math") -> dict[str, float]:
+    return {
+        dict(labels)[label]: v
+        for (name, labels), v in samples(exposition(telemetry.registry)).items()
+        if name == family and dict(labels)["agent"] == agent
+    }
+
+
+@pytest.mark.parametrize(
+    ("rewards", "expected"),
+    [
+        ([1.0, 0.0, 0.5], False),
+        ([None, None, None], False),
+        ([1.0, None, 0.0], True),
+        ([None, 0.0, None], True),
+    ],
+)
+def test_contaminated(rewards: list[float | None], expected: bool) -> None:
+    """A group is contaminated only when a valid member (a reward) sits beside one that is not (None)."""
+    assert contaminated(rewards) is expected
+
+
+def test_baselines_and_uniform_directions_through_the_facade(telemetry: RolloutTelemetry) -> None:
+    """Six groups of three: contaminated ones by state, uniform ones by direction, members by disposition."""
+    telemetry.declare_groups("math", group_size=3)
+    groups: list[list[float | str]] = [
+        [1.0, 0.0, "failed"],  # degraded, contaminated
+        [1.0, 1.0, "masked"],  # uniform at the highest, contaminated
+        [0.0, 0.0, 0.0],  # uniform at the lowest, clean
+        [1.0, "failed", "omitted"],  # insufficient, contaminated
+        ["failed", "failed", "omitted"],  # no valid member: nothing to contaminate
+        [0.5, 0.5, 0.5],  # uniform elsewhere
+    ]
+    for task, members in enumerate(groups):
+        for index, member in enumerate(members):
+            if member == "failed":
+                telemetry.record_failure("math", "session_lost", task_index=task, rollout_index=index)
+            elif member == "omitted":
+                telemetry.record_omission("math", "cancelled", task_index=task, rollout_index=index)
+            elif member == "masked":
+                telemetry.record(
+                    "math", {"reward": 0.0, "mask_sample": True}, task_index=task, rollout_index=index
+                )
+            else:
+                telemetry.record("math", {"reward": member}, task_index=task, rollout_index=index)
+    assert _by(telemetry, "rollout_groups_contaminated_total", "state") == {
+        "degraded": 1,
+        "uniform": 1,
+        "insufficient": 1,
+    }
+    assert _by(telemetry, "rollout_groups_uniform_total", "reward") == {"lowest": 1, "highest": 1, "other": 1}
+    # Counted by hand from the table above: 18 members.
+    assert _by(telemetry, "rollout_group_members_total", "disposition") == {
+        "measured": 11,
+        "masked": 1,
+        "unscored": 0,
+        "failed": 4,
+        "omitted": 2,
+    }
+    text = exposition(telemetry.registry)
+    assert value(text, "rollout_groups_total", agent="math", state="uniform") == 3  # the state is unchanged
+
+
+def test_a_retried_member_leaves_no_contamination(telemetry: RolloutTelemetry) -> None:
+    """A failure retried into a success before its group completes: a clean group, no new family at all."""
+    telemetry.declare_groups("math", group_size=2)
+    telemetry.record_failure("math", "session_lost", task_index=0, rollout_index=0)
+    telemetry.record("math", {"reward": 1.0}, task_index=0, rollout_index=0)  # the retry
+    telemetry.record("math", {"reward": 0.0}, task_index=0, rollout_index=1)
+    names = sample_names(exposition(telemetry.registry))
+    assert "rollout_groups_total" in names
+    assert not names & {
+        "rollout_groups_contaminated_total",
+        "rollout_group_members_total",
+        "rollout_groups_uniform_total",
+    }
+
+
+def test_a_retry_that_fails_again_counts_its_newest_attempt(telemetry: RolloutTelemetry) -> None:
+    """Attempt 0 measured, attempt 1 failed: the member stands as failed, the baseline contaminated."""
+    telemetry.declare_groups("math", group_size=2)
+    telemetry.record_classified("math", classify({"reward": 1.0}), (0, 0), attempt=0)
+    telemetry.record_classified("math", absent(Disposition.FAILED, "session_lost"), (0, 0), attempt=1)
+    telemetry.record("math", {"reward": 0.0}, task_index=0, rollout_index=1)
+    assert _by(telemetry, "rollout_group_members_total", "disposition")["failed"] == 1
+    assert _by(telemetry, "rollout_groups_contaminated_total", "state")["insufficient"] == 1
+
+
+def test_a_declared_reward_range_moves_the_ends(telemetry: RolloutTelemetry) -> None:
+    """With rewards in [-1, 1], a uniform 0 is other, a uniform -1 the lowest and 2 (beyond) the highest."""
+    telemetry.declare_groups("math", group_size=2)
+    telemetry.declare_reward_range("math", reward_range=(-1, 1))
+    for task, reward in enumerate((0.0, -1.0, 2.0)):
+        for index in range(2):
+            telemetry.record("math", {"reward": reward}, task_index=task, rollout_index=index)
+    assert _by(telemetry, "rollout_groups_uniform_total", "reward") == {"lowest": 1, "highest": 1, "other": 1}
+
+
+@pytest.mark.parametrize("reward_range", [(1, 0), (0, 0), (0, math.inf), ("a", 1), (0,), (0, 1, 2)])
+def test_a_bad_reward_range_is_refused(
+    telemetry: RolloutTelemetry, reward_range: tuple[float, float]
+) -> None:
+    """A range must be two finite numbers, the lowest below the highest."""
+    with pytest.raises(ValueError, match="reward_range"):
+        telemetry.declare_reward_range("math", reward_range=reward_range)

@@ -145,9 +145,11 @@ def test_the_hook_api_and_the_files_fill_one_account(
         assert status == 0
         reported = json.loads(printed.getvalue())
         # report reads the main file before its sidecar: a group closed by a failure there may keep a
-        # success that arrived after it live, so its groups are compared live, the rest here.
+        # success that arrived after it live, so its groups (and the training signal read from them) are
+        # compared live, the rest here.
         del reported["file"]  # which file report read: the hook has none
-        assert {**_report_of(hook), "groups": None} == {**reported, "groups": None}
+        by_groups = {"groups": None, "training_signal": None}
+        assert {**_report_of(hook), **by_groups} == {**reported, **by_groups}
         assert _keys(hook) == {**reported["gym_progress"], **reported["gym_coverage"]}
 
 

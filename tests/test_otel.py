@@ -21,7 +21,7 @@ from opentelemetry.trace import StatusCode
 from rollout_telemetry import RolloutTelemetry
 from rollout_telemetry._store.snapshot import AccountSnapshot
 from rollout_telemetry.exporters.otel import Callback, instrument_meter
-from tests.support import FakeClock
+from tests.support import FakeClock, exposition, samples
 
 
 @pytest.fixture(autouse=True)
@@ -406,11 +406,49 @@ def test_otel_publishes_tokens_truncation_and_groups(clock: FakeClock) -> None:
     telemetry.record("math", {"reward": 1.0}, 0, 1)
     points = {(name, tuple(sorted(attrs.items()))): v for name, attrs, v in _points(reader)}
     assert points[("rollout_tokens", (("agent", "math"), ("run", "r"), ("type", "output")))] == 7
-    assert (
-        points[("rollout_truncated", (("agent", "math"), ("reason", "max_output_tokens"), ("run", "r")))] == 1
-    )
+    assert points[("rollout_truncated", (("agent", "math"), ("cause", "output_cap"), ("run", "r")))] == 1
     assert points[("rollout_groups", (("agent", "math"), ("run", "r"), ("state", "valid")))] == 1
     assert points[("rollout_groups", (("agent", "math"), ("run", "r"), ("state", "uniform")))] == 0
+    telemetry.record("math", {"reward": 1.0}, 1, 0)
+    telemetry.record_failure("math", "session_lost", task_index=1, rollout_index=1)
+    points = {(name, tuple(sorted(attrs.items()))): v for name, attrs, v in _points(reader)}
+    agent, run = ("agent", "math"), ("run", "r")
+    assert points[("rollout_groups_contaminated", (agent, run, ("state", "insufficient")))] == 1
+    assert points[("rollout_group_members", (agent, ("disposition", "failed"), run))] == 1
+
+
+def test_a_truncated_answer_keeps_its_raw_reason_on_the_span(
+    traced: RolloutTelemetry, spans: InMemorySpanExporter
+) -> None:
+    """The span carries the cause and the raw reason (cut to reason_limit); the metric only the cause."""
+    reason = "model_context_window_exceeded"
+    with traced.rollout("math") as rollout:
+        rollout.complete({"reward": 0.0, "response": {"incomplete_details": {"reason": reason}}})
+    attributes = dict(_only(spans).attributes or {})
+    assert attributes["rollout.truncation_cause"] == "context_window"
+    assert attributes["rollout.truncation_reason"] == reason
+    text = exposition(traced.registry)
+    truncated = [
+        (labels, v) for (name, labels), v in samples(text).items() if name == "rollout_truncated_total"
+    ]
+    assert truncated == [(frozenset({("run", "r"), ("agent", "math"), ("cause", "context_window")}), 1)]
+    assert reason not in text
+
+
+def test_the_reward_histogram_reaches_opentelemetry() -> None:
+    """The measured rewards' histogram is published as its sum, count and bucket counters."""
+    reader = InMemoryMetricReader()
+    telemetry = RolloutTelemetry()
+    instrument_meter(telemetry, MeterProvider(metric_readers=[reader]))
+    telemetry.declare_reward_range("math", reward_range=(0, 1))
+    telemetry.record("math", {"reward": 1.0})
+    telemetry.record("math", {"reward": 0.0})
+    points = {(name, attrs.get("le")): v for name, attrs, v in _points(reader) if "measured_reward" in name}
+    assert points[("rollout_measured_reward_count", None)] == 2
+    assert points[("rollout_measured_reward_sum", None)] == 1.0
+    assert points[("rollout_measured_reward_bucket", "0.0")] == 1
+    assert points[("rollout_measured_reward_bucket", "0.9")] == 1
+    assert points[("rollout_measured_reward_bucket", "+Inf")] == 2
 
 
 class _Meter:

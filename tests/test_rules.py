@@ -290,6 +290,10 @@ ON_THE_DASHBOARD = {
     "agent:rollout_truncated:rate5m": "Truncated share",
     "agent:rollout_truncated:ratio_rate5m": "Truncated share",
     "agent:rollout_output_tokens:per_rollout_rate5m": "Output tokens per rollout",
+    "agent:rollout_groups_contaminated:ratio_rate5m": "Contaminated baselines",
+    "agent:rollout_groups_uniform_lowest:ratio_rate5m": "Uniform groups: too hard, too easy",
+    "agent:rollout_groups_uniform_highest:ratio_rate5m": "Uniform groups: too hard, too easy",
+    "agent:rollout_hollow:ratio_rate5m": "Hollow rollouts share",
 }
 """The recording rules a panel shows too, and the panel: each must be computed by the panel's formula."""
 

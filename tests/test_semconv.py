@@ -37,12 +37,15 @@ def _traced(clock: FakeClock, **options: object) -> tuple[RolloutTelemetry, InMe
 
 
 def _every_kind_of_span(clock: FakeClock, tmp_path: Path) -> tuple[ReadableSpan, ...]:
-    """Spans of every disposition, with usage, a reason, a stall, and a followed row with Gym's timing."""
+    """Spans of every disposition, with usage, a truncation, a reason, a stall, and a followed row with Gym's
+    timing."""
     telemetry, exporter = _traced(clock, redact_reason=str.upper)
     with telemetry.rollout("a", task_index=1, rollout_index=0, attempt=1) as rollout:
         clock.advance(11.0)
         telemetry.check_stalls()
         rollout.complete({"reward": 1.0, "response": {"usage": USAGE}})
+    with telemetry.rollout("a") as rollout:
+        rollout.complete({"reward": 0.0, "response": {"incomplete_details": {"reason": "max_output_tokens"}}})
     with telemetry.rollout("a") as rollout:
         rollout.complete({"reward": 0.0, "mask_sample": True, "failure_kind": "judge_failed"})
     with telemetry.rollout("a") as rollout:

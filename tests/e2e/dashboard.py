@@ -20,6 +20,10 @@ LIFECYCLE = {
     "rollout_duration_seconds_bucket",
 }
 """Published by the lifecycle API only (the demo uses it; a followed run does not)."""
+TRAJECTORY = {"rollout_health_findings_total", "rollout_health_evaluated_total"}
+"""Published only for rollouts that carry a trajectory (``ng_trajectory``): the demo's do not."""
+DECLARED = {"rollout_measured_reward_bucket"}
+"""Published only for agents with a declared reward range: the demo declares one, ``serve --follow`` not."""
 FAILURE_PANELS = {
     "Reward lost to infrastructure",
     "Reward lost to infrastructure per agent",
@@ -47,17 +51,28 @@ def dashboard_queries(run: str = "e2e") -> Iterator[tuple[str, str, set[str]]]:
 
 
 def followed_run_panels(
-    prometheus: Prometheus, run: str, at: float, *, lifecycle: bool = False
+    prometheus: Prometheus,
+    run: str,
+    at: float,
+    *,
+    lifecycle: bool = False,
+    declared: bool = False,
+    trajectories: bool = False,
 ) -> dict[str, list[list[dict[str, Any]]]]:
-    """Every panel's results for a run with coverage at ``at``: each has data but, unless ``lifecycle`` (the
-    hook API's rollout blocks fill those), the lifecycle ones, which must have none. The results by panel
-    title, one list per target."""
+    """Every panel's results for a run with coverage at ``at``: each has data but the lifecycle ones unless
+    ``lifecycle`` (the hook API's rollout blocks fill those) and the reward histogram's unless ``declared``
+    (a reward range), which must have none; the health panels have data exactly when the rows carry
+    ``trajectories``. The results by panel title, one list per target."""
     panels: dict[str, list[list[dict[str, Any]]]] = {}
     for title, expr, names in dashboard_queries(run=run):
         result = prometheus.query(expr, at=at)
         panels.setdefault(title, []).append(result)
         if names & LIFECYCLE and not lifecycle:
             assert not result, f"{title!r}: a followed run has no lifecycle series"
+        elif names & DECLARED and not declared:
+            assert not result, f"{title!r}: no reward range is declared, so no reward histogram"
+        elif names & TRAJECTORY:
+            assert bool(result) is trajectories, f"{title!r}: {result}"
         else:
             assert result, f"panel {title!r} returned nothing for {expr}"
     return panels

@@ -89,7 +89,10 @@ def add_parser(commands: argparse._SubParsersAction[OneLineParser]) -> None:
         choices=SCENARIOS,
         default=None,
         help="make the reward fall after --drop-after seconds: healthy (it does not), infrastructure "
-        "(failures rise and leak into scores), truncation (answers hit max_output_tokens) or policy",
+        "(failures rise and leak into scores), truncation (answers hit max_output_tokens) or policy; or "
+        "the training signal go unsound: contaminated (failures beside valid members), too_hard, too_easy "
+        "(most tasks uniform at the lowest or highest reward), hollow (turns with no message) or "
+        "length_drift (answers three times longer)",
     )
     demo.add_argument(
         "--drop-after",

@@ -19,6 +19,14 @@ the run before the first starts; without one, each task's rollouts as the task s
 of the dashboard fills: what became of each rollout, failed ones retried (a failed attempt is retried up to
 NeMo Gym's 3 attempts), and the rollouts still to come as ``unknown``. Stopped (Ctrl-C, SIGTERM), the demo
 abandons the rollouts in flight, as NeMo Gym leaves them: counted nowhere, so they stay ``unknown``.
+
+The training-signal scenarios change what a trainer learns from, not (or not only) the reward:
+
+- ``contaminated``: 25 more points of rollouts fail, member by member: valid members beside failed ones;
+- ``too_hard``: 80% of the tasks score the lowest reward on every member;
+- ``too_easy``: 80% of the tasks score the highest reward on every member;
+- ``hollow``: every rollout carries its trajectory, and 30% of them have a turn with no message or tool call;
+- ``length_drift``: answers get three times longer.
 """
 
 from __future__ import annotations
@@ -27,7 +35,7 @@ import asyncio
 import math
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from rollout_telemetry import failure_kinds
@@ -35,10 +43,25 @@ from rollout_telemetry._recording.telemetry import RolloutTelemetry
 from rollout_telemetry._store.coverage import DEFAULT_MAX_ATTEMPTS
 from rollout_telemetry.errors import ConfigError
 
-__all__ = ["SCENARIOS", "DemoConfig", "Scenario", "run_demo", "summary_lines"]
+__all__ = [
+    "DROP_SCENARIOS",
+    "SCENARIOS",
+    "SIGNAL_SCENARIOS",
+    "DemoConfig",
+    "Scenario",
+    "run_demo",
+    "summary_lines",
+]
 
-Scenario = Literal["healthy", "infrastructure", "truncation", "policy"]
-SCENARIOS: tuple[Scenario, ...] = ("healthy", "infrastructure", "truncation", "policy")
+Scenario = Literal[
+    "healthy", "infrastructure", "truncation", "policy", "contaminated", "too_hard", "too_easy", "hollow",
+    "length_drift",
+]  # fmt: skip
+DROP_SCENARIOS: tuple[Scenario, ...] = ("healthy", "infrastructure", "truncation", "policy")
+"""The scenarios of a reward drop, one per cause."""
+SIGNAL_SCENARIOS: tuple[Scenario, ...] = ("contaminated", "too_hard", "too_easy", "hollow", "length_drift")
+"""The scenarios of an unsound training signal."""
+SCENARIOS: tuple[Scenario, ...] = DROP_SCENARIOS + SIGNAL_SCENARIOS
 
 _MASK_KINDS = (failure_kinds.JUDGE_FAILED, failure_kinds.JUDGE_UNPARSEABLE, failure_kinds.VERIFIER_ERROR)
 _FAIL_KINDS = (
@@ -108,23 +131,34 @@ class _Phase:
     truncated: float
     zeroed: float  # share of unmasked rollouts that score 0 anyway (infrastructure leaking into scores)
     scale: float  # every reward multiplied by this (the policy getting worse)
+    easy: float  # share of tasks whose members all score the highest reward
+    hard: float = 0.0  # share of tasks whose members all score the lowest reward
+    hollow: float | None = None  # share of rollouts with a hollow turn; None: no trajectory at all
+    length: float = 1.0  # answers this many times longer
 
 
 def _phases(config: DemoConfig) -> tuple[_Phase, _Phase]:
-    before = _Phase(config.failed, config.truncated, 0.0, 1.0)
+    before = _Phase(config.failed, config.truncated, 0.0, 1.0, config.uniform)
+    room = 1.0 - config.masked - config.omitted  # failures beyond it would crowd out the other shares
     after = {
-        "infrastructure": _Phase(
-            min(config.failed + 0.2, 1.0 - config.masked - config.omitted), config.truncated, 0.4, 1.0
-        ),
-        "truncation": _Phase(config.failed, 0.5, 0.0, 1.0),
-        "policy": _Phase(config.failed, config.truncated, 0.0, 0.4),
+        "infrastructure": replace(before, failed=min(config.failed + 0.2, room), zeroed=0.4),
+        "truncation": replace(before, truncated=0.5),
+        "policy": replace(before, scale=0.4),
+        "contaminated": replace(before, failed=min(config.failed + 0.25, room)),
+        "too_hard": replace(before, easy=0.0, hard=0.8),
+        "too_easy": replace(before, easy=0.8),
+        "hollow": replace(before, hollow=0.3),
+        "length_drift": replace(before, length=3.0),
     }.get(config.scenario or "healthy", before)
+    if config.scenario == "hollow":
+        before = replace(before, hollow=0.0)  # trajectories from the start, clean until the drop
     return before, after
 
 
-def _response(rng: random.Random, config: DemoConfig, truncated: bool) -> dict[str, Any]:
+def _response(rng: random.Random, config: DemoConfig, truncated: bool, length: float) -> dict[str, Any]:
     """A Responses API object as NeMo Gym's verify responses carry it: status, usage, incomplete_details."""
-    output = config.max_output_tokens if truncated else rng.randint(100, config.max_output_tokens // 2)
+    longest = min(int(config.max_output_tokens // 2 * length), config.max_output_tokens)
+    output = config.max_output_tokens if truncated else rng.randint(min(100, longest), longest)
     prompt = rng.randint(300, 1500)
     return {
         "status": "incomplete" if truncated else "completed",
@@ -143,19 +177,19 @@ async def _one_rollout(  # noqa: PLR0917 - one call site
     telemetry: RolloutTelemetry,
     config: DemoConfig,
     rng: random.Random,
-    member: tuple[str, int, int, bool],
+    member: tuple[str, int, int, float | None],
     phase: _Phase,
     attempt: int,
 ) -> bool:
     """One attempt of a rollout; return whether it failed (NeMo Gym would retry it)."""
-    agent, task, index, easy = member
+    agent, task, index, common = member  # common: the reward every member of an easy or hard task scores
     draw = rng.random()
     seconds = rng.uniform(0.01, config.max_rollout_seconds)
     low = -0.2 if config.negative_rewards else 0.0
     reward = round(rng.uniform(low, 1.0) * phase.scale, 3)
     truncated = rng.random() < phase.truncated
-    if easy:
-        reward = 1.0
+    if common is not None:
+        reward = common
     if truncated or rng.random() < phase.zeroed:
         reward = 0.0
     stalls = rng.random() < config.stalled
@@ -176,7 +210,14 @@ async def _one_rollout(  # noqa: PLR0917 - one call site
             kind = rng.choice(_MASK_KINDS)
             rollout.complete({"reward": 0.0, "mask_sample": True, "failure_kind": kind})
         else:
-            rollout.complete({"reward": reward, "response": _response(rng, config, truncated)})
+            verify: dict[str, Any] = {
+                "reward": reward,
+                "response": _response(rng, config, truncated, phase.length),
+            }
+            if phase.hollow is not None:  # the trajectory, as NeMo Gym writes it: one turn, hollow or not
+                answer = "" if rng.random() < phase.hollow else "the answer"
+                verify["ng_trajectory"] = {"turns": [{"turn_no": 1, "answer": answer}], "model_calls": []}
+            rollout.complete(verify)
     return draw < phase.failed
 
 
@@ -208,12 +249,15 @@ async def run_demo(
     rng = random.Random(config.seed)
     telemetry.declare(*config.agents)  # counters exist from 0, so increase() sees every rollout
     telemetry.declare_groups(*config.agents, group_size=config.group_size)
+    # The rewards' range: their histogram, and uniform groups at either end (easy tasks score the highest).
+    low = -0.2 if config.negative_rewards else 0.0
+    telemetry.declare_reward_range(*config.agents, reward_range=(low, 1.0))
     # With a duration, the run's rollouts are known before the first starts; without, task by task.
     planned = math.ceil(config.rate * config.duration) if config.duration > 0 else None
     if planned is not None:
         _expect(telemetry, config, range(planned))
     before, after = _phases(config)
-    easy = False
+    common: float | None = None
     loop = asyncio.get_running_loop()
     start = loop.time()
     next_tick = start + tick_seconds
@@ -222,7 +266,7 @@ async def run_demo(
     tasks: set[asyncio.Task[None]] = set()
     started = 0
 
-    async def guarded(member: tuple[str, int, int, bool], phase: _Phase) -> None:
+    async def guarded(member: tuple[str, int, int, float | None], phase: _Phase) -> None:
         async with limit:
             for attempt in range(DEFAULT_MAX_ATTEMPTS):  # a failed attempt is retried, as NeMo Gym does
                 if not await _one_rollout(telemetry, config, rng, member, phase, attempt):
@@ -231,12 +275,13 @@ async def run_demo(
     try:
         while planned is None or started < planned:
             agent, task_index, index = _member(started, config)
+            phase = before if loop.time() - start < config.drop_after else after
             if index == 0:
-                easy = rng.random() < config.uniform
+                draw = rng.random()
+                common = 1.0 if draw < phase.easy else low if draw < phase.easy + phase.hard else None
                 if planned is None:
                     _expect(telemetry, config, range(started, started + config.group_size))
-            member = (agent, task_index, index, easy)
-            phase = before if loop.time() - start < config.drop_after else after
+            member = (agent, task_index, index, common)
             task = asyncio.create_task(guarded(member, phase))
             tasks.add(task)
             task.add_done_callback(tasks.discard)

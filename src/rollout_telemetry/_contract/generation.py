@@ -2,17 +2,29 @@
 
 A verify response may carry the model's own response (``response``, the Responses API object). Two of its
 fields are read: ``usage`` (token counts) and ``incomplete_details.reason`` (why the answer was cut short,
-for example ``max_output_tokens``). Every rule of those fields is here, in ``check_generation``.
+for example ``max_output_tokens``; a ``finish_reason`` that means a cut, ``length`` say, when there is none).
+Every rule of those fields is here, in ``check_generation``; ``truncation_cause`` maps a reason to the
+bounded set of causes a label may carry (the raw reason goes on the span only).
 """
 
 from __future__ import annotations
 
 import numbers
 from collections.abc import Mapping
+from typing import Literal
 
 from rollout_telemetry.errors import OutcomeError
 
-__all__ = ["MAX_TOKENS", "TOKEN_TYPES", "Generation", "check_generation", "part"]
+__all__ = [
+    "MAX_TOKENS",
+    "TOKEN_TYPES",
+    "TRUNCATION_CAUSES",
+    "Generation",
+    "TruncationCause",
+    "check_generation",
+    "part",
+    "truncation_cause",
+]
 
 MAX_TOKENS = 2**30 - 1
 """The largest token count of one response accepted (1,073,741,823): beyond it the count is refused by
@@ -33,6 +45,47 @@ Generation = tuple[tuple[int, int, int, int] | None, str | None]
 tuple or dataclass costs several times more to build."""
 
 _ABSENT = object()
+
+TruncationCause = Literal["output_cap", "context_window", "turn_budget", "content_filter", "other"]
+TRUNCATION_CAUSES: tuple[TruncationCause, ...] = (
+    "output_cap",
+    "context_window",
+    "turn_budget",
+    "content_filter",
+    "other",
+)
+"""Why an answer was cut short, as a label: each cause has its own fix (raise the output cap, shorten the
+prompt or the history, give more turns, look at the filter), so they are never summed into one."""
+
+_REASONS: tuple[tuple[TruncationCause, tuple[str, ...]], ...] = (
+    # Responses API, Chat Completions, Anthropic and vLLM spellings of the output cap.
+    ("output_cap", ("max_output_tokens", "length", "max_tokens", "max_completion_tokens")),
+    # The prompt plus the answer reached the model's context window (Anthropic, OpenAI, vLLM).
+    (
+        "context_window",
+        (
+            "model_context_window_exceeded",
+            "context_window_exceeded",
+            "context_length_exceeded",
+            "context_length",
+            "max_model_len",
+            "prompt_too_long",
+        ),
+    ),
+    # The agent's own budget of turns, steps or tool calls (Claude Code's error_max_turns, ...).
+    ("turn_budget", ("max_turns", "error_max_turns", "max_steps", "max_iterations", "max_tool_calls")),
+    ("content_filter", ("content_filter", "refusal", "safety")),
+)
+_CAUSES: dict[str, TruncationCause] = {reason: cause for cause, reasons in _REASONS for reason in reasons}
+
+
+def truncation_cause(reason: str) -> TruncationCause:
+    """The cause of a truncation from its raw reason (any case, blanks around it ignored); ``other`` for a
+    reason not known here, an empty one (unspecified) included."""
+    cause = _CAUSES.get(reason)
+    if cause is None:
+        cause = _CAUSES.get(reason.strip().lower(), "other")
+    return cause
 
 
 def part(value: object, name: str) -> object:
@@ -105,7 +158,10 @@ def check_generation(model_response: object) -> Generation | None:
       the field (``invalid_output_tokens``, ...); ``usage`` that is no mapping or object is
       ``invalid_usage``.
     - truncation: a non-null ``incomplete_details.reason`` (a string) is the reason, whatever ``status``
-      says; ``status == "incomplete"`` without a reason is truncation of an unspecified reason (``""``).
+      says; ``status == "incomplete"`` without a reason is truncation of an unspecified reason (``""``);
+      without a ``status`` (no Responses API object: a Chat Completions choice, say), a ``finish_reason``
+      whose cause is known (``length``, ``max_turns``, ...: see ``truncation_cause``) is the reason, and any
+      other one (``stop``, ``tool_calls``) no truncation.
 
     A ``response`` that is not a mapping or an object (a plain string, say) is not a Responses API object:
     it carries neither, and ``None`` is returned. ``total_tokens`` is not read (it is input + output).
@@ -121,15 +177,20 @@ def check_generation(model_response: object) -> Generation | None:
         details = getattr(model_response, "incomplete_details", None)
         status = getattr(model_response, "status", None)
         if usage is None and details is None and status is None:
-            if not isinstance(model_response, Mapping):
+            if isinstance(model_response, Mapping):
+                usage = model_response.get("usage")
+                details = model_response.get("incomplete_details")
+                status = model_response.get("status")
+            elif getattr(model_response, "finish_reason", None) is None:
                 return None
-            usage = model_response.get("usage")
-            details = model_response.get("incomplete_details")
-            status = model_response.get("status")
     reason = None if details is None else part(details, "reason")
     if reason is None:
         if status == "incomplete":
             reason = ""
+        elif status is None:  # no Responses API status (a Chat Completions choice, say): its finish_reason
+            finish = part(model_response, "finish_reason")
+            if isinstance(finish, str) and truncation_cause(finish) != "other":
+                reason = str.__str__(finish)  # one that means a cut (length, ...); "stop" is none
     elif type(reason) is not str:
         if not isinstance(reason, str):
             raise OutcomeError("incomplete_reason", f"must be a string, got {type(reason).__name__}")

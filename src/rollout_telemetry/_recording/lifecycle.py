@@ -19,9 +19,10 @@ import asyncio
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from rollout_telemetry import failure_kinds
+from rollout_telemetry._contract.health import TRAJECTORY, health_of
 from rollout_telemetry._contract.identity import Member, member
 from rollout_telemetry._contract.outcome import Classified, Disposition, absent, classify
 from rollout_telemetry.errors import OutcomeError, RolloutUsageError
@@ -58,9 +59,23 @@ def kind_of_exception(exc: BaseException) -> str:
 # The states of a rollout context.
 _NEW, _IN_FLIGHT, _DONE, _NOT_TRACKED = 0, 1, 2, 3
 
-Settle = Callable[[str, Classified, "InFlight | None", "Member | None", "tuple[str, str] | None", bool], None]
-"""The facade's one path for an outcome: weigh it in the coverage account, count it (ending its flight), then
-give it to its group; the last argument marks a failure that is not to be retried (``terminal``)."""
+
+class Settle(Protocol):
+    """The facade's one path for an outcome: weigh it in the coverage account, count it (ending its flight),
+    then give it to its group; ``terminal`` marks a failure that is not to be retried, ``health`` the checks
+    its trajectory failed."""
+
+    def __call__(  # noqa: PLR0917 - the facade's _settle, as it is called
+        self,
+        agent: str,
+        outcome: Classified,
+        in_flight: InFlight | None,
+        member: Member | None,
+        exemplar: tuple[str, str] | None,
+        terminal: bool,
+        health: tuple[str, ...] | None,
+        /,
+    ) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,12 +225,16 @@ class RolloutContext:
         if self._state != _IN_FLIGHT:
             self._refuse("complete")
             return
+        health = None
         try:
             outcome = classify(response)
+            # As record(): the trajectory of a rollout with its identity (a dict without one costs no call).
+            if self._member is not None and (type(response) is not dict or TRAJECTORY in response):
+                health = health_of(response)
         except OutcomeError as exc:
             self._shared.rejections.reject(exc)
             outcome = absent(Disposition.FAILED, failure_kinds.PROTOCOL_VIOLATION, str(exc))
-        self._finish(outcome)
+        self._finish(outcome, health=health)
 
     def fail(
         self, failure_kind: str | None = None, *, reason: str | None = None, terminal: bool = False
@@ -264,7 +283,9 @@ class RolloutContext:
             msg = f"rollout of {self.agent!r} already has an outcome; {what}() ignored"
         self._shared.rejections.reject(RolloutUsageError(reason, msg))
 
-    def _finish(self, outcome: Classified | None, terminal: bool = False) -> None:
+    def _finish(
+        self, outcome: Classified | None, terminal: bool = False, health: tuple[str, ...] | None = None
+    ) -> None:
         # The one way out of flight: with an outcome, settled; without one (abandon), counted nowhere.
         handle = self._handle
         assert handle is not None  # in flight
@@ -282,6 +303,7 @@ class RolloutContext:
                         self._member,
                         None if span is None else self.span_ids,
                         terminal,
+                        health,
                     )
             finally:
                 if span is not None:

@@ -113,6 +113,16 @@ ATTRIBUTES: tuple[SpanAttribute, ...] = (
         "the failure kind, `unspecified` without one",
     ),
     _span(
+        "rollout.truncation_cause", "string", "when the model response was cut short",
+        "why: `output_cap`, `context_window`, `turn_budget`, `content_filter` or `other`, as "
+        "`rollout_truncated_total{cause}` counts it",
+    ),
+    _span(
+        "rollout.truncation_reason", "string", "when the model response was cut short",
+        "the raw `incomplete_details.reason` or `finish_reason`, cut to `reason_limit` characters "
+        "(never a label)",
+    ),
+    _span(
         "gen_ai.usage.input_tokens", "int", "when the model response carries `usage`",
         "input tokens of the model response (`usage.input_tokens`, cached ones included)",
     ),

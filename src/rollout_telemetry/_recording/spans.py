@@ -22,6 +22,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import ProxyTracerProvider, Span, Status, StatusCode, TracerProvider
 
+from rollout_telemetry._contract.generation import truncation_cause
 from rollout_telemetry._contract.outcome import Classified, Disposition
 from rollout_telemetry._recording.semconv import (
     ATTRIBUTES,
@@ -272,8 +273,12 @@ class SpanRecorder:
             attributes["rollout.failure_kind"] = failure_kind
         if disposition is Disposition.FAILED:
             attributes["error.type"] = failure_kind or "unspecified"
-        if generation is not None and generation[0] is not None:
-            self._usage(attributes, generation[0])
+        if generation is not None:
+            if generation[0] is not None:
+                self._usage(attributes, generation[0])
+            if generation[1] is not None:  # the raw reason: here and nowhere else
+                attributes["rollout.truncation_cause"] = truncation_cause(generation[1])
+                attributes["rollout.truncation_reason"] = generation[1][: self._reason_limit]
         span.set_attributes(attributes)
         cleaned = self.clean_reason(failure_reason) if failure_reason is not None else None
         if cleaned is not None:

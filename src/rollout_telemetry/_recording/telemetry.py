@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from prometheus_client.registry import CollectorRegistry
 
+from rollout_telemetry._contract.health import TRAJECTORY, health_of
 from rollout_telemetry._contract.identity import MAX_ROLLOUT_INDEX, Member, member
 from rollout_telemetry._contract.outcome import (
     REACHED_OUTPUT,
@@ -23,6 +24,7 @@ from rollout_telemetry._contract.outcome import (
     check_outcome,
     classify,
 )
+from rollout_telemetry._contract.reward_range import check_reward_range
 from rollout_telemetry._recording.lifecycle import RolloutContext, Shared
 from rollout_telemetry._recording.spans import DEFAULT_REASON_LIMIT, SpanMode, SpanRecorder
 from rollout_telemetry._recording.stalls import DEFAULT_STALL_AFTER, Stalls, stall_bound
@@ -161,7 +163,11 @@ class RolloutTelemetry:
                 self._account.count(agent, classify(response))
             else:
                 outcome = classify(response)
-                self._settle(agent, outcome, None, self._member(task_index, rollout_index, attempt))
+                member = self._member(task_index, rollout_index, attempt)
+                # The trajectory's health: a dict without one (the common response) costs no call.
+                trajectory = type(response) is not dict or TRAJECTORY in response
+                health = health_of(response) if trajectory else None
+                self._settle(agent, outcome, None, member, None, False, health)
         except Exception as exc:  # the collector must never be taken down by its telemetry
             self.rejections.reject(exc)
 
@@ -185,6 +191,7 @@ class RolloutTelemetry:
         member: Member | None = None,
         exemplar: tuple[str, str] | None = None,
         terminal: bool = False,
+        health: tuple[str, ...] | None = None,
         line: int = 0,
     ) -> None:
         """Weigh one outcome in the coverage account, count it, then give it to its group: the one path of an
@@ -193,7 +200,8 @@ class RolloutTelemetry:
         ``member`` is (task index, rollout index, attempt or ``None``), checked before anything was counted
         (``_member``, the follower for a row, the lifecycle when the rollout starts); a bad one was rejected
         and is ``None`` here. ``exemplar`` is the (trace id, span id) of the rollout's span, if any.
-        ``terminal`` marks a failure NeMo Gym will not retry, ``line`` the line of a followed row.
+        ``terminal`` marks a failure NeMo Gym will not retry; ``health`` the health checks its trajectory
+        failed (``health.findings``), ``None`` without one; ``line`` the line of a followed row.
 
         Raises:
             Rejection: ``duplicate_rollout``, an outcome that reached the output repeating an earlier one of
@@ -223,8 +231,10 @@ class RolloutTelemetry:
                 msg = f"repeats {where} (same task, rollout and attempt): counted once"
                 raise Rejection("duplicate_rollout", msg)
         self._account.count(agent, outcome, in_flight, exemplar)
+        if health is not None:
+            self._account.checked(agent, health)
         if member is not None and self.groups.active:
-            self.groups.observe(agent, member[0], member[1], outcome, member[2])
+            self.groups.observe(agent, member[0], member[1], outcome, member[2], health=health)
 
     def record_failure(
         self,
@@ -302,6 +312,7 @@ class RolloutTelemetry:
         *,
         terminal: bool = False,
         line: int = 0,
+        health: tuple[str, ...] | None = None,
     ) -> None:
         """Record an outcome already checked by ``outcome.classify`` or ``outcome.absent``.
 
@@ -315,11 +326,11 @@ class RolloutTelemetry:
             OutcomeError: the agent name is not a non-empty string.
             Rejection: ``duplicate_rollout`` (see ``_settle``): nothing was counted.
         """
-        if identity is None and self._coverage is None:
+        if identity is None and self._coverage is None and health is None:
             self._account.count(agent, outcome)
         else:
             member = None if identity is None else (identity[0], identity[1], attempt)
-            self._settle(agent, outcome, None, member, None, terminal, line)
+            self._settle(agent, outcome, None, member, None, terminal, health, line)
         if outcome[3] is not None:
             self._log_reason(agent, outcome[0], outcome[2], outcome[3])
 
@@ -407,6 +418,21 @@ class RolloutTelemetry:
         for agent in agents:
             self.declare(agent)
             self.groups.declare(agent, group_size)
+
+    def declare_reward_range(self, *agents: str, reward_range: tuple[float, float]) -> None:
+        """The lowest and highest reward ``agents`` can get (default [0, 1]): a uniform group's common reward
+        at either end is counted as ``lowest`` (too hard) or ``highest`` (too easy), anything else as
+        ``other`` (``rollout_groups_uniform_total``), and the agents' measured rewards are histogrammed in
+        ten buckets of the range (``rollout_measured_reward``). Declare it before an agent's first reward.
+
+        Raises:
+            ConfigError: the range is not two finite numbers, the lowest below the highest, or an agent
+                already has a measured reward under another range.
+        """
+        checked = check_reward_range(reward_range)
+        for agent in agents:
+            self._account.declare_range(agent, checked)
+            self.groups.declare_range(agent, checked)
 
     # -- the run's expected work: its coverage -------------------------------------------------------
 

@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from rollout_telemetry._contract.health import findings
 from rollout_telemetry._contract.outcome import Classified, classify
 from rollout_telemetry._recording.spans import Attributes
 from rollout_telemetry._recording.telemetry import RolloutTelemetry
@@ -313,12 +314,15 @@ class RunFollower:
         if agent is None:
             raise Rejection("missing_agent", "no agent_ref.name, _ng_environment_server or input row")
         attempt = row_attempt(row)
+        health = None
         if tail is self._main:
-            outcome, terminal = classify(row), False
+            outcome, terminal, health = classify(row), False, findings(row.trajectory)
         else:
             outcome, terminal = failure_outcome(row)
         # The one path of every outcome: coverage (a repeated row is refused there), counts, groups.
-        self.telemetry.record_classified(agent, outcome, identity, attempt, terminal=terminal, line=number)
+        self.telemetry.record_classified(
+            agent, outcome, identity, attempt, terminal=terminal, line=number, health=health
+        )
         self.rows += 1
         self.unnamed += unnamed
         if self.spans:

@@ -75,6 +75,7 @@ class Row(msgspec.Struct, forbid_unknown_fields=False, gc=False):
     # Read for a followed rollout's span only: Gym's correlation id and its small per-rollout summary.
     rollout_id: Any = msgspec.field(default=None, name="_ng_rollout_id")
     perf: Any = msgspec.field(default=None, name="ng_perf")
+    trajectory: Any = msgspec.field(default=None, name="ng_trajectory")  # its health: _contract.health
 
 
 _DECODER = msgspec.json.Decoder(Row)

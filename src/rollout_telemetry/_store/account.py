@@ -15,13 +15,15 @@ import logging
 from collections.abc import Callable
 from typing import TypeVar
 
-from rollout_telemetry._contract.generation import Generation
+from rollout_telemetry._contract.generation import Generation, truncation_cause
 from rollout_telemetry._contract.outcome import Classified, Disposition
+from rollout_telemetry._contract.reward_range import RewardRange, reward_bounds
 from rollout_telemetry._store import fork as _fork
 from rollout_telemetry._store.agent import DURATION_BUCKETS, AgentCopy, AgentState, Cell
 from rollout_telemetry._store.flights import Flight, FlightRecord, Slot
 from rollout_telemetry._store.names import Names, cacheable
 from rollout_telemetry._store.snapshot import AccountSnapshot, AgentSnapshot
+from rollout_telemetry.errors import ConfigError
 from rollout_telemetry.failure_kinds import OTHER
 
 __all__ = ["DURATION_BUCKETS", "Account", "InFlight"]
@@ -29,7 +31,7 @@ __all__ = ["DURATION_BUCKETS", "Account", "InFlight"]
 _log = logging.getLogger("rollout_telemetry.account")
 
 # A count's key: a name (a failure kind may be None, unspecified) or its label.
-_Key = TypeVar("_Key", str, str | None)
+_Key = TypeVar("_Key", str, str | int | None)  # int: a measured outcome's reward bucket (declare_range)
 _MEASURED = Disposition.MEASURED
 
 
@@ -121,18 +123,9 @@ class Account:
             counts[2] += tokens[2]
             counts[3] += tokens[3]
             counts[4] += 1  # responses that carried usage: what a mean per response divides by
-        if truncated is not None:
-            try:
-                state.truncated[truncated] += 1
-            except KeyError:
-                self._truncated(state, truncated)
-
-    def _truncated(self, state: AgentState, reason: str) -> None:
-        # Called under the lock when ``reason`` is not a key of ``state.truncated``.
-        label, folded = self.names.truncation(state.label, reason)
-        self._first_count(
-            state.truncated, state.reasons, reason, label=label, folded=folded, what="truncation_reason"
-        )
+        if truncated is not None:  # counted by cause, a bounded set: the raw reason goes on the span only
+            by_cause, cause = state.truncated, truncation_cause(truncated)
+            by_cause[cause] = by_cause.get(cause, 0) + 1
 
     def _overflowed(self, label: str) -> None:
         # Called under the lock.
@@ -157,7 +150,9 @@ class Account:
         This is the one place a count changes. With ``in_flight`` (the handle ``begin`` returned) the same
         step takes that rollout out of flight and records its duration, under the same lock, so no
         snapshot sees a rollout both in flight and counted. ``exemplar`` (trace id, span id) is kept as the
-        latest occurrence of the outcome's kind and duration bucket.
+        latest occurrence of the outcome's kind and duration bucket. A measured outcome of an agent with a
+        reward histogram is counted under its bucket's index instead of ``None`` (see ``declare_range``):
+        the histogram costs no step of its own.
 
         Raises:
             OutcomeError: the agent name is not a non-empty string.
@@ -171,8 +166,9 @@ class Account:
             state, slot, started = in_flight
             duration = max(self._clock() - started, 0.0)
         disposition, reward, kind, _, generation = outcome
-        if disposition is _MEASURED:
-            kind = None  # a measured rollout is not counted by kind: its kind is no label
+        if disposition is _MEASURED:  # a measured rollout is not counted by kind: its kind is no label
+            bounds = state.reward_bounds
+            kind = None if bounds is None else bisect.bisect_left(bounds, reward)  # type: ignore[type-var,assignment]
         # acquire/release rather than `with`: cheaper on 3.11 to 3.13 (docs/performance.md).
         lock = self._lock
         lock.acquire()
@@ -207,6 +203,40 @@ class Account:
     def declare(self, agent: str) -> None:
         """Make ``agent`` known with zero counts, so its always-present series start at 0."""
         self._state(agent)
+
+    def checked(self, agent: str, health: tuple[str, ...]) -> None:
+        """Count one rollout whose trajectory was checked, and the health checks it failed (``findings``).
+
+        A step apart from ``count`` (only a rollout with a trajectory takes it), right after it.
+        """
+        state = self._state(agent)  # not the hot path: resolved as a new agent would be
+        with self._lock:
+            state.evaluated += 1
+            for check in health:
+                state.findings[check] = state.findings.get(check, 0) + 1
+
+    def declare_range(self, agent: str, reward_range: RewardRange) -> None:
+        """Histogram ``agent``'s measured rewards in buckets of its reward range, from its first one on.
+
+        Raises:
+            ConfigError: the agent already has a measured reward (the histogram would miss it) under
+                another range.
+            OutcomeError: the agent name is not a non-empty string.
+        """
+        bounds = reward_bounds(reward_range)
+        state = self._state(agent)
+        with self._lock:
+            if bounds == state.reward_bounds:
+                return
+            if sum(state.cells[_MEASURED].kinds.values()):
+                msg = f"declare the reward range of {state.label!r} before its first measured reward"
+                raise ConfigError(msg)
+            state.reward_bounds = bounds
+            # Every bucket a key of the measured counts from the start: counting one is `kinds[index] += 1`.
+            measured = state.cells[_MEASURED].kinds
+            for key in [key for key in measured if key is not None]:
+                del measured[key]
+            measured.update(dict.fromkeys(range(len(bounds) + 1), 0))
 
     def reject(self, reason: str) -> None:
         """Count one rejected input under ``reason`` (a small closed set of names)."""

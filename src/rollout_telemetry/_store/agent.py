@@ -31,7 +31,7 @@ class Cell:
     def __init__(self) -> None:
         # Counts by failure kind. A kind whose label is the kind itself is its own key, so the common
         # record is `kinds[kind] += 1`; a cut or folded kind is keyed by its label (see AgentState.labels).
-        self.kinds: dict[str | None, int] = {}
+        self.kinds: dict[str | int | None, int] = {}
         self.positive = 0.0
         self.negative = 0.0  # magnitudes, so both sums only grow
         self.unrewarded = 0
@@ -46,12 +46,14 @@ class AgentState:
         "duration_buckets",
         "duration_count",
         "duration_sum",
+        "evaluated",
         "exemplars",
+        "findings",
         "flights",
         "label",
         "labels",
         "lifecycle",
-        "reasons",
+        "reward_bounds",
         "tokens",
         "truncated",
     )
@@ -60,7 +62,7 @@ class AgentState:
         self.label = label
         self.cells = {disposition: Cell() for disposition in Disposition}
         self.cells[_MEASURED].kinds[None] = 0  # measured rollouts are counted under None, never resolved
-        self.labels: dict[str | None, str] = {}  # kind key -> its label, resolved once
+        self.labels: dict[str | int | None, str] = {}  # kind key -> its label, resolved once
         self.lifecycle = False  # the lifecycle API was used: its series are published
         self.flights = Flights()
         self.exemplars: dict[tuple[Disposition, str | None], tuple[str, str]] = {}  # latest trace per kind
@@ -70,10 +72,12 @@ class AgentState:
         self.duration_count = 0
         # Input, output, cached and reasoning tokens, then the responses that carried usage; None until one.
         self.tokens: list[int] | None = None
-        # Truncations by reason, keyed like the kinds of a cell: the reason itself, or its label if cut or
-        # folded; ``reasons`` maps each key to its label.
-        self.truncated: dict[str, int] = {}
-        self.reasons: dict[str, str] = {}
+        self.truncated: dict[str, int] = {}  # truncations by cause (generation.TRUNCATION_CAUSES)
+        # The measured rewards' histogram, once a reward range is declared (reward_range.reward_bounds): the
+        # measured cell then counts by bucket index (0 .. len(bounds), +Inf last) instead of under None.
+        self.reward_bounds: tuple[float, ...] | None = None
+        self.evaluated = 0  # rollouts whose trajectory was checked (_contract.health)
+        self.findings: dict[str, int] = {}  # of those, the rollouts that failed each check
 
     def copy(self) -> AgentCopy:
         """Copy what a snapshot needs; called under the account lock."""
@@ -91,11 +95,13 @@ class AgentState:
             duration_count=self.duration_count,
             tokens=None if self.tokens is None else tuple(self.tokens),
             truncated=self.truncated.copy(),
-            reasons=self.reasons.copy(),
+            reward_bounds=self.reward_bounds,
+            evaluated=self.evaluated,
+            findings=self.findings.copy(),
         )
 
 
-CellCopy = tuple[Disposition, dict[str | None, int], float, float, int]
+CellCopy = tuple[Disposition, dict[str | int | None, int], float, float, int]
 """One cell, copied: (disposition, counts by kind key, positive sum, negative sum, unrewarded)."""
 
 
@@ -105,7 +111,7 @@ class AgentCopy:
 
     label: str
     cells: list[CellCopy]
-    labels: dict[str | None, str]
+    labels: dict[str | int | None, str]
     lifecycle: bool
     flights: tuple[dict[str, int], dict[str, int], dict[str, float]]
     """In flight, stalled now, and the oldest start, by stage (``Flights.by_stage``)."""
@@ -117,23 +123,24 @@ class AgentCopy:
     duration_count: int
     tokens: tuple[int, ...] | None
     truncated: dict[str, int]
-    reasons: dict[str, str]
+    reward_bounds: tuple[float, ...] | None
+    evaluated: int
+    findings: dict[str, int]
 
     def snapshot(self) -> AgentSnapshot:
         """Derive the agent's snapshot: totals, sums and counts by label; outside the lock."""
         labels = self.labels
         in_flight, stalled_now, oldest = self.flights
-        truncated: dict[str, int] = {}
-        for reason_key, count in self.truncated.items():
-            reason = self.reasons[reason_key]
-            truncated[reason] = truncated.get(reason, 0) + count
         kinds: dict[Disposition, dict[str, int]] = {}
         totals: dict[Disposition, int] = {}
         unrewarded: dict[Disposition, int] = {}
         positive: dict[Disposition, float] = {}
         negative: dict[Disposition, float] = {}
+        reward_buckets: tuple[int, ...] = ()
         for disposition, counts, pos, neg, unrew in self.cells:
             totals[disposition] = sum(counts.values())
+            if disposition is _MEASURED and self.reward_bounds is not None:
+                reward_buckets = tuple(counts.get(index, 0) for index in range(len(self.reward_bounds) + 1))
             unrewarded[disposition] = unrew
             positive[disposition] = pos
             negative[disposition] = neg
@@ -171,5 +178,9 @@ class AgentCopy:
             duration_count=self.duration_count,
             tokens=None if self.tokens is None else self.tokens[:4],
             usage_responses=0 if self.tokens is None else self.tokens[4],
-            truncated=truncated,
+            truncated=self.truncated,
+            reward_bounds=self.reward_bounds,
+            reward_buckets=reward_buckets,
+            evaluated=self.evaluated,
+            findings=self.findings,
         )

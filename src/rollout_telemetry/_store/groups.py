@@ -11,7 +11,17 @@ reward (the ``measured`` disposition). Once every member has an outcome the grou
 - ``valid``: every member valid and their rewards differ.
 
 The checks run in that order (``group_state``), so a group with one valid member is insufficient, not
-uniform. The size of a group comes from ``declare(agent, group_size)`` (every task of the agent has that
+uniform. Two more things are counted of each completed group, for the training signal:
+
+- its *baseline is contaminated* (``contaminated``) when valid members sit beside members that are not
+  valid (masked, unscored, failed or omitted): a trainer that keeps those as reward 0 computes the valid
+  members' advantages against a baseline that includes infrastructure losses. Only a degraded, uniform or
+  insufficient group can be; its members are counted by the disposition of their standing attempt;
+- a uniform group's common reward is at the ``lowest`` or ``highest`` of its agent's declared reward range
+  (``_contract.reward_range``, [0, 1] unless declared) or ``other``: too hard, too easy, or stuck between;
+- its task is *consistently unhealthy* (NeMo Gym's ``task_consistently_unhealthy``) when two or more members
+  had their trajectory checked (``_contract.health``) and every one of them failed a check.
+ The size of a group comes from ``declare(agent, group_size)`` (every task of the agent has that
 many rollouts) or, in follow mode, from the materialized inputs (``expect``: one call per expected
 rollout). A member is keyed by its rollout index, so a retried member replaces its earlier attempt while the
 group is open; once complete, a group's members are dropped and a bounded record that it completed is kept,
@@ -27,6 +37,14 @@ from typing import Literal
 
 from rollout_telemetry._contract.identity import MAX_ROLLOUT_INDEX, check_identity, rank, supersedes
 from rollout_telemetry._contract.outcome import ABSENT, Classified, Disposition
+from rollout_telemetry._contract.reward_range import (
+    DEFAULT_REWARD_RANGE,
+    UNIFORM_AT,
+    RewardRange,
+    UniformAt,
+    check_reward_range,
+    uniform_at,
+)
 from rollout_telemetry._store import fork as _fork
 from rollout_telemetry._store.blocks import Blocks
 from rollout_telemetry._store.names import Names
@@ -34,6 +52,7 @@ from rollout_telemetry._store.snapshot import by_agent
 from rollout_telemetry.errors import ConfigError
 
 __all__ = [
+    "CONTAMINABLE",
     "DEFAULT_MIN_VALID",
     "GROUP_STATES",
     "NO_SIGNAL",
@@ -41,6 +60,7 @@ __all__ = [
     "GroupState",
     "Groups",
     "GroupsSnapshot",
+    "contaminated",
     "group_state",
 ]
 
@@ -48,6 +68,8 @@ GroupState = Literal["valid", "degraded", "uniform", "insufficient", "no_valid"]
 GROUP_STATES: tuple[GroupState, ...] = ("valid", "degraded", "uniform", "insufficient", "no_valid")
 NO_SIGNAL: tuple[GroupState, ...] = ("uniform", "insufficient", "no_valid")
 """The states of a group that gives the policy no (or only a noisy) learning signal."""
+CONTAMINABLE: tuple[GroupState, ...] = ("degraded", "uniform", "insufficient")
+"""The states of a group that can hold valid members beside members that are not valid."""
 
 DEFAULT_MIN_VALID = 2
 
@@ -68,10 +90,21 @@ def group_state(rewards: Sequence[float | None], min_valid: int = DEFAULT_MIN_VA
     return "valid"
 
 
+def contaminated(rewards: Sequence[float | None]) -> bool:
+    """Whether a complete group's valid members sit beside members that are not valid (``None``)."""
+    return None in rewards and any(reward is not None for reward in rewards)
+
+
 # A member's state, packed in an int of a Blocks column (see _store.blocks): 0 is a member not known yet.
 _HAS_OUTCOME = 1
 _EXPECTED = 2  # among the materialized inputs
-_RANK_SHIFT = 2  # the rank (_blocks.rank) of the outcome that stands
+_DISPOSITION_SHIFT = 2  # three bits: the standing outcome's disposition, by its position in _DISPOSITIONS
+_EVALUATED = 32  # the standing outcome's trajectory was checked for health
+_UNHEALTHY = 64  # and failed a check
+_RANK_SHIFT = 7  # the rank (identity.rank, below 2**18) of the outcome that stands: 25 bits in all
+_DISPOSITIONS: tuple[Disposition, ...] = tuple(Disposition)
+_CODES = {disposition: code for code, disposition in enumerate(_DISPOSITIONS)}
+_MEASURED_CODE = _CODES[_MEASURED]
 _COMPLETED = 1  # a task's flag: classified once; a late retry changes nothing
 
 
@@ -95,6 +128,20 @@ class _Agent:
         self.open = 0
 
 
+class _Counts:
+    """One agent's completed groups, counted for every run; only touched under the lock."""
+
+    __slots__ = ("contaminated", "members", "singles", "states", "unhealthy", "uniform")
+
+    def __init__(self) -> None:
+        self.states = dict.fromkeys(GROUP_STATES, 0)
+        self.singles = dict.fromkeys(GROUP_STATES, 0)  # of those, the groups of one member
+        self.contaminated = dict.fromkeys(CONTAMINABLE, 0)
+        self.uniform: dict[UniformAt, int] = dict.fromkeys(UNIFORM_AT, 0)
+        self.members = dict.fromkeys(_DISPOSITIONS, 0)
+        self.unhealthy = 0
+
+
 @dataclass(frozen=True, slots=True)
 class AgentGroups:
     """One agent's completed groups by state, and how many are still open."""
@@ -105,6 +152,14 @@ class AgentGroups:
     singles: Mapping[GroupState, int] = field(default_factory=dict)
     """Of ``states``, the groups of one member: a task with one rollout, which nothing compares (an
     evaluation's usual shape; ``insufficient`` or ``no_valid`` by the rule, but no alarm)."""
+    contaminated: Mapping[GroupState, int] = field(default_factory=lambda: dict.fromkeys(CONTAMINABLE, 0))
+    """Completed groups whose valid members sat beside members that are not valid, by state."""
+    uniform: Mapping[UniformAt, int] = field(default_factory=lambda: dict.fromkeys(UNIFORM_AT, 0))
+    """Uniform groups by where their common reward lies in the agent's reward range."""
+    members: Mapping[Disposition, int] = field(default_factory=lambda: dict.fromkeys(_DISPOSITIONS, 0))
+    """Members of the completed groups by the disposition of their standing attempt."""
+    unhealthy: int = 0
+    """Completed groups whose task was consistently unhealthy (every checked member, two or more, failed)."""
 
     @property
     def completed(self) -> int:
@@ -139,8 +194,8 @@ class Groups:
         self.min_valid = min_valid
         self._lock = _fork.lock_for(self)
         self._sizes: dict[str, int] = {}  # agent label -> declared group size
-        self._states: dict[str, dict[GroupState, int]] = {}  # completed groups by state: a counter, every run
-        self._singles: dict[str, dict[GroupState, int]] = {}  # of those, the groups of one member
+        self._ranges: dict[str, RewardRange] = {}  # agent label -> declared reward range
+        self._counts: dict[str, _Counts] = {}  # completed groups: counters, every run
         self.new_run()
 
     def new_run(self) -> None:
@@ -168,6 +223,18 @@ class Groups:
         with self._lock:
             self._sizes[label] = group_size
             self.active = True
+
+    def declare_range(self, agent: str, reward_range: tuple[float, float]) -> None:
+        """The lowest and highest reward of ``agent`` (default [0, 1]): where a uniform group's reward lies.
+
+        Raises:
+            ConfigError: the range is not two finite numbers, the lowest below the highest.
+            OutcomeError: the agent name is not a non-empty string.
+        """
+        checked = check_reward_range(reward_range)
+        label = self._names.agent(agent)[0]
+        with self._lock:
+            self._ranges[label] = checked
 
     def _agent(self, label: str) -> _Agent:
         agent = self._agents.get(label)
@@ -208,12 +275,16 @@ class Groups:
         rollout_index: int,
         outcome: Classified,
         attempt: int | None = None,
+        *,
+        health: tuple[str, ...] | None = None,
     ) -> None:
         """Give one member's outcome to its group; a retried member replaces its earlier attempt.
 
         The precedence is the coverage account's (``_blocks.supersedes``): a higher ``attempt`` wins, and at
         the same attempt (or with none given) an outcome that reached the output wins over a failure or
         omission, then the later one wins.
+
+        ``health`` is the health checks the member's trajectory failed, ``None`` without one.
 
         The identity is the caller's to check (``_blocks.check_identity``), before the outcome is counted.
 
@@ -245,7 +316,13 @@ class Groups:
             else:
                 state.outcomes[number] += 1
                 state.expected_done[number] += bool(member & _EXPECTED)
-            state.states[slot] = member & _EXPECTED | _HAS_OUTCOME | new_rank << _RANK_SHIFT
+            state.states[slot] = (
+                member & _EXPECTED
+                | _HAS_OUTCOME
+                | _CODES[outcome[0]] << _DISPOSITION_SHIFT
+                | (0 if health is None else _EVALUATED | (_UNHEALTHY if health else 0))
+                | new_rank << _RANK_SHIFT
+            )
             state.rewards[slot] = reward
             self._complete_if_done(label, state, number)
 
@@ -259,20 +336,31 @@ class Groups:
             done = size is not None and state.outcomes[number] >= size
         if not done:
             return
-        states, rewards = state.states, state.rewards
-        valid = [
-            None if math.isnan(reward) else reward
-            for slot in state.blocks.block(number)
-            if states[slot] & _HAS_OUTCOME and ((reward := rewards[slot]) or True)
-        ]
-        classified = group_state(valid, self.min_valid)
-        counts = self._states.get(label)
+        counts = self._counts.get(label)
         if counts is None:
-            counts = self._states[label] = dict.fromkeys(GROUP_STATES, 0)
-        counts[classified] += 1
+            counts = self._counts[label] = _Counts()
+        states, rewards, members = state.states, state.rewards, counts.members
+        valid: list[float | None] = []
+        evaluated = unhealthy = 0
+        for slot in state.blocks.block(number):
+            member = states[slot]
+            if member & _HAS_OUTCOME:
+                code = member >> _DISPOSITION_SHIFT & 7
+                members[_DISPOSITIONS[code]] += 1
+                valid.append(rewards[slot] if code == _MEASURED_CODE else None)
+                evaluated += bool(member & _EVALUATED)
+                unhealthy += bool(member & _UNHEALTHY)
+        if evaluated >= 2 and unhealthy == evaluated:
+            counts.unhealthy += 1
+        classified = group_state(valid, self.min_valid)
+        counts.states[classified] += 1
+        if contaminated(valid):
+            counts.contaminated[classified] += 1
+        if classified == "uniform":
+            common = next(reward for reward in valid if reward is not None)
+            counts.uniform[uniform_at(common, self._ranges.get(label, DEFAULT_REWARD_RANGE))] += 1
         if len(valid) == 1:
-            singles = self._singles.setdefault(label, dict.fromkeys(GROUP_STATES, 0))
-            singles[classified] += 1
+            counts.singles[classified] += 1
         state.flags[number] |= _COMPLETED
         state.open -= 1
 
@@ -282,10 +370,14 @@ class Groups:
             agents = tuple(
                 AgentGroups(
                     agent=label,
-                    states=dict(counts),
+                    states=counts.states.copy(),
                     open=state.open if (state := self._agents.get(label)) is not None else 0,
-                    singles=dict(self._singles.get(label, {})),
+                    singles=counts.singles.copy(),
+                    contaminated=counts.contaminated.copy(),
+                    uniform=counts.uniform.copy(),
+                    members=counts.members.copy(),
+                    unhealthy=counts.unhealthy,
                 )
-                for label, counts in sorted(self._states.items())
+                for label, counts in sorted(self._counts.items())
             )
         return GroupsSnapshot(agents=agents)

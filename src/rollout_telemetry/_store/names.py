@@ -3,9 +3,8 @@
 A name becomes a label once, here: it is checked (an agent must be a non-empty string), a kind is checked
 against the vocabulary (an unregistered one is warned about once and passes through), the label is cut to
 ``MAX_LABEL_LENGTH`` characters, and the cardinality caps are applied: beyond ``max_agents`` agents, or
-``max_kinds_per_agent`` kinds for one agent (or truncation reasons: the same cap, counted apart), new names
-are folded into ``_other``. The account, the coverage
-account and the spans all ask the same ``Names``, so a name is one label everywhere.
+``max_kinds_per_agent`` kinds (or stages) for one agent, new names are folded into ``_other``. The account,
+the coverage account and the spans all ask the same ``Names``, so a name is one label everywhere.
 
 Resolution says whether a name was folded; counting the folded records is the caller's (the account's)
 business, so asking twice never counts twice.
@@ -66,7 +65,6 @@ class Names:
         self._stage_validator = KindValidator(known=STAGES, noun="stage")
         self._stage_labels: dict[str, str] = {}
         self._admitted_stages: dict[str, set[str]] = {}
-        self._admitted_reasons: dict[str, set[str]] = {}  # agent label -> its admitted truncation reasons
 
     def agent(self, name: object) -> tuple[str, bool]:
         """Return ``(label, folded)`` for an agent name; ``folded`` when the cap put it under ``_other``.
@@ -125,15 +123,6 @@ class Names:
             if len(cache) < _MAX_CACHED_KINDS and cacheable(name):
                 cache[name] = label
         return label
-
-    def truncation(self, agent_label: str, reason: str) -> tuple[str, bool]:
-        """Return ``(label, folded)`` for a truncation reason of an agent; ``""`` is unspecified.
-
-        Bounded like a failure kind (cut, at most ``max_kinds_per_agent`` per agent, then ``_other``), but
-        not checked against the failure-kind vocabulary: ``max_output_tokens`` is no failure.
-        """
-        label = label_value(reason) if reason else UNSPECIFIED
-        return self._admit(self._admitted_reasons, agent_label, label)
 
     def _admit(
         self, admitted_by_agent: dict[str, set[str]], agent_label: str, label: str

@@ -84,7 +84,16 @@ class AgentSnapshot:
     usage_responses: int = 0
     """Model responses that carried usage (what ``tokens`` sums over)."""
     truncated: Mapping[str, int] = field(default_factory=dict)
-    """Truncated responses by reason label."""
+    """Truncated responses by cause (``generation.TRUNCATION_CAUSES``)."""
+    reward_bounds: tuple[float, ...] | None = None
+    """Upper bounds of the measured rewards' histogram buckets (+Inf implied); ``None`` without a declared
+    reward range."""
+    reward_buckets: tuple[int, ...] = ()
+    """Measured rewards per bucket of ``reward_bounds``, +Inf last (not cumulative)."""
+    evaluated: int = 0
+    """Rollouts whose trajectory was checked for health (``_contract.health``)."""
+    findings: Mapping[str, int] = field(default_factory=dict)
+    """Of those, the rollouts that failed each health check, by check."""
 
     @property
     def in_flight(self) -> int:

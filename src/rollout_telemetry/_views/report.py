@@ -16,6 +16,10 @@ evaluation) compares nothing, and would read as ``insufficient``.
 
 The events also give the share of rows whose model response was truncated, and the mean input and output
 tokens per response that carried usage.
+
+The **training signal** of each agent (see docs/training-signal.md): completed groups whose baseline held
+lost members (contaminated, by state), the groups' members by disposition, uniform groups by where their
+reward lies, truncations by cause, and the health checks of the rollouts that carried a trajectory.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from rollout_telemetry._contract.health import HEALTH_CHECKS
 from rollout_telemetry._contract.outcome import Disposition
 from rollout_telemetry._store.coverage import CoverageSnapshot
 from rollout_telemetry._store.groups import GROUP_STATES, AgentGroups, GroupsSnapshot
@@ -99,6 +104,7 @@ def build_report(
             for agent in (groups.agents if groups is not None else ())
             if sum((compared := _compared(agent)).values())
         },
+        "training_signal": _training_signal(account, groups),
     }
 
 
@@ -119,6 +125,70 @@ def _mean_tokens(events: AgentSnapshot | None, which: int) -> float | None:
     if events is None or events.tokens is None or not events.usage_responses:
         return None
     return round(events.tokens[which] / events.usage_responses, 1)
+
+
+_CHECK_COLUMNS = ("hollow", "runaway", "zero tokens")
+"""The table's short names of ``HEALTH_CHECKS``, in their order."""
+_SIGNAL_COLUMNS = (
+    "contaminated", "members lost", "too hard", "too easy", "truncated by cause", *_CHECK_COLUMNS,
+    "unhealthy tasks",
+)  # fmt: skip
+
+
+def _signal_cells(row: dict[str, Any]) -> list[str]:
+    """One agent's training signal as table cells ("-" where it has none of that kind)."""
+    members = row.get("group_members")
+    uniform = row.get("groups_uniform", {})
+    health = row.get("health", {})
+    truncated = ", ".join(f"{cause} ({count})" for cause, count in row.get("truncated", {}).items())
+    return [
+        _number(sum(row["groups_contaminated"].values()) if "groups_contaminated" in row else None),
+        _number(sum(members.values()) - members["measured"] if members else None),
+        _number(uniform.get("lowest")),
+        _number(uniform.get("highest")),
+        truncated or "-",
+        *(_number(health.get(check)) for check in HEALTH_CHECKS),
+        _number(row.get("tasks_unhealthy")),
+    ]
+
+
+def _signal_table(signal: dict[str, Any]) -> Any:
+    from rich.table import Table
+
+    table = Table(
+        title="Training signal by agent: groups whose baseline held lost members, uniform groups at either "
+        "end of the reward range, truncations by cause, health checks of the rollouts with a trajectory",
+        title_justify="left",
+    )
+    table.add_column("agent", no_wrap=True)
+    for column in _SIGNAL_COLUMNS:
+        table.add_column(column, justify="right")
+    for agent, row in signal.items():
+        table.add_row(agent, *_signal_cells(row))
+    return table
+
+
+def _training_signal(account: AccountSnapshot, groups: GroupsSnapshot | None) -> dict[str, Any]:
+    """Per agent with anything to say: the same counts as the training-signal families, for the whole run."""
+    signal: dict[str, Any] = {}
+    for events in account.agents:
+        grouped = groups.agent(events.agent) if groups is not None else None
+        row: dict[str, Any] = {}
+        if grouped is not None:
+            row["groups_contaminated"] = dict(grouped.contaminated)
+            row["group_members"] = {d.value: count for d, count in grouped.members.items()}
+            row["groups_uniform"] = dict(grouped.uniform)
+            row["tasks_unhealthy"] = grouped.unhealthy
+        if events.truncated:
+            row["truncated"] = dict(events.truncated)
+        if events.evaluated:
+            row["health"] = {
+                "evaluated": events.evaluated,
+                **{check: events.findings.get(check, 0) for check in HEALTH_CHECKS},
+            }
+        if row:
+            signal[events.agent] = row
+    return signal
 
 
 def _unmasked(events: AgentSnapshot | None) -> float | None:
@@ -216,6 +286,8 @@ def render_table(report: dict[str, Any], width: int = _WIDE) -> Any:
         for agent, counts in report["groups"].items():
             by_state.add_row(agent, *(_number(counts[c]) for c in (*GROUP_STATES, "open")))
         parts.append(by_state)
+    if report.get("training_signal"):
+        parts.append(_signal_table(report["training_signal"]))
     for title, section in (("Gym coverage keys", "gym_coverage"), ("Gym progress keys", "gym_progress")):
         if report[section]:
             keys = Table(title=title, title_justify="left")

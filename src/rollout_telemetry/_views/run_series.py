@@ -3,10 +3,11 @@ and the OTLP span export statistics. The account's own families and the catalogu
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
+from rollout_telemetry._contract.outcome import Disposition
 from rollout_telemetry._store.coverage import AgentCoverage, CoverageSnapshot
-from rollout_telemetry._store.groups import GROUP_STATES, GroupsSnapshot
+from rollout_telemetry._store.groups import GROUP_STATES, AgentGroups, GroupsSnapshot
 from rollout_telemetry._views.family import Family, PerAgent, Sample
 
 __all__ = ["COVERAGE_FAMILIES", "GROUP_FAMILIES", "SPAN_FAMILIES"]
@@ -73,6 +74,24 @@ def _group_states(snap: GroupsSnapshot) -> Iterator[Sample]:
             yield (agent.agent, state), agent.states[state]
 
 
+def _group_counts(
+    counts: Callable[[AgentGroups], Iterable[tuple[str, int]]], appeared: Callable[[AgentGroups], bool]
+) -> Callable[[GroupsSnapshot], Iterator[Sample]]:
+    # Every label value of an agent's counts at once, from the first group that makes ``appeared`` true:
+    # the counts only grow, so a family never disappears, and increase() sees each count from 0 on.
+    def sample(snap: GroupsSnapshot) -> Iterator[Sample]:
+        for agent in snap.agents:
+            if appeared(agent):
+                for name, count in counts(agent):
+                    yield (agent.agent, name), count
+
+    return sample
+
+
+def _members(agent: AgentGroups) -> Iterable[tuple[str, int]]:
+    return [(disposition.value, count) for disposition, count in agent.members.items()]
+
+
 GROUP_FAMILIES: tuple[Family[GroupsSnapshot], ...] = (
     Family(
         "rollout_groups_total", "counter", ("agent", "state"), "{group}",
@@ -82,6 +101,38 @@ GROUP_FAMILIES: tuple[Family[GroupsSnapshot], ...] = (
         "got the same reward: no learning signal), insufficient (fewer valid members than "
         "min_valid_per_group, default 2) or no_valid (none valid).",
         _group_states,
+    ),
+    Family(
+        "rollout_groups_contaminated_total", "counter", ("agent", "state"), "{group}",
+        "once a group of the agent completes with valid members beside masked, unscored, failed or omitted "
+        "ones (degraded, uniform and insufficient then)",
+        "Completed groups whose valid members sat beside members that are not valid, by state: a trainer "
+        "that keeps those members as reward 0 computes the valid members' advantages against a baseline "
+        "that includes infrastructure losses. Divided by rollout_groups_total: the share of groups whose "
+        "baseline is contaminated.",
+        _group_counts(lambda a: a.contaminated.items(), lambda a: sum(a.contaminated.values()) > 0),
+    ),
+    Family(
+        "rollout_group_members_total", "counter", ("agent", "disposition"), "{rollout}",
+        "once a group of the agent completes with a member that is not valid (every disposition then)",
+        "Members of completed groups by the disposition of their standing attempt (a retried member counts "
+        "once, as its newest attempt): how many masked, unscored, failed or omitted members the groups "
+        "held beside the measured ones.",
+        _group_counts(_members, lambda a: sum(a.members.values()) > a.members[Disposition.MEASURED]),
+    ),
+    Family(
+        "rollout_groups_uniform_total", "counter", ("agent", "reward"), "{group}",
+        "once a uniform group of the agent completes (lowest, highest and other then)",
+        "Uniform groups by where their common reward lies in the agent's declared reward range (default "
+        "[0, 1], declare_reward_range): lowest (the task is too hard), highest (too easy) or other.",
+        _group_counts(lambda a: a.uniform.items(), lambda a: a.states["uniform"] > 0),
+    ),
+    Family(
+        "rollout_tasks_unhealthy_total", "counter", ("agent",), "{task}",
+        "once a task of the agent is consistently unhealthy",
+        "Tasks whose rollouts with a trajectory (two or more) all failed a health check, counted once when "
+        "their group completes: NeMo Gym's task_consistently_unhealthy, live.",
+        PerAgent[AgentGroups](lambda a: a.unhealthy or None),
     ),
 )  # fmt: skip
 """The groups' families."""

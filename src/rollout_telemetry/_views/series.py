@@ -10,10 +10,12 @@ set.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from rollout_telemetry._contract.generation import TOKEN_TYPES
+from rollout_telemetry._contract.generation import TOKEN_TYPES, TRUNCATION_CAUSES
+from rollout_telemetry._contract.health import HEALTH_CHECKS
 from rollout_telemetry._contract.outcome import Disposition
 from rollout_telemetry._store.agent import DURATION_BUCKETS
 from rollout_telemetry._store.snapshot import AccountSnapshot, AgentSnapshot
@@ -25,9 +27,12 @@ __all__ = [
     "CATALOGUE",
     "FAMILIES",
     "HISTOGRAMS",
+    "HISTOGRAM_VIEWS",
     "PUBLISHED",
+    "Histogram",
     "duration_buckets",
     "published",
+    "reward_buckets",
 ]
 
 _each = PerAgent[AgentSnapshot]
@@ -67,8 +72,17 @@ def _tokens(snap: AccountSnapshot) -> Iterator[Sample]:
 
 def _truncated(snap: AccountSnapshot) -> Iterator[Sample]:
     for agent in snap.agents:
-        for reason, count in agent.truncated.items():
-            yield (agent.agent, reason), count
+        for cause in TRUNCATION_CAUSES:  # in a fixed order, only the causes seen
+            count = agent.truncated.get(cause)
+            if count is not None:
+                yield (agent.agent, cause), count
+
+
+def _findings(snap: AccountSnapshot) -> Iterator[Sample]:
+    for agent in snap.agents:
+        if agent.findings:  # every check from the first finding on, so increase() sees each from 0
+            for check in HEALTH_CHECKS:
+                yield (agent.agent, check), agent.findings.get(check, 0)
 
 
 def _in_flight_age(snap: AccountSnapshot) -> Iterator[Sample]:
@@ -177,12 +191,31 @@ FAMILIES: tuple[Family[AccountSnapshot], ...] = (
         _tokens,
     ),
     Family(
-        "rollout_truncated_total", "counter", ("agent", "reason"), "{rollout}",
-        "once a response of the agent is truncated for that reason",
-        "Completed rollouts whose model response was incomplete, by incomplete_details.reason (for example "
-        "max_output_tokens; 'unspecified' when status is incomplete without one). A truncated answer "
-        "usually scores 0 for a reason that is neither the environment nor the policy's reasoning.",
+        "rollout_truncated_total", "counter", ("agent", "cause"), "{rollout}",
+        "once a response of the agent is truncated for that cause",
+        "Completed rollouts whose model response was cut short, by cause: output_cap (max_output_tokens, "
+        "length), context_window (the prompt and answer filled the model's context), turn_budget (the "
+        "agent's max turns or steps), content_filter, or other (an unknown or unspecified reason), from "
+        "incomplete_details.reason or a finish_reason that means a cut; the raw reason is on the span. A "
+        "truncated answer usually scores 0 for a reason that is neither the environment nor the policy's "
+        "reasoning, and each cause has its own fix.",
         _truncated,
+    ),
+    Family(
+        "rollout_health_evaluated_total", "counter", _AGENT, "{rollout}",
+        "once a rollout of the agent carries a trajectory (ng_trajectory)",
+        "Rollouts whose trajectory was checked for health, as NeMo Gym 0.7.0's post-run checks would: the "
+        "denominator of the health findings' shares.",
+        _each(lambda a: a.evaluated or None),
+    ),
+    Family(
+        "rollout_health_findings_total", "counter", ("agent", "check"), "{rollout}",
+        "once a rollout of the agent fails a health check (every check then)",
+        "Rollouts whose trajectory failed a NeMo Gym 0.7.0 health check, by check: agent_turn_hollow (a "
+        "turn with no message and no tool call), model_call_runaway_generation (a call cut at its length "
+        "limit with no content), model_call_zero_completion_tokens (a call that generated nothing). A "
+        "rollout counts once per check.",
+        _findings,
     ),
     Family(
         "rollout_in_flight", "gauge", _STAGE, "{rollout}", "per agent and stage that used the lifecycle API",
@@ -229,7 +262,16 @@ DURATION_HISTOGRAM: Family[AccountSnapshot] = Family(
     _each(lambda a: a.duration_sum if a.lifecycle else None),
 )  # fmt: skip
 
-HISTOGRAMS: tuple[Family[AccountSnapshot], ...] = (DURATION_HISTOGRAM,)
+REWARD_HISTOGRAM: Family[AccountSnapshot] = Family(
+    "rollout_measured_reward", "histogram", _AGENT, "1",
+    "per agent with a declared reward range (declare_reward_range), once it has a measured reward",
+    "Rewards of measured rollouts (unmasked, with a reward) in ten equal buckets of the agent's declared "
+    "reward range, the lowest reward its own bucket: the shape a mean hides (bimodal, collapsing to one "
+    "end). Masked rewards are not measurements and are left out.",
+    _each(lambda a: a.measured_sum if a.reward_bounds is not None and a.measured else None),
+)  # fmt: skip
+
+HISTOGRAMS: tuple[Family[AccountSnapshot], ...] = (DURATION_HISTOGRAM, REWARD_HISTOGRAM)
 
 ALWAYS_PRESENT: tuple[str, ...] = (*tuple(f.name for f in FAMILIES if f.appears == _ALWAYS), "rollout_reward")
 """The families a healthy run (rewards, nothing masked, failed or omitted) publishes."""
@@ -269,11 +311,56 @@ def published(name: str) -> str:
 BUCKET_BOUNDS: tuple[str, ...] = (*tuple(str(bound) for bound in DURATION_BUCKETS), "+Inf")
 
 
-def duration_buckets(agent: AgentSnapshot) -> list[tuple[str, float]]:
-    """Cumulative ``(le, count)`` pairs of an agent's duration histogram, ``+Inf`` last."""
+def _cumulative(bounds: Iterable[str], counts: Iterable[int]) -> list[tuple[str, float]]:
     running = 0
     buckets: list[tuple[str, float]] = []
-    for bound, count in zip(BUCKET_BOUNDS, agent.duration_buckets, strict=True):
+    for bound, count in zip(bounds, counts, strict=True):
         running += count
         buckets.append((bound, running))
     return buckets
+
+
+def duration_buckets(agent: AgentSnapshot) -> list[tuple[str, float]]:
+    """Cumulative ``(le, count)`` pairs of an agent's duration histogram, ``+Inf`` last."""
+    return _cumulative(BUCKET_BOUNDS, agent.duration_buckets)
+
+
+def reward_buckets(agent: AgentSnapshot) -> list[tuple[str, float]]:
+    """Cumulative ``(le, count)`` pairs of an agent's measured-reward histogram, ``+Inf`` last."""
+    bounds = agent.reward_bounds or ()
+    return _cumulative((*(repr(bound) for bound in bounds), "+Inf"), agent.reward_buckets)
+
+
+@dataclass(frozen=True, slots=True)
+class Histogram:
+    """A histogram of the account: its family, and per agent its cumulative buckets, sum and count."""
+
+    family: Family[AccountSnapshot]
+    has: Callable[[AgentSnapshot], bool]
+    """Whether the agent has this histogram."""
+    buckets: Callable[[AgentSnapshot], list[tuple[str, float]]]
+    total: Callable[[AgentSnapshot], float]
+    """The sum of the observed values (the ``_sum`` series)."""
+    count: Callable[[AgentSnapshot], float]
+    exemplars: Callable[[AgentSnapshot], Mapping[int, tuple[str, str, float]]] = lambda _: {}
+    """(trace id, span id, value) of the latest observation with a span, by bucket index."""
+
+
+HISTOGRAM_VIEWS: tuple[Histogram, ...] = (
+    Histogram(
+        DURATION_HISTOGRAM,
+        lambda a: a.lifecycle,
+        duration_buckets,
+        lambda a: a.duration_sum,
+        lambda a: a.duration_count,
+        lambda a: a.bucket_exemplars,
+    ),
+    Histogram(
+        REWARD_HISTOGRAM,
+        lambda a: a.reward_bounds is not None and a.measured > 0,
+        reward_buckets,
+        lambda a: a.measured_sum,
+        lambda a: a.measured,
+    ),
+)
+"""Every histogram of the account, as the exporters format them (``HISTOGRAMS``, in that order)."""

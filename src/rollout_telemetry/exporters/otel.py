@@ -4,7 +4,7 @@
 per collection: recording costs nothing extra, every value of a collection agrees with the others, and the
 names and appear-only-when rules are those of the Prometheus exposition (counters drop the ``_total``
 suffix, as OpenTelemetry names do; a Prometheus exporter downstream adds it back). The API has no
-observable histogram, so the rollout duration histogram is published as its ``rollout_duration_seconds_sum``,
+observable histogram, so each histogram (rollout durations, measured rewards) is published as its ``_sum``,
 ``_count`` and ``_bucket{le}`` counters; spans carry each duration.
 
 The OpenTelemetry SDK and OTLP exporter are optional (``pip install 'rollout-telemetry[otel]'``) and
@@ -26,7 +26,7 @@ from rollout_telemetry._store.groups import GroupsSnapshot
 from rollout_telemetry._store.snapshot import AccountSnapshot, AgentSnapshot
 from rollout_telemetry._views.family import Family
 from rollout_telemetry._views.run_series import GROUP_FAMILIES
-from rollout_telemetry._views.series import DURATION_HISTOGRAM, FAMILIES, duration_buckets
+from rollout_telemetry._views.series import FAMILIES, HISTOGRAM_VIEWS, Histogram
 from rollout_telemetry.exporters.prometheus import SpanStatsCollector
 
 if TYPE_CHECKING:
@@ -69,8 +69,8 @@ class _SharedSnapshot:
 
 
 Callback = Callable[[CallbackOptions], Iterable[Observation]]
-_Part = Callable[[AgentSnapshot], Iterable[tuple[tuple[str, ...], float]]]
-"""An agent's samples of one duration instrument: (label values after the agent's, value) pairs."""
+_Part = Callable[[Histogram, AgentSnapshot], Iterable[tuple[tuple[str, ...], float]]]
+"""An agent's samples of one counter of a histogram: (label values after the agent's, value) pairs."""
 
 
 class _Attributes:
@@ -107,10 +107,11 @@ def _family(
     return observe
 
 
-def _duration(
+def _histogram_part(  # noqa: PLR0917 - one call site
     shared: _SharedSnapshot,
     position: int,
     const: Mapping[str, str],
+    view: Histogram,
     names: tuple[str, ...],
     part: _Part,
 ) -> Callback:
@@ -118,28 +119,28 @@ def _duration(
 
     def observe(options: CallbackOptions) -> Iterator[Observation]:
         for agent in shared.at(position).agents:
-            if agent.lifecycle:
-                for labels, value in part(agent):
+            if view.has(agent):
+                for labels, value in part(view, agent):
                     yield Observation(value, attributes((agent.agent, *labels)))
 
     return observe
 
 
-def _buckets(agent: AgentSnapshot) -> Iterator[tuple[tuple[str, ...], float]]:
-    for bound, count in duration_buckets(agent):
+def _buckets(view: Histogram, agent: AgentSnapshot) -> Iterator[tuple[tuple[str, ...], float]]:
+    for bound, count in view.buckets(agent):
         yield (bound,), count
 
 
 # The OpenTelemetry API has no asynchronous histogram (only observable counters, up-down counters and
-# gauges), so the histogram the account keeps is published as counters, as Prometheus spells it.
-_DURATION_PARTS: tuple[tuple[str, str, str, tuple[str, ...], _Part], ...] = (
-    ("sum", "s", "The sum of the rollout durations (lifecycle API only).", (),
-     lambda a: (((), a.duration_sum),)),
-    ("count", "{rollout}", "The number of rollout durations (lifecycle API only).", (),
-     lambda a: (((), a.duration_count),)),
-    ("bucket", "{rollout}", "Rollout durations at most the le bound, cumulative as in Prometheus "
-     "(lifecycle API only).", ("le",), _buckets),
+# gauges), so each histogram the account keeps is published as counters, as Prometheus spells it.
+_HISTOGRAM_PARTS: tuple[tuple[str, str | None, str, tuple[str, ...], _Part], ...] = (
+    ("sum", None, "The sum of the observed values", (), lambda view, a: (((), view.total(a)),)),
+    ("count", "{rollout}", "The number of observations", (), lambda view, a: (((), view.count(a)),)),
+    ("bucket", "{rollout}", "Observations at most the le bound, cumulative as in Prometheus", ("le",),
+     _buckets),
 )  # fmt: skip
+"""(suffix, unit (None: the family's), description, label names after the agent, samples) of each
+histogram's counters."""
 
 
 def instrument_meter(telemetry: RolloutTelemetry, meter_provider: MeterProvider | None = None) -> None:
@@ -164,13 +165,16 @@ def instrument_meter(telemetry: RolloutTelemetry, meter_provider: MeterProvider 
             meter.create_observable_counter if family.type == "counter" else meter.create_observable_gauge
         )
         create(family.otel_name, callbacks=[callback], unit=family.unit, description=family.help)
-    for position, (part, unit, description, names, values) in enumerate(_DURATION_PARTS, start=len(FAMILIES)):
-        meter.create_observable_counter(
-            f"{DURATION_HISTOGRAM.name}_{part}",
-            callbacks=[_duration(shared, position, const, names, values)],
-            unit=unit,
-            description=description,
-        )
+    position = len(FAMILIES)
+    for view in HISTOGRAM_VIEWS:
+        for suffix, unit, description, names, part in _HISTOGRAM_PARTS:
+            meter.create_observable_counter(
+                f"{view.family.name}_{suffix}",
+                callbacks=[_histogram_part(shared, position, const, view, names, part)],
+                unit=unit or view.family.unit,
+                description=f"{description} of {view.family.name}: {view.family.help}",
+            )
+            position += 1
     for group_family in GROUP_FAMILIES:
         meter.create_observable_counter(
             group_family.otel_name,

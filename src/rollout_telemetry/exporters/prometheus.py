@@ -28,7 +28,7 @@ from rollout_telemetry._store.groups import GroupsSnapshot
 from rollout_telemetry._store.snapshot import AccountSnapshot, AgentSnapshot
 from rollout_telemetry._views.family import Family
 from rollout_telemetry._views.run_series import COVERAGE_FAMILIES, GROUP_FAMILIES, SPAN_FAMILIES
-from rollout_telemetry._views.series import DURATION_HISTOGRAM, FAMILIES, duration_buckets
+from rollout_telemetry._views.series import FAMILIES, HISTOGRAM_VIEWS, Histogram
 from rollout_telemetry.exporters._exposition import Format, Layout, Rendered, rendering
 
 __all__ = ["AccountCollector", "CoverageCollector", "GroupsCollector", "SpanStatsCollector"]
@@ -145,7 +145,7 @@ class _CatalogueCollector(Collector, Generic[S]):
 
 
 class AccountCollector(_CatalogueCollector[AccountSnapshot]):
-    """Builds every ``rollout_*`` family of the account, and the duration histogram, from one snapshot.
+    """Builds every ``rollout_*`` family of the account, and its histograms, from one snapshot.
 
     Args:
         read_snapshot: returns a fresh, consistent account snapshot.
@@ -161,7 +161,8 @@ class AccountCollector(_CatalogueCollector[AccountSnapshot]):
 
     def _described(self) -> Iterator[Family[Any]]:
         yield from FAMILIES
-        yield DURATION_HISTOGRAM
+        for view in HISTOGRAM_VIEWS:
+            yield view.family
 
     def _exemplars(
         self, family: Family[AccountSnapshot], snap: AccountSnapshot
@@ -178,27 +179,31 @@ class AccountCollector(_CatalogueCollector[AccountSnapshot]):
         }
 
     def _more(self, snap: AccountSnapshot) -> Iterator[Metric]:
-        histogram = self._empty(DURATION_HISTOGRAM)
-        assert isinstance(histogram, HistogramMetricFamily)
-        for labels, counts, total, exemplars in _durations(snap):
-            buckets: list[Any] = counts
-            for index, (trace_id, span_id, duration) in exemplars.items():
-                buckets[index] = (*buckets[index], _exemplar((trace_id, span_id), duration))
-            histogram.add_metric([*self._values, *labels], buckets, total)
-        if histogram.samples:
-            yield histogram
+        for view in HISTOGRAM_VIEWS:
+            histogram = self._empty(view.family)
+            assert isinstance(histogram, HistogramMetricFamily)
+            for labels, counts, total, exemplars in _histogram_series(view, snap):
+                buckets: list[Any] = counts
+                for index, (trace_id, span_id, observed) in exemplars.items():
+                    buckets[index] = (*buckets[index], _exemplar((trace_id, span_id), observed))
+                histogram.add_metric([*self._values, *labels], buckets, total)
+            if histogram.samples:
+                yield histogram
 
     def _key(self, index: int, snap: AccountSnapshot) -> object:
-        if index == len(FAMILIES):  # the histogram, last
+        if index >= len(FAMILIES):  # the histograms, last
             return _flat(
                 (labels, total, *(count for _, count in buckets), exemplars)
-                for labels, buckets, total, exemplars in _durations(snap)
+                for labels, buckets, total, exemplars in _histogram_series(
+                    HISTOGRAM_VIEWS[index - len(FAMILIES)], snap
+                )
             )
         return super()._key(index, snap)
 
     def _write(self, index: int, layout: Layout, snap: AccountSnapshot) -> bytes:
-        if index == len(FAMILIES):
-            return "".join([layout.histogram(*series) for series in _durations(snap)]).encode()
+        if index >= len(FAMILIES):
+            series = _histogram_series(HISTOGRAM_VIEWS[index - len(FAMILIES)], snap)
+            return "".join([layout.histogram(*one) for one in series]).encode()
         return super()._write(index, layout, snap)
 
     def render(self, fmt: Format) -> list[bytes]:
@@ -225,13 +230,13 @@ class AccountCollector(_CatalogueCollector[AccountSnapshot]):
         return _joined(layouts, rows)
 
 
-def _durations(
-    snap: AccountSnapshot,
+def _histogram_series(
+    view: Histogram, snap: AccountSnapshot
 ) -> Iterator[tuple[tuple[str, ...], list[tuple[str, float]], float, Mapping[int, tuple[str, str, float]]]]:
-    """Each duration histogram series: its labels, cumulative buckets, sum, and latest trace by bucket."""
+    """Each series of one histogram: its labels, cumulative buckets, sum, and latest trace by bucket."""
     for agent in snap.agents:
-        if agent.lifecycle:
-            yield (agent.agent,), duration_buckets(agent), agent.duration_sum, agent.bucket_exemplars
+        if view.has(agent):
+            yield (agent.agent,), view.buckets(agent), view.total(agent), view.exemplars(agent)
 
 
 def _flat(samples: Iterable[tuple[Any, ...]]) -> tuple[object, ...]:

@@ -1,0 +1,87 @@
+"""The measured rewards' histogram: buckets from the declared reward range, published only once declared."""
+
+from __future__ import annotations
+
+import pytest
+
+from rollout_telemetry import RolloutTelemetry
+from rollout_telemetry._contract.reward_range import reward_bounds
+from tests.support import exposition, sample_names, samples
+
+
+def _buckets(telemetry: RolloutTelemetry, agent: str = "math") -> dict[str, float]:
+    return {
+        dict(labels)["le"]: v
+        for (name, labels), v in samples(exposition(telemetry.registry)).items()
+        if name == "rollout_measured_reward_bucket" and dict(labels)["agent"] == agent
+    }
+
+
+def test_bounds_of_the_default_range() -> None:
+    """[0, 1] gives the lowest reward and ten steps of 0.1, with no float residue."""
+    assert reward_bounds((0.0, 1.0)) == (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+    assert reward_bounds((-1.0, 1.0))[:3] == (-1.0, -0.8, -0.6)
+
+
+def test_no_histogram_without_a_declared_range(telemetry: RolloutTelemetry) -> None:
+    """A run that declares no reward range publishes no reward histogram."""
+    telemetry.record("math", {"reward": 1.0})
+    assert not {name for name in sample_names(exposition(telemetry.registry)) if "measured_reward" in name}
+
+
+def test_measured_rewards_fill_cumulative_buckets(telemetry: RolloutTelemetry) -> None:
+    """Each measured reward counts in the first bucket whose bound is at or above it; masked ones not."""
+    telemetry.declare_reward_range("math", reward_range=(0.0, 1.0))
+    rewards = [0.0, 0.0, 0.3, 0.30000000000000004, 0.95, 1.0, 1.0, 1.0, -0.5, 7.0]
+    for reward in rewards:
+        telemetry.record("math", {"reward": reward})
+    telemetry.record("math", {"reward": 0.5, "mask_sample": True})
+    telemetry.record("math", {"reward": None})
+    buckets = _buckets(telemetry)
+    # By hand: <= 0 holds 0, 0, -0.5; 0.3 holds 0.3 exactly; 0.30000000000000004 goes to 0.4; 0.95 to 1.0.
+    assert buckets["0.0"] == 3
+    assert buckets["0.3"] == 4
+    assert buckets["0.4"] == 5
+    assert buckets["0.9"] == 5
+    assert buckets["1.0"] == 9
+    assert buckets["+Inf"] == 10
+    text = exposition(telemetry.registry)
+    parsed = samples(text)
+    count = next(v for (name, labels), v in parsed.items() if name == "rollout_measured_reward_count")
+    total = next(v for (name, labels), v in parsed.items() if name == "rollout_measured_reward_sum")
+    assert count == len(rewards)
+    assert total == pytest.approx(sum(rewards))
+
+
+def test_a_declared_range_sets_the_bucket_bounds(telemetry: RolloutTelemetry) -> None:
+    """Rewards in [-1, 1]: the buckets step by 0.2 from -1."""
+    telemetry.declare_reward_range("code", reward_range=(-1, 1))
+    telemetry.record("code", {"reward": -0.9})
+    buckets = _buckets(telemetry, "code")
+    assert list(buckets) == [
+        "-1.0",
+        "-0.8",
+        "-0.6",
+        "-0.4",
+        "-0.2",
+        "0.0",
+        "0.2",
+        "0.4",
+        "0.6",
+        "0.8",
+        "1.0",
+        "+Inf",
+    ]
+    assert buckets["-1.0"] == 0
+    assert buckets["-0.8"] == 1
+
+
+def test_the_range_is_declared_before_the_first_reward(telemetry: RolloutTelemetry) -> None:
+    """A new range after a measured reward is refused (the histogram would miss it); the same is a no-op."""
+    telemetry.declare_reward_range("math", reward_range=(0, 1))
+    telemetry.record("math", {"reward": 1.0})
+    telemetry.declare_reward_range("math", reward_range=(0, 1))
+    with pytest.raises(ValueError, match="before its first measured reward"):
+        telemetry.declare_reward_range("math", reward_range=(0, 2))
+    telemetry.record_failure("code", "session_lost")
+    telemetry.declare_reward_range("code", reward_range=(0, 2))  # a failure is no measured reward

@@ -213,9 +213,15 @@ def _constructor_table(cls: type) -> str:
 
 
 def _members(cls: type) -> Iterator[tuple[str, Callable[..., object]]]:
-    for name, member in vars(cls).items():
-        if not name.startswith("_") and callable(member):
-            yield name, member
+    """The public methods of ``cls``, those of its bases in the package included (the facade's parts)."""
+    seen: set[str] = set()
+    for klass in cls.__mro__:
+        if not klass.__module__.startswith("rollout_telemetry"):
+            continue
+        for name, member in vars(klass).items():
+            if not name.startswith("_") and callable(member) and name not in seen:
+                seen.add(name)
+                yield name, member
 
 
 def api_page() -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import re
 import shlex
+import sys
 
 import pytest
 
@@ -148,3 +149,19 @@ def test_metavars_are_one_vocabulary(monkeypatch: pytest.MonkeyPatch) -> None:
             assert seen.setdefault(option, found[1]) == found[1], (name, option)
             if re.search(r"\bfile\b", action.help or ""):
                 assert found[1] in ("FILE", "PATH"), (name, option)
+
+
+def test_ctrl_c_while_the_command_line_loads_exits_130(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C while the console script is still importing the command line exits 130, not a traceback."""
+    import importlib.abc
+
+    from rollout_telemetry._cli import entry
+
+    class Interrupted(importlib.abc.MetaPathFinder):
+        def find_spec(self, name: str, path: object, target: object = None) -> None:
+            if name == "rollout_telemetry._cli.main":
+                raise KeyboardInterrupt
+
+    monkeypatch.delitem(sys.modules, "rollout_telemetry._cli.main")
+    monkeypatch.setattr(sys, "meta_path", [Interrupted(), *sys.meta_path])
+    assert entry.run() == 130

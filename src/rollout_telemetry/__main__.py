@@ -1,5 +1,5 @@
 """``python -m rollout_telemetry``: the command line."""
 
-from rollout_telemetry._cli.main import main
+from rollout_telemetry._cli.entry import run
 
-raise SystemExit(main())
+raise SystemExit(run())

@@ -51,7 +51,11 @@ def add_parser(commands: argparse._SubParsersAction[OneLineParser]) -> None:
         "--no-negative-rewards", action="store_true", help="draw rewards from [0, 1] instead of [-0.2, 1]"
     )
     demo.add_argument(
-        "--max-rollout-seconds", type=positive, default=2.0, help="longest simulated rollout (default: 2)"
+        "--max-rollout-seconds",
+        type=positive,
+        default=2.0,
+        metavar="SECONDS",
+        help="longest simulated rollout (default: 2)",
     )
     demo.add_argument(
         "--summary-interval", type=at_least(0.5), default=5.0, help="seconds between summaries (default: 5)"
@@ -66,6 +70,7 @@ def add_parser(commands: argparse._SubParsersAction[OneLineParser]) -> None:
         "--stall-after",
         type=positive,
         default=5.0,
+        metavar="SECONDS",
         help="seconds in flight after which a rollout counts as stalled (default: 5, short for a demo)",
     )
     add_otlp_option(demo, "spans and metrics")

@@ -41,7 +41,11 @@ def _page(title: str, source: str, intro: str, header: Sequence[str], rows: Iter
         "|" + "---|" * len(header),
         *("| " + " | ".join(_cell(cell) for cell in row) + " |" for row in rows),
     ]
-    return f"# {title}\n\n" + _GENERATED.format(source=source) + intro + "\n\n" + "\n".join(table) + "\n"
+    # The table needs the page's width: no table of contents beside it (Material's front matter).
+    front = "---\nhide:\n  - toc\n---\n\n"
+    return (
+        front + f"# {title}\n\n" + _GENERATED.format(source=source) + intro + "\n\n" + "\n".join(table) + "\n"
+    )
 
 
 def _cell(text: str) -> str:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from rollout_telemetry._store.groups import NO_SIGNAL
+from rollout_telemetry._contract.group_state import NO_SIGNAL
 from rollout_telemetry._views.series import published
 
 __all__ = [
@@ -51,7 +51,7 @@ OUTPUT = 'type="output"'
 """The token type of the model's output (reasoning tokens included)."""
 
 NO_SIGNAL_STATES = NO_SIGNAL
-"""The group states whose advantages are zero or noise (``rollout_telemetry.groups.NO_SIGNAL``)."""
+"""The group states whose advantages are zero or noise (``_contract.group_state.NO_SIGNAL``)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,9 +10,9 @@ import pytest
 
 from rollout_telemetry import Disposition, RolloutTelemetry
 from rollout_telemetry._cli.main import main
+from rollout_telemetry._contract.group_state import GROUP_STATES, contaminated, group_state
 from rollout_telemetry._contract.outcome import absent, classify
 from rollout_telemetry._sources.follow import RunFiles, RunFollower
-from rollout_telemetry._store.groups import GROUP_STATES, contaminated, group_state
 from tests.support import exposition, sample_names, samples, value
 
 FIXTURES = Path(__file__).parent / "fixtures"

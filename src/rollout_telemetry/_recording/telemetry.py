@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from prometheus_client.registry import CollectorRegistry
 
+from rollout_telemetry._contract.group_state import DEFAULT_MIN_VALID
 from rollout_telemetry._contract.health import TRAJECTORY, health_of
 from rollout_telemetry._contract.identity import Member, member
 from rollout_telemetry._contract.outcome import (
@@ -30,7 +31,7 @@ from rollout_telemetry._recording.spans import DEFAULT_REASON_LIMIT, SpanMode, S
 from rollout_telemetry._recording.stalls import DEFAULT_STALL_AFTER, Stalls, stall_bound
 from rollout_telemetry._store.account import Account, InFlight
 from rollout_telemetry._store.coverage import Coverage
-from rollout_telemetry._store.groups import DEFAULT_MIN_VALID, Groups
+from rollout_telemetry._store.groups import Groups
 from rollout_telemetry._store.names import DEFAULT_MAX_AGENTS, DEFAULT_MAX_KINDS_PER_AGENT, Names
 from rollout_telemetry._store.rejections import Rejections
 from rollout_telemetry.errors import OutcomeError, Rejection

@@ -26,8 +26,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from pathlib import Path
 
 from rollout_telemetry._contract.health import findings
 from rollout_telemetry._contract.outcome import Classified, classify
@@ -46,6 +44,7 @@ from rollout_telemetry._sources.gym_rows import (
     row_latency,
 )
 from rollout_telemetry._sources.inputs import input_rollout
+from rollout_telemetry._sources.run_files import RunFiles
 from rollout_telemetry._sources.tail import MAX_LINE, Tail
 from rollout_telemetry._store.coverage import DEFAULT_MAX_ATTEMPTS
 from rollout_telemetry.errors import Rejection
@@ -53,37 +52,6 @@ from rollout_telemetry.errors import Rejection
 __all__ = ["MAX_LINE", "NO_RESULT_CLASSES", "RunFiles", "RunFollower"]
 
 _log = logging.getLogger("rollout_telemetry.follow")
-
-
-@dataclass(frozen=True, slots=True)
-class RunFiles:
-    """The files of one run: the main output, its failures sidecar, its materialized inputs."""
-
-    main: Path
-    failures: Path | None = None
-    inputs: Path | None = None
-
-    @property
-    def name(self) -> str:
-        """The name a run's files give its rows that name no agent: the main file's stem."""
-        return _stem(self.main)
-
-    @classmethod
-    def from_main(
-        cls, main: str | Path, *, failures: str | Path | None = None, inputs: str | Path | None = None
-    ) -> RunFiles:
-        """Find the sidecars by name next to ``<stem>.jsonl`` unless given explicitly."""
-        path = Path(main)
-        stem = _stem(path)
-        return cls(
-            main=path,
-            failures=Path(failures) if failures else path.with_name(f"{stem}_failures.jsonl"),
-            inputs=Path(inputs) if inputs else path.with_name(f"{stem}_materialized_inputs.jsonl"),
-        )
-
-
-def _stem(main: Path) -> str:
-    return main.name.removesuffix(".jsonl")
 
 
 class RunFollower:

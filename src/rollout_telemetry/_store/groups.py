@@ -1,40 +1,31 @@
-"""Groups: the rollouts of one task, compared with each other as GRPO-style training compares them.
+"""Groups: the rollouts of one task, gathered until each member has an outcome, then classified once.
 
-The rollouts of one (agent, task index) form a group. A member is *valid* when it completed unmasked with a
-reward (the ``measured`` disposition). Once every member has an outcome the group is classified, once:
+The rollouts of one (agent, task index) form a group; how a complete group is classified, and what more is
+counted of it for the training signal, is ``_contract.group_state``. Besides, its task is *consistently
+unhealthy* (NeMo Gym's ``task_consistently_unhealthy``) when two or more members had their trajectory checked
+(``_contract.health``) and every one of them failed a check.
 
-- ``no_valid``: no valid member (every one masked, unscored, failed or omitted). Not NeMo Gym's "fully
-  masked" task, whose rows in the main output are all masked: the coverage account counts that one;
-- ``insufficient``: fewer than ``min_valid`` valid members: a noisy advantage estimate;
-- ``uniform``: every valid member got the same reward: zero advantage, no learning signal;
-- ``degraded``: some members are not valid, enough are, and their rewards differ;
-- ``valid``: every member valid and their rewards differ.
-
-The checks run in that order (``group_state``), so a group with one valid member is insufficient, not
-uniform. Two more things are counted of each completed group, for the training signal:
-
-- its *baseline is contaminated* (``contaminated``) when valid members sit beside members that are not
-  valid (masked, unscored, failed or omitted): a trainer that keeps those as reward 0 computes the valid
-  members' advantages against a baseline that includes infrastructure losses. Only a degraded, uniform or
-  insufficient group can be; its members are counted by the disposition of their standing attempt;
-- a uniform group's common reward is at the ``lowest`` or ``highest`` of its agent's declared reward range
-  (``_contract.reward_range``, [0, 1] unless declared) or ``other``: too hard, too easy, or stuck between;
-- its task is *consistently unhealthy* (NeMo Gym's ``task_consistently_unhealthy``) when two or more members
-  had their trajectory checked (``_contract.health``) and every one of them failed a check.
- The size of a group comes from ``declare(agent, group_size)`` (every task of the agent has that
-many rollouts) or, in follow mode, from the materialized inputs (``expect``: one call per expected
-rollout). A member is keyed by its rollout index, so a retried member replaces its earlier attempt while the
-group is open; once complete, a group's members are dropped and a bounded record that it completed is kept,
-so a late retry never completes it again.
+The size of a group comes from ``declare(agent, group_size)`` (every task of the agent has that many
+rollouts) or, in follow mode, from the materialized inputs (``expect``: one call per expected rollout). A
+member is keyed by its rollout index, so a retried member replaces its earlier attempt while the group is
+open; once complete, a group's members are dropped and a bounded record that it completed is kept, so a late
+retry never completes it again.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
 
+from rollout_telemetry._contract.group_state import (
+    CONTAMINABLE,
+    DEFAULT_MIN_VALID,
+    GROUP_STATES,
+    GroupState,
+    contaminated,
+    group_state,
+)
 from rollout_telemetry._contract.identity import MAX_ROLLOUT_INDEX, check_identity, rank, supersedes
 from rollout_telemetry._contract.outcome import ABSENT, Classified, Disposition
 from rollout_telemetry._contract.reward_range import (
@@ -51,48 +42,9 @@ from rollout_telemetry._store.names import Names
 from rollout_telemetry._store.snapshot import by_agent
 from rollout_telemetry.errors import ConfigError
 
-__all__ = [
-    "CONTAMINABLE",
-    "DEFAULT_MIN_VALID",
-    "GROUP_STATES",
-    "NO_SIGNAL",
-    "AgentGroups",
-    "GroupState",
-    "Groups",
-    "GroupsSnapshot",
-    "contaminated",
-    "group_state",
-]
-
-GroupState = Literal["valid", "degraded", "uniform", "insufficient", "no_valid"]
-GROUP_STATES: tuple[GroupState, ...] = ("valid", "degraded", "uniform", "insufficient", "no_valid")
-NO_SIGNAL: tuple[GroupState, ...] = ("uniform", "insufficient", "no_valid")
-"""The states of a group that gives the policy no (or only a noisy) learning signal."""
-CONTAMINABLE: tuple[GroupState, ...] = ("degraded", "uniform", "insufficient")
-"""The states of a group that can hold valid members beside members that are not valid."""
-
-DEFAULT_MIN_VALID = 2
+__all__ = ["AgentGroups", "Groups", "GroupsSnapshot"]
 
 _MEASURED = Disposition.MEASURED
-
-
-def group_state(rewards: Sequence[float | None], min_valid: int = DEFAULT_MIN_VALID) -> GroupState:
-    """Classify a complete group from its members' rewards, ``None`` for a member that is not valid."""
-    valid = [reward for reward in rewards if reward is not None]
-    if not valid:
-        return "no_valid"
-    if len(valid) < min_valid:
-        return "insufficient"
-    if min(valid) == max(valid):
-        return "uniform"
-    if len(valid) < len(rewards):
-        return "degraded"
-    return "valid"
-
-
-def contaminated(rewards: Sequence[float | None]) -> bool:
-    """Whether a complete group's valid members sit beside members that are not valid (``None``)."""
-    return None in rewards and any(reward is not None for reward in rewards)
 
 
 # A member's state, packed in an int of a Blocks column (see _store.blocks): 0 is a member not known yet.

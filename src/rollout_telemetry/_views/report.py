@@ -27,10 +27,11 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from rollout_telemetry._contract.group_state import GROUP_STATES
 from rollout_telemetry._contract.health import HEALTH_CHECKS
 from rollout_telemetry._contract.outcome import Disposition
 from rollout_telemetry._store.coverage import CoverageSnapshot
-from rollout_telemetry._store.groups import GROUP_STATES, AgentGroups, GroupsSnapshot
+from rollout_telemetry._store.groups import AgentGroups, GroupsSnapshot
 from rollout_telemetry._store.snapshot import AccountSnapshot, AgentSnapshot
 from rollout_telemetry._views.progress import coverage_metrics, expected_rollouts, progress_metrics
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
+from rollout_telemetry._contract.group_state import GROUP_STATES
 from rollout_telemetry._contract.outcome import Disposition
 from rollout_telemetry._store.coverage import AgentCoverage, CoverageSnapshot
-from rollout_telemetry._store.groups import GROUP_STATES, AgentGroups, GroupsSnapshot
+from rollout_telemetry._store.groups import AgentGroups, GroupsSnapshot
 from rollout_telemetry._views.family import Family, PerAgent, Sample
 
 __all__ = ["COVERAGE_FAMILIES", "GROUP_FAMILIES", "SPAN_FAMILIES"]

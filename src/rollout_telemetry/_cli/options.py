@@ -60,7 +60,7 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
 
 def add_security_options(parser: argparse.ArgumentParser) -> None:
     """The TLS and basic-auth flags of an endpoint, read by ``endpoint_security()``."""
-    security = parser.add_argument_group("security (see the README's Security section)")
+    security = parser.add_argument_group("security (see docs/guides/security.md)")
     security.add_argument(
         "--tls-cert", metavar="FILE", type=readable_file, help="serve HTTPS with this certificate (PEM)"
     )

@@ -31,7 +31,7 @@ class Family(Generic[S]):
     unit: str
     """The OpenTelemetry unit (UCUM): ``{rollout}``, ``1`` or ``s``."""
     appears: str
-    """When the family has series, for the README."""
+    """When the family has series, for the metric reference (docs/reference/metrics.md)."""
     help: str
     sample: Callable[[S], Iterator[Sample]]
     timely: bool = False

@@ -2,7 +2,8 @@
 
 Every family any collector publishes is listed here: the account's (``FAMILIES``, ``HISTOGRAMS``, defined
 here), the run coverage account's, the groups' and the span export statistics' (``_views.run_series``);
-``CATALOGUE`` is all of them, and the README's metric table and the dashboard tests are checked against it.
+``CATALOGUE`` is all of them; the docs' metric reference is generated from it (``python -m docs.generate``)
+and the dashboard tests are checked against it.
 The exporters format what the families compute, so names, meanings and the appear-only-when rules live in
 one place. A family with no samples is not published at all: a healthy run publishes only the always-present
 set.

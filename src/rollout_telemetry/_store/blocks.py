@@ -16,7 +16,7 @@ Only touched under the lock of the store that owns it.
 from __future__ import annotations
 
 from array import array
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from rollout_telemetry._contract.identity import MAX_ROLLOUT_INDEX
@@ -109,10 +109,3 @@ class Blocks:
         """The slots of a task's block (by task number), in rollout-index order."""
         start = self._start[number]
         return range(start, start + self._cap[number])
-
-    def task_numbers(self) -> Iterator[tuple[int, int]]:
-        """Every (task index, task number)."""
-        for task, number in enumerate(self._dense):
-            if number:
-                yield task, number - 1
-        yield from self._sparse.items()

@@ -97,7 +97,7 @@ def add_parser(commands: argparse._SubParsersAction[OneLineParser]) -> None:
         "(failures rise and leak into scores), truncation (answers hit max_output_tokens) or policy; or "
         "the training signal go unsound: contaminated (failures beside valid members), too_hard, too_easy "
         "(most tasks uniform at the lowest or highest reward), hollow (turns with no message) or "
-        "length_drift (answers three times longer)",
+        "length_drift (answers up to three times longer)",
     )
     demo.add_argument(
         "--drop-after",

@@ -26,7 +26,8 @@ The training-signal scenarios change what a trainer learns from, not (or not onl
 - ``too_hard``: 80% of the tasks score the lowest reward on every member;
 - ``too_easy``: 80% of the tasks score the highest reward on every member;
 - ``hollow``: every rollout carries its trajectory, and 30% of them have a turn with no message or tool call;
-- ``length_drift``: answers get three times longer.
+- ``length_drift``: answers may get three times longer (under ``max_output_tokens``: about twice as long
+  on average).
 """
 
 from __future__ import annotations

@@ -22,6 +22,7 @@ from rollout_telemetry._store import fork as _fork
 from rollout_telemetry._store.agent import DURATION_BUCKETS, AgentCopy, AgentState, Cell
 from rollout_telemetry._store.flights import Flight, FlightRecord, Slot
 from rollout_telemetry._store.names import Names, cacheable
+from rollout_telemetry._store.reads import read_locked
 from rollout_telemetry._store.snapshot import AccountSnapshot, AgentSnapshot
 from rollout_telemetry.errors import ConfigError
 from rollout_telemetry.failure_kinds import OTHER
@@ -346,7 +347,7 @@ class Account:
         again, the same object: deriving is skipped, and a view can keep what it made from it (the
         exposition keeps the agent's lines) while the agent is unchanged.
         """
-        with self._lock:
+        with read_locked(self._lock):
             now = self._clock()
             copies = [state.copy() for state in self._by_label.values()]
             rejected = self._rejected.copy()

@@ -37,6 +37,7 @@ from rollout_telemetry._contract.outcome import REACHED_OUTPUT, Disposition
 from rollout_telemetry._store import fork as _fork
 from rollout_telemetry._store.blocks import Blocks
 from rollout_telemetry._store.names import Names
+from rollout_telemetry._store.reads import read_locked
 from rollout_telemetry._store.snapshot import by_agent
 from rollout_telemetry.errors import ConfigError
 
@@ -342,7 +343,7 @@ class Coverage:
 
     def snapshot(self) -> CoverageSnapshot:
         """Copy the coverage of every agent: O(agents), whatever the number of rollouts."""
-        with self._lock:
+        with read_locked(self._lock):
             known = self._expected_known
             # The rollouts without an identity that fill expected ones, by agent (see the module).
             filled = {label: min(state.unidentified, state.unknown) for label, state in self._agents.items()}

@@ -39,6 +39,7 @@ from rollout_telemetry._contract.reward_range import (
 from rollout_telemetry._store import fork as _fork
 from rollout_telemetry._store.blocks import Blocks
 from rollout_telemetry._store.names import Names
+from rollout_telemetry._store.reads import read_locked
 from rollout_telemetry._store.snapshot import by_agent
 from rollout_telemetry.errors import ConfigError
 
@@ -318,7 +319,7 @@ class Groups:
 
     def snapshot(self) -> GroupsSnapshot:
         """Copy every agent's group counts."""
-        with self._lock:
+        with read_locked(self._lock):
             agents = tuple(
                 AgentGroups(
                     agent=label,

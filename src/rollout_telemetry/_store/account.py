@@ -15,6 +15,7 @@ import logging
 from collections.abc import Callable
 from typing import TypeVar
 
+from rollout_telemetry._contract.failure_where import Where
 from rollout_telemetry._contract.generation import Generation, truncation_cause
 from rollout_telemetry._contract.outcome import Classified, Disposition
 from rollout_telemetry._contract.reward_range import RewardRange, reward_bounds
@@ -22,6 +23,7 @@ from rollout_telemetry._store import fork as _fork
 from rollout_telemetry._store.agent import DURATION_BUCKETS, AgentCopy, AgentState, Cell
 from rollout_telemetry._store.flights import Flight, FlightRecord, Slot
 from rollout_telemetry._store.names import Names, cacheable
+from rollout_telemetry._store.recovery import Recovery
 from rollout_telemetry._store.snapshot import AccountSnapshot, AgentSnapshot
 from rollout_telemetry.errors import ConfigError
 from rollout_telemetry.failure_kinds import OTHER
@@ -37,6 +39,14 @@ _MEASURED = Disposition.MEASURED
 
 InFlight = tuple[AgentState, Slot, float]
 """What ``Account.begin`` returns and ``Account.count`` takes to end that flight: opaque to callers."""
+
+
+def _recovery(state: AgentState) -> Recovery:
+    # Under the lock: an agent's recovery counts, made at its first retry verdict or failure stage.
+    recovery = state.recovery
+    if recovery is None:
+        recovery = state.recovery = Recovery()
+    return recovery
 
 
 class Account:
@@ -214,6 +224,24 @@ class Account:
             state.evaluated += 1
             for check in health:
                 state.findings[check] = state.findings.get(check, 0) + 1
+
+    def settled(
+        self, agent: str, attempts: int, delay: float | None, *, exhausted: bool, kind: str | None
+    ) -> None:
+        """Count one identity of ``agent`` that reached its terminal outcome (``Coverage.observe`` decides):
+        the ``attempts`` it took, the seconds it waited between them (``delay``, ``None`` when not
+        measurable) and whether its retries ran out (``exhausted``), with the failure kind of its last
+        attempt (``kind``)."""
+        state = self._state(agent)
+        with self._lock:
+            label = self.names.kind(state.label, kind)[0] if exhausted else None
+            _recovery(state).settled(attempts, delay, label)
+
+    def failed_at(self, agent: str, where: Where) -> None:
+        """Count one failure of ``agent`` by its (stage, delivery), checked (``failure_where``)."""
+        state = self._state(agent)
+        with self._lock:
+            _recovery(state).failed_at(where)
 
     def declare_range(self, agent: str, reward_range: RewardRange) -> None:
         """Histogram ``agent``'s measured rewards in buckets of its reward range, from its first one on.

@@ -312,16 +312,19 @@ class RolloutTelemetry(ExpectedWork, Reading):
     ) -> None:
         try:
             outcome = check_outcome(disposition, None, None, failure_kind, reason)
-            where, refused = failure_where(stage, delivery)
-            if task_index is None and self._coverage is None:  # the common call: straight to the account
-                self._account.count(agent, outcome)
-                if where is not None:
-                    self._account.failed_at(agent, where)
+            if task_index is None and self._coverage is None and stage is None and delivery is None:
+                self._account.count(agent, outcome)  # the common call: straight to the account
             else:
-                member = self._member(task_index, rollout_index, attempt)
-                self._settle(agent, outcome, None, member, None, terminal, None, 0, where)
-            for error in refused:  # the failure is counted, at an unknown stage or delivery
-                self.rejections.reject(error)
+                where, refused = failure_where(stage, delivery)
+                if task_index is None and self._coverage is None:
+                    self._account.count(agent, outcome)
+                    if where is not None:
+                        self._account.failed_at(agent, where)
+                else:
+                    member = self._member(task_index, rollout_index, attempt)
+                    self._settle(agent, outcome, None, member, None, terminal, None, 0, where)
+                for error in refused:  # the failure is counted, at an unknown stage or delivery
+                    self.rejections.reject(error)
             if reason is not None:
                 self._log_reason(agent, disposition, failure_kind, reason)
         except Exception as exc:

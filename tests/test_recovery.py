@@ -311,3 +311,17 @@ def test_a_real_gym_run_with_retries_gives_its_attempts(tmp_path: Path) -> None:
     histogram = _histogram(telemetry, "rollout_attempts", "rt_weather_simple_agent")
     assert (histogram["count"], histogram["sum"], histogram["1.0"], histogram["2.0"]) == (24, 26, 22, 24)
     assert "rollout_retries_exhausted_total" not in _names(telemetry)
+
+
+def test_strict_raises_a_bad_stage_of_a_lifecycle_failure_after_counting_it(clock: FakeClock) -> None:
+    """ctx.fail() with a bad delivery under strict=True counts the failure, then raises; the block's exit
+    adds nothing."""
+    telemetry = RolloutTelemetry(clock=clock, strict=True)
+    with pytest.raises(OutcomeError, match="delivery"), telemetry.rollout("math") as rollout:
+        rollout.fail("session_lost", delivery="sent")
+    text = exposition(telemetry.registry)
+    assert value(text, "rollout_failed_total", agent="math", failure_kind="session_lost") == 1
+    assert "rollout_telemetry:no_outcome" not in text
+    assert _by_labels(telemetry, "rollout_failure_stages_total") == {
+        (("agent", "math"), ("delivery", "unknown"), ("stage", "agent")): 1
+    }

@@ -253,14 +253,15 @@ class RolloutContext:
         Gym's ``_ng_failure_terminal``), so the coverage account never counts it ``retryable``. ``stage`` and
         ``delivery`` are ``record_failure``'s; ``stage`` not given is the rollout's current one
         (``stage()``) when that is one of NeMo Gym's."""
-        where = None
+        where: Where | None = None
+        refused: tuple[OutcomeError, ...] = ()
         if self._state == _IN_FLIGHT:
             assert self._handle is not None
             current = stage_of(self._handle[1].stage) if stage is None else stage
             where, refused = failure_where(current, delivery)
-            for error in refused:  # counted; the failure is still counted, at an unknown stage or delivery
-                self._shared.rejections.reject(error)
         self._absent(Disposition.FAILED, failure_kind, reason, terminal, where)
+        for error in refused:  # after the failure is counted, at an unknown stage or delivery
+            self._shared.rejections.reject(error)
 
     def omit(
         self, failure_kind: str | None = None, *, reason: str | None = None, terminal: bool = False

@@ -25,6 +25,12 @@ A failed rollout is *retryable* when NeMo Gym would dispatch it again on resume:
 it, none of its failure rows is terminal, and it has used fewer than ``max_attempts`` attempts (its failure
 rows). Every count is kept current as rows arrive, so a snapshot costs the same at ten rollouts and at ten
 million.
+
+The row that makes an identity's outcome final (a success, a terminal failure, or the failure that used its
+last attempt) returns a ``Verdict``, once per identity: the attempts it took, the time it waited between
+them when the caller gave times (the hook API), and whether its retries ran out. The facade counts it
+(``rollout_attempts``, ``rollout_retry_delay_seconds``, ``rollout_retries_exhausted_total``), so both doors,
+the hook API and followed files, count retries by this one rule.
 """
 
 from __future__ import annotations
@@ -319,8 +325,8 @@ class Coverage:
         return waited
 
     def _final(self, state: int) -> bool:
-        # NeMo Gym's resume rule, as _retryable's complement: a success written, a terminal failure row, or
-        # max_attempts failure rows (attempts used) make an identity's outcome final.
+        # NeMo Gym's resume rule: a success written (for any attempt), a terminal failure row, or max_attempts
+        # failure rows (attempts used) make an identity's outcome final; Gym dispatches no further attempt.
         return bool(state & (_SUCCESSES | _TERMINAL)) or _failures(state) >= self.max_attempts
 
     def _verdict(self, state: int, succeeded: bool, terminal: bool, waited: float | None) -> Verdict:
@@ -373,9 +379,8 @@ class Coverage:
         return None
 
     def _retryable(self, state: int) -> bool:
-        # NeMo Gym's resume rule: no success written (for any attempt), no terminal failure row, and fewer
-        # failure rows (attempts used) than max_attempts.
-        return 0 < _failures(state) < self.max_attempts and not state & (_SUCCESSES | _TERMINAL)
+        # A failed rollout NeMo Gym would dispatch again on resume: one whose outcome is not final.
+        return _failures(state) > 0 and not self._final(state)
 
     @staticmethod
     def _recount(state: _Agent, number: int, old: int, code: int) -> None:

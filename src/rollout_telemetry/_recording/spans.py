@@ -269,7 +269,8 @@ class SpanRecorder:
                 span.add_event("rollout.abandoned")
             else:
                 self._outcome(open_span, outcome)
-                span.set_attributes(recovery_attributes(*facts))
+                if facts[0] is not None or facts[1] is not None:
+                    span.set_attributes(recovery_attributes(*facts))
         finally:
             if open_span.owned:
                 try:

@@ -225,6 +225,13 @@ class Account:
             for check in health:
                 state.findings[check] = state.findings.get(check, 0) + 1
 
+    def _known(self, agent: str) -> AgentState:
+        """The state of an agent, by the one dict lookup of a name seen before (as in ``count``)."""
+        try:
+            return self._by_name[agent]
+        except Exception:  # a new agent, not a hashable one, or a str subclass whose hash raises
+            return self._state(agent)
+
     def settled(
         self, agent: str, attempts: int, delay: float | None, *, exhausted: bool, kind: str | None
     ) -> None:
@@ -232,14 +239,14 @@ class Account:
         the ``attempts`` it took, the seconds it waited between them (``delay``, ``None`` when not
         measurable) and whether its retries ran out (``exhausted``), with the failure kind of its last
         attempt (``kind``)."""
-        state = self._state(agent)
+        state = self._known(agent)
         with self._lock:
             label = self.names.kind(state.label, kind)[0] if exhausted else None
             _recovery(state).settled(attempts, delay, label)
 
     def failed_at(self, agent: str, where: Where) -> None:
         """Count one failure of ``agent`` by its (stage, delivery), checked (``failure_where``)."""
-        state = self._state(agent)
+        state = self._known(agent)
         with self._lock:
             _recovery(state).failed_at(where)
 

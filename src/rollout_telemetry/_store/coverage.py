@@ -37,6 +37,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from rollout_telemetry._contract.identity import check_identity, rank, supersedes
 from rollout_telemetry._contract.outcome import REACHED_OUTPUT, Disposition
@@ -162,9 +163,10 @@ class CoverageSnapshot:
         return by_agent(self.agents, name)
 
 
-@dataclass(frozen=True, slots=True)
-class Verdict:
-    """An identity's outcome became final with one row (``Coverage.observe``): counted once per identity."""
+class Verdict(NamedTuple):
+    """An identity's outcome became final with one row (``Coverage.observe``): counted once per identity.
+
+    A named tuple: made on the recording path, where a frozen dataclass costs several times as much."""
 
     attempts: int
     """Attempts it took: its highest attempt index + 1, or the rows seen if more (unstamped retries)."""

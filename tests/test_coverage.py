@@ -18,7 +18,7 @@ UNSCORED = Disposition.UNSCORED
 def _ok(
     coverage: Coverage, agent: str, identity: tuple[int, int], attempt: int, disposition: Disposition
 ) -> None:
-    assert coverage.observe(agent, identity, attempt, disposition, succeeded=True) is None
+    assert coverage.observe(agent, identity, attempt, disposition, succeeded=True)[0] is None
 
 
 def _fail(
@@ -122,8 +122,8 @@ def test_a_success_wins_over_a_failure_of_the_same_attempt_in_either_order() -> 
 def test_a_repeated_success_is_a_duplicate() -> None:
     """The same identity and attempt twice in the main output: the second is refused, naming the first."""
     coverage = Coverage()
-    assert coverage.observe("a", (0, 0), 0, MEASURED, succeeded=True, line=3) is None
-    assert coverage.observe("a", (0, 0), 0, MEASURED, succeeded=True, line=9) == 3
+    assert coverage.observe("a", (0, 0), 0, MEASURED, succeeded=True, line=3)[0] is None
+    assert coverage.observe("a", (0, 0), 0, MEASURED, succeeded=True, line=9)[0] == 3
     agent = coverage.snapshot().agent("a")
     assert agent is not None
     assert (agent.rollouts[MEASURED], agent.retried) == (1, 0)

@@ -169,6 +169,8 @@ def test_latest_conventions_every_attribute_and_event(receiver: OTLPReceiver, la
         "rollout.mask_sample": False,
         "rollout.failure_kind": "session_lost",
         "error.type": "session_lost",
+        "rollout.failure.stage": "agent",  # a new rollout's stage, where it failed
+        "rollout.failure.delivery": "unknown",
     }
     assert failed.events == [
         ("rollout.failure", {"rollout.failure_reason": redacted}),
@@ -327,6 +329,7 @@ def test_follow_mode_one_span_per_row(receiver: OTLPReceiver, latest: None, tmp_
         "gen_ai.usage.reasoning.output_tokens": 12,
         "nemo.gym.rollout.id": "0-0",
         "rollout.timing": "ng_perf",
+        "rollout.attempts": 1,  # its outcome final at its first attempt
     }
     assert timed.events == [_evaluation("measured", 1.0)]
 
@@ -340,6 +343,7 @@ def test_follow_mode_one_span_per_row(receiver: OTLPReceiver, latest: None, tmp_
         "rollout.failure_kind": "judge_failed",
         "nemo.gym.rollout.id": "job7.t0-r1-a2",
         "rollout.timing": "read",
+        "rollout.attempts": 3,  # attempt index 2
     }
     assert "nemo.gym.rollout.id" not in by_key[2, 0].attributes  # an id Gym would refuse is not Gym's
 

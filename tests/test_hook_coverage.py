@@ -32,17 +32,15 @@ KINDS = ("measured", "masked", "unscored", "failed", "omitted", "terminal")
 
 # One outcome: (agent, identity or None, attempt, kind, reward, whether attempt 0 is written out).
 Event = tuple[str, tuple[int, int] | None, int, str, float, bool]
-events = st.lists(
-    st.tuples(
-        st.sampled_from(AGENTS),
-        st.one_of(st.none(), st.sampled_from(IDENTITIES), st.sampled_from(IDENTITIES)),
-        st.integers(0, 3),
-        st.sampled_from(KINDS),
-        st.sampled_from([0.0, 0.25, 1.0, -0.5]),
-        st.booleans(),
-    ),
-    max_size=30,
+event = st.tuples(
+    st.sampled_from(AGENTS),
+    st.one_of(st.none(), st.sampled_from(IDENTITIES), st.sampled_from(IDENTITIES)),
+    st.integers(0, 3),
+    st.sampled_from(KINDS),
+    st.sampled_from([0.0, 0.25, 1.0, -0.5]),
+    st.booleans(),
 )
+events = st.lists(event, max_size=30)
 expected_work = st.fixed_dictionaries({agent: st.sets(st.sampled_from(IDENTITIES)) for agent in AGENTS})
 
 
@@ -357,3 +355,84 @@ def test_the_docs_page_example_prints_what_it_says() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == said
+
+
+# A failure's (stage, delivery) as given, values outside NeMo Gym's sets included.
+STAGE_GIVEN = st.sampled_from([None, "agent", "verification", "cleanup", "seeding"])
+DELIVERY_GIVEN = st.sampled_from([None, "not_sent", "delivered", "sent"])
+_RECOVERY = ("rollout_attempts", "rollout_retries_exhausted_total", "rollout_failure_stages_total")
+_REFUSED = ("invalid_stage", "invalid_delivery")
+
+
+def _record_where(telemetry: RolloutTelemetry, event: Event, stage: str | None, delivery: str | None) -> None:
+    """``_record``, a failure or omission carrying its stage and delivery."""
+    agent, identity, attempt, kind, _, stamped = event
+    if kind in ("measured", "masked", "unscored"):
+        _record(telemetry, event)
+        return
+    task, rollout = identity if identity is not None else (None, None)
+    given_attempt = attempt if identity is not None and (attempt or stamped) else None
+    record = telemetry.record_omission if kind == "omitted" else telemetry.record_failure
+    record(
+        agent,
+        "cancelled" if kind == "omitted" else "session_lost",
+        task_index=task,
+        rollout_index=rollout,
+        attempt=given_attempt,
+        terminal=kind == "terminal",
+        stage=stage,
+        delivery=delivery,
+    )
+
+
+def _row_where(event: Event, stage: str | None, delivery: str | None) -> tuple[str, str]:
+    """``_row``, a failure row carrying its stage and delivery in its failure record, as NeMo Gym 0.7.0's
+    ``RolloutFailure`` does."""
+    which, line = _row(event)
+    if which == "main":
+        return which, line
+    row = json.loads(line)
+    record = row["_ng_failure_record"]
+    if stage is not None:
+        record["failure"]["stage"] = stage
+    if delivery is not None:
+        record["delivery"] = delivery
+    return which, json.dumps(row)
+
+
+def _recovery_series(telemetry: RolloutTelemetry) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    """The attempts, exhausted and failure-stage series of /metrics, and the stage and delivery refusals."""
+    parsed = samples(exposition(telemetry.registry))
+    return {
+        key: count
+        for key, count in parsed.items()
+        if key[0].startswith(_RECOVERY)
+        or (key[0] == "rollout_telemetry_rejected_total" and dict(key[1])["reason"] in _REFUSED)
+    }
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(event, STAGE_GIVEN, DELIVERY_GIVEN), max_size=40))
+def test_the_hook_api_and_the_files_agree_on_attempts_exhaustion_and_stages(
+    sequence: list[tuple[Event, str | None, str | None]],
+) -> None:
+    """The same attempts (retries, terminal failures, budgets used up, duplicates, rows without identity,
+    stages and deliveries good and bad) through the hook API and through a followed Gym-shaped failures
+    file: equal rollout_attempts, rollout_retries_exhausted_total and rollout_failure_stages_total."""
+    hook = RolloutTelemetry(clock=FakeClock())
+    hook.cover()
+    with tempfile.TemporaryDirectory() as folder:
+        main_file = Path(folder) / "run.jsonl"
+        files = {"main": main_file, "failures": Path(folder) / "run_failures.jsonl"}
+        for path in files.values():
+            path.write_text("")
+        live = RolloutTelemetry(clock=FakeClock())
+        follower = RunFollower(live, RunFiles.from_main(main_file))
+        for one, stage, delivery in sequence:
+            _record_where(hook, one, stage, delivery)
+            which, line = _row_where(one, stage, delivery)
+            with files[which].open("a") as out:
+                out.write(line + "\n")
+            follower.poll()
+        follower.finish()
+    assert _recovery_series(hook) == _recovery_series(live)

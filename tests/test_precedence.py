@@ -56,7 +56,7 @@ def test_coverage_and_groups_keep_the_same_row(sequence: list[tuple[int, Disposi
         telemetry.groups.expect("a", 0, member)
     for (attempt, disposition), reward in zip(sequence, rewards, strict=True):
         outcome = _outcome(disposition, reward)
-        duplicate = coverage.observe("a", (0, 0), attempt, outcome[0], succeeded=disposition in REACHED)
+        duplicate = coverage.observe("a", (0, 0), attempt, outcome[0], succeeded=disposition in REACHED)[0]
         if duplicate is None:  # the follower's order: a refused duplicate reaches nothing else
             telemetry.record_classified("a", outcome, (0, 0), attempt)
     agent = coverage.snapshot().agent("a")

@@ -52,7 +52,8 @@ def _every_kind_of_span(clock: FakeClock, tmp_path: Path) -> tuple[ReadableSpan,
         rollout.fail("session_lost", reason="lost")
     tmp_path.mkdir()
     main = tmp_path / "run.jsonl"
-    row = {"reward": 0.5, "_ng_task_index": 0, "_ng_rollout_index": 0, "ng_perf": {"total_latency_ms": 20}}
+    perf = {"total_latency_ms": 20, "num_turns": 3, "num_tool_calls": 2}
+    row = {"reward": 0.5, "_ng_task_index": 0, "_ng_rollout_index": 0, "ng_perf": perf}
     main.write_text(json.dumps({**row, "agent_ref": {"name": "a"}}) + "\n")
     RunFollower(telemetry, RunFiles.from_main(main), spans=True).poll()
     return exporter.get_finished_spans()

@@ -140,7 +140,8 @@ def _wait_for_outcomes(watch: Watch, count: int) -> None:
 def test_killed_then_resumed_then_retried(gym: GymServers, gym_model: FakeModel, workdir: Path) -> None:
     """Gym killed mid-run (SIGKILL): the watch ends with Gym's status, and unknown = expected - done, nothing
     invented. Resumed (--resume): the rows already written are read from the start, the rest follow. Resumed
-    once more after the failures: Gym retries them (attempt 1); coverage shows them measured and retried."""
+    once more after the failures: Gym retries them (attempt 1); coverage shows them measured and retried, and
+    rollout_attempts counts each identity once, the retried ones at two attempts."""
     gym_model.plan(TROUBLED, delay=0.4)
     run = GymRun(workdir / "rollouts.jsonl", workdir / "gym-metrics.jsonl")
     command = gym.eval_command(
@@ -188,6 +189,9 @@ def test_killed_then_resumed_then_retried(gym: GymServers, gym_model: FakeModel,
     assert (rollouts["failed"], rollouts["retryable"], rollouts["retried"]) == (0, 0, failed_before_retry)
     assert rollouts["measured"] + rollouts["masked"] == 24
     assert report["agents"][0]["events"]["failed"] == failed_before_retry  # a failed attempt stays an event
+    final = {name: count for (name, labels), count in samples(retried.scrapes[-1][2]).items()
+             if name.startswith("rollout_attempts_") and dict(labels).get("agent") == TEST_AGENT}  # fmt: skip
+    assert (final["rollout_attempts_count"], final["rollout_attempts_sum"]) == (24, 24 + failed_before_retry)
 
 
 def test_a_fresh_run_over_an_old_one(

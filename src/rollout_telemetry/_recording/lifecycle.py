@@ -22,6 +22,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Protocol
 
 from rollout_telemetry import failure_kinds
+from rollout_telemetry._contract.failure_where import Where, failure_where, stage_of
 from rollout_telemetry._contract.health import TRAJECTORY, health_of
 from rollout_telemetry._contract.identity import Member, member
 from rollout_telemetry._contract.outcome import Classified, Disposition, absent, classify
@@ -63,7 +64,8 @@ _NEW, _IN_FLIGHT, _DONE, _NOT_TRACKED = 0, 1, 2, 3
 class Settle(Protocol):
     """The facade's one path for an outcome: weigh it in the coverage account, count it (ending its flight),
     then give it to its group; ``terminal`` marks a failure that is not to be retried, ``health`` the checks
-    its trajectory failed."""
+    its trajectory failed, ``line`` 0, ``where`` a failure's (stage, delivery); returns the attempts its
+    identity took when it made it final."""
 
     def __call__(  # noqa: PLR0917 - the facade's _settle, as it is called
         self,
@@ -74,8 +76,10 @@ class Settle(Protocol):
         exemplar: tuple[str, str] | None,
         terminal: bool,
         health: tuple[str, ...] | None,
+        line: int,
+        where: Where | None,
         /,
-    ) -> None: ...
+    ) -> int | None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,11 +241,27 @@ class RolloutContext:
         self._finish(outcome, health=health)
 
     def fail(
-        self, failure_kind: str | None = None, *, reason: str | None = None, terminal: bool = False
+        self,
+        failure_kind: str | None = None,
+        *,
+        reason: str | None = None,
+        terminal: bool = False,
+        stage: str | None = None,
+        delivery: str | None = None,
     ) -> None:
         """Record that the rollout never reached the output; ``terminal``: it is not to be retried (NeMo
-        Gym's ``_ng_failure_terminal``), so the coverage account never counts it ``retryable``."""
-        self._absent(Disposition.FAILED, failure_kind, reason, terminal)
+        Gym's ``_ng_failure_terminal``), so the coverage account never counts it ``retryable``. ``stage`` and
+        ``delivery`` are ``record_failure``'s; ``stage`` not given is the rollout's current one
+        (``stage()``) when that is one of NeMo Gym's."""
+        where: Where | None = None
+        refused: tuple[OutcomeError, ...] = ()
+        if self._state == _IN_FLIGHT:
+            assert self._handle is not None
+            current = stage_of(self._handle[1].stage) if stage is None else stage
+            where, refused = failure_where(current, delivery)
+        self._absent(Disposition.FAILED, failure_kind, reason, terminal, where)
+        for error in refused:  # after the failure is counted, at an unknown stage or delivery
+            self._shared.rejections.reject(error)
 
     def omit(
         self, failure_kind: str | None = None, *, reason: str | None = None, terminal: bool = False
@@ -249,7 +269,14 @@ class RolloutContext:
         """Record that the rollout was left out on purpose; ``terminal`` as for ``fail``."""
         self._absent(Disposition.OMITTED, failure_kind, reason, terminal)
 
-    def _absent(self, disposition: Disposition, failure_kind: object, reason: object, terminal: bool) -> None:
+    def _absent(
+        self,
+        disposition: Disposition,
+        failure_kind: object,
+        reason: object,
+        terminal: bool,
+        where: Where | None = None,
+    ) -> None:
         if self._state != _IN_FLIGHT:
             self._refuse(disposition.value)
             return
@@ -258,7 +285,7 @@ class RolloutContext:
         except OutcomeError as exc:
             self._shared.rejections.reject(exc)
             outcome = absent(Disposition.FAILED, failure_kinds.PROTOCOL_VIOLATION, str(exc))
-        self._finish(outcome, terminal)
+        self._finish(outcome, terminal, where=where)
 
     def abandon(self) -> None:
         """Stop tracking the rollout without an outcome, as NeMo Gym leaves a rollout in flight when it is
@@ -284,19 +311,24 @@ class RolloutContext:
         self._shared.rejections.reject(RolloutUsageError(reason, msg))
 
     def _finish(
-        self, outcome: Classified | None, terminal: bool = False, health: tuple[str, ...] | None = None
+        self,
+        outcome: Classified | None,
+        terminal: bool = False,
+        health: tuple[str, ...] | None = None,
+        where: Where | None = None,
     ) -> None:
         # The one way out of flight: with an outcome, settled; without one (abandon), counted nowhere.
         handle = self._handle
         assert handle is not None  # in flight
         span = self._span
         self._state = _DONE
+        attempts = None
         try:
             try:
                 if outcome is None:
                     self._shared.account.abandon(handle)
                 else:
-                    self._shared.settle(
+                    attempts = self._shared.settle(
                         self.agent,
                         outcome,
                         handle,
@@ -304,9 +336,11 @@ class RolloutContext:
                         None if span is None else self.span_ids,
                         terminal,
                         health,
+                        0,
+                        where,
                     )
             finally:
                 if span is not None:
-                    self._shared.spans.finish(span, outcome)
+                    self._shared.spans.finish(span, outcome, facts=(where, attempts))
         except Exception as exc:  # a raising hook: counted; the span was ended and its context detached
             self._shared.rejections.reject(exc)

@@ -139,6 +139,30 @@ ATTRIBUTES: tuple[SpanAttribute, ...] = (
         "output tokens spent on reasoning (`output_tokens_details.reasoning_tokens`)", opt_in=True,
     ),
     _span(
+        "rollout.failure.stage", "string",
+        "when a failure names its stage or delivery (the lifecycle's current stage by default, a followed "
+        "row's `_ng_failure_stage`)",
+        "NeMo Gym's failure stage: `admission`, `seed`, `agent`, `verification`, `cleanup` or `unknown`",
+    ),
+    _span(
+        "rollout.failure.delivery", "string", "when a failure names its stage or delivery",
+        "whether its request reached the environment: `not_sent`, `possibly_delivered`, `delivered` or "
+        "`unknown`",
+    ),
+    _span(
+        "rollout.attempts", "int",
+        "with the coverage account, on the attempt that made its identity's outcome final",
+        "the attempts the identity took, as `rollout_attempts` counts them",
+    ),
+    _span(
+        "rollout.turns", "int", f"{_FOLLOWED}, rows with `ng_perf.num_turns`",
+        "the rollout's model turns, as NeMo Gym's `ng_perf` counts them",
+    ),
+    _span(
+        "rollout.tool_calls", "int", f"{_FOLLOWED}, rows with `ng_perf.num_tool_calls`",
+        "the rollout's tool calls, as NeMo Gym's `ng_perf` counts them",
+    ),
+    _span(
         "nemo.gym.rollout.id", "string", f"{_FOLLOWED}, rows with a task and rollout index",
         "NeMo Gym's rollout id (`_ng_rollout_id`, else `<task>-<rollout>`, `-a<attempt>` for a retry), the "
         "attribute of Gym's own spans of the rollout",

@@ -22,6 +22,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import ProxyTracerProvider, Span, Status, StatusCode, TracerProvider
 
+from rollout_telemetry._contract.failure_where import Where
 from rollout_telemetry._contract.generation import truncation_cause
 from rollout_telemetry._contract.outcome import Classified, Disposition
 from rollout_telemetry._recording.semconv import (
@@ -42,6 +43,7 @@ __all__ = [
     "OpenSpan",
     "SpanMode",
     "SpanRecorder",
+    "recovery_attributes",
     "span_name",
 ]
 
@@ -56,6 +58,16 @@ _ROOT = otel_context.Context()
 """The empty context: a span started in it is a root span, whatever the reading thread's context is."""
 
 Attributes = dict[str, str | int | float | bool]
+
+
+def recovery_attributes(where: Where | None, attempts: int | None) -> Attributes:
+    """A rollout's failure stage and delivery, and the attempts its identity took, as span attributes."""
+    attributes: Attributes = {}
+    if where is not None:
+        attributes["rollout.failure.stage"], attributes["rollout.failure.delivery"] = where
+    if attempts is not None:
+        attributes["rollout.attempts"] = attempts
+    return attributes
 
 
 def span_name(agent: str) -> str:
@@ -236,9 +248,17 @@ class SpanRecorder:
         span = tracer.start_span(span_name(agent), context=_ROOT, attributes=identity, start_time=start_ns)
         self.finish(OpenSpan(span, None, owned=True, agent=agent), outcome, end_ns)
 
-    def finish(self, open_span: OpenSpan, outcome: Classified | None, end_ns: int | None = None) -> None:
+    def finish(
+        self,
+        open_span: OpenSpan,
+        outcome: Classified | None,
+        end_ns: int | None = None,
+        *,
+        facts: tuple[Where | None, int | None] = (None, None),
+    ) -> None:
         """Set the outcome on the span, mark a failure as an error, and end a span this recorder opened;
         ``None`` (a rollout abandoned without an outcome) puts a ``rollout.abandoned`` event there instead.
+        ``facts``: a failure's (stage, delivery) and the attempts its identity took, when known.
 
         The span is ended (at ``end_ns``, wall-clock nanoseconds, if given) and its context detached whatever
         happens here (a raising ``redact`` hook included); the hook's exception is raised after that.
@@ -249,6 +269,8 @@ class SpanRecorder:
                 span.add_event("rollout.abandoned")
             else:
                 self._outcome(open_span, outcome)
+                if facts[0] is not None or facts[1] is not None:
+                    span.set_attributes(recovery_attributes(*facts))
         finally:
             if open_span.owned:
                 try:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from prometheus_client.registry import CollectorRegistry
 
+from rollout_telemetry._contract.failure_where import Where, failure_where
 from rollout_telemetry._contract.group_state import DEFAULT_MIN_VALID
 from rollout_telemetry._contract.health import TRAJECTORY, health_of
 from rollout_telemetry._contract.identity import Member, member
@@ -189,9 +190,12 @@ class RolloutTelemetry(ExpectedWork, Reading):
         terminal: bool = False,
         health: tuple[str, ...] | None = None,
         line: int = 0,
-    ) -> None:
+        where: Where | None = None,
+        timed: bool = True,
+    ) -> int | None:
         """Weigh one outcome in the coverage account, count it, then give it to its group: the one path of an
-        outcome that has an identity, or that the coverage account must see.
+        outcome that has an identity, or that the coverage account must see. Returns the attempts its
+        identity took when this outcome made it final (``Coverage.observe``), else ``None``.
 
         ``member`` is (task index, rollout index, attempt or ``None``), checked before anything was counted
         (``_member``, the follower for a row, the lifecycle when the rollout starts); a bad one was rejected
@@ -205,13 +209,18 @@ class RolloutTelemetry(ExpectedWork, Reading):
                 is counted, since it ran).
         """
         coverage = self._coverage
+        verdict = None
         if coverage is not None:
             identity, attempt = None, 0
             if member is not None:
                 identity, attempt = (member[0], member[1]), member[2] or 0
                 member = (member[0], member[1], attempt)  # NeMo Gym's unstamped attempt is 0, groups' too
             disposition = outcome[0]
-            earlier = coverage.observe(
+            times = None
+            if timed and identity is not None:
+                now = self._clock()
+                times = (now if in_flight is None else in_flight[2], now)
+            earlier, verdict = coverage.observe(
                 agent,
                 identity,
                 attempt,
@@ -219,18 +228,26 @@ class RolloutTelemetry(ExpectedWork, Reading):
                 succeeded=disposition in REACHED_OUTPUT,
                 terminal=terminal,
                 line=line,
+                times=times,
             )
             if earlier is not None:
                 if in_flight is not None:  # in flight until now: its flight ends, as anything it ran
                     self._account.count(agent, outcome, in_flight, exemplar)
-                where = f"line {earlier}" if earlier else "an earlier outcome"
-                msg = f"repeats {where} (same task, rollout and attempt): counted once"
+                repeated = f"line {earlier}" if earlier else "an earlier outcome"
+                msg = f"repeats {repeated} (same task, rollout and attempt): counted once"
                 raise Rejection("duplicate_rollout", msg)
         self._account.count(agent, outcome, in_flight, exemplar)
+        if where is not None:
+            self._account.failed_at(agent, where)
+        if verdict is not None:
+            self._account.settled(
+                agent, verdict.attempts, verdict.delay, exhausted=verdict.exhausted, kind=outcome[2]
+            )
         if health is not None:
             self._account.checked(agent, health)
         if member is not None and self.groups.active:
             self.groups.observe(agent, member[0], member[1], outcome, member[2], health=health)
+        return None if verdict is None else verdict.attempts
 
     def record_failure(
         self,
@@ -242,15 +259,22 @@ class RolloutTelemetry(ExpectedWork, Reading):
         rollout_index: int | None = None,
         attempt: int | None = None,
         terminal: bool = False,
+        stage: str | None = None,
+        delivery: str | None = None,
     ) -> None:
         """Record one rollout that never reached the output; ``reason`` goes to the log, never a label.
 
         The identity and ``attempt`` are ``record``'s: a failed attempt retried later is replaced by it.
         ``terminal``: the rollout is not to be retried (NeMo Gym's ``_ng_failure_terminal``), so the coverage
-        account never counts it ``retryable``."""
+        account never counts it ``retryable``. ``stage`` (NeMo Gym's failure stage: ``admission``, ``seed``,
+        ``agent``, ``verification``, ``cleanup``) and ``delivery`` (``not_sent``, ``possibly_delivered``,
+        ``delivered``) say where it failed and whether its request got through
+        (``rollout_failure_stages_total``); a value outside them is a counted rejection (``invalid_stage``,
+        ``invalid_delivery``) and the failure is counted with ``unknown``."""
         self._record_absent(
-            _FAILED, agent, failure_kind, reason, task_index, rollout_index, attempt, terminal
-        )
+            _FAILED, agent, failure_kind, reason, task_index, rollout_index, attempt, terminal,
+            stage, delivery,
+        )  # fmt: skip
 
     def record_omission(
         self,
@@ -262,13 +286,16 @@ class RolloutTelemetry(ExpectedWork, Reading):
         rollout_index: int | None = None,
         attempt: int | None = None,
         terminal: bool = False,
+        stage: str | None = None,
+        delivery: str | None = None,
     ) -> None:
         """Record one rollout left out of the output on purpose; ``reason`` goes to the log.
 
-        The identity, ``attempt`` and ``terminal`` are ``record_failure``'s."""
+        The identity, ``attempt``, ``terminal``, ``stage`` and ``delivery`` are ``record_failure``'s."""
         self._record_absent(
-            _OMITTED, agent, failure_kind, reason, task_index, rollout_index, attempt, terminal
-        )
+            _OMITTED, agent, failure_kind, reason, task_index, rollout_index, attempt, terminal,
+            stage, delivery,
+        )  # fmt: skip
 
     def _record_absent(  # noqa: PLR0917 - the identity as plain arguments: no tuple per failure
         self,
@@ -280,14 +307,24 @@ class RolloutTelemetry(ExpectedWork, Reading):
         rollout_index: int | None,
         attempt: int | None,
         terminal: bool,
+        stage: object,
+        delivery: object,
     ) -> None:
         try:
             outcome = check_outcome(disposition, None, None, failure_kind, reason)
-            if task_index is None and self._coverage is None:  # the common call: straight to the account
-                self._account.count(agent, outcome)
+            if task_index is None and self._coverage is None and stage is None and delivery is None:
+                self._account.count(agent, outcome)  # the common call: straight to the account
             else:
-                member = self._member(task_index, rollout_index, attempt)
-                self._settle(agent, outcome, None, member, None, terminal)
+                where, refused = failure_where(stage, delivery)
+                if task_index is None and self._coverage is None:
+                    self._account.count(agent, outcome)
+                    if where is not None:
+                        self._account.failed_at(agent, where)
+                else:
+                    member = self._member(task_index, rollout_index, attempt)
+                    self._settle(agent, outcome, None, member, None, terminal, None, 0, where)
+                for error in refused:  # the failure is counted, at an unknown stage or delivery
+                    self.rejections.reject(error)
             if reason is not None:
                 self._log_reason(agent, disposition, failure_kind, reason)
         except Exception as exc:
@@ -309,26 +346,30 @@ class RolloutTelemetry(ExpectedWork, Reading):
         terminal: bool = False,
         line: int = 0,
         health: tuple[str, ...] | None = None,
-    ) -> None:
+        where: Where | None = None,
+    ) -> int | None:
         """Record an outcome already checked by ``outcome.classify`` or ``outcome.absent``.
 
         For readers that classify themselves (the file follower). ``identity`` is (task index, rollout
         index), checked by the caller: the rollout joins its group and the coverage account, where a higher
         ``attempt`` replaces a lower one. ``terminal`` marks a failure NeMo Gym will not retry, ``line`` the
-        row's line (named when a later row repeats it). Its ``failure_reason`` goes to a debug log line,
-        never a label.
+        row's line (named when a later row repeats it), ``where`` a failure's checked (stage, delivery). Its
+        ``failure_reason`` goes to a debug log line, never a label. Returns the attempts the identity took
+        when this outcome made it final (see ``_settle``).
 
         Raises:
             OutcomeError: the agent name is not a non-empty string.
             Rejection: ``duplicate_rollout`` (see ``_settle``): nothing was counted.
         """
-        if identity is None and self._coverage is None and health is None:
+        attempts = None
+        if identity is None and self._coverage is None and health is None and where is None:
             self._account.count(agent, outcome)
         else:
             member = None if identity is None else (identity[0], identity[1], attempt)
-            self._settle(agent, outcome, None, member, None, terminal, health, line)
+            attempts = self._settle(agent, outcome, None, member, None, terminal, health, line, where, False)
         if outcome[3] is not None:
             self._log_reason(agent, outcome[0], outcome[2], outcome[3])
+        return attempts
 
     def rollout(
         self,

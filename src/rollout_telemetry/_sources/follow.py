@@ -27,9 +27,10 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
+from rollout_telemetry._contract.failure_where import Where
 from rollout_telemetry._contract.health import findings
 from rollout_telemetry._contract.outcome import Classified, classify
-from rollout_telemetry._recording.spans import Attributes
+from rollout_telemetry._recording.spans import Attributes, recovery_attributes
 from rollout_telemetry._recording.telemetry import RolloutTelemetry
 from rollout_telemetry._sources.gym_rows import (
     NO_RESULT_CLASSES,
@@ -42,6 +43,7 @@ from rollout_telemetry._sources.gym_rows import (
     row_attempt,
     row_identity,
     row_latency,
+    row_perf_counts,
 )
 from rollout_telemetry._sources.inputs import input_rollout
 from rollout_telemetry._sources.run_files import RunFiles
@@ -282,22 +284,31 @@ class RunFollower:
         if agent is None:
             raise Rejection("missing_agent", "no agent_ref.name, _ng_environment_server or input row")
         attempt = row_attempt(row)
-        health = None
+        health = where = None
+        refused: tuple[Rejection, ...] = ()
         if tail is self._main:
             outcome, terminal, health = classify(row), False, findings(row.trajectory)
         else:
-            outcome, terminal = failure_outcome(row)
+            outcome, terminal, where, refused = failure_outcome(row)
         # The one path of every outcome: coverage (a repeated row is refused there), counts, groups.
-        self.telemetry.record_classified(
-            agent, outcome, identity, attempt, terminal=terminal, line=number, health=health
+        attempts = self.telemetry.record_classified(
+            agent, outcome, identity, attempt, terminal=terminal, line=number, health=health, where=where
         )
         self.rows += 1
         self.unnamed += unnamed
+        for error in refused:  # the failure is counted, at an unknown stage or delivery
+            self._reject(tail, number, error)
         if self.spans:
-            self._span(row, agent, identity, attempt, outcome)
+            self._span(row, agent, identity, attempt, outcome, (where, attempts))
 
-    def _span(
-        self, row: Row, agent: str, identity: tuple[int, int] | None, attempt: int, outcome: Classified
+    def _span(  # noqa: PLR0917 - what _count knows of the row
+        self,
+        row: Row,
+        agent: str,
+        identity: tuple[int, int] | None,
+        attempt: int,
+        outcome: Classified,
+        facts: tuple[Where | None, int | None],
     ) -> None:
         # After the row is counted: a span that cannot be made (a raising redact hook, a broken provider)
         # is counted as an internal error and loses nothing else.
@@ -305,6 +316,8 @@ class RunFollower:
             end = self._wall_clock()
             latency = row_latency(row)
             attributes: Attributes = {"rollout.timing": "read" if latency is None else "ng_perf"}
+            attributes |= row_perf_counts(row)
+            attributes |= recovery_attributes(*facts)
             rollout_id = gym_rollout_id(row, identity, attempt)
             if rollout_id is not None:
                 attributes["nemo.gym.rollout.id"] = rollout_id

@@ -14,9 +14,10 @@ from typing import Any
 import msgspec
 
 from rollout_telemetry import failure_kinds
+from rollout_telemetry._contract.failure_where import Where, failure_where
 from rollout_telemetry._contract.identity import check_attempt, check_identity
 from rollout_telemetry._contract.outcome import Classified, Disposition, absent
-from rollout_telemetry.errors import Rejection
+from rollout_telemetry.errors import OutcomeError, Rejection
 
 __all__ = [
     "MAX_LATENCY_MS",
@@ -30,6 +31,7 @@ __all__ = [
     "row_attempt",
     "row_identity",
     "row_latency",
+    "row_perf_counts",
 ]
 
 _MAX_RECOVERY = 1024
@@ -68,6 +70,7 @@ class Row(msgspec.Struct, forbid_unknown_fields=False, gc=False):
     failure_terminal: Any = msgspec.field(default=None, name="_ng_failure_terminal")
     failure_message: Any = msgspec.field(default=None, name="_ng_failure_message")
     failure_record: Any = msgspec.field(default=None, name="_ng_failure_record")
+    failure_stage: Any = msgspec.field(default=None, name="_ng_failure_stage")
     judge_error: Any = msgspec.field(default=None, name="_ng_failure_judge_error")
     error_message: Any = None
     error_class: Any = None
@@ -173,10 +176,16 @@ def row_attempt(row: Row) -> int:
     return int(attempt)
 
 
-def failure_outcome(row: Row) -> tuple[Classified, bool]:
-    """The outcome of a failures-file row and whether NeMo Gym treats it as terminal."""
+def failure_outcome(row: Row) -> tuple[Classified, bool, Where | None, tuple[OutcomeError, ...]]:
+    """The outcome of a failures-file row, whether NeMo Gym treats it as terminal, and its (stage, delivery)
+    with the refusals of values outside NeMo Gym's sets (``failure_where``).
+
+    The stage is Gym's ``_ng_failure_stage`` (an Environment Server's failure), else the failure record's
+    ``failure.stage``; the delivery is the failure record's ``delivery``.
+    """
     record = row.failure_record
-    failure = record.get("failure") if isinstance(record, dict) else None
+    record = record if isinstance(record, dict) else {}
+    failure = record.get("failure")
     failure = failure if isinstance(failure, dict) else {}
     kind = failure.get("failure_kind") or row.failure_kind or row.failure_class
     reason = next(
@@ -197,7 +206,9 @@ def failure_outcome(row: Row) -> tuple[Classified, bool]:
     disposition = Disposition.OMITTED if row.omitted is True else Disposition.FAILED
     reward = None if row.failure_class in NO_RESULT_CLASSES else row.reward
     terminal = row.failure_terminal is True or row.failure_class in _TERMINAL_CLASSES
-    return absent(disposition, kind, reason, reward), terminal
+    stage = row.failure_stage if row.failure_stage is not None else failure.get("stage")
+    where, refused = failure_where(stage, record.get("delivery"))
+    return absent(disposition, kind, reason, reward), terminal, where, refused
 
 
 def row_latency(row: Row) -> float | None:
@@ -210,6 +221,20 @@ def row_latency(row: Row) -> float | None:
     if not 0 <= latency <= MAX_LATENCY_MS:  # NaN fails both comparisons
         return None
     return latency / 1000
+
+
+def row_perf_counts(row: Row) -> dict[str, int]:
+    """The counts of a row's ``ng_perf`` that go on its span: ``rollout.turns`` (``num_turns``) and
+    ``rollout.tool_calls`` (``num_tool_calls``), those that are non-negative integers."""
+    perf = row.perf
+    if type(perf) is not dict:
+        return {}
+    counts = {}
+    for key, attribute in (("num_turns", "rollout.turns"), ("num_tool_calls", "rollout.tool_calls")):
+        value = perf.get(key)
+        if type(value) is int and value >= 0:
+            counts[attribute] = value
+    return counts
 
 
 def gym_rollout_id(row: Row, identity: tuple[int, int] | None, attempt: int) -> str | None:

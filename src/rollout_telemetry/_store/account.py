@@ -15,6 +15,7 @@ import logging
 from collections.abc import Callable
 from typing import TypeVar
 
+from rollout_telemetry._contract.failure_where import Where
 from rollout_telemetry._contract.generation import Generation, truncation_cause
 from rollout_telemetry._contract.outcome import Classified, Disposition
 from rollout_telemetry._contract.reward_range import RewardRange, reward_bounds
@@ -23,6 +24,7 @@ from rollout_telemetry._store.agent import DURATION_BUCKETS, AgentCopy, AgentSta
 from rollout_telemetry._store.flights import Flight, FlightRecord, Slot
 from rollout_telemetry._store.names import Names, cacheable
 from rollout_telemetry._store.reads import read_locked
+from rollout_telemetry._store.recovery import Recovery
 from rollout_telemetry._store.snapshot import AccountSnapshot, AgentSnapshot
 from rollout_telemetry.errors import ConfigError
 from rollout_telemetry.failure_kinds import OTHER
@@ -38,6 +40,14 @@ _MEASURED = Disposition.MEASURED
 
 InFlight = tuple[AgentState, Slot, float]
 """What ``Account.begin`` returns and ``Account.count`` takes to end that flight: opaque to callers."""
+
+
+def _recovery(state: AgentState) -> Recovery:
+    # Under the lock: an agent's recovery counts, made at its first retry verdict or failure stage.
+    recovery = state.recovery
+    if recovery is None:
+        recovery = state.recovery = Recovery()
+    return recovery
 
 
 class Account:
@@ -215,6 +225,31 @@ class Account:
             state.evaluated += 1
             for check in health:
                 state.findings[check] = state.findings.get(check, 0) + 1
+
+    def _known(self, agent: str) -> AgentState:
+        """The state of an agent, by the one dict lookup of a name seen before (as in ``count``)."""
+        try:
+            return self._by_name[agent]
+        except Exception:  # a new agent, not a hashable one, or a str subclass whose hash raises
+            return self._state(agent)
+
+    def settled(
+        self, agent: str, attempts: int, delay: float | None, *, exhausted: bool, kind: str | None
+    ) -> None:
+        """Count one identity of ``agent`` that reached its terminal outcome (``Coverage.observe`` decides):
+        the ``attempts`` it took, the seconds it waited between them (``delay``, ``None`` when not
+        measurable) and whether its retries ran out (``exhausted``), with the failure kind of its last
+        attempt (``kind``)."""
+        state = self._known(agent)
+        with self._lock:
+            label = self.names.kind(state.label, kind)[0] if exhausted else None
+            _recovery(state).settled(attempts, delay, label)
+
+    def failed_at(self, agent: str, where: Where) -> None:
+        """Count one failure of ``agent`` by its (stage, delivery), checked (``failure_where``)."""
+        state = self._known(agent)
+        with self._lock:
+            _recovery(state).failed_at(where)
 
     def declare_range(self, agent: str, reward_range: RewardRange) -> None:
         """Histogram ``agent``'s measured rewards in buckets of its reward range, from its first one on.

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from rollout_telemetry._contract.outcome import ABSENT, Disposition
 from rollout_telemetry._store.flights import Flights
+from rollout_telemetry._store.recovery import Recovery, RecoverySnapshot
 from rollout_telemetry._store.snapshot import AgentSnapshot
 
 __all__ = ["DURATION_BUCKETS", "AgentCopy", "AgentState", "Cell"]
@@ -53,6 +54,7 @@ class AgentState:
         "label",
         "labels",
         "lifecycle",
+        "recovery",
         "reward_bounds",
         "tokens",
         "truncated",
@@ -78,6 +80,7 @@ class AgentState:
         self.reward_bounds: tuple[float, ...] | None = None
         self.evaluated = 0  # rollouts whose trajectory was checked (_contract.health)
         self.findings: dict[str, int] = {}  # of those, the rollouts that failed each check
+        self.recovery: Recovery | None = None  # retries and failure stages (_store.recovery), once one comes
 
     def copy(self) -> AgentCopy:
         """Copy what a snapshot needs; called under the account lock."""
@@ -98,6 +101,7 @@ class AgentState:
             reward_bounds=self.reward_bounds,
             evaluated=self.evaluated,
             findings=self.findings.copy(),
+            recovery=None if self.recovery is None else self.recovery.copy(),
         )
 
 
@@ -126,6 +130,7 @@ class AgentCopy:
     reward_bounds: tuple[float, ...] | None
     evaluated: int
     findings: dict[str, int]
+    recovery: RecoverySnapshot | None
 
     def snapshot(self) -> AgentSnapshot:
         """Derive the agent's snapshot: totals, sums and counts by label; outside the lock."""
@@ -183,4 +188,5 @@ class AgentCopy:
             reward_buckets=reward_buckets,
             evaluated=self.evaluated,
             findings=self.findings,
+            recovery=self.recovery,
         )

@@ -25,12 +25,19 @@ A failed rollout is *retryable* when NeMo Gym would dispatch it again on resume:
 it, none of its failure rows is terminal, and it has used fewer than ``max_attempts`` attempts (its failure
 rows). Every count is kept current as rows arrive, so a snapshot costs the same at ten rollouts and at ten
 million.
+
+The row that makes an identity's outcome final (a success, a terminal failure, or the failure that used its
+last attempt) returns a ``Verdict``, once per identity: the attempts it took, the time it waited between
+them when the caller gave times (the hook API), and whether its retries ran out. The facade counts it
+(``rollout_attempts``, ``rollout_retry_delay_seconds``, ``rollout_retries_exhausted_total``), so both doors,
+the hook API and followed files, count retries by this one rule.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from rollout_telemetry._contract.identity import check_identity, rank, supersedes
 from rollout_telemetry._contract.outcome import REACHED_OUTPUT, Disposition
@@ -41,7 +48,7 @@ from rollout_telemetry._store.reads import read_locked
 from rollout_telemetry._store.snapshot import by_agent
 from rollout_telemetry.errors import ConfigError
 
-__all__ = ["DEFAULT_MAX_ATTEMPTS", "AgentCoverage", "Coverage", "CoverageSnapshot"]
+__all__ = ["DEFAULT_MAX_ATTEMPTS", "AgentCoverage", "Coverage", "CoverageSnapshot", "Verdict"]
 
 DEFAULT_MAX_ATTEMPTS = 3
 """NeMo Gym's default for ``NEMO_GYM_MAX_ROLLOUT_ATTEMPTS``."""
@@ -157,6 +164,21 @@ class CoverageSnapshot:
         return by_agent(self.agents, name)
 
 
+class Verdict(NamedTuple):
+    """An identity's outcome became final with one row (``Coverage.observe``): counted once per identity.
+
+    A named tuple: made on the recording path, where a frozen dataclass costs several times as much."""
+
+    attempts: int
+    """Attempts it took: its highest attempt index + 1, or the rows seen if more (unstamped retries)."""
+    delay: float | None
+    """Seconds between each failed attempt's outcome and the next attempt's start, summed, when it was
+    retried and every time was given (the hook API's clock); ``None`` otherwise."""
+    exhausted: bool
+    """Its final outcome is a failure after a retry, the last failure terminal, or NeMo Gym's attempts budget
+    (``max_attempts``) ran out."""
+
+
 class Coverage:
     """Identities of a run and the newest attempt of each; thread-safe.
 
@@ -194,6 +216,9 @@ class Coverage:
         self._agents: dict[str, _Agent] = {}
         # (label, task, rollout) -> (attempt, line) of success rows after the first
         self._more_successes: dict[Key, list[tuple[int, int]]] = {}
+        # (label, task, rollout) -> (its last failure's time, seconds waited so far) of an identity not final
+        # yet whose failures came with times (the hook API): what its retry delay is summed from
+        self._waits: dict[Key, tuple[float, float]] = {}
         self._expected_known = False
 
     def _agent(self, label: str) -> _Agent:
@@ -247,13 +272,17 @@ class Coverage:
         succeeded: bool,
         terminal: bool = False,
         line: int = 0,
-    ) -> int | None:
+        times: tuple[float, float] | None = None,
+    ) -> tuple[int | None, Verdict | None]:
         """Record one row of a rollout: a success (``succeeded``: a row of the main output) or a failure.
 
-        Returns the line of the earlier row when this success repeats one with the same identity and
-        attempt: a duplicate, which changes nothing. ``terminal`` marks a failure NeMo Gym will not retry.
-        The identity and the attempt are the caller's to check (``check_identity``, ``check_attempt``): the
-        follower does, before anything is counted.
+        Returns (the line of the earlier row when this success repeats one with the same identity and
+        attempt: a duplicate, which changes nothing; the identity's ``Verdict`` when this row made its
+        outcome final: a success, a terminal failure, or the failure that used its last attempt, NeMo Gym's
+        resume rule, ``_final``). ``terminal`` marks a failure NeMo Gym will not retry; ``times`` is (the
+        attempt's start, its outcome) on the telemetry's clock, when known: an identity's retry delay is
+        summed from them. The identity and the attempt are the caller's to check (``check_identity``,
+        ``check_attempt``): the follower does, before anything is counted.
         """
         label = self._names.agent(agent)[0]
         with self._lock:
@@ -262,21 +291,53 @@ class Coverage:
                 state.unidentified += 1
                 state.unexpected += 1
                 state.rollouts[disposition] += 1
-                return None
+                return None, None
             number, slot = self._member(state, *identity)
             current = state.states[slot]
             key = (label, *identity)
             if succeeded and current & _SUCCESSES:  # a success row before: this one may repeat it
                 earlier = self._duplicate(state, key, current, attempt)
                 if earlier is not None:
-                    return earlier
+                    return earlier, None
+            final_before = self._final(current)
             retryable_before = bool(current & _FAILURES) and self._retryable(current)
             current = self._with_row(state, key, slot, current, (attempt, line, succeeded, terminal))
             current = self._decided(state, number, current, rank(attempt, succeeded), _CODE[disposition])
             state.states[slot] = current
             if current & _FAILURES:
                 state.retryable += self._retryable(current) - retryable_before
+            if final_before:
+                return None, None
+            waited = self._waited(key, times, succeeded)
+            if not self._final(current):
+                return None, None
+            self._waits.pop(key, None)
+            return None, self._verdict(current, succeeded, terminal, waited)
+
+    def _waited(self, key: Key, times: tuple[float, float] | None, succeeded: bool) -> float | None:
+        """The seconds an identity not final before this row has waited between attempts, this one's start
+        included; ``None`` when not measurable. A failure row with times is remembered for the next."""
+        if times is None:
+            self._waits.pop(key, None)  # a row without times: the sum can no longer be whole
             return None
+        started, ended = times
+        waiting = self._waits.get(key)
+        waited = None if waiting is None else waiting[1] + max(started - waiting[0], 0.0)
+        if not succeeded:
+            self._waits[key] = (ended, 0.0 if waited is None else waited)
+        return waited
+
+    def _final(self, state: int) -> bool:
+        # NeMo Gym's resume rule: a success written (for any attempt), a terminal failure row, or max_attempts
+        # failure rows (attempts used) make an identity's outcome final; Gym dispatches no further attempt.
+        return bool(state & (_SUCCESSES | _TERMINAL)) or _failures(state) >= self.max_attempts
+
+    def _verdict(self, state: int, succeeded: bool, terminal: bool, waited: float | None) -> Verdict:
+        """The verdict on an identity whose outcome this row made final."""
+        failures = _failures(state)
+        attempts = max((state >> _RANK_SHIFT & _RANK_MASK) >> 1, failures + bool(state & _SUCCESSES))
+        exhausted = not succeeded and ((terminal and attempts > 1) or failures >= self.max_attempts)
+        return Verdict(attempts, waited if attempts > 1 else None, exhausted)
 
     def _with_row(
         self, state: _Agent, key: Key, slot: int, current: int, row: tuple[int, int, bool, bool]
@@ -321,9 +382,8 @@ class Coverage:
         return None
 
     def _retryable(self, state: int) -> bool:
-        # NeMo Gym's resume rule: no success written (for any attempt), no terminal failure row, and fewer
-        # failure rows (attempts used) than max_attempts.
-        return 0 < _failures(state) < self.max_attempts and not state & (_SUCCESSES | _TERMINAL)
+        # A failed rollout NeMo Gym would dispatch again on resume: one whose outcome is not final.
+        return _failures(state) > 0 and not self._final(state)
 
     @staticmethod
     def _recount(state: _Agent, number: int, old: int, code: int) -> None:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
 from rollout_telemetry._contract.outcome import Disposition
+from rollout_telemetry._store.recovery import RecoverySnapshot
 
 __all__ = ["AccountSnapshot", "AgentSnapshot", "by_agent", "finished"]
 
@@ -94,6 +95,8 @@ class AgentSnapshot:
     """Rollouts whose trajectory was checked for health (``_contract.health``)."""
     findings: Mapping[str, int] = field(default_factory=dict)
     """Of those, the rollouts that failed each health check, by check."""
+    recovery: RecoverySnapshot | None = None
+    """Retries and failure stages (``_store.recovery``); ``None`` until the agent had one."""
 
     @property
     def in_flight(self) -> int:

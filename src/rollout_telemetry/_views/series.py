@@ -19,6 +19,7 @@ from rollout_telemetry._contract.generation import TOKEN_TYPES, TRUNCATION_CAUSE
 from rollout_telemetry._contract.health import HEALTH_CHECKS
 from rollout_telemetry._contract.outcome import Disposition
 from rollout_telemetry._store.agent import DURATION_BUCKETS
+from rollout_telemetry._store.recovery import ATTEMPT_BUCKETS, RETRY_DELAY_BUCKETS, RecoverySnapshot
 from rollout_telemetry._store.snapshot import AccountSnapshot, AgentSnapshot
 from rollout_telemetry._views.family import Family, PerAgent, Sample
 from rollout_telemetry._views.run_series import COVERAGE_FAMILIES, GROUP_FAMILIES, SPAN_FAMILIES
@@ -98,6 +99,19 @@ def _mapping(attribute: str) -> Callable[[AccountSnapshot], Iterator[Sample]]:
     def sample(snap: AccountSnapshot) -> Iterator[Sample]:
         for key, count in sorted(getattr(snap, attribute).items()):
             yield (key,), count
+
+    return sample
+
+
+def _recovered(
+    counts: Callable[[RecoverySnapshot], Iterable[tuple[str | tuple[str, ...], int]]],
+) -> Callable[[AccountSnapshot], Iterator[Sample]]:
+    # An agent's recovery counts (_store.recovery), each key a label value or a tuple of them.
+    def sample(snap: AccountSnapshot) -> Iterator[Sample]:
+        for agent in snap.agents:
+            if agent.recovery is not None:
+                for key, count in sorted(counts(agent.recovery)):
+                    yield (agent.agent, *((key,) if isinstance(key, str) else key)), count
 
     return sample
 
@@ -254,6 +268,23 @@ FAMILIES: tuple[Family[AccountSnapshot], ...] = (
         "Records whose agent or failure_kind exceeded the cardinality cap and were counted under '_other'.",
         _mapping("overflow"),
     ),
+    Family(
+        "rollout_retries_exhausted_total", "counter", _KIND, "{rollout}",
+        "with coverage, once a rollout identity of the agent ran out of retries",
+        "Rollout identities whose final outcome is a failure after at least one retry, the last failure "
+        "terminal, or whose attempts NeMo Gym's budget (NEMO_GYM_MAX_ROLLOUT_ATTEMPTS) used up, by the "
+        "failure kind of the last attempt.",
+        _recovered(lambda r: r.exhausted.items()),
+    ),
+    Family(
+        "rollout_failure_stages_total", "counter", ("agent", "stage", "delivery"), "{rollout}",
+        "once a failure of the agent names its stage or delivery",
+        "Failed and omitted rollouts by NeMo Gym's failure stage (admission, seed, agent, verification, "
+        "cleanup) and delivery (not_sent, possibly_delivered, delivered: whether the request reached the "
+        "environment), either 'unknown' when not said. Every failure counts once in rollout_failed_total "
+        "too; these are the ones that said where.",
+        _recovered(lambda r: [((stage, delivery), count) for (stage, delivery), count in r.stages.items()]),
+    ),
 )  # fmt: skip
 """Every scalar family, in exposition order."""
 
@@ -272,7 +303,29 @@ REWARD_HISTOGRAM: Family[AccountSnapshot] = Family(
     _each(lambda a: a.measured_sum if a.reward_bounds is not None and a.measured else None),
 )  # fmt: skip
 
-HISTOGRAMS: tuple[Family[AccountSnapshot], ...] = (DURATION_HISTOGRAM, REWARD_HISTOGRAM)
+ATTEMPTS_HISTOGRAM: Family[AccountSnapshot] = Family(
+    "rollout_attempts", "histogram", _AGENT, "{attempt}",
+    "with coverage, once a rollout identity of the agent reached its terminal outcome",
+    "Attempts a rollout identity (task, rollout index) took to reach its terminal outcome: a success, a "
+    "terminal failure, or the failure that used NeMo Gym's last attempt. Counted once per identity.",
+    _each(lambda a: a.recovery.attempts_sum if a.recovery and a.recovery.attempts_count else None),
+)  # fmt: skip
+
+RETRY_DELAY_HISTOGRAM: Family[AccountSnapshot] = Family(
+    "rollout_retry_delay_seconds", "histogram", _AGENT, "s",
+    "with coverage in hook mode, once a retried identity of the agent reached its terminal outcome",
+    "Per retried rollout identity, the time between each failed attempt's outcome and the next attempt's "
+    "start, summed: on the telemetry's clock, from the lifecycle's start times or the record calls. Not "
+    "measured from NeMo Gym's files, which say nothing of when a retry started.",
+    _each(lambda a: a.recovery.delay_sum if a.recovery and a.recovery.delay_count else None),
+)  # fmt: skip
+
+HISTOGRAMS: tuple[Family[AccountSnapshot], ...] = (
+    DURATION_HISTOGRAM,
+    REWARD_HISTOGRAM,
+    ATTEMPTS_HISTOGRAM,
+    RETRY_DELAY_HISTOGRAM,
+)
 
 ALWAYS_PRESENT: tuple[str, ...] = (*tuple(f.name for f in FAMILIES if f.appears == _ALWAYS), "rollout_reward")
 """The families a healthy run (rewards, nothing masked, failed or omitted) publishes."""
@@ -326,6 +379,23 @@ def duration_buckets(agent: AgentSnapshot) -> list[tuple[str, float]]:
     return _cumulative(BUCKET_BOUNDS, agent.duration_buckets)
 
 
+def _recovery_buckets(
+    bounds: tuple[float, ...], counts: Callable[[RecoverySnapshot], tuple[int, ...]]
+) -> Callable[[AgentSnapshot], list[tuple[str, float]]]:
+    # Cumulative (le, count) pairs of one of an agent's recovery histograms, +Inf last.
+    labels = (*(repr(float(bound)) for bound in bounds), "+Inf")
+
+    def buckets(agent: AgentSnapshot) -> list[tuple[str, float]]:
+        recovery = agent.recovery
+        return _cumulative(labels, counts(recovery) if recovery is not None else (0,) * len(labels))
+
+    return buckets
+
+
+def _recovery_value(value: Callable[[RecoverySnapshot], float]) -> Callable[[AgentSnapshot], float]:
+    return lambda agent: value(agent.recovery) if agent.recovery is not None else 0
+
+
 def reward_buckets(agent: AgentSnapshot) -> list[tuple[str, float]]:
     """Cumulative ``(le, count)`` pairs of an agent's measured-reward histogram, ``+Inf`` last."""
     bounds = agent.reward_bounds or ()
@@ -362,6 +432,20 @@ HISTOGRAM_VIEWS: tuple[Histogram, ...] = (
         reward_buckets,
         lambda a: a.measured_sum,
         lambda a: a.measured,
+    ),
+    Histogram(
+        ATTEMPTS_HISTOGRAM,
+        lambda a: a.recovery is not None and a.recovery.attempts_count > 0,
+        _recovery_buckets(ATTEMPT_BUCKETS, lambda r: r.attempts_buckets),
+        _recovery_value(lambda r: r.attempts_sum),
+        _recovery_value(lambda r: r.attempts_count),
+    ),
+    Histogram(
+        RETRY_DELAY_HISTOGRAM,
+        lambda a: a.recovery is not None and a.recovery.delay_count > 0,
+        _recovery_buckets(RETRY_DELAY_BUCKETS, lambda r: r.delay_buckets),
+        _recovery_value(lambda r: r.delay_sum),
+        _recovery_value(lambda r: r.delay_count),
     ),
 )
 """Every histogram of the account, as the exporters format them (``HISTOGRAMS``, in that order)."""

@@ -1,0 +1,88 @@
+"""One agent's retries and recovery in the account: attempts until a terminal outcome, the time spent waiting
+between attempts, the identities whose retries ran out, and failures by stage and delivery.
+
+The coverage account decides when an identity's outcome is final (``Coverage.observe``: the one place the
+attempt precedence lives); the facade then counts the verdict here, once per identity, and every failure's
+(stage, delivery) as it arrives. Kept apart from ``AgentState`` until first used, so an agent that never
+retries costs nothing and publishes nothing new.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+from typing import Final
+
+from rollout_telemetry._contract.failure_where import Where
+
+__all__ = ["ATTEMPT_BUCKETS", "RETRY_DELAY_BUCKETS", "Recovery", "RecoverySnapshot"]
+
+ATTEMPT_BUCKETS: Final[tuple[float, ...]] = (1, 2, 3, 4, 5, 6, 8, 10, 16)
+"""Upper bounds of the attempts histogram (attempts an identity took to a terminal outcome); +Inf implied."""
+
+RETRY_DELAY_BUCKETS: Final[tuple[float, ...]] = (
+    0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0,
+)  # fmt: skip
+"""Upper bounds (seconds) of the cumulative retry delay histogram; +Inf implied."""
+
+
+@dataclass(frozen=True, slots=True)
+class RecoverySnapshot:
+    """One agent's recovery counts at one moment (buckets not cumulative, +Inf last)."""
+
+    attempts_buckets: tuple[int, ...] = ()
+    attempts_sum: float = 0.0
+    attempts_count: int = 0
+    delay_buckets: tuple[int, ...] = ()
+    delay_sum: float = 0.0
+    delay_count: int = 0
+    exhausted: dict[str, int] = field(default_factory=dict)
+    """Identities whose retries ran out, by the failure kind label of their last attempt."""
+    stages: dict[Where, int] = field(default_factory=dict)
+    """Failures with a known stage or delivery, by (stage, delivery)."""
+
+
+class Recovery:
+    """Mutable recovery counts of one agent; only touched under the account lock."""
+
+    __slots__ = ("attempts", "attempts_sum", "delay", "delay_sum", "exhausted", "stages")
+
+    def __init__(self) -> None:
+        self.attempts = [0] * (len(ATTEMPT_BUCKETS) + 1)
+        self.attempts_sum = 0
+        self.delay: list[int] | None = None  # until a retried identity has a measured delay
+        self.delay_sum = 0.0
+        self.exhausted: dict[str, int] = {}
+        self.stages: dict[Where, int] = {}
+
+    def settled(self, attempts: int, delay: float | None, exhausted: str | None) -> None:
+        """One identity reached its terminal outcome after ``attempts`` attempts, waiting ``delay`` seconds
+        between them (``None``: not measurable), its retries exhausted with failure kind label
+        ``exhausted`` (``None``: not exhausted)."""
+        self.attempts[bisect.bisect_left(ATTEMPT_BUCKETS, attempts)] += 1
+        self.attempts_sum += attempts
+        if delay is not None:
+            if self.delay is None:
+                self.delay = [0] * (len(RETRY_DELAY_BUCKETS) + 1)
+            self.delay[bisect.bisect_left(RETRY_DELAY_BUCKETS, delay)] += 1
+            self.delay_sum += delay
+        if exhausted is not None:
+            self.exhausted[exhausted] = self.exhausted.get(exhausted, 0) + 1
+
+    def failed_at(self, where: Where) -> None:
+        """Count one failure at ``where`` (stage, delivery)."""
+        self.stages[where] = self.stages.get(where, 0) + 1
+
+    def copy(self) -> RecoverySnapshot:
+        """Copy the counts; called under the account lock."""
+        delay = () if self.delay is None else tuple(self.delay)
+        return RecoverySnapshot(
+            attempts_buckets=tuple(self.attempts),
+            attempts_sum=float(self.attempts_sum),
+            attempts_count=sum(self.attempts),
+            delay_buckets=delay,
+            delay_sum=self.delay_sum,
+            delay_count=sum(delay),
+            exhausted=self.exhausted.copy(),
+            stages=self.stages.copy(),
+        )

@@ -24,6 +24,7 @@ __all__ = [
     "COMPLETED",
     "Scope",
     "contaminated_share",
+    "exhausted_share",
     "failed_share",
     "finished_rate",
     "hollow_share",
@@ -233,6 +234,12 @@ def hollow_share(scope: Scope) -> str:
     return _among(
         "rollout_health_findings_total", "rollout_health_evaluated_total", scope, 'check="agent_turn_hollow"'
     )
+
+
+def exhausted_share(scope: Scope) -> str:
+    """Rollouts whose retries ran out (their last attempt failed, terminal or the last NeMo Gym allows) among
+    the rollouts that reached a final outcome: what the run gave up on."""
+    return _among("rollout_retries_exhausted_total", "rollout_attempts_count", scope)
 
 
 def contaminated_share(scope: Scope) -> str:

@@ -15,6 +15,7 @@ from dashboards.promql import (
     NO_SIGNAL_STATES,
     Scope,
     contaminated_share,
+    exhausted_share,
     hollow_share,
     increase,
     lost_share,
@@ -92,6 +93,11 @@ DRIFT_BASELINE = 60
 """How long output length stays drifted before RolloutOutputLengthDrift fires."""
 RETRIES_FOR = 5
 """How long retries outpace completions before RolloutRetryStorm fires."""
+EXHAUSTED_HIGH = 0.05
+"""Share of an agent's rollouts reaching a final outcome with their retries exhausted above which
+RolloutRetriesExhausted fires."""
+EXHAUSTED_FOR = 5
+"""How long that share stays above EXHAUSTED_HIGH before RolloutRetriesExhausted fires."""
 JOB = "rollout-telemetry"
 """The scrape job of the exporters (``job_name`` in dashboards/prometheus/prometheus.yml)."""
 
@@ -120,6 +126,7 @@ TRUNCATED_RISE = f"agent:rollout_truncated:rise_{COMPARED}m"
 CONTAMINATED_SHARE = f"agent:rollout_groups_contaminated:ratio_{RATE}"
 TOO_HARD_SHARE = f"agent:rollout_groups_uniform_lowest:ratio_{RATE}"
 HOLLOW_SHARE = f"agent:rollout_hollow:ratio_{RATE}"
+EXHAUSTED_SHARE = f"agent:rollout_retries_exhausted:ratio_{RATE}"
 TOO_EASY_SHARE = f"agent:rollout_groups_uniform_highest:ratio_{RATE}"
 OUTPUT_PER_ROLLOUT = f"agent:rollout_output_tokens:per_rollout_{RATE}"
 OUTPUT_DRIFT = f"agent:rollout_output_tokens:drift_{DRIFT_BASELINE // 60}h"
@@ -181,6 +188,7 @@ def recording_rules() -> tuple[Record, ...]:
         recorded(NO_SIGNAL_SHARE, no_signal_share, RULES),
         recorded(CONTAMINATED_SHARE, contaminated_share, RULES),
         recorded(HOLLOW_SHARE, hollow_share, RULES),
+        recorded(EXHAUSTED_SHARE, exhausted_share, RULES),
         Record(
             TOO_HARD_SHARE,
             uniform_share(RULES, "lowest"),
@@ -388,6 +396,19 @@ def alerting_rules() -> tuple[Alert, ...]:
             "failure_kind.",
             when="an agent retries rollouts faster than it completes them (`rollout_retried_total`, "
             f"`serve --follow`), for {_minutes(RETRIES_FOR)}",
+        ),
+        Alert(
+            "RolloutRetriesExhausted",
+            f"{EXHAUSTED_SHARE} > {EXHAUSTED_HIGH:g}",
+            EXHAUSTED_FOR,
+            "warning",
+            summary=f"{AGENT}: {{{{ $value | humanizePercentage }}}} of rollouts ran out of retries",
+            description=f"More than {_share(EXHAUSTED_HIGH)} of the rollouts of agent {AGENT} (run {RUN}) "
+            f"that reached a final outcome over the last {_minutes(WINDOW)} failed on their last attempt (a "
+            "terminal failure after a retry, or the last of NeMo Gym's attempts): retrying does not recover "
+            "them, and a resume will not either. Check rollout_retries_exhausted_total by failure_kind.",
+            when=f"more than {EXHAUSTED_HIGH:g} of the rollouts an agent finished over {_minutes(WINDOW)} "
+            f"exhausted their retries (`{EXHAUSTED_SHARE}`), for {_minutes(EXHAUSTED_FOR)}",
         ),
         Alert(
             "RolloutStalled",

@@ -16,6 +16,7 @@ Whatever a user hook does (``redact_reason`` raising, say), the span is ended an
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
@@ -25,6 +26,7 @@ from rollout_telemetry import failure_kinds
 from rollout_telemetry._contract.health import TRAJECTORY, health_of
 from rollout_telemetry._contract.identity import Member, member
 from rollout_telemetry._contract.outcome import Classified, Disposition, absent, classify
+from rollout_telemetry._recording.rollout_log import ROLLOUTS, log_outcome
 from rollout_telemetry.errors import OutcomeError, RolloutUsageError
 
 if TYPE_CHECKING:
@@ -291,6 +293,8 @@ class RolloutContext:
         assert handle is not None  # in flight
         span = self._span
         self._state = _DONE
+        logged = ROLLOUTS.isEnabledFor(logging.INFO)  # its line (rollout_log), with the stage it ended at
+        stage = handle[1].stage if logged else None
         try:
             try:
                 if outcome is None:
@@ -310,3 +314,12 @@ class RolloutContext:
                     self._shared.spans.finish(span, outcome)
         except Exception as exc:  # a raising hook: counted; the span was ended and its context detached
             self._shared.rejections.reject(exc)
+        if logged:
+            shared = self._shared
+            try:
+                ids, elapsed, names = self.span_ids, shared.clock() - handle[2], shared.account.names
+                log_outcome(
+                    names, shared.spans, self.agent, outcome, self._member, terminal, stage, elapsed, ids
+                )
+            except Exception as exc:
+                shared.rejections.reject(exc)

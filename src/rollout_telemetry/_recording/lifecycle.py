@@ -16,7 +16,6 @@ Whatever a user hook does (``redact_reason`` raising, say), the span is ended an
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
@@ -26,7 +25,7 @@ from rollout_telemetry import failure_kinds
 from rollout_telemetry._contract.health import TRAJECTORY, health_of
 from rollout_telemetry._contract.identity import Member, member
 from rollout_telemetry._contract.outcome import Classified, Disposition, absent, classify
-from rollout_telemetry._recording.rollout_log import ROLLOUTS, log_outcome
+from rollout_telemetry._recording.rollout_log import INFO, KNOWN, OFF, ROLLOUTS, log_outcome
 from rollout_telemetry.errors import OutcomeError, RolloutUsageError
 
 if TYPE_CHECKING:
@@ -293,7 +292,7 @@ class RolloutContext:
         assert handle is not None  # in flight
         span = self._span
         self._state = _DONE
-        logged = ROLLOUTS.isEnabledFor(logging.INFO)  # its line (rollout_log), with the stage it ended at
+        logged = KNOWN != OFF and ROLLOUTS.isEnabledFor(INFO)  # its line (rollout_log)
         stage = handle[1].stage if logged else None
         try:
             try:

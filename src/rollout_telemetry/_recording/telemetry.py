@@ -28,7 +28,7 @@ from rollout_telemetry._contract.outcome import (
 from rollout_telemetry._recording.expected import ExpectedWork
 from rollout_telemetry._recording.lifecycle import RolloutContext, Shared
 from rollout_telemetry._recording.reading import Reading
-from rollout_telemetry._recording.rollout_log import ROLLOUTS, log_outcome
+from rollout_telemetry._recording.rollout_log import INFO, KNOWN, OFF, ROLLOUTS, log_outcome
 from rollout_telemetry._recording.runtime import (
     DEFAULT_LAG_INTERVAL,
     LoopLag,
@@ -64,7 +64,7 @@ __all__ = ["RolloutTelemetry"]
 _log = logging.getLogger("rollout_telemetry")
 
 _FAILED, _OMITTED = Disposition.FAILED, Disposition.OMITTED
-_INFO = logging.INFO
+_running_loop = asyncio._get_running_loop  # None off a loop, where get_running_loop() raises
 
 
 class RolloutTelemetry(ExpectedWork, Reading):
@@ -194,7 +194,7 @@ class RolloutTelemetry(ExpectedWork, Reading):
                 trajectory = type(response) is not dict or TRAJECTORY in response
                 health = health_of(response) if trajectory else None
                 self._settle(agent, outcome, None, member, None, False, health)
-            if ROLLOUTS.isEnabledFor(_INFO):
+            if KNOWN != OFF and ROLLOUTS.isEnabledFor(INFO):
                 self._log_rollout(agent, outcome, member, False)
         except Exception as exc:  # the collector must never be taken down by its telemetry
             self.rejections.reject(exc)
@@ -322,7 +322,7 @@ class RolloutTelemetry(ExpectedWork, Reading):
                 self._settle(agent, outcome, None, member, None, terminal)
             if reason is not None:
                 self._log_reason(agent, disposition, failure_kind, reason)
-            if ROLLOUTS.isEnabledFor(_INFO):
+            if KNOWN != OFF and ROLLOUTS.isEnabledFor(INFO):
                 self._log_rollout(agent, outcome, member, terminal)
         except Exception as exc:
             self.rejections.reject(exc)
@@ -363,7 +363,7 @@ class RolloutTelemetry(ExpectedWork, Reading):
             self._settle(agent, outcome, None, member, None, terminal, health, line)
         if outcome[3] is not None:
             self._log_reason(agent, outcome[0], outcome[2], outcome[3])
-        if ROLLOUTS.isEnabledFor(_INFO):
+        if KNOWN != OFF and ROLLOUTS.isEnabledFor(INFO):
             member = None if identity is None else (identity[0], identity[1], attempt)
             self._log_rollout(agent, outcome, member, terminal)
 
@@ -390,7 +390,7 @@ class RolloutTelemetry(ExpectedWork, Reading):
         rejection (``outcome_outside_block``), raised with ``strict=True``.
         """
         self._stalls.watch()
-        if self._watch_loops:
+        if self._watch_loops and _running_loop() is not None:  # a sync block off any loop: one C call
             try:
                 self._loops.entered()
             except Exception as exc:  # never into the run: the rollout is tracked without lag sampling

@@ -92,6 +92,8 @@ class Shared:
     spans: SpanRecorder
     rejections: Rejections
     clock: Callable[[], float]
+    loop_entered: Callable[[], None] = lambda: None
+    """Called as an ``async with`` block is entered, on its event loop (which the facade samples)."""
 
 
 class RolloutContext:
@@ -169,6 +171,7 @@ class RolloutContext:
             self._finish(absent(Disposition.FAILED, NO_OUTCOME, "rollout block exited without an outcome"))
 
     async def __aenter__(self) -> RolloutContext:
+        self._shared.loop_entered()
         return self.__enter__()
 
     async def __aexit__(

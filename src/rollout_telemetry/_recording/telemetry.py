@@ -64,7 +64,6 @@ __all__ = ["RolloutTelemetry"]
 _log = logging.getLogger("rollout_telemetry")
 
 _FAILED, _OMITTED = Disposition.FAILED, Disposition.OMITTED
-_running_loop = asyncio._get_running_loop  # None off a loop, where get_running_loop() raises
 
 
 class RolloutTelemetry(ExpectedWork, Reading):
@@ -155,7 +154,9 @@ class RolloutTelemetry(ExpectedWork, Reading):
             clock=clock,
             names=self.names,
         )
-        self._shared = Shared(self._account, self._settle, self.spans, self.rejections, clock)
+        self._shared = Shared(
+            self._account, self._settle, self.spans, self.rejections, clock, self._loop_entered
+        )
         for agent, count in (expected or {}).items():
             self.expect(agent, count)
 
@@ -390,14 +391,17 @@ class RolloutTelemetry(ExpectedWork, Reading):
         rejection (``outcome_outside_block``), raised with ``strict=True``.
         """
         self._stalls.watch()
-        if self._watch_loops and _running_loop() is not None:  # a sync block off any loop: one C call
+        return RolloutContext(self._shared, agent, task_index, rollout_index, attempt)
+
+    # -- the collecting process -----------------------------------------------------------------------
+
+    def _loop_entered(self) -> None:
+        # An async rollout block is entered: its loop gets a lag sampler, once (runtime_metrics=True).
+        if self._watch_loops:
             try:
                 self._loops.entered()
             except Exception as exc:  # never into the run: the rollout is tracked without lag sampling
                 self.rejections.reject(exc)
-        return RolloutContext(self._shared, agent, task_index, rollout_index, attempt)
-
-    # -- the collecting process -----------------------------------------------------------------------
 
     def watch_event_loop(
         self, loop: asyncio.AbstractEventLoop | None = None, interval: float | None = None

@@ -88,8 +88,8 @@ class RolloutTelemetry(ExpectedWork, Reading):
         stall_after_by_agent: per-agent overrides of ``stall_after``.
         min_valid_per_group: valid members a group needs to be more than ``insufficient`` (see ``groups``).
         runtime_metrics: publish the collecting process's runtime: prometheus_client's process, platform and
-            garbage-collector collectors, the garbage-collection pauses, and the lag of each event loop a
-            rollout block runs on (``watch_event_loop``).
+            garbage-collector collectors, the garbage-collection pauses, and the lag of each event loop an
+            ``async with`` rollout block runs on (``watch_event_loop``).
         loop_lag_interval: seconds between two samples of an event loop's lag.
     """
 
@@ -141,7 +141,7 @@ class RolloutTelemetry(ExpectedWork, Reading):
         self.registry.register(CoverageCollector(self.coverage_snapshot, labels))
         self._runtime = Runtime()
         self._loops = LoopLag(self._runtime, loop_lag_interval)
-        self._watch_loops = runtime_metrics  # the first rollout block on a loop starts its lag sampler
+        self._watch_loops = runtime_metrics  # the first async rollout block on a loop starts its sampler
         self.registry.register(RuntimeCollector(self._runtime.snapshot, labels))
         if runtime_metrics:
             watch_gc(self._runtime)
@@ -408,9 +408,9 @@ class RolloutTelemetry(ExpectedWork, Reading):
     ) -> LoopWatch:
         """Sample how late ``loop`` (the running one by default) wakes, into
         ``rollout_telemetry_event_loop_lag_seconds``, every ``interval`` seconds (``loop_lag_interval`` by
-        default); ``stop()`` on what it returns ends it. A loop is sampled once per telemetry: a rollout
-        block on a loop starts this by itself (``runtime_metrics=True``); call it for a loop that runs no
-        rollout block. The sampler ends when the loop closes or the telemetry is gone.
+        default); ``stop()`` on what it returns ends it. A loop is sampled once per telemetry: an ``async
+        with`` rollout block on a loop starts this by itself (``runtime_metrics=True``); call it for a loop
+        that runs none. The sampler ends when the loop closes or the telemetry is gone.
 
         Raises:
             ConfigError: no loop given and none running, a closed loop, or ``interval`` is not positive.

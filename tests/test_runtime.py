@@ -187,12 +187,21 @@ def test_a_forced_collection_is_one_pause_of_generation_2() -> None:
 
 @pytest.mark.usefixtures("no_automatic_gc")
 def test_stopping_the_runtime_metrics_stops_timing_collections() -> None:
-    """stop_runtime_metrics(): later collections are not timed, the histogram keeps what it had."""
-    telemetry = RolloutTelemetry(run="r")
+    """stop_runtime_metrics(): later collections are not timed, the histogram keeps what it had, and a
+    rollout block starts no sampler any more (over a window of 20 intervals)."""
+    telemetry = RolloutTelemetry(run="r", loop_lag_interval=0.005)
     gc.collect()
     telemetry.stop_runtime_metrics()
     gc.collect()
     assert value(exposition(telemetry.registry), f"{PAUSE}_count", run="r", generation="2") == 1
+
+    async def main() -> None:
+        async with telemetry.rollout("a") as rollout:
+            rollout.complete({"reward": 1.0})
+        await asyncio.sleep(0.1)  # the window a sampler would have woken in
+
+    asyncio.run(main())
+    assert LAG + "_count" not in sample_names(exposition(telemetry.registry))
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="ProcessCollector reads /proc")

@@ -419,6 +419,8 @@ class RolloutTelemetry(ExpectedWork, Reading):
 
     def stop_runtime_metrics(self) -> None:
         """Stop sampling the runtime: every event loop's lag sampler ends and garbage collections are no
-        longer timed; the histograms keep what they have."""
+        longer timed; the histograms keep what they have. Rollout blocks start no sampler after it
+        (``watch_event_loop`` still does)."""
+        self._watch_loops = False
         self._loops.stop()
         unwatch_gc(self._runtime)

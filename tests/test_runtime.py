@@ -50,6 +50,18 @@ async def _until(condition: object, *, timeout: float, what: str) -> None:
         await asyncio.sleep(0.005)
 
 
+def _assert_a_rollout_block_starts_no_sampler(telemetry: RolloutTelemetry) -> None:
+    """An async rollout block, then 0.1 s (20 intervals of 5 ms) on its loop: no lag family after."""
+
+    async def main() -> None:
+        async with telemetry.rollout("a") as rollout:
+            rollout.complete({"reward": 1.0})
+        await asyncio.sleep(0.1)  # the window a sampler would have woken in
+
+    asyncio.run(main())
+    assert LAG + "_count" not in sample_names(exposition(telemetry.registry))
+
+
 def _lag_count(telemetry: RolloutTelemetry) -> float:
     text = exposition(telemetry.registry)
     return value(text, f"{LAG}_count", run="r") if f"{LAG}_count" in sample_names(text) else 0.0
@@ -98,14 +110,7 @@ def test_the_first_async_rollout_block_on_a_loop_starts_one_sampler() -> None:
 def test_without_runtime_metrics_a_rollout_block_starts_no_sampler() -> None:
     """runtime_metrics=False: rollout blocks leave the loop unsampled (over a window of 20 intervals)."""
     telemetry = RolloutTelemetry(run="r", runtime_metrics=False, loop_lag_interval=0.005)
-
-    async def main() -> None:
-        async with telemetry.rollout("a") as rollout:
-            rollout.complete({"reward": 1.0})
-        await asyncio.sleep(0.1)  # the window a sampler would have woken in
-
-    asyncio.run(main())
-    assert LAG + "_count" not in sample_names(exposition(telemetry.registry))
+    _assert_a_rollout_block_starts_no_sampler(telemetry)
 
 
 def test_a_stopped_sampler_samples_no_more() -> None:
@@ -194,14 +199,7 @@ def test_stopping_the_runtime_metrics_stops_timing_collections() -> None:
     telemetry.stop_runtime_metrics()
     gc.collect()
     assert value(exposition(telemetry.registry), f"{PAUSE}_count", run="r", generation="2") == 1
-
-    async def main() -> None:
-        async with telemetry.rollout("a") as rollout:
-            rollout.complete({"reward": 1.0})
-        await asyncio.sleep(0.1)  # the window a sampler would have woken in
-
-    asyncio.run(main())
-    assert LAG + "_count" not in sample_names(exposition(telemetry.registry))
+    _assert_a_rollout_block_starts_no_sampler(telemetry)
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="ProcessCollector reads /proc")

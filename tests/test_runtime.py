@@ -252,3 +252,16 @@ def test_the_runtime_histograms_are_written_as_prometheus_client_writes_them() -
     asyncio.run(main())  # the loop is closed: the histogram no longer moves
     for accept, encoder in ENCODERS.items():
         assert encode(telemetry.registry, accept)[0] == encoder(telemetry.registry), accept
+
+
+def test_one_gc_hook_for_the_process_while_a_telemetry_wants_it() -> None:
+    """Two telemetries add at most one gc.callbacks hook between them, and it is gone once both are."""
+    gc.collect()  # the telemetries of earlier tests that are garbage already go, and their wants with them
+    before = len(gc.callbacks)
+    first, second = RolloutTelemetry(), RolloutTelemetry()
+    during = len(gc.callbacks)
+    assert before <= during <= before + 1
+    assert during >= 1
+    del first, second
+    gc.collect()
+    assert len(gc.callbacks) == before

@@ -165,41 +165,52 @@ def _checked(interval: float) -> float:
 
 # -- garbage collection ------------------------------------------------------------------------------
 
-_gc_watched: weakref.WeakSet[Runtime] = weakref.WeakSet()
+_gc_targets: tuple[weakref.ref[Runtime], ...] = ()
+"""The runtimes that time collections, held weakly; replaced whole (the hook reads it without a lock)."""
 _gc_started: list[float] = [0.0]
-_gc_lock = threading.RLock()  # reentrant: a finalizer (_unwatch_gc) may run in a collection set off under it
+_gc_lock = (
+    threading.RLock()
+)  # reentrant: a weak reference's callback may run in a collection set off under it
 
 
 def _gc_hook(phase: str, info: Mapping[str, int]) -> None:
-    # Called by the garbage collector, which holds the interpreter: no lock, nothing that could raise.
+    # Called by the garbage collector twice per collection (young ones: thousands a second in a process
+    # that allocates): as little as possible, no lock, nothing that could raise.
     if phase == "start":
         _gc_started[0] = time.perf_counter()
         return
     seconds = time.perf_counter() - _gc_started[0]
-    generation = info.get("generation", -1)
-    for runtime in list(_gc_watched):
-        runtime.paused(generation, seconds)
+    generation = info["generation"]
+    for target in _gc_targets:
+        runtime = target()
+        if runtime is not None:
+            runtime.paused(generation, seconds)
 
 
 def watch_gc(runtime: Runtime) -> None:
     """Time the process's garbage collections into ``runtime`` (held weakly) from now on."""
+    global _gc_targets  # noqa: PLW0603 - the one gc.callbacks hook of the process and what it feeds
     with _gc_lock:
-        _gc_watched.add(runtime)
+        if not any(target() is runtime for target in _gc_targets):
+            _gc_targets = (*_gc_targets, weakref.ref(runtime, _forget))
         if _gc_hook not in gc.callbacks:
             gc.callbacks.append(_gc_hook)
-        weakref.finalize(runtime, _unwatch_gc)
 
 
 def unwatch_gc(runtime: Runtime) -> None:
     """Stop timing collections into ``runtime``; the hook goes once nothing wants it."""
-    with _gc_lock:
-        _gc_watched.discard(runtime)
-    _unwatch_gc()
+    _keep(lambda target: target() is not runtime)
 
 
-def _unwatch_gc() -> None:
+def _forget(dead: weakref.ref[Runtime]) -> None:
+    _keep(lambda target: target is not dead)
+
+
+def _keep(wanted: Callable[[weakref.ref[Runtime]], bool]) -> None:
+    global _gc_targets  # noqa: PLW0603 - as in watch_gc
     with _gc_lock:
-        if not _gc_watched and _gc_hook in gc.callbacks:
+        _gc_targets = tuple(target for target in _gc_targets if wanted(target))
+        if not _gc_targets and _gc_hook in gc.callbacks:
             gc.callbacks.remove(_gc_hook)
 
 

@@ -98,7 +98,7 @@ class Runtime:
     def __init__(self) -> None:
         self._lag = Buckets(LAG_BUCKETS)
         self._lag_lock = threading.Lock()  # event loops on several threads may share one telemetry
-        self._gc = {generation: Buckets(GC_PAUSE_BUCKETS) for generation in GENERATIONS}
+        self._gc = tuple(Buckets(GC_PAUSE_BUCKETS) for _ in GENERATIONS)  # by generation
 
     def lagged(self, seconds: float) -> None:
         """An event loop woke ``seconds`` after it was due."""
@@ -108,13 +108,14 @@ class Runtime:
     def paused(self, generation: int, seconds: float) -> None:
         """A garbage collection of ``generation`` stopped the process for ``seconds``; only from the garbage
         collector's hook (one collection at a time), without a lock."""
-        buckets = self._gc.get(GENERATIONS[generation] if 0 <= generation < len(GENERATIONS) else "")
-        if buckets is not None:
-            buckets.observe(seconds)
+        if 0 <= generation < len(self._gc):
+            self._gc[generation].observe(seconds)
 
     def snapshot(self) -> RuntimeSnapshot:
         """The histograms as they are now."""
         with self._lag_lock:
             lag = self._lag.read()
-        pauses = {generation: buckets.read() for generation, buckets in self._gc.items()}
+        pauses = {
+            generation: buckets.read() for generation, buckets in zip(GENERATIONS, self._gc, strict=True)
+        }
         return RuntimeSnapshot(lag, {g: series for g, series in pauses.items() if series is not None})

@@ -45,6 +45,17 @@ def samples(text: str) -> dict[tuple[str, Labels], float]:
     return parsed
 
 
+def runtime_series() -> frozenset[str]:
+    """Every series name of the collecting process's runtime (``runtime_metrics=True``): the runtime
+    histograms and prometheus_client's process, platform and garbage-collector families."""
+    from rollout_telemetry._views.run_series import PROCESS_FAMILIES, RUNTIME_FAMILIES
+
+    names = {family.name for family in PROCESS_FAMILIES}
+    for family in RUNTIME_FAMILIES:
+        names |= {f"{family.name}_{suffix}" for suffix in ("bucket", "sum", "count")}
+    return frozenset(names)
+
+
 def sample_names(text: str) -> set[str]:
     """The distinct sample names of an exposition."""
     return {name for name, _ in samples(text)}

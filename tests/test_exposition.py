@@ -67,7 +67,11 @@ class _Run:
     def __init__(self, const: dict[str, str], max_agents: int) -> None:
         self.clock = FakeClock()
         self.telemetry = RolloutTelemetry(
-            run=const.pop("run", None), const_labels=const, clock=self.clock, max_agents=max_agents
+            run=const.pop("run", None),
+            const_labels=const,
+            clock=self.clock,
+            max_agents=max_agents,
+            runtime_metrics=False,  # the process's own figures move between the two writers' reads
         )
         self.in_flight: list[tuple[str, InFlight]] = []
         self.spans = 0
@@ -139,7 +143,7 @@ def test_other_collectors_keep_their_place_in_the_registry() -> None:
     prometheus_client puts them, in both formats."""
     registry = CollectorRegistry()
     before = Counter("user_before", "Registered first.", ["shard"], registry=registry)
-    telemetry = RolloutTelemetry(run="r", registry=registry)
+    telemetry = RolloutTelemetry(run="r", registry=registry, runtime_metrics=False)
     after = Gauge("user_after", "Registered last.", registry=registry)
     before.labels("0").inc()
     after.set(3)
@@ -198,7 +202,7 @@ def test_a_large_scrape_leaves_the_garbage_collector_alone() -> None:
     """Writing 15,000 series sets off a few collections where prometheus_client's writer, from the same
     collector, sets off four times as many or more: the lines are strings, which the collector does not
     track."""
-    telemetry = RolloutTelemetry(run="r", max_kinds_per_agent=100)
+    telemetry = RolloutTelemetry(run="r", max_kinds_per_agent=100, runtime_metrics=False)
     for agent in range(50):
         for kind in range(100):
             for record in (telemetry.record_failure, telemetry.record_omission):
@@ -216,7 +220,7 @@ def test_a_large_scrape_leaves_the_garbage_collector_alone() -> None:
 
 def test_a_mean_that_rounds_to_zero_is_written_as_prometheus_client_writes_it() -> None:
     """A mean reward whose rounding error changes sign while it stays zero is written afresh each time."""
-    telemetry = RolloutTelemetry(run="r")
+    telemetry = RolloutTelemetry(run="r", runtime_metrics=False)
     for steps in ([0.3, -0.1, -0.2], [0.1, 0.2, -0.3], [0.0]):
         for reward in steps:
             telemetry.record("math", {"reward": reward})

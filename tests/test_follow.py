@@ -30,7 +30,8 @@ def run_dir(tmp_path: Path) -> Path:
 
 
 def _follower(clock: FakeClock, main: Path) -> tuple[RolloutTelemetry, RunFollower]:
-    telemetry = RolloutTelemetry(run="r", clock=clock)
+    # Without the process's runtime, whose figures differ between two telemetries compared here.
+    telemetry = RolloutTelemetry(run="r", clock=clock, runtime_metrics=False)
     return telemetry, RunFollower(telemetry, RunFiles.from_main(main))
 
 

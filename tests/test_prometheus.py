@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 
 from rollout_telemetry import RolloutTelemetry
+from rollout_telemetry._views.run_series import PROCESS_FAMILIES
 from rollout_telemetry._views.series import ALWAYS_PRESENT
-from tests.support import FakeClock, exposition, promtool_check_metrics, sample_names, samples, value
+from tests.support import (
+    FakeClock,
+    exposition,
+    promtool_check_metrics,
+    runtime_series,
+    sample_names,
+    samples,
+    value,
+)
 
 HEALTHY = {
     "rollout_completed_total",
@@ -21,7 +32,7 @@ def test_healthy_run_exposes_exactly_the_always_present_set(telemetry: RolloutTe
     """Nothing masked, failed or omitted: no failure series at all."""
     telemetry.record("math", {"reward": 1.0})
     telemetry.record("code", {"reward": 0.0})
-    assert sample_names(exposition(telemetry.registry)) == HEALTHY
+    assert sample_names(exposition(telemetry.registry)) - runtime_series() == HEALTHY
     assert set(ALWAYS_PRESENT) == HEALTHY
 
 
@@ -31,7 +42,7 @@ def test_troubled_run_adds_exactly_the_failure_series(telemetry: RolloutTelemetr
     telemetry.record("math", {"reward": 0.0, "mask_sample": True, "failure_kind": "judge_failed"})
     telemetry.record_failure("math", "session_lost", reason="reset timed out after 30s")
     telemetry.record_omission("math", "cancelled")
-    assert sample_names(exposition(telemetry.registry)) == HEALTHY | {
+    assert sample_names(exposition(telemetry.registry)) - runtime_series() == HEALTHY | {
         "rollout_masked_total",
         "rollout_failed_total",
         "rollout_omitted_total",
@@ -83,11 +94,16 @@ def test_values_match_the_account(telemetry: RolloutTelemetry) -> None:
 
 
 def test_every_series_carries_the_constant_labels(clock: FakeClock) -> None:
-    """``run`` and other constant labels are on every series."""
+    """``run`` and other constant labels are on every series of this package (prometheus_client's process
+    collectors take none)."""
     telemetry = RolloutTelemetry(run="grpo-42", const_labels={"cluster": "a"}, clock=clock)
     telemetry.record("math", {"reward": 1.0, "mask_sample": True})
     telemetry.record("math", {"reward": float("nan")})
-    for (_, labels), _value in samples(exposition(telemetry.registry)).items():
+    gc.collect()
+    theirs = {family.name for family in PROCESS_FAMILIES}
+    for (name, labels), _value in samples(exposition(telemetry.registry)).items():
+        if name in theirs:
+            continue
         assert ("run", "grpo-42") in labels
         assert ("cluster", "a") in labels
 

@@ -15,6 +15,7 @@ from typing import Protocol
 
 from rollout_telemetry._cli import demo, gym, hash_password, options, ray_targets, report, serve, top
 from rollout_telemetry._cli.args import OneLineParser
+from rollout_telemetry._recording.rollout_log import ROLLOUTS
 from rollout_telemetry.errors import RolloutTelemetryError
 
 __all__ = ["EXAMPLES", "main"]
@@ -101,6 +102,9 @@ def _main(argv: Sequence[str] | None) -> int:
         return exit_.code if isinstance(exit_.code, int) else 2
     level = logging.DEBUG if args.verbose else getattr(logging, (args.log_level or "info").upper())
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # A line per rollout is for the library's users who ask for it (docs/reference/rollout-log.md), not
+    # the command line's log.
+    ROLLOUTS.setLevel(logging.WARNING)
     run = {command.NAME: command.run for command in _COMMANDS}[args.command]
     try:
         return run(args)

@@ -26,6 +26,7 @@ from rollout_telemetry._contract.failure_where import Where, failure_where, stag
 from rollout_telemetry._contract.health import TRAJECTORY, health_of
 from rollout_telemetry._contract.identity import Member, member
 from rollout_telemetry._contract.outcome import Classified, Disposition, absent, classify
+from rollout_telemetry._recording.rollout_log import INFO, KNOWN, OFF, ROLLOUTS, log_outcome
 from rollout_telemetry.errors import OutcomeError, RolloutUsageError
 
 if TYPE_CHECKING:
@@ -95,6 +96,8 @@ class Shared:
     spans: SpanRecorder
     rejections: Rejections
     clock: Callable[[], float]
+    loop_entered: Callable[[], None] = lambda: None
+    """Called as an ``async with`` block is entered, on its event loop (which the facade samples)."""
 
 
 class RolloutContext:
@@ -172,6 +175,7 @@ class RolloutContext:
             self._finish(absent(Disposition.FAILED, NO_OUTCOME, "rollout block exited without an outcome"))
 
     async def __aenter__(self) -> RolloutContext:
+        self._shared.loop_entered()
         return self.__enter__()
 
     async def __aexit__(
@@ -323,6 +327,8 @@ class RolloutContext:
         span = self._span
         self._state = _DONE
         attempts = None
+        logged = KNOWN != OFF and ROLLOUTS.isEnabledFor(INFO)  # its line (rollout_log)
+        stage = handle[1].stage if logged else None
         try:
             try:
                 if outcome is None:
@@ -344,3 +350,12 @@ class RolloutContext:
                     self._shared.spans.finish(span, outcome, facts=(where, attempts))
         except Exception as exc:  # a raising hook: counted; the span was ended and its context detached
             self._shared.rejections.reject(exc)
+        if logged:
+            shared = self._shared
+            try:
+                ids, elapsed, names = self.span_ids, shared.clock() - handle[2], shared.account.names
+                log_outcome(
+                    names, shared.spans, self.agent, outcome, self._member, terminal, stage, elapsed, ids
+                )
+            except Exception as exc:
+                shared.rejections.reject(exc)

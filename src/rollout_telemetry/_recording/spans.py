@@ -159,6 +159,11 @@ class SpanRecorder:
             reason = reason[: self._reason_limit] + "…"
         return reason
 
+    def redacted(self, reason: str) -> str | None:
+        """The reason as the redaction hook returns it (limited in length), ``None`` without a hook: what
+        may go where free text is kept (the rollout log)."""
+        return None if self._redact is None else self.clean_reason(reason)
+
     def _tracer(self) -> trace.Tracer | None:
         if self._provider is not None:
             if self._own_tracer is None:

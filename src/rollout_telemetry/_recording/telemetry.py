@@ -7,6 +7,7 @@ into the collector (unless ``strict=True``): bad input is logged once per cause 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -28,6 +29,15 @@ from rollout_telemetry._contract.outcome import (
 from rollout_telemetry._recording.expected import ExpectedWork
 from rollout_telemetry._recording.lifecycle import RolloutContext, Shared
 from rollout_telemetry._recording.reading import Reading
+from rollout_telemetry._recording.rollout_log import INFO, KNOWN, OFF, ROLLOUTS, log_outcome
+from rollout_telemetry._recording.runtime import (
+    DEFAULT_LAG_INTERVAL,
+    LoopLag,
+    LoopWatch,
+    register_process_collectors,
+    unwatch_gc,
+    watch_gc,
+)
 from rollout_telemetry._recording.spans import DEFAULT_REASON_LIMIT, SpanMode, SpanRecorder
 from rollout_telemetry._recording.stalls import DEFAULT_STALL_AFTER, Stalls, stall_bound
 from rollout_telemetry._store.account import Account, InFlight
@@ -35,8 +45,14 @@ from rollout_telemetry._store.coverage import Coverage
 from rollout_telemetry._store.groups import Groups
 from rollout_telemetry._store.names import DEFAULT_MAX_AGENTS, DEFAULT_MAX_KINDS_PER_AGENT, Names
 from rollout_telemetry._store.rejections import Rejections
+from rollout_telemetry._store.runtime import Runtime
 from rollout_telemetry.errors import OutcomeError, Rejection
-from rollout_telemetry.exporters.prometheus import AccountCollector, CoverageCollector, GroupsCollector
+from rollout_telemetry.exporters.prometheus import (
+    AccountCollector,
+    CoverageCollector,
+    GroupsCollector,
+    RuntimeCollector,
+)
 from rollout_telemetry.failure_kinds import KindValidator
 
 if TYPE_CHECKING:
@@ -72,6 +88,10 @@ class RolloutTelemetry(ExpectedWork, Reading):
             turns stall detection off.
         stall_after_by_agent: per-agent overrides of ``stall_after``.
         min_valid_per_group: valid members a group needs to be more than ``insufficient`` (see ``groups``).
+        runtime_metrics: publish the collecting process's runtime: prometheus_client's process, platform and
+            garbage-collector collectors, the garbage-collection pauses, and the lag of each event loop an
+            ``async with`` rollout block runs on (``watch_event_loop``).
+        loop_lag_interval: seconds between two samples of an event loop's lag.
     """
 
     def __init__(
@@ -92,6 +112,8 @@ class RolloutTelemetry(ExpectedWork, Reading):
         stall_after: float | None = DEFAULT_STALL_AFTER,
         stall_after_by_agent: Mapping[str, float] | None = None,
         min_valid_per_group: int = DEFAULT_MIN_VALID,
+        runtime_metrics: bool = True,
+        loop_lag_interval: float = DEFAULT_LAG_INTERVAL,
     ) -> None:
         self._clock = clock
         self._started = clock()
@@ -118,6 +140,13 @@ class RolloutTelemetry(ExpectedWork, Reading):
         self.registry.register(self._collector)
         self.registry.register(GroupsCollector(self.groups.snapshot, labels))
         self.registry.register(CoverageCollector(self.coverage_snapshot, labels))
+        self._runtime = Runtime()
+        self._loops = LoopLag(self._runtime, loop_lag_interval)
+        self._watch_loops = runtime_metrics  # the first async rollout block on a loop starts its sampler
+        self.registry.register(RuntimeCollector(self._runtime.snapshot, labels))
+        if runtime_metrics:
+            watch_gc(self._runtime)
+            register_process_collectors(self.registry)
         self.spans = SpanRecorder(
             tracer_provider=tracer_provider,
             mode=span_mode,
@@ -126,7 +155,9 @@ class RolloutTelemetry(ExpectedWork, Reading):
             clock=clock,
             names=self.names,
         )
-        self._shared = Shared(self._account, self._settle, self.spans, self.rejections, clock)
+        self._shared = Shared(
+            self._account, self._settle, self.spans, self.rejections, clock, self._loop_entered
+        )
         for agent, count in (expected or {}).items():
             self.expect(agent, count)
 
@@ -156,15 +187,17 @@ class RolloutTelemetry(ExpectedWork, Reading):
         """
         # task_index, rollout_index and attempt are not keyword-only: a cheaper call (docs/performance.md).
         try:
+            outcome, member = classify(response), None
             if task_index is None and self._coverage is None:  # the common call: straight to the account
-                self._account.count(agent, classify(response))
+                self._account.count(agent, outcome)
             else:
-                outcome = classify(response)
                 member = self._member(task_index, rollout_index, attempt)
                 # The trajectory's health: a dict without one (the common response) costs no call.
                 trajectory = type(response) is not dict or TRAJECTORY in response
                 health = health_of(response) if trajectory else None
                 self._settle(agent, outcome, None, member, None, False, health)
+            if KNOWN != OFF and ROLLOUTS.isEnabledFor(INFO):
+                self._log_rollout(agent, outcome, member, False)
         except Exception as exc:  # the collector must never be taken down by its telemetry
             self.rejections.reject(exc)
 
@@ -311,7 +344,7 @@ class RolloutTelemetry(ExpectedWork, Reading):
         delivery: object,
     ) -> None:
         try:
-            outcome = check_outcome(disposition, None, None, failure_kind, reason)
+            outcome, member = check_outcome(disposition, None, None, failure_kind, reason), None
             if task_index is None and self._coverage is None and stage is None and delivery is None:
                 self._account.count(agent, outcome)  # the common call: straight to the account
             else:
@@ -327,6 +360,8 @@ class RolloutTelemetry(ExpectedWork, Reading):
                     self.rejections.reject(error)
             if reason is not None:
                 self._log_reason(agent, disposition, failure_kind, reason)
+            if KNOWN != OFF and ROLLOUTS.isEnabledFor(INFO):
+                self._log_rollout(agent, outcome, member, terminal)
         except Exception as exc:
             self.rejections.reject(exc)
 
@@ -369,7 +404,17 @@ class RolloutTelemetry(ExpectedWork, Reading):
             attempts = self._settle(agent, outcome, None, member, None, terminal, health, line, where, False)
         if outcome[3] is not None:
             self._log_reason(agent, outcome[0], outcome[2], outcome[3])
+        if KNOWN != OFF and ROLLOUTS.isEnabledFor(INFO):
+            member = None if identity is None else (identity[0], identity[1], attempt)
+            self._log_rollout(agent, outcome, member, terminal)
         return attempts
+
+    def _log_rollout(self, agent: str, outcome: Classified, member: Member | None, terminal: bool) -> None:
+        # The rollout's line on rollout_telemetry.rollouts, once counted; a raising redact hook is counted.
+        try:
+            log_outcome(self.names, self.spans, agent, outcome, member, terminal)
+        except Exception as exc:
+            self.rejections.reject(exc)
 
     def rollout(
         self,
@@ -388,3 +433,35 @@ class RolloutTelemetry(ExpectedWork, Reading):
         """
         self._stalls.watch()
         return RolloutContext(self._shared, agent, task_index, rollout_index, attempt)
+
+    # -- the collecting process -----------------------------------------------------------------------
+
+    def _loop_entered(self) -> None:
+        # An async rollout block is entered: its loop gets a lag sampler, once (runtime_metrics=True).
+        if self._watch_loops:
+            try:
+                self._loops.entered()
+            except Exception as exc:  # never into the run: the rollout is tracked without lag sampling
+                self.rejections.reject(exc)
+
+    def watch_event_loop(
+        self, loop: asyncio.AbstractEventLoop | None = None, interval: float | None = None
+    ) -> LoopWatch:
+        """Sample how late ``loop`` (the running one by default) wakes, into
+        ``rollout_telemetry_event_loop_lag_seconds``, every ``interval`` seconds (``loop_lag_interval`` by
+        default); ``stop()`` on what it returns ends it. A loop is sampled once per telemetry: an ``async
+        with`` rollout block on a loop starts this by itself (``runtime_metrics=True``); call it for a loop
+        that runs none. The sampler ends when the loop closes or the telemetry is gone.
+
+        Raises:
+            ConfigError: no loop given and none running, a closed loop, or ``interval`` is not positive.
+        """
+        return self._loops.watch(loop, interval)
+
+    def stop_runtime_metrics(self) -> None:
+        """Stop sampling the runtime: every event loop's lag sampler ends and garbage collections are no
+        longer timed; the histograms keep what they have. Rollout blocks start no sampler after it
+        (``watch_event_loop`` still does)."""
+        self._watch_loops = False
+        self._loops.stop()
+        unwatch_gc(self._runtime)

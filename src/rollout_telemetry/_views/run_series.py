@@ -1,17 +1,28 @@
-"""The families of the run's other stores: the run coverage account (``RolloutTelemetry.cover``), the groups
-and the OTLP span export statistics. The account's own families and the catalogue are in ``_views.series``."""
+"""The families of the run's other stores: the run coverage account (``RolloutTelemetry.cover``), the groups,
+the OTLP span export statistics and the collecting process's runtime. The account's own families and the
+catalogue are in ``_views.series``."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
 
 from rollout_telemetry._contract.group_state import GROUP_STATES
 from rollout_telemetry._contract.outcome import Disposition
 from rollout_telemetry._store.coverage import AgentCoverage, CoverageSnapshot
 from rollout_telemetry._store.groups import AgentGroups, GroupsSnapshot
-from rollout_telemetry._views.family import Family, PerAgent, Sample
+from rollout_telemetry._store.runtime import RuntimeSnapshot, Series
+from rollout_telemetry._views.family import Family, FamilyType, PerAgent, Sample
 
-__all__ = ["COVERAGE_FAMILIES", "GROUP_FAMILIES", "SPAN_FAMILIES"]
+__all__ = [
+    "COVERAGE_FAMILIES",
+    "GROUP_FAMILIES",
+    "PROCESS_FAMILIES",
+    "RUNTIME_FAMILIES",
+    "RUNTIME_HISTOGRAMS",
+    "SPAN_FAMILIES",
+    "RuntimeHistogram",
+]
 
 _AGENT = ("agent",)
 
@@ -153,3 +164,100 @@ SPAN_FAMILIES: tuple[Family[Mapping[str, int]], ...] = (
     ),
 )  # fmt: skip
 """The OTLP span export statistics' families."""
+
+
+def _lag(snap: RuntimeSnapshot) -> Iterator[tuple[tuple[str, ...], Series]]:
+    if snap.lag is not None:
+        yield (), snap.lag
+
+
+def _gc_pauses(snap: RuntimeSnapshot) -> Iterator[tuple[tuple[str, ...], Series]]:
+    for generation, series in snap.gc_pauses.items():
+        yield (generation,), series
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeHistogram:
+    """A histogram of the runtime: its family and its series (labels, buckets and sum) in a snapshot."""
+
+    family: Family[RuntimeSnapshot]
+    series: Callable[[RuntimeSnapshot], Iterator[tuple[tuple[str, ...], Series]]]
+
+
+def _sums(
+    series: Callable[[RuntimeSnapshot], Iterator[tuple[tuple[str, ...], Series]]],
+) -> Callable[[RuntimeSnapshot], Iterator[Sample]]:
+    return lambda snap: ((labels, one.total) for labels, one in series(snap))
+
+
+_RUNTIME = "with runtime_metrics=True (the default)"
+
+RUNTIME_HISTOGRAMS: tuple[RuntimeHistogram, ...] = (
+    RuntimeHistogram(
+        Family(
+            "rollout_telemetry_event_loop_lag_seconds", "histogram", (), "s",
+            "once an event loop is watched: the first async rollout block on a loop, or watch_event_loop()",
+            "How late the watched asyncio event loops woke for a timer (sampled every 0.25 s by default): "
+            "time the loop spent running something else. Lag of seconds means a blocking call on the loop, "
+            "and every rollout on it waited that long.",
+            _sums(_lag),
+        ),
+        _lag,
+    ),
+    RuntimeHistogram(
+        Family(
+            "rollout_telemetry_gc_pause_seconds", "histogram", ("generation",), "s",
+            f"{_RUNTIME}, per generation once a collection of it is observed",
+            "How long each garbage collection stopped the process (every thread), by generation "
+            "(gc.callbacks). Frequent pauses of generation 2 in a process with a large heap stall recording "
+            "and scrapes alike.",
+            _sums(_gc_pauses),
+        ),
+        _gc_pauses,
+    ),
+)  # fmt: skip
+"""The runtime's histograms, as the exporters format them."""
+
+RUNTIME_FAMILIES: tuple[Family[RuntimeSnapshot], ...] = tuple(view.family for view in RUNTIME_HISTOGRAMS)
+"""The collecting process's runtime families (``Runtime``)."""
+
+
+def _nothing(_: object) -> Iterator[Sample]:
+    return iter(())  # prometheus_client's collectors write these: nothing here computes them
+
+
+_LINUX = "on Linux (ProcessCollector reads /proc)"
+_CPYTHON = "on CPython (GCCollector)"
+_GENERATION = ("generation",)
+_CLIENT: tuple[tuple[str, FamilyType, tuple[str, ...], str, str, str], ...] = (
+    ("process_cpu_seconds_total", "counter", (), "s", _LINUX, "user and system CPU time of the process."),
+    ("process_virtual_memory_bytes", "gauge", (), "By", _LINUX, "virtual memory size."),
+    ("process_resident_memory_bytes", "gauge", (), "By", _LINUX, "resident memory size."),
+    ("process_start_time_seconds", "gauge", (), "s", _LINUX, "start time since the Unix epoch."),
+    ("process_open_fds", "gauge", (), "{fd}", _LINUX, "open file descriptors."),
+    ("process_max_fds", "gauge", (), "{fd}", _LINUX, "the limit of open file descriptors."),
+    (
+        "python_info", "gauge", ("implementation", "major", "minor", "patchlevel", "version"), "1",
+        "always (PlatformCollector)", "the Python interpreter's version, as labels; the value is 1.",
+    ),
+    (
+        "python_gc_objects_collected_total", "counter", _GENERATION, "{object}", _CPYTHON,
+        "objects collected by the garbage collector, by generation.",
+    ),
+    (
+        "python_gc_objects_uncollectable_total", "counter", _GENERATION, "{object}", _CPYTHON,
+        "uncollectable objects found by the garbage collector, by generation.",
+    ),
+    (
+        "python_gc_collections_total", "counter", _GENERATION, "{collection}", _CPYTHON,
+        "collections of each generation.",
+    ),
+)  # fmt: skip
+
+PROCESS_FAMILIES: tuple[Family[object], ...] = tuple(
+    Family(name, kind, labels, unit, f"{_RUNTIME}, {appears}", f"From prometheus_client: {what}", _nothing)
+    for name, kind, labels, unit, appears, what in _CLIENT
+)
+"""The families of prometheus_client's ProcessCollector, PlatformCollector and GCCollector, which the
+telemetry registers on its registry (``runtime_metrics=True``): listed for the reference, written by
+prometheus_client, not by this package."""

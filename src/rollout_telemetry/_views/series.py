@@ -22,7 +22,13 @@ from rollout_telemetry._store.agent import DURATION_BUCKETS
 from rollout_telemetry._store.recovery import ATTEMPT_BUCKETS, RETRY_DELAY_BUCKETS, RecoverySnapshot
 from rollout_telemetry._store.snapshot import AccountSnapshot, AgentSnapshot
 from rollout_telemetry._views.family import Family, PerAgent, Sample
-from rollout_telemetry._views.run_series import COVERAGE_FAMILIES, GROUP_FAMILIES, SPAN_FAMILIES
+from rollout_telemetry._views.run_series import (
+    COVERAGE_FAMILIES,
+    GROUP_FAMILIES,
+    PROCESS_FAMILIES,
+    RUNTIME_FAMILIES,
+    SPAN_FAMILIES,
+)
 
 __all__ = [
     "ALWAYS_PRESENT",
@@ -337,12 +343,20 @@ CATALOGUE: tuple[Family[Any], ...] = (
     *COVERAGE_FAMILIES,
     *GROUP_FAMILIES,
     *SPAN_FAMILIES,
+    *RUNTIME_FAMILIES,
+    *PROCESS_FAMILIES,
 )
-"""Every family any collector of this package publishes."""
+"""Every family any collector of this package publishes, and those of prometheus_client's process, platform
+and garbage-collector collectors that it registers (``PROCESS_FAMILIES``, last)."""
 
 PUBLISHED: frozenset[str] = frozenset(
     {family.name for family in CATALOGUE}
-    | {f"{h.name}_{suffix}" for h in HISTOGRAMS for suffix in ("bucket", "sum", "count")}
+    | {
+        f"{h.name}_{suffix}"
+        for h in CATALOGUE
+        if h.type == "histogram"
+        for suffix in ("bucket", "sum", "count")
+    }
 )
 """Every series name a collector of this package publishes, a histogram's series included."""
 

@@ -25,13 +25,25 @@ from prometheus_client.samples import Exemplar
 from rollout_telemetry._contract.outcome import Disposition
 from rollout_telemetry._store.coverage import CoverageSnapshot
 from rollout_telemetry._store.groups import GroupsSnapshot
+from rollout_telemetry._store.runtime import RuntimeSnapshot
 from rollout_telemetry._store.snapshot import AccountSnapshot, AgentSnapshot
 from rollout_telemetry._views.family import Family
-from rollout_telemetry._views.run_series import COVERAGE_FAMILIES, GROUP_FAMILIES, SPAN_FAMILIES
+from rollout_telemetry._views.run_series import (
+    COVERAGE_FAMILIES,
+    GROUP_FAMILIES,
+    RUNTIME_HISTOGRAMS,
+    SPAN_FAMILIES,
+)
 from rollout_telemetry._views.series import FAMILIES, HISTOGRAM_VIEWS, Histogram
 from rollout_telemetry.exporters._exposition import Format, Layout, Rendered, rendering
 
-__all__ = ["AccountCollector", "CoverageCollector", "GroupsCollector", "SpanStatsCollector"]
+__all__ = [
+    "AccountCollector",
+    "CoverageCollector",
+    "GroupsCollector",
+    "RuntimeCollector",
+    "SpanStatsCollector",
+]
 
 S = TypeVar("S")
 
@@ -305,3 +317,37 @@ class SpanStatsCollector(_CatalogueCollector[Mapping[str, int]]):
         self, read_counts: Callable[[], Mapping[str, int]], const_labels: Mapping[str, str] | None = None
     ) -> None:
         super().__init__(read_counts, SPAN_FAMILIES, const_labels)
+
+
+class RuntimeCollector(_CatalogueCollector[RuntimeSnapshot]):
+    """Publishes the runtime histograms (event-loop lag, garbage-collection pauses) from one snapshot."""
+
+    def __init__(
+        self, read_snapshot: Callable[[], RuntimeSnapshot], const_labels: Mapping[str, str] | None = None
+    ) -> None:
+        super().__init__(read_snapshot, (), const_labels)  # every family is a histogram: written below
+
+    def _described(self) -> Iterator[Family[Any]]:
+        for view in RUNTIME_HISTOGRAMS:
+            yield view.family
+
+    def _more(self, snap: RuntimeSnapshot) -> Iterator[Metric]:
+        for view in RUNTIME_HISTOGRAMS:
+            histogram = self._empty(view.family)
+            assert isinstance(histogram, HistogramMetricFamily)
+            for labels, series in view.series(snap):
+                histogram.add_metric([*self._values, *labels], list(series.buckets), series.total)
+            if histogram.samples:
+                yield histogram
+
+    def _key(self, index: int, snap: RuntimeSnapshot) -> object:
+        return _flat(
+            (labels, s.total, *(c for _, c in s.buckets))
+            for labels, s in RUNTIME_HISTOGRAMS[index].series(snap)
+        )
+
+    def _write(self, index: int, layout: Layout, snap: RuntimeSnapshot) -> bytes:
+        series = RUNTIME_HISTOGRAMS[index].series(snap)
+        return "".join(
+            [layout.histogram(labels, one.buckets, one.total, {}) for labels, one in series]
+        ).encode()

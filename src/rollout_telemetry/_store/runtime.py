@@ -1,0 +1,121 @@
+"""The collecting process's runtime: how late its event loops wake, how long its garbage collections stop it.
+
+Written by the samplers of ``_recording.runtime`` (the event-loop lag sampler, the ``gc.callbacks`` hook),
+read once per scrape as a ``RuntimeSnapshot``. The garbage collector's hook writes without a lock: a lock
+held by a thread that allocates (a snapshot being copied) would deadlock the collection it sets off. It is
+the only writer of its histograms (collections do not overlap), so a reader sees whole observations, at
+worst one behind between a histogram's buckets and its sum.
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+__all__ = ["GC_PAUSE_BUCKETS", "LAG_BUCKETS", "Buckets", "Runtime", "RuntimeSnapshot", "Series"]
+
+LAG_BUCKETS: tuple[float, ...] = (
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+)
+"""Upper bounds (seconds) of the event-loop lag histogram: a millisecond (healthy) to ten seconds (stuck)."""
+
+GC_PAUSE_BUCKETS: tuple[float, ...] = (
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+)  # fmt: skip
+"""Upper bounds (seconds) of the garbage-collection pause histogram: a young collection takes tens of
+microseconds, a full one of a large heap can take a second."""
+
+GENERATIONS = ("0", "1", "2")
+
+
+@dataclass(frozen=True, slots=True)
+class Series:
+    """One histogram as read: cumulative ``(le, count)`` buckets, ``+Inf`` last, and the sum."""
+
+    buckets: tuple[tuple[str, float], ...]
+    total: float
+
+    @property
+    def count(self) -> float:
+        """Observations in all (the ``+Inf`` bucket)."""
+        return self.buckets[-1][1]
+
+
+class Buckets:
+    """A histogram's counts by bucket and its sum; ``observe`` is for one writer at a time."""
+
+    __slots__ = ("_bounds", "_counts", "_labels", "_total")
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self._bounds = bounds
+        self._labels = (*(repr(bound) for bound in bounds), "+Inf")
+        self._counts = [0] * (len(bounds) + 1)
+        self._total = 0.0
+
+    def observe(self, value: float) -> None:
+        """Count one observation (seconds) in its bucket."""
+        self._counts[bisect.bisect_left(self._bounds, value)] += 1
+        self._total += value
+
+    def read(self) -> Series | None:
+        """The histogram as it is now, ``None`` before the first observation."""
+        counts = tuple(self._counts)
+        total = self._total
+        running = 0
+        buckets: list[tuple[str, float]] = []
+        for label, count in zip(self._labels, counts, strict=True):
+            running += count
+            buckets.append((label, running))
+        return Series(tuple(buckets), total) if running else None
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeSnapshot:
+    """The runtime histograms of one scrape: the event-loop lag (``None`` until sampled), the garbage
+    collection pauses by generation (those observed)."""
+
+    lag: Series | None
+    gc_pauses: Mapping[str, Series]
+
+
+class Runtime:
+    """One telemetry's runtime histograms."""
+
+    def __init__(self) -> None:
+        self._lag = Buckets(LAG_BUCKETS)
+        self._lag_lock = threading.Lock()  # event loops on several threads may share one telemetry
+        self._gc = tuple(Buckets(GC_PAUSE_BUCKETS) for _ in GENERATIONS)  # by generation
+
+    def lagged(self, seconds: float) -> None:
+        """An event loop woke ``seconds`` after it was due."""
+        with self._lag_lock:
+            self._lag.observe(seconds)
+
+    def paused(self, generation: int, seconds: float) -> None:
+        """A garbage collection of ``generation`` stopped the process for ``seconds``; only from the garbage
+        collector's hook (one collection at a time), without a lock."""
+        if 0 <= generation < len(self._gc):
+            self._gc[generation].observe(seconds)
+
+    def snapshot(self) -> RuntimeSnapshot:
+        """The histograms as they are now."""
+        with self._lag_lock:
+            lag = self._lag.read()
+        pauses = {
+            generation: buckets.read() for generation, buckets in zip(GENERATIONS, self._gc, strict=True)
+        }
+        return RuntimeSnapshot(lag, {g: series for g, series in pauses.items() if series is not None})

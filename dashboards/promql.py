@@ -29,6 +29,7 @@ __all__ = [
     "finished_rate",
     "hollow_share",
     "increase",
+    "loop_lag_quantile",
     "lost_share",
     "masked_share",
     "mean_reward",
@@ -240,6 +241,15 @@ def exhausted_share(scope: Scope) -> str:
     """Rollouts whose retries ran out (their last attempt failed, terminal or the last NeMo Gym allows) among
     the rollouts that reached a final outcome: what the run gave up on."""
     return _among("rollout_retries_exhausted_total", "rollout_attempts_count", scope)
+
+
+def loop_lag_quantile(quantile: float, scope: Scope) -> str:
+    """A quantile of how late the collecting processes' event loops woke, per process (``instance``): the
+    family has no agent label, so the scope's other labels are kept."""
+    by = (*(label for label in scope.by if label != "agent"), "instance", "le")
+    lag = series("rollout_telemetry_event_loop_lag_seconds_bucket", replace(scope, agent=None))
+    buckets = f"{_sum(by)}(rate({lag}[{scope.window}]))"
+    return f"histogram_quantile({quantile:g}, {buckets})"
 
 
 def contaminated_share(scope: Scope) -> str:

@@ -18,6 +18,7 @@ from dashboards.promql import (
     exhausted_share,
     hollow_share,
     increase,
+    loop_lag_quantile,
     lost_share,
     masked_share,
     mean_reward,
@@ -98,6 +99,11 @@ EXHAUSTED_HIGH = 0.05
 RolloutRetriesExhausted fires."""
 EXHAUSTED_FOR = 5
 """How long that share stays above EXHAUSTED_HIGH before RolloutRetriesExhausted fires."""
+LOOP_LAG_HIGH = 0.1
+"""Seconds of event-loop lag (the 99th percentile of a collecting process's) above which RolloutEventLoopLag
+fires: every rollout on that loop waits as long, on every await."""
+LOOP_LAG_FOR = 5
+"""How long the lag stays above LOOP_LAG_HIGH before RolloutEventLoopLag fires."""
 JOB = "rollout-telemetry"
 """The scrape job of the exporters (``job_name`` in dashboards/prometheus/prometheus.yml)."""
 
@@ -127,6 +133,7 @@ CONTAMINATED_SHARE = f"agent:rollout_groups_contaminated:ratio_{RATE}"
 TOO_HARD_SHARE = f"agent:rollout_groups_uniform_lowest:ratio_{RATE}"
 HOLLOW_SHARE = f"agent:rollout_hollow:ratio_{RATE}"
 EXHAUSTED_SHARE = f"agent:rollout_retries_exhausted:ratio_{RATE}"
+LOOP_LAG_P99 = f"instance:rollout_telemetry_event_loop_lag_seconds:p99_{RATE}"
 TOO_EASY_SHARE = f"agent:rollout_groups_uniform_highest:ratio_{RATE}"
 OUTPUT_PER_ROLLOUT = f"agent:rollout_output_tokens:per_rollout_{RATE}"
 OUTPUT_DRIFT = f"agent:rollout_output_tokens:drift_{DRIFT_BASELINE // 60}h"
@@ -189,6 +196,12 @@ def recording_rules() -> tuple[Record, ...]:
         recorded(CONTAMINATED_SHARE, contaminated_share, RULES),
         recorded(HOLLOW_SHARE, hollow_share, RULES),
         recorded(EXHAUSTED_SHARE, exhausted_share, RULES),
+        Record(
+            LOOP_LAG_P99,
+            loop_lag_quantile(0.99, RULES),
+            why="How late each collecting process's event loop woke for its timers, 99th percentile, per run "
+            "and process (instance): the loop was busy with something that did not await.",
+        ),
         Record(
             TOO_HARD_SHARE,
             uniform_share(RULES, "lowest"),
@@ -409,6 +422,20 @@ def alerting_rules() -> tuple[Alert, ...]:
             "them, and a resume will not either. Check rollout_retries_exhausted_total by failure_kind.",
             when=f"more than {EXHAUSTED_HIGH:g} of the rollouts an agent finished over {_minutes(WINDOW)} "
             f"exhausted their retries (`{EXHAUSTED_SHARE}`), for {_minutes(EXHAUSTED_FOR)}",
+        ),
+        Alert(
+            "RolloutEventLoopLag",
+            f"{LOOP_LAG_P99} > {LOOP_LAG_HIGH:g}",
+            LOOP_LAG_FOR,
+            "warning",
+            summary="{{ $labels.instance }}: the event loop wakes {{ $value | humanizeDuration }} late",
+            description=f"The 99th percentile of how late the asyncio event loop of the collector at "
+            f"{{{{ $labels.instance }}}} (run {RUN}) woke for its timers has been above {LOOP_LAG_HIGH:g} s "
+            f"for {_minutes(LOOP_LAG_FOR)}: something runs on the loop without awaiting (CPU-bound "
+            "post-processing, a blocking call), and every rollout on it waits as long. Check "
+            "rollout_telemetry_gc_pause_seconds and process_cpu_seconds_total.",
+            when=f"the 99th percentile of a collecting process's event-loop lag (`{LOOP_LAG_P99}`) is above "
+            f"{LOOP_LAG_HIGH:g} s, for {_minutes(LOOP_LAG_FOR)}",
         ),
         Alert(
             "RolloutStalled",

@@ -32,8 +32,8 @@ def add_parser(commands: argparse._SubParsersAction[OneLineParser]) -> None:
             "Simulate a rollout collection (several agents, a share of masked, failed and omitted "
             "rollouts, rewards in [-0.2, 1], token usage, truncated answers, groups of --group-size "
             "rollouts per task) through the lifecycle API, serve /metrics, and print one summary line per "
-            "agent every few seconds. --scenario makes the reward fall after --drop-after seconds for one "
-            "cause. Stops after --duration seconds, or on Ctrl-C/SIGTERM."
+            "agent every few seconds. --scenario turns one cause of trouble on after --drop-after seconds. "
+            "Stops after --duration seconds, or on Ctrl-C/SIGTERM."
         ),
     )
     options.add_serve_options(demo)
@@ -97,7 +97,9 @@ def add_parser(commands: argparse._SubParsersAction[OneLineParser]) -> None:
         "(failures rise and leak into scores), truncation (answers hit max_output_tokens) or policy; or "
         "the training signal go unsound: contaminated (failures beside valid members), too_hard, too_easy "
         "(most tasks uniform at the lowest or highest reward), hollow (turns with no message) or "
-        "length_drift (answers up to three times longer)",
+        "length_drift (answers up to three times longer); or the collection stop recovering: "
+        "retries_exhausted (15%% of the rollouts fail on every attempt) or loop_lag (the event loop blocked "
+        "0.3 s every second)",
     )
     demo.add_argument(
         "--drop-after",

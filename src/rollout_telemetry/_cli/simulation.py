@@ -28,6 +28,13 @@ The training-signal scenarios change what a trainer learns from, not (or not onl
 - ``hollow``: every rollout carries its trajectory, and 30% of them have a turn with no message or tool call;
 - ``length_drift``: answers may get three times longer (under ``max_output_tokens``: about twice as long
   on average).
+
+The recovery and runtime scenarios break the collection itself:
+
+- ``retries_exhausted``: 15% of the rollouts fail on every attempt (a task whose sandbox image is gone) and
+  run out of NeMo Gym's 3 attempts;
+- ``loop_lag``: the collector's event loop is blocked for 0.3 s every second (post-processing that does not
+  await), so every rollout on it waits.
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ from __future__ import annotations
 import asyncio
 import math
 import random
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
@@ -46,6 +54,7 @@ from rollout_telemetry.errors import ConfigError
 
 __all__ = [
     "DROP_SCENARIOS",
+    "RECOVERY_SCENARIOS",
     "SCENARIOS",
     "SIGNAL_SCENARIOS",
     "DemoConfig",
@@ -56,13 +65,15 @@ __all__ = [
 
 Scenario = Literal[
     "healthy", "infrastructure", "truncation", "policy", "contaminated", "too_hard", "too_easy", "hollow",
-    "length_drift",
+    "length_drift", "retries_exhausted", "loop_lag",
 ]  # fmt: skip
 DROP_SCENARIOS: tuple[Scenario, ...] = ("healthy", "infrastructure", "truncation", "policy")
 """The scenarios of a reward drop, one per cause."""
 SIGNAL_SCENARIOS: tuple[Scenario, ...] = ("contaminated", "too_hard", "too_easy", "hollow", "length_drift")
 """The scenarios of an unsound training signal."""
-SCENARIOS: tuple[Scenario, ...] = DROP_SCENARIOS + SIGNAL_SCENARIOS
+RECOVERY_SCENARIOS: tuple[Scenario, ...] = ("retries_exhausted", "loop_lag")
+"""The scenarios of a collection that does not recover, or a collector that stalls its own rollouts."""
+SCENARIOS: tuple[Scenario, ...] = DROP_SCENARIOS + SIGNAL_SCENARIOS + RECOVERY_SCENARIOS
 
 _MASK_KINDS = (failure_kinds.JUDGE_FAILED, failure_kinds.JUDGE_UNPARSEABLE, failure_kinds.VERIFIER_ERROR)
 _FAIL_KINDS = (
@@ -104,6 +115,11 @@ class DemoConfig:
     """A reward-drop cause switched on after ``drop_after`` seconds; ``None`` (or healthy) changes nothing."""
     drop_after: float = 30.0
 
+    @property
+    def lowest_reward(self) -> float:
+        """The lowest reward a rollout of the run scores (the highest is 1)."""
+        return -0.2 if self.negative_rewards else 0.0
+
     def __post_init__(self) -> None:
         for name in ("masked", "failed", "omitted", "stalled", "uniform", "truncated"):
             share = getattr(self, name)
@@ -136,6 +152,8 @@ class _Phase:
     hard: float = 0.0  # share of tasks whose members all score the lowest reward
     hollow: float | None = None  # share of rollouts with a hollow turn; None: no trajectory at all
     length: float = 1.0  # answers this many times longer
+    broken: float = 0.0  # share of rollouts that fail on every attempt
+    blocking: float = 0.0  # seconds the event loop is blocked, every second
 
 
 def _phases(config: DemoConfig) -> tuple[_Phase, _Phase]:
@@ -150,6 +168,8 @@ def _phases(config: DemoConfig) -> tuple[_Phase, _Phase]:
         "too_easy": replace(before, easy=0.8),
         "hollow": replace(before, hollow=0.3),
         "length_drift": replace(before, length=3.0),
+        "retries_exhausted": replace(before, broken=0.15),
+        "loop_lag": replace(before, blocking=0.3),
     }.get(config.scenario or "healthy", before)
     if config.scenario == "hollow":
         before = replace(before, hollow=0.0)  # trajectories from the start, clean until the drop
@@ -181,12 +201,14 @@ async def _one_rollout(  # noqa: PLR0917 - one call site
     member: tuple[str, int, int, float | None],
     phase: _Phase,
     attempt: int,
+    broken: bool = False,
 ) -> bool:
-    """One attempt of a rollout; return whether it failed (NeMo Gym would retry it)."""
+    """One attempt of a rollout; return whether it failed (NeMo Gym would retry it). A ``broken`` rollout
+    fails on every attempt."""
     agent, task, index, common = member  # common: the reward every member of an easy or hard task scores
     draw = rng.random()
     seconds = rng.uniform(0.01, config.max_rollout_seconds)
-    low = -0.2 if config.negative_rewards else 0.0
+    low = config.lowest_reward
     reward = round(rng.uniform(low, 1.0) * phase.scale, 3)
     truncated = rng.random() < phase.truncated
     if common is not None:
@@ -203,7 +225,9 @@ async def _one_rollout(  # noqa: PLR0917 - one call site
         except asyncio.CancelledError:  # the demo stops: the rollout is left as NeMo Gym leaves it
             rollout.abandon()
             raise
-        if draw < phase.failed:
+        if broken:
+            rollout.fail(failure_kinds.SESSION_LOST, reason="simulated: the task's sandbox image is gone")
+        elif draw < phase.failed:
             rollout.fail(rng.choice(_FAIL_KINDS), reason=f"simulated failure after {seconds:.2f}s")
         elif draw < phase.failed + config.omitted:
             rollout.omit(rng.choice(_OMIT_KINDS), reason="simulated omission", terminal=True)
@@ -219,7 +243,7 @@ async def _one_rollout(  # noqa: PLR0917 - one call site
                 answer = "" if rng.random() < phase.hollow else "the answer"
                 verify["ng_trajectory"] = {"turns": [{"turn_no": 1, "answer": answer}], "model_calls": []}
             rollout.complete(verify)
-    return draw < phase.failed
+    return broken or draw < phase.failed
 
 
 def _member(number: int, config: DemoConfig) -> tuple[str, int, int]:
@@ -239,6 +263,29 @@ def _expect(telemetry: RolloutTelemetry, config: DemoConfig, numbers: range) -> 
         telemetry.expect_rollouts(agent, identities)
 
 
+def _declare(telemetry: RolloutTelemetry, config: DemoConfig) -> int | None:
+    """Declare the run's agents, groups, reward range and (with a duration) its expected work; return how many
+    rollouts the run will start (``None``: until stopped)."""
+    telemetry.declare(*config.agents)  # counters exist from 0, so increase() sees every rollout
+    telemetry.declare_groups(*config.agents, group_size=config.group_size)
+    # The rewards' range: their histogram, and uniform groups at either end (easy tasks score the highest).
+    telemetry.declare_reward_range(*config.agents, reward_range=(config.lowest_reward, 1.0))
+    # With a duration, the run's rollouts are known before the first starts; without, task by task.
+    planned = math.ceil(config.rate * config.duration) if config.duration > 0 else None
+    if planned is not None:
+        _expect(telemetry, config, range(planned))
+    return planned
+
+
+async def _block_loop(phase: _Phase, after: float) -> None:
+    """From ``after`` seconds on, block the event loop for ``phase.blocking`` seconds every second: work on
+    the loop that does not await."""
+    await asyncio.sleep(after)
+    while True:
+        time.sleep(phase.blocking)
+        await asyncio.sleep(1.0)
+
+
 async def run_demo(
     telemetry: RolloutTelemetry,
     config: DemoConfig,
@@ -248,15 +295,7 @@ async def run_demo(
 ) -> int:
     """Run the simulated collection; return how many rollouts were started (their retries aside)."""
     rng = random.Random(config.seed)
-    telemetry.declare(*config.agents)  # counters exist from 0, so increase() sees every rollout
-    telemetry.declare_groups(*config.agents, group_size=config.group_size)
-    # The rewards' range: their histogram, and uniform groups at either end (easy tasks score the highest).
-    low = -0.2 if config.negative_rewards else 0.0
-    telemetry.declare_reward_range(*config.agents, reward_range=(low, 1.0))
-    # With a duration, the run's rollouts are known before the first starts; without, task by task.
-    planned = math.ceil(config.rate * config.duration) if config.duration > 0 else None
-    if planned is not None:
-        _expect(telemetry, config, range(planned))
+    planned = _declare(telemetry, config)
     before, after = _phases(config)
     common: float | None = None
     loop = asyncio.get_running_loop()
@@ -266,11 +305,13 @@ async def run_demo(
     limit = asyncio.Semaphore(config.concurrency)
     tasks: set[asyncio.Task[None]] = set()
     started = 0
+    blocker = asyncio.create_task(_block_loop(after, config.drop_after)) if after.blocking else None
 
     async def guarded(member: tuple[str, int, int, float | None], phase: _Phase) -> None:
+        broken = rng.random() < phase.broken
         async with limit:
             for attempt in range(DEFAULT_MAX_ATTEMPTS):  # a failed attempt is retried, as NeMo Gym does
-                if not await _one_rollout(telemetry, config, rng, member, phase, attempt):
+                if not await _one_rollout(telemetry, config, rng, member, phase, attempt, broken):
                     break
 
     try:
@@ -279,7 +320,8 @@ async def run_demo(
             phase = before if loop.time() - start < config.drop_after else after
             if index == 0:
                 draw = rng.random()
-                common = 1.0 if draw < phase.easy else low if draw < phase.easy + phase.hard else None
+                hard = draw < phase.easy + phase.hard
+                common = 1.0 if draw < phase.easy else config.lowest_reward if hard else None
                 if planned is None:
                     _expect(telemetry, config, range(started, started + config.group_size))
             member = (agent, task_index, index, common)
@@ -295,6 +337,8 @@ async def run_demo(
         if tasks:
             await asyncio.gather(*tasks)
     finally:  # stopped (cancelled): the rollouts in flight are abandoned, as NeMo Gym leaves them
+        if blocker is not None:
+            blocker.cancel()
         for task in list(tasks):
             task.cancel()
         if tasks:

@@ -21,14 +21,19 @@ from tests.support import FakeClock, exposition, promtool_check_metrics, value
 def test_a_rollout_starts_at_agent_and_moves_through_stages(telemetry: RolloutTelemetry) -> None:
     """rollout.stage() moves the rollout's in-flight series; every stage seen stays published, at 0."""
     with telemetry.rollout("a", task_index=1) as rollout:
-        assert value(exposition(telemetry.registry), "rollout_in_flight", agent="a", stage="agent") == 1
+        assert (
+            value(
+                exposition(telemetry.registry), "rollout_in_flight", agent="a", stage="agent", state="active"
+            )
+            == 1
+        )
         rollout.stage("verification")
         text = exposition(telemetry.registry)
-        assert value(text, "rollout_in_flight", agent="a", stage="agent") == 0
-        assert value(text, "rollout_in_flight", agent="a", stage="verification") == 1
+        assert value(text, "rollout_in_flight", agent="a", stage="agent", state="active") == 0
+        assert value(text, "rollout_in_flight", agent="a", stage="verification", state="active") == 1
         rollout.complete({"reward": 1.0})
     text = exposition(telemetry.registry)
-    assert value(text, "rollout_in_flight", agent="a", stage="verification") == 0
+    assert value(text, "rollout_in_flight", agent="a", stage="verification", state="active") == 0
     assert value(text, "rollout_oldest_in_flight_age_seconds", agent="a", stage="verification") == 0
 
 
@@ -44,7 +49,10 @@ def test_stage_names_follow_the_kind_rules(
     assert [r.getMessage() for r in caplog.records if "stage" in r.getMessage()] == [
         "unregistered stage 'Warm Up': use a registered name or namespace it as '<server>:<name>'"
     ]
-    assert value(exposition(telemetry.registry), "rollout_in_flight", agent="a", stage="Warm Up") == 0
+    assert (
+        value(exposition(telemetry.registry), "rollout_in_flight", agent="a", stage="Warm Up", state="active")
+        == 0
+    )
 
 
 def test_a_bad_stage_is_rejected_and_the_rollout_goes_on(telemetry: RolloutTelemetry) -> None:
@@ -128,7 +136,7 @@ def test_the_rollouts_in_flight_oldest_first(clock: FakeClock) -> None:
     assert [r["task_index"] for r in rollouts] == [0, 1, 2, 3, 4]
     assert set(rollouts[0]) == {
         "agent", "task_index", "rollout_index", "attempt", "stage", "age_seconds", "stalled", "trace_id",
-        "span_id",
+        "span_id", "state", "heartbeat_age_seconds",
     }  # fmt: skip
     assert rollouts[3]["stage"] == "cleanup"
     assert rollouts[0]["age_seconds"] == pytest.approx(100.0)

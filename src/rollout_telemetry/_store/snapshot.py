@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
 from rollout_telemetry._contract.outcome import Disposition
+from rollout_telemetry._store.observed import Observed
 
 __all__ = ["AccountSnapshot", "AgentSnapshot", "by_agent", "finished"]
 
@@ -94,6 +95,20 @@ class AgentSnapshot:
     """Rollouts whose trajectory was checked for health (``_contract.health``)."""
     findings: Mapping[str, int] = field(default_factory=dict)
     """Of those, the rollouts that failed each health check, by check."""
+    in_flight_by_state: Mapping[tuple[str, str], int] = field(default_factory=dict)
+    """Rollouts whose block has not exited, by (stage, state): every stage seen by every state seen, the
+    ``terminal`` ones included (``_store.flights.RolloutState``)."""
+    phases: Mapping[str, int] = field(default_factory=dict)
+    """Rollouts ``offered`` (made, not entered), ``resident`` (entered, block not exited) and ``active`` (in
+    flight past stage admission, not terminal or cancelled)."""
+    admission_wait: Observed | None = None
+    """Admission waits of the rollouts whose block exited; ``None`` before the first."""
+    cleanup_durations: Observed | None = None
+    """Durations of the cleanups that finished; ``None`` before the first."""
+    cleanups_failed: Mapping[str, int] = field(default_factory=dict)
+    """Cleanups that failed, by failure-kind label."""
+    cleanups_unresolved: int | None = None
+    """Cleanups started and not finished successfully; ``None`` before the first started."""
 
     @property
     def in_flight(self) -> int:

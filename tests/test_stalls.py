@@ -8,14 +8,11 @@ import time
 import weakref
 
 import pytest
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client.openmetrics.exposition import generate_latest as openmetrics
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
 
 from rollout_telemetry import RolloutTelemetry
-from tests.support import FakeClock, exposition, promtool_check_metrics, value
+from tests.support import FakeClock, exposition, promtool_check_metrics, traced, value
 
 
 def test_a_rollout_starts_at_agent_and_moves_through_stages(telemetry: RolloutTelemetry) -> None:
@@ -67,18 +64,11 @@ def test_a_bad_stage_is_rejected_and_the_rollout_goes_on(telemetry: RolloutTelem
     assert (agent.measured, agent.in_flight) == (1, 0)
 
 
-def _traced(clock: FakeClock, **options: object) -> tuple[RolloutTelemetry, InMemorySpanExporter]:
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    return RolloutTelemetry(clock=clock, tracer_provider=provider, **options), exporter  # type: ignore[arg-type]
-
-
 def test_a_stall_is_counted_once_noted_on_the_span_and_cleared_when_it_ends(
     clock: FakeClock, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Past stall_after: stalled now and one stall counted, one warning, one span event; then cleared."""
-    telemetry, exporter = _traced(clock, stall_after=10.0)
+    telemetry, exporter = traced(clock, stall_after=10.0)
     with (
         caplog.at_level(logging.WARNING),
         telemetry.rollout("a", task_index=3, rollout_index=1, attempt=0) as rollout,
@@ -121,7 +111,7 @@ def test_stall_after_per_agent_and_off(clock: FakeClock) -> None:
 
 def test_the_rollouts_in_flight_oldest_first(clock: FakeClock) -> None:
     """Identity, stage, age, stalled and trace ids, oldest first, limited; never free text."""
-    telemetry, _ = _traced(clock, stall_after=50.0)
+    telemetry, _ = traced(clock, stall_after=50.0)
     contexts = []
     for i in range(1000):
         context = telemetry.rollout("a", task_index=i, rollout_index=0, attempt=0)
@@ -153,7 +143,7 @@ def test_exemplars_carry_the_trace_of_the_latest_failure_in_openmetrics_only(clo
     """OpenMetrics shows the trace id of the latest failed and masked rollout and of duration buckets; the
     classic exposition has none. promtool (whose check reads the classic format only) accepts the classic one;
     the OpenMetrics one passes prometheus_client's strict OpenMetrics parser (and a real Prometheus, e2e)."""
-    telemetry, exporter = _traced(clock)
+    telemetry, exporter = traced(clock)
     for reason in ("first", "second"):
         with telemetry.rollout("a") as rollout:
             clock.advance(3.0)

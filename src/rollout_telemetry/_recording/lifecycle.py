@@ -162,7 +162,7 @@ class RolloutContext(_AsyncWith):
         self._span: OpenSpan | None = None
         self._state = _NEW
         self._cancelled: str | None = None  # the reason given to cancel()
-        self._offered = shared.account.offer(agent, shared.clock())
+        self._offered = shared.account.offer(agent)  # when it was made
 
     # -- entering and leaving -----------------------------------------------------------------------
 

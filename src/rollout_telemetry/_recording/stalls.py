@@ -146,12 +146,16 @@ def _watch(stalls: Stalls, interval: float) -> None:
 def _run() -> None:
     while True:
         time.sleep(_TICK)
-        now = time.monotonic()
-        with _lock:
-            due = [stalls for stalls, (_, at) in _watched.items() if at <= now]
-            for stalls in due:
-                _watched[stalls][1] = now + _watched[stalls][0]
+        _check_due(time.monotonic())
+
+
+def _check_due(now: float) -> None:
+    # A function of its own: no Stalls outlives the checks in a variable of the watcher's frame, so the
+    # thread keeps no telemetry alive (a rollout block that exited is taken back by the next reader).
+    with _lock:
+        due = [stalls for stalls, (_, at) in _watched.items() if at <= now]
         for stalls in due:
-            with contextlib.suppress(Exception):  # check() counts its own errors; the watcher goes on
-                stalls.check()
-        del due
+            _watched[stalls][1] = now + _watched[stalls][0]
+    for stalls in due:
+        with contextlib.suppress(Exception):  # check() counts its own errors; the watcher goes on
+            stalls.check()

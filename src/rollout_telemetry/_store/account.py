@@ -250,9 +250,10 @@ class Account:
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
-    def offer(self, agent: str, now: float) -> float | None:
-        """Count one rollout context of ``agent`` made at ``now`` and not entered yet (``offered``); return
-        ``now``, which ``begin`` takes, or ``None`` for an invalid agent name (``begin`` rejects it)."""
+    def offer(self, agent: str) -> float | None:
+        """Count one rollout context of ``agent`` made now and not entered yet (``offered``); return the time,
+        which ``begin`` takes, or ``None`` for an invalid agent name (``begin`` rejects it). Without the lock:
+        a mark in a thread-safe queue."""
         try:
             state = self._by_name[agent]
         except Exception:  # as in count()
@@ -260,21 +261,15 @@ class Account:
                 state = self._state(agent)
             except Exception:
                 return None
-        lock = self._lock
-        lock.acquire()
-        try:
-            state.offered += 1
-            state.lifecycle = True
-        finally:
-            lock.release()
-        return now
+        state.flights.offers.append(None)
+        return self._clock()
 
     def begin(
         self, agent: str, now: float, flight: Flight | None = None, offered: float | None = None
     ) -> InFlight:
         """Mark one rollout of ``agent`` in flight since ``now``, at stage ``agent``; return the handle that
         ``set_stage``, ``count`` and ``release`` take. ``flight`` is what ``/rollouts`` and stall notices
-        read; ``offered`` is what ``offer`` returned for it (it is no longer offered)."""
+        read; ``offered``, when ``offer`` counted its context, the time it was made (no longer offered)."""
         try:
             state = self._by_name[agent]
         except Exception:  # as in count()
@@ -282,11 +277,7 @@ class Account:
         lock = self._lock
         lock.acquire()
         try:
-            wait = 0.0
-            if offered is not None:
-                state.offered -= 1
-                wait = max(now - offered, 0.0)
-            slot = state.flights.begin(now, flight, wait)
+            slot = state.flights.begin(now, flight, offered)
             state.lifecycle = True
         finally:
             lock.release()
@@ -294,15 +285,12 @@ class Account:
 
     def release(self, handle: InFlight) -> None:
         """The block of a rollout (by the handle ``begin`` returned) exited: its slot is free, its admission
-        wait observed. Called once per rollout, after its outcome or without one (``abandon``)."""
+        wait observed, as whatever holds the lock next sees (``Flights.reclaim``). Called once per rollout,
+        after its outcome or without one (``abandon``)."""
         state, slot, _ = handle
-        lock = self._lock
-        lock.acquire()
-        try:
-            state.admission_wait.observe(slot.admission_wait(self._clock()))
-            state.flights.end(slot)
-        finally:
-            lock.release()
+        if slot.waiting is not None:  # it exits at admission: only its own context moves its stage
+            slot.move("", self._clock())
+        state.flights.exited.append(slot)
 
     def abandon(self, handle: InFlight) -> None:
         """Take a rollout out of flight (by the handle ``begin`` returned) without an outcome: nothing is

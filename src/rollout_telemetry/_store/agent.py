@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from rollout_telemetry._contract.outcome import ABSENT, Disposition
 from rollout_telemetry._store.flights import Flights, StageCounts
-from rollout_telemetry._store.observed import WAIT_BUCKETS, Observations, Observed
+from rollout_telemetry._store.observed import Observations, Observed
 from rollout_telemetry._store.snapshot import AgentSnapshot
 
 __all__ = ["DURATION_BUCKETS", "AgentCopy", "AgentState", "Cell"]
@@ -42,7 +42,6 @@ class AgentState:
     """Mutable per-agent counts; only touched under the account lock."""
 
     __slots__ = (
-        "admission_wait",
         "bucket_exemplars",
         "cells",
         "cleanup_durations",
@@ -58,7 +57,6 @@ class AgentState:
         "label",
         "labels",
         "lifecycle",
-        "offered",
         "reward_bounds",
         "tokens",
         "truncated",
@@ -84,20 +82,19 @@ class AgentState:
         self.reward_bounds: tuple[float, ...] | None = None
         self.evaluated = 0  # rollouts whose trajectory was checked (_contract.health)
         self.findings: dict[str, int] = {}  # of those, the rollouts that failed each check
-        self.offered = 0  # rollout contexts made and not entered yet
-        self.admission_wait = Observations(WAIT_BUCKETS)
         self.cleanup_durations = Observations(DURATION_BUCKETS)
         self.cleanups_failed: dict[str, int] = {}  # by failure-kind label
         self.cleanups_unresolved: int | None = None  # None until a cleanup started
 
     def copy(self, now: float, slow_after: float | None) -> AgentCopy:
         """Copy what a snapshot needs at ``now``; called under the account lock."""
+        flights, waits = self.flights.by_stage(now, slow_after), self.flights.waits.copy()
         return AgentCopy(
             label=self.label,
             cells=[(d, c.kinds.copy(), c.positive, c.negative, c.unrewarded) for d, c in self.cells.items()],
             labels=self.labels.copy(),
             lifecycle=self.lifecycle,
-            flights=self.flights.by_stage(now, slow_after),
+            flights=flights,
             stalls=self.flights.stalls.copy(),
             exemplars=self.exemplars.copy(),
             bucket_exemplars=self.bucket_exemplars.copy(),
@@ -109,8 +106,8 @@ class AgentState:
             reward_bounds=self.reward_bounds,
             evaluated=self.evaluated,
             findings=self.findings.copy(),
-            offered=self.offered,
-            admission_wait=self.admission_wait.copy() if self.admission_wait.count else None,
+            offered=len(self.flights.offers),
+            admission_wait=waits if waits.count else None,
             cleanup_durations=self.cleanup_durations.copy() if self.cleanup_durations.count else None,
             cleanups_failed=self.cleanups_failed.copy(),
             cleanups_unresolved=self.cleanups_unresolved,

@@ -1,18 +1,23 @@
 """Rollouts in flight: one slot each (when it started, its stage, what began it, whether it stalled).
 
 The lifecycle API takes a slot when a rollout's block starts; counting its outcome (``Account.count``)
-makes the rollout ``terminal`` in the same step, and the slot is free again when the block exits
+makes the rollout ``terminal`` in the same step, and the slot is free again once the block exits
 (``Account.release``). Slots are reused, so starting and finishing allocate nothing. The stall rule (in
 flight longer than its agent's ``stall_after``) and the state of a rollout (``state_of``) are applied here,
-once each. Only touched under the account's lock.
+once each. Only touched under the account's lock, but for two thread-safe queues (``collections.deque``)
+that spare a rollout two lock round trips: a context made and not entered yet puts a mark in ``offers``, and
+a block that exits puts its slot in ``exited``; whatever holds the lock next takes the slots back
+(``reclaim``) before it reads or takes one, so no reader ever sees an exited rollout.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
 
+from rollout_telemetry._store.observed import WAIT_BUCKETS, Observations
 from rollout_telemetry.failure_kinds import ADMISSION, AGENT
 
 __all__ = ["Flight", "FlightRecord", "Flights", "RolloutState", "Slot", "StageCounts", "state_of"]
@@ -91,18 +96,15 @@ class Slot:
         self.waiting: float | None = None  # since when it is at stage admission
 
     def move(self, stage: str, now: float) -> None:
-        """At ``stage`` from ``now`` on (a heartbeat); the time at ``admission`` is admission wait."""
-        if self.waiting is not None:
+        """At ``stage`` from ``now`` on (a heartbeat); the time at ``admission`` is admission wait (a block
+        exiting at ``admission`` moves nowhere: ``move("", now)``)."""
+        if self.waiting is not None:  # leaving admission
             self.wait += max(now - self.waiting, 0.0)
             self.waiting = None
         if stage == ADMISSION:
             self.waiting = now
         self.stage = stage
         self.beat = now
-
-    def admission_wait(self, now: float) -> float:
-        """Its admission wait until ``now``."""
-        return self.wait + (0.0 if self.waiting is None else max(now - self.waiting, 0.0))
 
 
 def state_of(slot: Slot, now: float, slow_after: float | None) -> RolloutState:
@@ -138,7 +140,7 @@ class StageCounts:
 class Flights:
     """One agent's rollouts in flight, and the stages and stalls seen."""
 
-    __slots__ = ("free", "slots", "stage_labels", "stalls", "states_seen")
+    __slots__ = ("exited", "free", "offers", "slots", "stage_labels", "stalls", "states_seen", "waits")
 
     def __init__(self) -> None:
         self.slots: list[Slot] = []
@@ -146,10 +148,23 @@ class Flights:
         self.stage_labels: set[str] = {AGENT}  # every stage seen: their gauges read 0 when nothing is there
         self.stalls: dict[str, int] = {}  # rollouts that crossed the stall bound, by the stage they were in
         self.states_seen: set[RolloutState] = {_ACTIVE}  # published from the first one seen on
+        self.waits = Observations(WAIT_BUCKETS)  # admission waits of the rollouts whose block exited
+        self.offers: deque[None] = deque()  # a mark per rollout context made and not entered yet
+        self.exited: deque[Slot] = deque()  # slots whose block exited, not taken back yet
 
-    def begin(self, now: float, flight: Flight | None, wait: float = 0.0) -> Slot:
-        """A rollout in flight since ``now``, at stage ``agent``, after ``wait`` seconds offered."""
-        if self.free:
+    def begin(self, now: float, flight: Flight | None, offered: float | None = None) -> Slot:
+        """A rollout in flight since ``now``, at stage ``agent``; ``offered``: when its context was made (it
+        put a mark in ``offers``), the start of its admission wait."""
+        wait = 0.0
+        if offered is not None:
+            self.offers.pop()
+            if now > offered:
+                wait = now - offered
+        exited = self.exited
+        if exited:  # the slot of a block that exited, taken back (see reclaim) and reused at once
+            slot = exited.popleft()
+            self.waits.observe(slot.wait)
+        elif self.free:
             slot = self.free.pop()
         else:  # more rollouts in flight than ever before
             slot = Slot()
@@ -157,21 +172,27 @@ class Flights:
         slot.start = now
         slot.stage = AGENT
         slot.flight = flight
+        slot.stalled = slot.terminal = slot.cancelled = False
         slot.beat = now
         slot.wait = wait
+        slot.waiting = None
         return slot
 
-    def end(self, slot: Slot) -> None:
-        """The rollout's block exited (or it was abandoned): its slot is free again."""
-        slot.start = None
-        slot.flight = None
-        slot.stalled = slot.terminal = slot.cancelled = False
-        slot.waiting = None
-        self.free.append(slot)
+    def reclaim(self) -> None:
+        """Take back the slots of the blocks that exited: their admission waits observed, the slots free (a
+        free slot's flags are reset when it is taken)."""
+        exited, waits = self.exited, self.waits
+        while exited:
+            slot = exited.popleft()
+            waits.observe(slot.wait)
+            slot.start = None
+            slot.flight = None
+            self.free.append(slot)
 
     def stalled_past(self, now: float, limit: float) -> list[tuple[str, Flight | None, float]]:
         """Flag, and count once by their stage, the rollouts in flight longer than ``limit`` not flagged yet;
         return each as (stage, what began it, age). The one place the stall rule is applied."""
+        self.reclaim()
         found = []
         for slot in self.slots:
             start = slot.start
@@ -186,6 +207,7 @@ class Flights:
         self, now: float, slow_after: float | None
     ) -> list[tuple[float, str, Flight | None, bool, RolloutState, float]]:
         """(start, stage, what began it, stalled, state, last heartbeat) of each taken slot."""
+        self.reclaim()
         return [
             (s.start, s.stage, s.flight, s.stalled, state_of(s, now, slow_after), s.beat)
             for s in self.slots
@@ -195,6 +217,7 @@ class Flights:
     def by_stage(self, now: float, slow_after: float | None) -> StageCounts:
         """The counts of the taken slots at ``now`` (every stage seen: 0; see ``StageCounts``); a state seen
         for the first time is published from then on (``states_seen``)."""
+        self.reclaim()
         in_flight = dict.fromkeys(self.stage_labels, 0)
         stalled = dict.fromkeys(self.stage_labels, 0)
         oldest: dict[str, float] = {}

@@ -39,7 +39,9 @@ class Observations:
 
     def observe(self, value: float) -> None:
         """Count one value (seconds, never negative)."""
-        self.buckets[bisect.bisect_left(self.bounds, value)] += 1
+        bounds = self.bounds
+        # The first bucket without a bisection: most waits are there (a rollout entered as soon as made).
+        self.buckets[0 if value <= bounds[0] else bisect.bisect_left(bounds, value)] += 1
         self.total += value
         self.count += 1
 

@@ -279,3 +279,20 @@ def test_identity_is_never_a_label_of_the_new_families(clock: FakeClock) -> None
     found = [(n, labels) for n, labels in samples(exposition(telemetry.registry)) if n.startswith(new)]
     assert len(found) > 10
     assert all({key for key, _ in labels} <= names for _, labels in found)
+
+
+def test_admission_waits_are_counted_exactly_past_many_rollouts(clock: FakeClock) -> None:
+    """2,500 rollouts, waits of 0 to 4 s, read once at the end: each counted once, in its bucket."""
+    telemetry = RolloutTelemetry(clock=clock)
+    waits = [(i % 5) * 1.0 for i in range(2500)]
+    for wait in waits:
+        context = telemetry.rollout("a")
+        clock.advance(wait)
+        with context as rollout:
+            rollout.complete({"reward": 1.0})
+    text = exposition(telemetry.registry)
+    assert value(text, "rollout_admission_wait_seconds_count", agent="a") == 2500
+    assert value(text, "rollout_admission_wait_seconds_sum", agent="a") == sum(waits)
+    for bound in ("0.01", "1.0", "2.5", "5.0"):
+        expected = sum(1 for wait in waits if wait <= float(bound))
+        assert value(text, "rollout_admission_wait_seconds_bucket", agent="a", le=bound) == expected

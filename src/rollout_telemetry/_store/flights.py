@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
 
-from rollout_telemetry._store.observed import WAIT_BUCKETS, Observations
+from rollout_telemetry._store.observed import FOLD_AT, WAIT_BUCKETS, Observations
 from rollout_telemetry.failure_kinds import ADMISSION, AGENT
 
 __all__ = ["Flight", "FlightRecord", "Flights", "RolloutState", "Slot", "StageCounts", "state_of"]
@@ -163,7 +163,10 @@ class Flights:
         exited = self.exited
         if exited:  # the slot of a block that exited, taken back (see reclaim) and reused at once
             slot = exited.popleft()
-            self.waits.observe(slot.wait)
+            pending = self.waits.pending
+            pending.append(slot.wait)
+            if len(pending) >= FOLD_AT:
+                self.waits.fold()
         elif self.free:
             slot = self.free.pop()
         else:  # more rollouts in flight than ever before
@@ -174,20 +177,21 @@ class Flights:
         slot.flight = flight
         slot.stalled = slot.terminal = slot.cancelled = False
         slot.beat = now
-        slot.wait = wait
-        slot.waiting = None
+        slot.wait = wait  # slot.waiting is None: release() left admission, a new slot was never there
         return slot
 
     def reclaim(self) -> None:
         """Take back the slots of the blocks that exited: their admission waits observed, the slots free (a
         free slot's flags are reset when it is taken)."""
-        exited, waits = self.exited, self.waits
+        exited, pending = self.exited, self.waits.pending
         while exited:
             slot = exited.popleft()
-            waits.observe(slot.wait)
+            pending.append(slot.wait)
             slot.start = None
             slot.flight = None
             self.free.append(slot)
+        if len(pending) >= FOLD_AT:
+            self.waits.fold()
 
     def stalled_past(self, now: float, limit: float) -> list[tuple[str, Flight | None, float]]:
         """Flag, and count once by their stage, the rollouts in flight longer than ``limit`` not flagged yet;

@@ -296,3 +296,18 @@ def test_admission_waits_are_counted_exactly_past_many_rollouts(clock: FakeClock
     for bound in ("0.01", "1.0", "2.5", "5.0"):
         expected = sum(1 for wait in waits if wait <= float(bound))
         assert value(text, "rollout_admission_wait_seconds_bucket", agent="a", le=bound) == expected
+
+
+def test_contexts_made_and_not_entered_yet_are_offered(telemetry: RolloutTelemetry) -> None:
+    """An agent whose rollouts all wait to be entered already shows them offered, and nothing in flight."""
+    waiting = [telemetry.rollout("a") for _ in range(3)]
+    text = exposition(telemetry.registry)
+    assert value(text, "rollout_collector_rollouts", agent="a", phase="offered") == 3
+    assert value(text, "rollout_collector_rollouts", agent="a", phase="resident") == 0
+    assert value(text, "rollout_in_flight", agent="a", state="active") == 0
+    for context in waiting:
+        with context as rollout:
+            rollout.complete({"reward": 1.0})
+    assert (
+        value(exposition(telemetry.registry), "rollout_collector_rollouts", agent="a", phase="offered") == 0
+    )

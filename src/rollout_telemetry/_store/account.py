@@ -262,6 +262,9 @@ class Account:
             except Exception:
                 return None
         state.flights.offers.append(None)
+        if not state.lifecycle:  # its lifecycle series from its first context on, entered or not
+            with self._lock:
+                state.lifecycle = True
         return self._clock()
 
     def begin(

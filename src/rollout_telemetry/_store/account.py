@@ -291,8 +291,8 @@ class Account:
         wait observed, as whatever holds the lock next sees (``Flights.reclaim``). Called once per rollout,
         after its outcome or without one (``abandon``)."""
         state, slot, _ = handle
-        if slot.waiting is not None:  # it exits at admission: only its own context moves its stage
-            slot.move("", self._clock())
+        if slot.waiting is not None:  # it exits at admission (only its context writes these, readers of the
+            slot.leave_admission(self._clock())  # slot under the lock never read them)
         state.flights.exited.append(slot)
 
     def abandon(self, handle: InFlight) -> None:

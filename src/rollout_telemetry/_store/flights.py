@@ -96,15 +96,18 @@ class Slot:
         self.waiting: float | None = None  # since when it is at stage admission
 
     def move(self, stage: str, now: float) -> None:
-        """At ``stage`` from ``now`` on (a heartbeat); the time at ``admission`` is admission wait (a block
-        exiting at ``admission`` moves nowhere: ``move("", now)``)."""
-        if self.waiting is not None:  # leaving admission
-            self.wait += max(now - self.waiting, 0.0)
-            self.waiting = None
+        """At ``stage`` from ``now`` on (a heartbeat); the time at ``admission`` is admission wait."""
+        self.leave_admission(now)
         if stage == ADMISSION:
             self.waiting = now
         self.stage = stage
         self.beat = now
+
+    def leave_admission(self, now: float) -> None:
+        """Add the time at stage ``admission`` until ``now``, if it is there, to its admission wait."""
+        if self.waiting is not None:
+            self.wait += max(now - self.waiting, 0.0)
+            self.waiting = None
 
 
 def state_of(slot: Slot, now: float, slow_after: float | None) -> RolloutState:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 
 import pytest
 
@@ -311,3 +312,44 @@ def test_contexts_made_and_not_entered_yet_are_offered(telemetry: RolloutTelemet
     assert (
         value(exposition(telemetry.registry), "rollout_collector_rollouts", agent="a", phase="offered") == 0
     )
+
+
+def test_threads_and_a_scraper_lose_and_invent_nothing() -> None:
+    """8 threads of 500 blocks each, scraped all along: every block counted once, nothing left resident."""
+    telemetry = RolloutTelemetry(slow_after=1e-9)  # every rollout slow when scraped: states change all along
+    stop = threading.Event()
+    seen_stages: set[str] = set()
+
+    def scrape() -> None:
+        while not stop.is_set():
+            agent = telemetry.snapshot().agent("a")
+            if agent is not None:
+                seen_stages.update(stage for stage, _ in agent.in_flight_by_state)
+
+    def work(worker: int) -> None:
+        for i in range(500):
+            with telemetry.rollout("a", task_index=worker, rollout_index=i, attempt=i % 2) as rollout:
+                rollout.stage("admission" if i % 3 == 0 else "verification")
+                rollout.heartbeat()
+                if i % 7 == 0:
+                    rollout.cancel()
+                else:
+                    rollout.complete({"reward": 1.0})
+
+    scraper = threading.Thread(target=scrape)
+    scraper.start()
+    workers = [threading.Thread(target=work, args=(w,)) for w in range(8)]
+    for thread in workers:
+        thread.start()
+    for thread in workers:
+        thread.join(timeout=60)
+    stop.set()
+    scraper.join(timeout=60)
+    agent = telemetry.snapshot().agent("a")
+    assert agent is not None
+    cancelled = 8 * sum(1 for i in range(500) if i % 7 == 0)
+    assert (agent.measured, agent.by_kind(Disposition.FAILED)) == (4000 - cancelled, {"cancelled": cancelled})
+    assert agent.phases == {"offered": 0, "resident": 0, "active": 0}
+    assert agent.admission_wait is not None
+    assert agent.admission_wait.count == 4000
+    assert seen_stages <= {"agent", "admission", "verification"}

@@ -40,6 +40,8 @@ from dashboards.rules import (
 
 __all__ = ["COVERAGE_GAUGES", "NOT_FOLLOWED", "ROWS", "CoverageGauge", "coverage_gauge"]
 
+NOT_TERMINAL = 'state!="terminal"'
+"""Every rollout state but terminal (outcome counted, block not exited): the rollouts in flight."""
 AGENTS = Scope(("agent",), "$__rate_interval", run="$run", agent="$agent")
 """The dashboard's scope: the run and agent variables, Grafana's rate interval, a series per agent."""
 ALL = AGENTS.keeping()
@@ -156,10 +158,11 @@ OVERVIEW = Row(
         ),
         _stat(
             "Rollouts in flight",
-            "Rollouts started through the lifecycle API and not finished yet, summed over processes and "
-            "selected agents (rollout_in_flight). Blue at 0 (idle or finished), green from 1.",
+            "Rollouts started through the lifecycle API and without an outcome yet, summed over processes "
+            "and selected agents (rollout_in_flight without state terminal). Blue at 0 (idle or finished), "
+            "green from 1.",
             "short",
-            f"sum({series('rollout_in_flight', ALL)})",
+            f"sum({series('rollout_in_flight', ALL, NOT_TERMINAL)})",
             ((None, IDLE), (1.0, GOOD)),
             no_value=LIFECYCLE_ONLY,
         ),
@@ -409,10 +412,10 @@ OVER_TIME = Row(
         Panel(
             "timeseries",
             "Rollouts in flight per agent",
-            "Rollouts started through the lifecycle API and not finished yet, per agent, summed over "
-            "processes.",
+            "Rollouts started through the lifecycle API and without an outcome yet (rollout_in_flight "
+            "without state terminal), per agent, summed over processes.",
             "short",
-            (Query(f"sum by (agent) ({series('rollout_in_flight', AGENTS)})", "{{agent}}"),),
+            (Query(f"sum by (agent) ({series('rollout_in_flight', AGENTS, NOT_TERMINAL)})", "{{agent}}"),),
             no_value=LIFECYCLE_ONLY,
         ),
         Panel(

@@ -8,12 +8,17 @@ import socket
 import subprocess
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from rollout_telemetry import RolloutTelemetry
 
 Labels = frozenset[tuple[str, str]]
 
@@ -155,3 +160,19 @@ def raw_request(port: int, request: bytes, *, source: str = "127.0.0.1") -> tupl
     status_line, *lines = head.decode("latin-1").split("\r\n")
     headers = {name.lower(): value.strip() for name, _, value in (line.partition(":") for line in lines)}
     return int(status_line.split(" ")[1]), headers, body
+
+
+def traced(clock: FakeClock, **options: Any) -> tuple[RolloutTelemetry, InMemorySpanExporter]:
+    """A telemetry on ``clock`` whose rollout spans go to an in-memory exporter (SDK imported here)."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
+        InMemorySpanExporter,
+    )
+
+    from rollout_telemetry import RolloutTelemetry
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return RolloutTelemetry(clock=clock, tracer_provider=provider, **options), exporter

@@ -46,6 +46,12 @@ def test_bad_share_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
     assert "between 0 and 1" in capsys.readouterr().err
 
 
+def test_slow_after_must_be_positive(capsys: pytest.CaptureFixture[str]) -> None:
+    """--slow-after, like --stall-after, takes a positive number of seconds."""
+    assert main(["demo", "--slow-after", "0", "--port", "0"]) == 2
+    assert "--slow-after" in capsys.readouterr().err
+
+
 def test_shares_over_one_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
     """masked + failed + omitted above 1 is refused with a clear message."""
     assert main(["demo", "--masked", "0.6", "--failed", "0.6", "--port", "0"]) == 2

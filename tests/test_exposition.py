@@ -90,7 +90,7 @@ class _Run:
                 telemetry.record(agent, {"reward": "not a number"})
             case ("begin", str(agent), str(stage)):
                 handle = account.begin(agent, self.clock())
-                account.set_stage(handle, stage)
+                account.set_stage(handle, stage, self.clock())
                 self.in_flight.append((agent, handle))
             case ("end", reward, bool(masked), kind, bool(traced)) if self.in_flight:
                 agent, handle = self.in_flight.pop(0)
@@ -99,6 +99,7 @@ class _Run:
                 row = {"reward": reward, "mask_sample": masked, "failure_kind": kind}
                 outcome = classify({key: value for key, value in row.items() if value is not None})
                 account.count(agent, outcome, handle, exemplar)
+                account.release(handle)  # the block exits
             case ("advance", float(seconds)):
                 self.clock.advance(seconds)
             case ("scrape",):

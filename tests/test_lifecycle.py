@@ -140,7 +140,7 @@ def test_stalled_age_grows_with_the_clock(telemetry: RolloutTelemetry, clock: Fa
     second = telemetry.rollout("a").__enter__()
     clock.advance(5)
     text = exposition(telemetry.registry)
-    assert value(text, "rollout_in_flight", agent="a") == 2
+    assert value(text, "rollout_in_flight", agent="a", state="active") == 2
     assert value(text, "rollout_oldest_in_flight_age_seconds", agent="a") == 15
     clock.advance(100)
     assert value(exposition(telemetry.registry), "rollout_oldest_in_flight_age_seconds", agent="a") == 115
@@ -148,7 +148,7 @@ def test_stalled_age_grows_with_the_clock(telemetry: RolloutTelemetry, clock: Fa
     assert value(exposition(telemetry.registry), "rollout_oldest_in_flight_age_seconds", agent="a") == 105
     second.fail("session_lost")
     text = exposition(telemetry.registry)
-    assert value(text, "rollout_in_flight", agent="a") == 0
+    assert value(text, "rollout_in_flight", agent="a", state="active") == 0
     assert value(text, "rollout_oldest_in_flight_age_seconds", agent="a") == 0
     assert value(text, "rollout_duration_seconds_count", agent="a") == 2
     assert value(text, "rollout_duration_seconds_sum", agent="a") == 115 + 105
@@ -164,7 +164,7 @@ def test_agents_without_the_lifecycle_have_no_lifecycle_series(telemetry: Rollou
     with telemetry.rollout("traced") as rollout:
         rollout.complete({"reward": 1.0})
     text = exposition(telemetry.registry)
-    assert value(text, "rollout_in_flight", agent="traced") == 0
+    assert value(text, "rollout_in_flight", agent="traced", state="active") == 0
     with pytest.raises(AssertionError):
         value(text, "rollout_in_flight", agent="plain")
 
@@ -206,7 +206,12 @@ def test_outcome_outside_the_block_is_a_counted_rejection(telemetry: RolloutTele
     telemetry.rollout("a").complete({"reward": 1.0})
     telemetry.rollout("a").fail("session_lost")
     assert telemetry.snapshot().rejected == {"outcome_outside_block": 2}
-    assert telemetry.snapshot().agents == ()
+    agent = _agent(telemetry)  # counted nothing; its two contexts were made and never entered
+    assert (agent.completed + agent.failed + agent.omitted, agent.in_flight, agent.phases["offered"]) == (
+        0,
+        0,
+        2,
+    )
 
 
 def test_outcome_outside_the_block_raises_in_strict_mode(clock: FakeClock) -> None:
@@ -214,7 +219,7 @@ def test_outcome_outside_the_block_raises_in_strict_mode(clock: FakeClock) -> No
     telemetry = RolloutTelemetry(strict=True, clock=clock)
     with pytest.raises(RuntimeError, match="outside its with block"):
         telemetry.rollout("a").complete({"reward": 1.0})
-    assert telemetry.snapshot().agents == ()
+    assert _agent(telemetry).completed + _agent(telemetry).failed == 0
     assert telemetry.snapshot().rejected == {}
 
 

@@ -227,7 +227,12 @@ def test_otel_metrics_follow_the_same_rules(clock: FakeClock) -> None:
     )
     assert points[("rollout_duration_seconds_sum", math)] == 2.0
     assert points[("rollout_duration_seconds_count", math)] == 1
-    assert points[("rollout_in_flight", (("agent", "math"), ("run", "r"), ("stage", "agent")))] == 0
+    assert (
+        points[
+            ("rollout_in_flight", (("agent", "math"), ("run", "r"), ("stage", "agent"), ("state", "active")))
+        ]
+        == 0
+    )
 
 
 def test_otel_metrics_read_one_snapshot_per_collection(

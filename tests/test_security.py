@@ -299,12 +299,14 @@ def test_the_request_head_has_one_deadline(server: MetricsServer) -> None:
 
 
 def test_rollouts_in_flight_over_https_with_basic_auth(tls_files: dict[str, Path]) -> None:
-    """GET /rollouts: oldest first, limited, behind the same TLS and auth as /metrics, no free text."""
+    """GET /rollouts: oldest first, limited, behind the same TLS and auth as /metrics, no free text; a rollout
+    whose outcome is counted is listed ``terminal`` until its block exits, outside the in-flight total, and
+    one of attempt 1 ``retrying``."""
     telemetry = RolloutTelemetry(run="secure")
     blocks = [telemetry.rollout("browser", task_index=i, rollout_index=0, attempt=1) for i in range(1000)]
     for block in blocks:
         block.__enter__()
-    blocks[0].fail("session_lost", reason="secret text that must never be served")  # no longer in flight
+    blocks[0].fail("session_lost", reason="secret text that must never be served")  # terminal, not in flight
     blocks[1].stage("verification")
     tls = TLSConfig(str(tls_files["cert"]), str(tls_files["key"]))
     auth = BasicAuth("prometheus", hash_password("s3cret"))
@@ -317,17 +319,19 @@ def test_rollouts_in_flight_over_https_with_basic_auth(tls_files: dict[str, Path
             assert status == 200
             listing = json.loads(body)
             assert listing["in_flight"] == 999
-            assert [r["task_index"] for r in listing["rollouts"]] == [1, 2, 3]
-            assert listing["rollouts"][0]["stage"] == "verification"
-            assert listing["rollouts"][1] == {
+            assert [r["task_index"] for r in listing["rollouts"]] == [0, 1, 2]
+            assert [r["state"] for r in listing["rollouts"]] == ["terminal", "retrying", "retrying"]
+            assert listing["rollouts"][1]["stage"] == "verification"
+            third = listing["rollouts"][2]
+            assert third == {
                 "agent": "browser", "task_index": 2, "rollout_index": 0, "attempt": 1, "stage": "agent",
-                "age_seconds": listing["rollouts"][1]["age_seconds"], "stalled": False, "trace_id": None,
-                "span_id": None,
+                "age_seconds": third["age_seconds"], "stalled": False, "trace_id": None, "span_id": None,
+                "state": "retrying", "heartbeat_age_seconds": third["heartbeat_age_seconds"],
             }  # fmt: skip
             status, body = _get(base + "/rollouts", trusting, _basic("prometheus", "s3cret"))
             assert len(json.loads(body)["rollouts"]) == 100  # the default limit
             status, body = _get(base + "/rollouts?limit=1000", trusting, _basic("prometheus", "s3cret"))
-            assert len(json.loads(body)["rollouts"]) == 999
+            assert len(json.loads(body)["rollouts"]) == 1000
             assert "secret" not in body
             for bad in ("0", "1001", "x"):
                 assert (

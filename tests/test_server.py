@@ -19,7 +19,7 @@ from prometheus_client.core import CounterMetricFamily
 from rollout_telemetry import RolloutTelemetry, ServeError
 from rollout_telemetry._serve.server import MetricsServer
 from rollout_telemetry._serve.workers import Busy, Workers
-from tests.support import raw_request, sample_names, samples
+from tests.support import FakeClock, raw_request, sample_names, samples
 
 
 def _get(url: str) -> tuple[int, str]:
@@ -287,3 +287,31 @@ def test_fifty_distinct_name_filters_share_one_collection() -> None:
         assert status == 200
         assert sample_names(body) == {"first_events_total" if i < 25 else "second_events_total"}
     assert counting.collected <= 2, counting.collected
+
+
+def test_rollouts_lists_each_rollouts_state_and_heartbeat_age(clock: FakeClock) -> None:
+    """GET /rollouts gives every resident rollout's state, stage, age, attempt and heartbeat age; in_flight
+    counts those without an outcome, and the slow bound is given beside the stall bound."""
+    telemetry = RolloutTelemetry(clock=clock, slow_after=30.0)
+    waiting = telemetry.rollout("a", task_index=0, rollout_index=0, attempt=2).__enter__()
+    waiting.stage("admission")
+    clock.advance(8.0)
+    done = telemetry.rollout("a", task_index=1, rollout_index=0).__enter__()
+    done.complete({"reward": 1.0})
+    clock.advance(2.0)
+    with telemetry.serve(port=0) as server:
+        status, body = _get(f"http://127.0.0.1:{server.port}/rollouts")
+    assert status == 200
+    listing = json.loads(body)
+    assert (listing["in_flight"], listing["stall_after_seconds"], listing["slow_after_seconds"]) == (
+        1,
+        600,
+        30,
+    )
+    seen = [
+        (r["task_index"], r["state"], r["stage"], r["age_seconds"], r["attempt"], r["heartbeat_age_seconds"])
+        for r in listing["rollouts"]
+    ]
+    assert seen == [(0, "retrying", "admission", 10.0, 2, 10.0), (1, "terminal", "agent", 2.0, None, 2.0)]
+    for context in (waiting, done):
+        context.__exit__(None, None, None)

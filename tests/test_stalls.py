@@ -8,27 +8,29 @@ import time
 import weakref
 
 import pytest
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client.openmetrics.exposition import generate_latest as openmetrics
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
 
 from rollout_telemetry import RolloutTelemetry
-from tests.support import FakeClock, exposition, promtool_check_metrics, value
+from tests.support import FakeClock, exposition, promtool_check_metrics, traced, value
 
 
 def test_a_rollout_starts_at_agent_and_moves_through_stages(telemetry: RolloutTelemetry) -> None:
     """rollout.stage() moves the rollout's in-flight series; every stage seen stays published, at 0."""
     with telemetry.rollout("a", task_index=1) as rollout:
-        assert value(exposition(telemetry.registry), "rollout_in_flight", agent="a", stage="agent") == 1
+        assert (
+            value(
+                exposition(telemetry.registry), "rollout_in_flight", agent="a", stage="agent", state="active"
+            )
+            == 1
+        )
         rollout.stage("verification")
         text = exposition(telemetry.registry)
-        assert value(text, "rollout_in_flight", agent="a", stage="agent") == 0
-        assert value(text, "rollout_in_flight", agent="a", stage="verification") == 1
+        assert value(text, "rollout_in_flight", agent="a", stage="agent", state="active") == 0
+        assert value(text, "rollout_in_flight", agent="a", stage="verification", state="active") == 1
         rollout.complete({"reward": 1.0})
     text = exposition(telemetry.registry)
-    assert value(text, "rollout_in_flight", agent="a", stage="verification") == 0
+    assert value(text, "rollout_in_flight", agent="a", stage="verification", state="active") == 0
     assert value(text, "rollout_oldest_in_flight_age_seconds", agent="a", stage="verification") == 0
 
 
@@ -44,7 +46,10 @@ def test_stage_names_follow_the_kind_rules(
     assert [r.getMessage() for r in caplog.records if "stage" in r.getMessage()] == [
         "unregistered stage 'Warm Up': use a registered name or namespace it as '<server>:<name>'"
     ]
-    assert value(exposition(telemetry.registry), "rollout_in_flight", agent="a", stage="Warm Up") == 0
+    assert (
+        value(exposition(telemetry.registry), "rollout_in_flight", agent="a", stage="Warm Up", state="active")
+        == 0
+    )
 
 
 def test_a_bad_stage_is_rejected_and_the_rollout_goes_on(telemetry: RolloutTelemetry) -> None:
@@ -59,18 +64,11 @@ def test_a_bad_stage_is_rejected_and_the_rollout_goes_on(telemetry: RolloutTelem
     assert (agent.measured, agent.in_flight) == (1, 0)
 
 
-def _traced(clock: FakeClock, **options: object) -> tuple[RolloutTelemetry, InMemorySpanExporter]:
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    return RolloutTelemetry(clock=clock, tracer_provider=provider, **options), exporter  # type: ignore[arg-type]
-
-
 def test_a_stall_is_counted_once_noted_on_the_span_and_cleared_when_it_ends(
     clock: FakeClock, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Past stall_after: stalled now and one stall counted, one warning, one span event; then cleared."""
-    telemetry, exporter = _traced(clock, stall_after=10.0)
+    telemetry, exporter = traced(clock, stall_after=10.0)
     with (
         caplog.at_level(logging.WARNING),
         telemetry.rollout("a", task_index=3, rollout_index=1, attempt=0) as rollout,
@@ -113,7 +111,7 @@ def test_stall_after_per_agent_and_off(clock: FakeClock) -> None:
 
 def test_the_rollouts_in_flight_oldest_first(clock: FakeClock) -> None:
     """Identity, stage, age, stalled and trace ids, oldest first, limited; never free text."""
-    telemetry, _ = _traced(clock, stall_after=50.0)
+    telemetry, _ = traced(clock, stall_after=50.0)
     contexts = []
     for i in range(1000):
         context = telemetry.rollout("a", task_index=i, rollout_index=0, attempt=0)
@@ -128,7 +126,7 @@ def test_the_rollouts_in_flight_oldest_first(clock: FakeClock) -> None:
     assert [r["task_index"] for r in rollouts] == [0, 1, 2, 3, 4]
     assert set(rollouts[0]) == {
         "agent", "task_index", "rollout_index", "attempt", "stage", "age_seconds", "stalled", "trace_id",
-        "span_id",
+        "span_id", "state", "heartbeat_age_seconds",
     }  # fmt: skip
     assert rollouts[3]["stage"] == "cleanup"
     assert rollouts[0]["age_seconds"] == pytest.approx(100.0)
@@ -145,7 +143,7 @@ def test_exemplars_carry_the_trace_of_the_latest_failure_in_openmetrics_only(clo
     """OpenMetrics shows the trace id of the latest failed and masked rollout and of duration buckets; the
     classic exposition has none. promtool (whose check reads the classic format only) accepts the classic one;
     the OpenMetrics one passes prometheus_client's strict OpenMetrics parser (and a real Prometheus, e2e)."""
-    telemetry, exporter = _traced(clock)
+    telemetry, exporter = traced(clock)
     for reason in ("first", "second"):
         with telemetry.rollout("a") as rollout:
             clock.advance(3.0)

@@ -45,8 +45,10 @@ def _view() -> TopView:
         agents=(math, code),
         in_flight=(
             InFlightRollout("math_agent", "verify", 95.0, stalled=True, task_index=41, rollout_index=3,
-                            attempt=1, trace_id="0af7651916cd43dd8448eb211c80319c"),
-            InFlightRollout("math_agent", "generate", 12.0, task_index=50, rollout_index=0, attempt=0),
+                            attempt=1, trace_id="0af7651916cd43dd8448eb211c80319c", state="stalled",
+                            heartbeat_age_seconds=80.0),
+            InFlightRollout("math_agent", "generate", 12.0, task_index=50, rollout_index=0, attempt=0,
+                            state="terminal", heartbeat_age_seconds=2.5),
         ),
         stall_after_seconds=60.0,
     )  # fmt: skip
@@ -75,8 +77,10 @@ def test_the_screen_at_80_by_24() -> None:
     assert "gpu-node-2:9464  DOWN  connection refused  (last read 42s ago)" in text
     assert "oldest in flight, ! = stalled past 1m00" in text
     (stalled,) = [line for line in lines if "stalled" in line and line.startswith("math_agent")]
-    assert stalled.split()[:7] == ["math_agent", "41", "3", "1", "verify", "1m35!", "stalled"]
-    assert "0af7651916cd43" in stalled  # as much of the trace id as fits
+    assert stalled.split()[:8] == ["math_agent", "41", "3", "1", "verify", "1m35!", "1m20", "stalled"]
+    assert "0af765191" in stalled  # as much of the trace id as fits
+    (terminal,) = [line for line in lines if "terminal" in line]
+    assert terminal.split()[4:8] == ["generate", "12s", "2.5s", "terminal"]  # state and heartbeat age
 
 
 def test_the_sparkline_has_the_last_minutes() -> None:

@@ -297,3 +297,32 @@ def test_rows_naming_no_agent_are_the_files_and_the_screen_says_so(tmp_path: Pat
         f"2 rows of {main} name no agent (no agent_ref.name, _ng_environment_server or materialized inputs "
         "row): shown as 'evals'; --agent NAME names them"
     )
+
+
+def test_top_reads_each_rollouts_state_and_heartbeat_age_from_a_telemetry() -> None:
+    """/rollouts of a real telemetry, parsed as top does: every state and heartbeat age; terminal ones are
+    listed but not counted in flight, in the listing nor in the agent's figures."""
+    clock = FakeClock()
+    telemetry = RolloutTelemetry(clock=clock, stall_after=100.0, slow_after=10.0)
+    slow = telemetry.rollout("math", task_index=0, rollout_index=0).__enter__()
+    clock.advance(5.0)
+    slow.heartbeat()
+    clock.advance(15.0)
+    retrying = telemetry.rollout("math", task_index=1, rollout_index=0, attempt=1).__enter__()
+    cancelled = telemetry.rollout("math", task_index=2, rollout_index=0).__enter__()
+    cancelled.cancel()
+    terminal = telemetry.rollout("math", task_index=3, rollout_index=0).__enter__()
+    terminal.complete({"reward": 1.0})
+    body = json.loads(json.dumps(telemetry.rollouts_in_flight()))
+    assert body["in_flight"] == 3
+    rollouts, _ = parse_rollouts(body)
+    assert [(r.task_index, r.state, r.heartbeat_age_seconds) for r in rollouts] == [
+        (0, "slow", 15.0),
+        (1, "retrying", 0.0),
+        (2, "cancelled", 0.0),
+        (3, "terminal", 0.0),
+    ]
+    (math,) = parse_metrics(exposition(telemetry.registry))
+    assert math.in_flight == 3
+    for context in (slow, retrying, cancelled, terminal):
+        context.__exit__(None, None, None)

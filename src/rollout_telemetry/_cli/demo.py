@@ -73,6 +73,13 @@ def add_parser(commands: argparse._SubParsersAction[OneLineParser]) -> None:
         metavar="SECONDS",
         help="seconds in flight after which a rollout counts as stalled (default: 5, short for a demo)",
     )
+    demo.add_argument(
+        "--slow-after",
+        type=positive,
+        default=None,
+        metavar="SECONDS",
+        help="seconds in flight after which a rollout is in state slow (default: off)",
+    )
     add_otlp_option(demo, "spans and metrics")
     demo.add_argument(
         "--linger", type=non_negative, default=0.0, help="keep serving this many seconds after the run"
@@ -139,7 +146,10 @@ def run(args: argparse.Namespace) -> int:
     otlp = otlp_export(args, NAME)
     tracer_provider = None if otlp is None else otlp.tracer_provider
     telemetry = RolloutTelemetry(
-        run=args.run, tracer_provider=tracer_provider, stall_after=config.stall_after
+        run=args.run,
+        tracer_provider=tracer_provider,
+        stall_after=config.stall_after,
+        slow_after=args.slow_after,
     )
     if otlp is not None:
         otlp.attach(telemetry)

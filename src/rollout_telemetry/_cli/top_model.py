@@ -75,6 +75,10 @@ class InFlightRollout:
     rollout_index: int | None = None
     attempt: int | None = None
     trace_id: str | None = None
+    state: str = "active"
+    """Its state (active, slow, retrying, stalled, cancelled, terminal); ``active`` from an older exporter."""
+    heartbeat_age_seconds: float | None = None
+    """Seconds since its last heartbeat, stage change or start; ``None`` from an older exporter."""
     source: str = ""
     """The label of the source it came from; set when the views are merged."""
 

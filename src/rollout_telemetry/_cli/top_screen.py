@@ -39,13 +39,14 @@ _ORDER = ("agent", "r/min", "mean", "unmsk", "mask%", "failed", "omitted", "infl
 _RIGHT = {"r/min", "mean", "unmsk", "mask%", "infl", "oldest"}
 # The in-flight list: heading, width, right-aligned; then the trace id (or the source) in what is left.
 _IN_FLIGHT = (
-    ("agent", 16, False),
+    ("agent", 14, False),
     ("task", 6, True),
     ("roll", 4, True),
     ("att", 3, True),
-    ("stage", 14, False),
+    ("stage", 12, False),
     ("age", 7, True),
-    ("", 7, False),
+    ("beat", 5, True),  # seconds since its last heartbeat, stage change or start
+    ("state", 9, False),
 )
 
 
@@ -217,7 +218,8 @@ def _in_flight_line(rollout: InFlightRollout, width: int, with_source: bool, uni
         number(rollout.attempt),
         rollout.stage,
         age(rollout.age_seconds) + ("!" if rollout.stalled else " "),
-        "stalled" if rollout.stalled else "",
+        "-" if rollout.heartbeat_age_seconds is None else age(rollout.heartbeat_age_seconds),
+        rollout.state,
     )
     cells = [
         _fit(value, size, right=right, ellipsis=ellipsis)

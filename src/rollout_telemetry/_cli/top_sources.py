@@ -61,6 +61,7 @@ _GAUGES = {
 }
 _BY_KIND = {published("rollout_failed_total"): "failed", published("rollout_omitted_total"): "omitted"}
 _OLDEST = published("rollout_oldest_in_flight_age_seconds")
+_IN_FLIGHT = published("rollout_in_flight")
 
 
 class SourceDown(Exception):
@@ -80,7 +81,8 @@ class Source(Protocol):
 def parse_metrics(text: str) -> tuple[AgentTotals, ...]:
     """The per-agent figures of a Prometheus text exposition, in order of first appearance.
 
-    Extra labels (``run``, ``stage`` and any constant labels) are summed over per agent; the in-flight age is
+    Extra labels (``run``, ``stage``, ``state`` and any constant labels) are summed over per agent (terminal
+    rollouts are not in flight); the in-flight age is
     the largest over them. A mean that several series give for one agent is recomputed from the reward
     counters (sum / count); the other ratio gauges are averaged.
     """
@@ -98,6 +100,8 @@ def parse_metrics(text: str) -> tuple[AgentTotals, ...]:
                 continue
             name, value = sample.name, float(sample.value)
             if name in _SUMMED:
+                if name == _IN_FLIGHT and sample.labels.get("state") == "terminal":
+                    continue  # outcome counted, its block not exited: not in flight
                 sums[agent][_SUMMED[name]] += value
             elif name in _GAUGES:
                 gauges[agent][_GAUGES[name]].append(value)
@@ -156,7 +160,7 @@ def parse_rollouts(body: Any) -> tuple[tuple[InFlightRollout, ...], float | None
     for item in body["rollouts"]:
         if not isinstance(item, dict):
             continue
-        trace = item.get("trace_id")
+        trace, state, beat = item.get("trace_id"), item.get("state"), item.get("heartbeat_age_seconds")
         rollouts.append(
             InFlightRollout(
                 agent=str(item.get("agent", "")),
@@ -167,6 +171,8 @@ def parse_rollouts(body: Any) -> tuple[tuple[InFlightRollout, ...], float | None
                 rollout_index=_optional_int(item.get("rollout_index")),
                 attempt=_optional_int(item.get("attempt")),
                 trace_id=trace if isinstance(trace, str) else None,
+                state=state if isinstance(state, str) else "active",
+                heartbeat_age_seconds=float(beat) if isinstance(beat, int | float) else None,
             )
         )
     rollouts.sort(key=lambda r: r.age_seconds, reverse=True)

@@ -1,16 +1,20 @@
 """``telemetry.rollout(...)``: one rollout tracked from start to outcome, as a sync or async context manager.
 
-The rollout is in flight from entering the block until its outcome is recorded; both happen in the one
+The rollout is ``offered`` from when its context is made until its block is entered, in flight from then
+until its outcome is recorded, and ``terminal`` from then until its block exits; each step happens in the one
 account under its one lock, so a rollout is never counted twice and never lost:
 
 - ``complete(response)`` / ``fail(kind, reason=...)`` / ``omit(kind)`` record the outcome once; a second
   one, or one given outside the block, is a counted rejection (raised with ``strict=True``);
 - an exception escaping the block records a failure (``agent_run_error`` unless the exception type maps
   to another kind) and re-raises;
-- leaving the block without an outcome records a failure of kind ``rollout_telemetry:no_outcome``;
+- leaving the block without an outcome records a failure of kind ``rollout_telemetry:no_outcome``, or
+  ``cancelled`` after ``cancel()``;
 - ``abandon()`` takes the rollout out of flight counted nowhere, as a stopped run leaves it.
 
-Whatever a user hook does (``redact_reason`` raising, say), the span is ended and its context detached.
+``heartbeat()`` and ``stage()`` say the rollout is alive; ``cleanup()`` times the release of what it held
+(``Cleanup``). Whatever a user hook does (``redact_reason`` raising, say), the span is ended and its context
+detached, and the rollout's slot is freed when its block exits.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import asyncio
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, Self
 
 from rollout_telemetry import failure_kinds
 from rollout_telemetry._contract.failure_where import Where, failure_where, stage_of
@@ -32,9 +36,10 @@ from rollout_telemetry.errors import OutcomeError, RolloutUsageError
 if TYPE_CHECKING:
     from rollout_telemetry._recording.spans import OpenSpan, SpanRecorder
     from rollout_telemetry._store.account import Account, InFlight
+    from rollout_telemetry._store.agent import AgentState
     from rollout_telemetry._store.rejections import Rejections
 
-__all__ = ["EXCEPTION_KINDS", "NO_OUTCOME", "RolloutContext", "Shared", "kind_of_exception"]
+__all__ = ["EXCEPTION_KINDS", "NO_OUTCOME", "Cleanup", "RolloutContext", "Shared", "kind_of_exception"]
 
 NO_OUTCOME = "rollout_telemetry:no_outcome"
 """The failure kind of a rollout block left without complete(), fail() or omit()."""
@@ -58,8 +63,9 @@ def kind_of_exception(exc: BaseException) -> str:
     return failure_kinds.AGENT_RUN_ERROR
 
 
-# The states of a rollout context.
-_NEW, _IN_FLIGHT, _DONE, _NOT_TRACKED = 0, 1, 2, 3
+# The states of a rollout context: _TERMINAL, its outcome is counted and its block has not exited.
+_NEW, _IN_FLIGHT, _DONE, _NOT_TRACKED, _TERMINAL = 0, 1, 2, 3, 4
+_OPEN = (_IN_FLIGHT, _TERMINAL)  # its block has a slot: stage() and heartbeat() apply
 
 
 class Settle(Protocol):
@@ -100,12 +106,42 @@ class Shared:
     """Called as an ``async with`` block is entered, on its event loop (which the facade samples)."""
 
 
-class RolloutContext:
+class _AsyncWith:
+    """``async with`` as ``with``: nothing these blocks do on entering or leaving awaits."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> Self:
+        raise NotImplementedError
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        raise NotImplementedError
+
+    async def __aenter__(self) -> Self:
+        return self.__enter__()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.__exit__(exc_type, exc, tb)
+
+
+class RolloutContext(_AsyncWith):
     """One rollout in flight. Use as ``with`` or ``async with``; record its outcome inside the block."""
 
     __slots__ = (
+        "_cancelled",
         "_handle",
         "_member",
+        "_offered",
         "_shared",
         "_span",
         "_state",
@@ -132,6 +168,8 @@ class RolloutContext:
         self._member: Member | None = None  # its identity, checked when it starts
         self._span: OpenSpan | None = None
         self._state = _NEW
+        self._cancelled: str | None = None  # the reason given to cancel()
+        self._offered = shared.account.offer(agent)  # when it was made
 
     # -- entering and leaving -----------------------------------------------------------------------
 
@@ -148,7 +186,7 @@ class RolloutContext:
             except OutcomeError as exc:
                 self._shared.rejections.reject(exc)
         try:
-            self._handle = self._shared.account.begin(self.agent, now, self)
+            self._handle = self._shared.account.begin(self.agent, now, self, self._offered)
         except Exception as exc:
             self._state = _NOT_TRACKED  # nothing went in flight: its outcome has nothing to finish
             self._shared.rejections.reject(exc)
@@ -167,39 +205,76 @@ class RolloutContext:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if self._state != _IN_FLIGHT:
-            return
-        if exc is not None:
-            self._finish(absent(Disposition.FAILED, kind_of_exception(exc), f"{type(exc).__name__}: {exc}"))
-        else:
-            self._finish(absent(Disposition.FAILED, NO_OUTCOME, "rollout block exited without an outcome"))
+        if self._state == _IN_FLIGHT:
+            if exc is not None:
+                kind, reason = kind_of_exception(exc), f"{type(exc).__name__}: {exc}"
+                self._finish(absent(Disposition.FAILED, kind, reason))
+            elif self._cancelled is not None:
+                self._finish(absent(Disposition.FAILED, failure_kinds.CANCELLED, self._cancelled))
+            else:
+                self._finish(
+                    absent(Disposition.FAILED, NO_OUTCOME, "rollout block exited without an outcome")
+                )
+        if self._state == _TERMINAL:  # its outcome is counted: the slot is free now
+            self._state = _DONE
+            handle = self._handle
+            assert handle is not None
+            try:
+                self._shared.account.release(handle)
+            except Exception as error:
+                self._shared.rejections.reject(error)
 
     async def __aenter__(self) -> RolloutContext:
-        self._shared.loop_entered()
+        self._shared.loop_entered()  # the loop's lag sampler, once (runtime_metrics=True)
         return self.__enter__()
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.__exit__(exc_type, exc, tb)
 
     # -- where it is ---------------------------------------------------------------------------------
 
     def stage(self, stage: str) -> None:
         """Say where the rollout is: NeMo Gym's stages (``admission``, ``seed``, ``agent``,
-        ``verification``, ``cleanup``) or ``<server>:<stage>``; a new rollout is at ``agent``. Outside the
-        block it is ignored."""
-        if self._state != _IN_FLIGHT:
+        ``verification``, ``cleanup``) or ``<server>:<stage>``; a new rollout is at ``agent``. A stage change
+        is a heartbeat too. Outside the block it is ignored; after the outcome it still applies (a terminal
+        rollout releasing its session, say)."""
+        if self._state not in _OPEN:
             return
         handle = self._handle
         assert handle is not None
         try:
-            self._shared.account.set_stage(handle, stage)
+            self._shared.account.set_stage(handle, stage, self._shared.clock())
         except Exception as exc:
             self._shared.rejections.reject(exc)
+
+    def heartbeat(self) -> None:
+        """Note that the rollout is alive now: ``/rollouts`` and ``top`` show the seconds since its last
+        heartbeat, stage change or start. Outside the block it is ignored."""
+        if self._state not in _OPEN:
+            return
+        handle = self._handle
+        assert handle is not None
+        try:
+            self._shared.account.heartbeat(handle, self._shared.clock())
+        except Exception as exc:
+            self._shared.rejections.reject(exc)
+
+    def cancel(self, reason: str | None = None) -> None:
+        """Mark the rollout ``cancelled`` (a drain decided to drop it, say) until its block exits; leaving the
+        block without another outcome then records a failure of kind ``cancelled`` (``reason`` as a
+        failure's). Outside the block, or after an outcome, it is a counted rejection."""
+        if self._state != _IN_FLIGHT:
+            self._refuse("cancel")
+            return
+        handle = self._handle
+        assert handle is not None
+        self._cancelled = "rollout cancelled" if reason is None else reason
+        try:
+            self._shared.account.cancel(handle)
+        except Exception as exc:
+            self._shared.rejections.reject(exc)
+
+    def cleanup(self) -> Cleanup:
+        """A cleanup of the rollout (releasing its environment session, say): ``with`` or ``async with``,
+        inside the block, before or after the outcome (``Cleanup``)."""
+        return Cleanup(self._shared, self.agent)
 
     @property
     def span_ids(self) -> tuple[str, str] | None:
@@ -325,7 +400,7 @@ class RolloutContext:
         handle = self._handle
         assert handle is not None  # in flight
         span = self._span
-        self._state = _DONE
+        self._state = _DONE if outcome is None else _TERMINAL  # abandon() frees the slot at once
         attempts = None
         logged = KNOWN != OFF and ROLLOUTS.isEnabledFor(INFO)  # its line (rollout_log)
         stage = handle[1].stage if logged else None
@@ -359,3 +434,67 @@ class RolloutContext:
                 )
             except Exception as exc:
                 shared.rejections.reject(exc)
+
+
+class Cleanup(_AsyncWith):
+    """One cleanup (releasing an environment session, say), timed: ``with`` or ``async with``.
+
+    Its duration goes to ``rollout_cleanup_duration_seconds``; it is unresolved
+    (``rollout_cleanups_unresolved``) from entering until it exits without failing. An exception escaping
+    the block, or ``fail(kind)`` inside it, counts it in ``rollout_cleanups_failed_total`` (the exception's
+    kind as for a rollout block) and it stays unresolved; the exception is re-raised.
+    """
+
+    __slots__ = ("_agent", "_failed", "_kind", "_shared", "_started", "_state")
+
+    def __init__(self, shared: Shared, agent: str) -> None:
+        self._shared = shared
+        self._agent = agent
+        self._state: AgentState | None = None  # while it is open
+        self._started = 0.0
+        self._failed = False
+        self._kind: str | None = None
+
+    def __enter__(self) -> Cleanup:
+        if self._state is not None:
+            self._shared.rejections.reject(
+                RolloutUsageError("cleanup_reentered", f"cleanup of {self._agent!r} entered twice")
+            )
+            return self
+        try:
+            self._state = self._shared.account.cleanup_started(self._agent)
+        except Exception as exc:
+            self._shared.rejections.reject(exc)
+        self._started = self._shared.clock()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        state, self._state = self._state, None
+        if state is None:
+            return
+        kind = self._kind if self._failed or exc is None else kind_of_exception(exc)
+        try:
+            seconds = self._shared.clock() - self._started
+            self._shared.account.cleanup_finished(state, seconds, self._failed or exc is not None, kind)
+        except Exception as error:
+            self._shared.rejections.reject(error)
+
+    def fail(self, failure_kind: str | None = None) -> None:
+        """Count the cleanup failed with ``failure_kind`` when it exits (it stays unresolved). Outside its
+        block, a counted rejection."""
+        if self._state is None:
+            self._shared.rejections.reject(
+                RolloutUsageError(
+                    "outcome_outside_block", f"fail() on a cleanup of {self._agent!r} outside its block"
+                )
+            )
+            return
+        if failure_kind is not None and not isinstance(failure_kind, str):
+            self._shared.rejections.reject(OutcomeError("failure_kind", "must be a string or None"))
+            failure_kind = None
+        self._failed, self._kind = True, failure_kind

@@ -34,21 +34,25 @@ _TICK = 1.0
 
 
 def stall_bound(
-    stall_after: float | None, by_agent: Mapping[str, float] | None, names: Names
+    stall_after: float | None,
+    by_agent: Mapping[str, float] | None,
+    names: Names,
+    what: str = "stall_after",
 ) -> Callable[[str], float] | None:
-    """The account's ``stall_after``: seconds by agent label, or ``None`` when detection is off.
+    """The account's ``stall_after`` (or ``slow_after``): seconds by agent label, or ``None`` when off.
 
     Args:
-        stall_after: seconds in flight before a rollout is stalled; ``None`` turns detection off unless
-            ``by_agent`` gives a bound.
+        stall_after: seconds in flight before a rollout is stalled (slow); ``None`` turns the rule off
+            unless ``by_agent`` gives a bound.
         by_agent: per-agent overrides of ``stall_after`` (by agent name).
         names: resolves the agent names of ``by_agent`` to their labels.
+        what: the argument's name, for the error.
 
     Raises:
         ConfigError: ``stall_after`` is not positive.
     """
     if stall_after is not None and stall_after <= 0:
-        msg = f"stall_after must be a positive number of seconds or None, got {stall_after}"
+        msg = f"{what} must be a positive number of seconds or None, got {stall_after}"
         raise ConfigError(msg)
     by_label = {names.agent(agent)[0]: seconds for agent, seconds in (by_agent or {}).items()}
     if stall_after is None and not by_label:
@@ -63,14 +67,20 @@ class Stalls:
     Args:
         account: the account to check.
         stall_after: the default bound, as ``/rollouts`` reports it.
+        slow_after: the default bound of the ``slow`` state, as ``/rollouts`` reports it.
         reject: counts an error of the check (the facade's rejection policy).
     """
 
     def __init__(
-        self, account: Account, stall_after: float | None, reject: Callable[[Exception], None]
+        self,
+        account: Account,
+        stall_after: float | None,
+        reject: Callable[[Exception], None],
+        slow_after: float | None = None,
     ) -> None:
         self._account = account
         self.stall_after = stall_after
+        self.slow_after = slow_after
         self._reject = reject
         self._watching = False
 
@@ -98,12 +108,14 @@ class Stalls:
         return len(stalled)
 
     def in_flight(self, limit: int) -> dict[str, object]:
-        """The rollouts in flight, oldest first, as ``GET /rollouts`` serves them (``limit`` at most 1000)."""
+        """The rollouts whose block has not exited (``terminal`` ones included; ``in_flight`` counts those
+        without an outcome), oldest first, as ``GET /rollouts`` serves them (``limit`` at most 1000)."""
         self.check()
         total, records = self._account.in_flight(max(0, min(limit, MAX_ROLLOUTS_LIMIT)))
         return {
             "in_flight": total,
             "stall_after_seconds": self.stall_after,
+            "slow_after_seconds": self.slow_after,
             "rollouts": [dataclasses.asdict(record) for record in records],
         }
 
@@ -134,12 +146,16 @@ def _watch(stalls: Stalls, interval: float) -> None:
 def _run() -> None:
     while True:
         time.sleep(_TICK)
-        now = time.monotonic()
-        with _lock:
-            due = [stalls for stalls, (_, at) in _watched.items() if at <= now]
-            for stalls in due:
-                _watched[stalls][1] = now + _watched[stalls][0]
+        _check_due(time.monotonic())
+
+
+def _check_due(now: float) -> None:
+    # A function of its own: no Stalls outlives the checks in a variable of the watcher's frame, so the
+    # thread keeps no telemetry alive (a rollout block that exited is taken back by the next reader).
+    with _lock:
+        due = [stalls for stalls, (_, at) in _watched.items() if at <= now]
         for stalls in due:
-            with contextlib.suppress(Exception):  # check() counts its own errors; the watcher goes on
-                stalls.check()
-        del due
+            _watched[stalls][1] = now + _watched[stalls][0]
+    for stalls in due:
+        with contextlib.suppress(Exception):  # check() counts its own errors; the watcher goes on
+            stalls.check()

@@ -27,7 +27,7 @@ from rollout_telemetry._contract.outcome import (
     classify,
 )
 from rollout_telemetry._recording.expected import ExpectedWork
-from rollout_telemetry._recording.lifecycle import RolloutContext, Shared
+from rollout_telemetry._recording.lifecycle import Cleanup, RolloutContext, Shared
 from rollout_telemetry._recording.reading import Reading
 from rollout_telemetry._recording.rollout_log import INFO, KNOWN, OFF, ROLLOUTS, log_outcome
 from rollout_telemetry._recording.runtime import (
@@ -87,6 +87,9 @@ class RolloutTelemetry(ExpectedWork, Reading):
         stall_after: seconds a rollout may be in flight (lifecycle API) before it counts as stalled; ``None``
             turns stall detection off.
         stall_after_by_agent: per-agent overrides of ``stall_after``.
+        slow_after: seconds a rollout may be in flight (lifecycle API) before it is ``slow`` (state of
+            ``rollout_in_flight``, ``/rollouts``); ``None``, the default, turns the state off.
+        slow_after_by_agent: per-agent overrides of ``slow_after``.
         min_valid_per_group: valid members a group needs to be more than ``insufficient`` (see ``groups``).
         runtime_metrics: publish the collecting process's runtime: prometheus_client's process, platform and
             garbage-collector collectors, the garbage-collection pauses, and the lag of each event loop an
@@ -114,6 +117,8 @@ class RolloutTelemetry(ExpectedWork, Reading):
         min_valid_per_group: int = DEFAULT_MIN_VALID,
         runtime_metrics: bool = True,
         loop_lag_interval: float = DEFAULT_LAG_INTERVAL,
+        slow_after: float | None = None,
+        slow_after_by_agent: Mapping[str, float] | None = None,
     ) -> None:
         self._clock = clock
         self._started = clock()
@@ -122,9 +127,10 @@ class RolloutTelemetry(ExpectedWork, Reading):
         )
         """The one resolution of agent and failure-kind labels (cut, capped) that every store uses."""
         bound = stall_bound(stall_after, stall_after_by_agent, self.names)
-        self._account = Account(names=self.names, clock=clock, stall_after=bound)
+        slow = stall_bound(slow_after, slow_after_by_agent, self.names, "slow_after")
+        self._account = Account(names=self.names, clock=clock, stall_after=bound, slow_after=slow)
         self.rejections = Rejections(self._account.reject, strict=strict)
-        self._stalls = Stalls(self._account, stall_after, self.rejections.reject)
+        self._stalls = Stalls(self._account, stall_after, self.rejections.reject, slow_after)
         """The rejection policy (count by reason, warn once per cause, raise under ``strict``)."""
         self.groups = Groups(self.names, min_valid=min_valid_per_group)
         """The groups of the run (GRPO-style): fed by ``_settle``, with every outcome that has an identity."""
@@ -428,8 +434,11 @@ class RolloutTelemetry(ExpectedWork, Reading):
 
         Inside the block call ``complete(response)``, ``fail(kind, reason=...)`` or ``omit(kind)``. An
         exception escaping the block records a failure and re-raises; leaving without an outcome records
-        a failure of kind ``rollout_telemetry:no_outcome``. An outcome given outside the block is a counted
-        rejection (``outcome_outside_block``), raised with ``strict=True``.
+        a failure of kind ``rollout_telemetry:no_outcome`` (``cancelled`` after ``cancel()``). An outcome
+        given outside the block is a counted rejection (``outcome_outside_block``), raised with
+        ``strict=True``. The context counts as ``offered`` until its block is entered, and the rollout as
+        ``terminal`` from its outcome until its block exits; ``heartbeat()``, ``stage()`` and ``cleanup()``
+        say what it is doing.
         """
         self._stalls.watch()
         return RolloutContext(self._shared, agent, task_index, rollout_index, attempt)
@@ -465,3 +474,9 @@ class RolloutTelemetry(ExpectedWork, Reading):
         self._watch_loops = False
         self._loops.stop()
         unwatch_gc(self._runtime)
+
+    def cleanup(self, agent: str) -> Cleanup:
+        """Time one cleanup of ``agent`` outside a rollout block (releasing an environment session, say):
+        ``with`` or ``async with``; inside a block, ``rollout.cleanup()`` is the same. Its duration, failures
+        and whether it is unresolved are counted per agent (``Cleanup``)."""
+        return Cleanup(self._shared, agent)

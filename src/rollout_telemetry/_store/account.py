@@ -21,7 +21,7 @@ from rollout_telemetry._contract.outcome import Classified, Disposition
 from rollout_telemetry._contract.reward_range import RewardRange, reward_bounds
 from rollout_telemetry._store import fork as _fork
 from rollout_telemetry._store.agent import DURATION_BUCKETS, AgentCopy, AgentState, Cell
-from rollout_telemetry._store.flights import Flight, FlightRecord, Slot
+from rollout_telemetry._store.flights import Flight, FlightRecord, RolloutState, Slot
 from rollout_telemetry._store.names import Names, cacheable
 from rollout_telemetry._store.reads import read_locked
 from rollout_telemetry._store.recovery import Recovery
@@ -58,6 +58,7 @@ class Account:
         clock: monotonic seconds, injectable for tests.
         stall_after: seconds in flight after which a rollout of an agent (by label) is stalled; none by
             default.
+        slow_after: seconds in flight after which a rollout of an agent (by label) is slow; none by default.
     """
 
     def __init__(
@@ -66,10 +67,12 @@ class Account:
         names: Names,
         clock: Callable[[], float],
         stall_after: Callable[[str], float] | None = None,
+        slow_after: Callable[[str], float] | None = None,
     ) -> None:
         self._lock = _fork.lock_for(self)
         self._clock = clock
         self._stall_after = stall_after
+        self._slow_after = slow_after
         self.names = names
         self._by_label: dict[str, AgentState] = {}
         # Raw agent name -> state, so the hot path does one dict lookup. Folded names are never entered,
@@ -184,8 +187,10 @@ class Account:
         lock = self._lock
         lock.acquire()
         try:
-            if in_flight is not None:  # the lifecycle: out of flight in the same step
-                state.flights.end(slot)
+            if (
+                in_flight is not None
+            ):  # the lifecycle: terminal in the same step, its slot kept until it exits
+                slot.terminal = True
                 bucket = bisect.bisect_left(DURATION_BUCKETS, duration)
                 state.duration_buckets[bucket] += 1
                 state.duration_sum += duration
@@ -281,9 +286,29 @@ class Account:
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
-    def begin(self, agent: str, now: float, flight: Flight | None = None) -> InFlight:
+    def offer(self, agent: str) -> float | None:
+        """Count one rollout context of ``agent`` made now and not entered yet (``offered``); return the time,
+        which ``begin`` takes, or ``None`` for an invalid agent name (``begin`` rejects it). Without the lock:
+        a mark in a thread-safe queue."""
+        try:
+            state = self._by_name[agent]
+        except Exception:  # as in count()
+            try:
+                state = self._state(agent)
+            except Exception:
+                return None
+        state.flights.offers.append(None)
+        if not state.lifecycle:  # its lifecycle series from its first context on, entered or not
+            with self._lock:
+                state.lifecycle = True
+        return self._clock()
+
+    def begin(
+        self, agent: str, now: float, flight: Flight | None = None, offered: float | None = None
+    ) -> InFlight:
         """Mark one rollout of ``agent`` in flight since ``now``, at stage ``agent``; return the handle that
-        ``set_stage`` and ``count`` take. ``flight`` is what ``/rollouts`` and stall notices read."""
+        ``set_stage``, ``count`` and ``release`` take. ``flight`` is what ``/rollouts`` and stall notices
+        read; ``offered``, when ``offer`` counted its context, the time it was made (no longer offered)."""
         try:
             state = self._by_name[agent]
         except Exception:  # as in count()
@@ -291,21 +316,29 @@ class Account:
         lock = self._lock
         lock.acquire()
         try:
-            slot = state.flights.begin(now, flight)
+            slot = state.flights.begin(now, flight, offered)
             state.lifecycle = True
         finally:
             lock.release()
         return state, slot, now
 
+    def release(self, handle: InFlight) -> None:
+        """The block of a rollout (by the handle ``begin`` returned) exited: its slot is free, its admission
+        wait observed, as whatever holds the lock next sees (``Flights.reclaim``). Called once per rollout,
+        after its outcome or without one (``abandon``)."""
+        state, slot, _ = handle
+        if slot.waiting is not None:  # it exits at admission (only its context writes these, readers of the
+            slot.leave_admission(self._clock())  # slot under the lock never read them)
+        state.flights.exited.append(slot)
+
     def abandon(self, handle: InFlight) -> None:
         """Take a rollout out of flight (by the handle ``begin`` returned) without an outcome: nothing is
         counted, as nothing is when a run stops with the rollout in flight."""
-        state, slot, _ = handle
-        with self._lock:
-            state.flights.end(slot)
+        self.release(handle)
 
-    def set_stage(self, handle: InFlight, stage: str) -> None:
-        """Say which stage a rollout in flight (by the handle ``begin`` returned) is at.
+    def set_stage(self, handle: InFlight, stage: str, now: float) -> None:
+        """Say which stage a rollout in flight (by the handle ``begin`` returned) is at since ``now`` (a
+        heartbeat too).
 
         Raises:
             OutcomeError: the stage is not a non-empty string.
@@ -319,8 +352,45 @@ class Account:
         with self._lock:
             if folded:
                 self._overflowed("stage")
-            slot.stage = label
+            slot.move(label, now)
             flights.stage_labels.add(label)
+
+    def heartbeat(self, handle: InFlight, now: float) -> None:
+        """Note that a rollout (by the handle ``begin`` returned) was alive at ``now``."""
+        with self._lock:
+            handle[1].beat = now
+
+    def cancel(self, handle: InFlight) -> None:
+        """Mark a rollout (by the handle ``begin`` returned) ``cancelled`` until its block exits."""
+        with self._lock:
+            handle[1].cancelled = True
+
+    # -- cleanups -----------------------------------------------------------------------------------
+
+    def cleanup_started(self, agent: str) -> AgentState:
+        """Count one cleanup of ``agent`` in progress (unresolved until it finishes without failing); return
+        what ``cleanup_finished`` takes.
+
+        Raises:
+            OutcomeError: the agent name is not a non-empty string.
+        """
+        state = self._state(agent)
+        with self._lock:
+            state.cleanups_unresolved = (state.cleanups_unresolved or 0) + 1
+        return state
+
+    def cleanup_finished(self, state: AgentState, seconds: float, failed: bool, kind: str | None) -> None:
+        """A cleanup begun by ``cleanup_started`` finished after ``seconds``: resolved, or ``failed`` with
+        ``kind`` (then it stays unresolved)."""
+        label, folded = self.names.kind(state.label, kind) if failed else ("", False)
+        with self._lock:
+            state.cleanup_durations.observe(max(seconds, 0.0))
+            if failed:
+                if folded:
+                    self._overflowed("failure_kind")
+                state.cleanups_failed[label] = state.cleanups_failed.get(label, 0) + 1
+            elif state.cleanups_unresolved:
+                state.cleanups_unresolved -= 1
 
     @property
     def stalls_off(self) -> bool:
@@ -345,18 +415,25 @@ class Account:
                     stalled += [(state.label, stage, flight, age) for stage, flight, age in found]
         return stalled
 
+    def _slow(self, label: str) -> float | None:
+        return None if self._slow_after is None else self._slow_after(label)
+
     def in_flight(self, limit: int) -> tuple[int, list[FlightRecord]]:
-        """The number of rollouts in flight and the ``limit`` oldest of them, oldest first."""
+        """The number of rollouts in flight (without an outcome) and the ``limit`` oldest rollouts whose
+        block has not exited, ``terminal`` ones included, oldest first."""
         with self._lock:
             now = self._clock()
             live = [
-                (start, state.label, stage, flight, stalled)
+                (start, state.label, stage, flight, stalled, rollout_state, beat)
                 for state in self._by_label.values()
-                for start, stage, flight, stalled in state.flights.live()
+                for start, stage, flight, stalled, rollout_state, beat in state.flights.live(
+                    now, self._slow(state.label)
+                )
             ]
         live.sort(key=lambda item: item[0])
+        total = sum(1 for item in live if item[5] is not RolloutState.TERMINAL)
         records = []
-        for start, label, stage, flight, stalled in live[:limit]:
+        for start, label, stage, flight, stalled, rollout_state, beat in live[:limit]:
             ids = flight.span_ids if flight is not None else None
             records.append(
                 FlightRecord(
@@ -369,9 +446,11 @@ class Account:
                     stalled=stalled,
                     trace_id=ids[0] if ids else None,
                     span_id=ids[1] if ids else None,
+                    state=rollout_state.value,
+                    heartbeat_age_seconds=max(now - beat, 0.0),
                 )
             )
-        return len(live), records
+        return total, records
 
     # -- reading ------------------------------------------------------------------------------------
 
@@ -384,7 +463,7 @@ class Account:
         """
         with read_locked(self._lock):
             now = self._clock()
-            copies = [state.copy() for state in self._by_label.values()]
+            copies = [state.copy(now, self._slow(state.label)) for state in self._by_label.values()]
             rejected = self._rejected.copy()
             overflow = self._overflow.copy()
         derived = self._derived

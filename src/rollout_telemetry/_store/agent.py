@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rollout_telemetry._contract.outcome import ABSENT, Disposition
-from rollout_telemetry._store.flights import Flights
+from rollout_telemetry._store.flights import Flights, StageCounts
+from rollout_telemetry._store.observed import Observations, Observed
 from rollout_telemetry._store.recovery import Recovery, RecoverySnapshot
 from rollout_telemetry._store.snapshot import AgentSnapshot
 
@@ -44,6 +45,9 @@ class AgentState:
     __slots__ = (
         "bucket_exemplars",
         "cells",
+        "cleanup_durations",
+        "cleanups_failed",
+        "cleanups_unresolved",
         "duration_buckets",
         "duration_count",
         "duration_sum",
@@ -81,15 +85,19 @@ class AgentState:
         self.evaluated = 0  # rollouts whose trajectory was checked (_contract.health)
         self.findings: dict[str, int] = {}  # of those, the rollouts that failed each check
         self.recovery: Recovery | None = None  # retries and failure stages (_store.recovery), once one comes
+        self.cleanup_durations = Observations(DURATION_BUCKETS)
+        self.cleanups_failed: dict[str, int] = {}  # by failure-kind label
+        self.cleanups_unresolved: int | None = None  # None until a cleanup started
 
-    def copy(self) -> AgentCopy:
-        """Copy what a snapshot needs; called under the account lock."""
+    def copy(self, now: float, slow_after: float | None) -> AgentCopy:
+        """Copy what a snapshot needs at ``now``; called under the account lock."""
+        flights, waits = self.flights.by_stage(now, slow_after), self.flights.waits.copy()
         return AgentCopy(
             label=self.label,
             cells=[(d, c.kinds.copy(), c.positive, c.negative, c.unrewarded) for d, c in self.cells.items()],
             labels=self.labels.copy(),
             lifecycle=self.lifecycle,
-            flights=self.flights.by_stage(),
+            flights=flights,
             stalls=self.flights.stalls.copy(),
             exemplars=self.exemplars.copy(),
             bucket_exemplars=self.bucket_exemplars.copy(),
@@ -102,6 +110,11 @@ class AgentState:
             evaluated=self.evaluated,
             findings=self.findings.copy(),
             recovery=None if self.recovery is None else self.recovery.copy(),
+            offered=len(self.flights.offers),
+            admission_wait=waits if waits.count else None,
+            cleanup_durations=self.cleanup_durations.copy() if self.cleanup_durations.count else None,
+            cleanups_failed=self.cleanups_failed.copy(),
+            cleanups_unresolved=self.cleanups_unresolved,
         )
 
 
@@ -117,8 +130,8 @@ class AgentCopy:
     cells: list[CellCopy]
     labels: dict[str | int | None, str]
     lifecycle: bool
-    flights: tuple[dict[str, int], dict[str, int], dict[str, float]]
-    """In flight, stalled now, and the oldest start, by stage (``Flights.by_stage``)."""
+    flights: StageCounts
+    """The rollouts whose block has not exited, counted (``Flights.by_stage``)."""
     stalls: dict[str, int]
     exemplars: dict[tuple[Disposition, str | None], tuple[str, str]]
     bucket_exemplars: dict[int, tuple[str, str, float]]
@@ -131,11 +144,16 @@ class AgentCopy:
     evaluated: int
     findings: dict[str, int]
     recovery: RecoverySnapshot | None
+    offered: int
+    admission_wait: Observed | None
+    cleanup_durations: Observed | None
+    cleanups_failed: dict[str, int]
+    cleanups_unresolved: int | None
 
     def snapshot(self) -> AgentSnapshot:
         """Derive the agent's snapshot: totals, sums and counts by label; outside the lock."""
         labels = self.labels
-        in_flight, stalled_now, oldest = self.flights
+        flights = self.flights
         kinds: dict[Disposition, dict[str, int]] = {}
         totals: dict[Disposition, int] = {}
         unrewarded: dict[Disposition, int] = {}
@@ -172,9 +190,15 @@ class AgentCopy:
             absent_negative=sum(negative[d] for d in ABSENT),
             kinds=kinds,
             lifecycle=self.lifecycle,
-            in_flight_by_stage=in_flight,
-            oldest_start_by_stage=oldest,
-            stalled_by_stage=stalled_now,
+            in_flight_by_stage=flights.in_flight,
+            oldest_start_by_stage=flights.oldest,
+            stalled_by_stage=flights.stalled,
+            in_flight_by_state=flights.states,
+            phases={"offered": self.offered, "resident": flights.resident, "active": flights.active},
+            admission_wait=self.admission_wait,
+            cleanup_durations=self.cleanup_durations,
+            cleanups_failed=self.cleanups_failed,
+            cleanups_unresolved=self.cleanups_unresolved,
             stalls=self.stalls,
             exemplars={(d, labels[key]): ids for (d, key), ids in self.exemplars.items() if key in labels},
             bucket_exemplars=self.bucket_exemplars,

@@ -1,19 +1,48 @@
 """Rollouts in flight: one slot each (when it started, its stage, what began it, whether it stalled).
 
-The lifecycle API puts a rollout in flight when its block starts and takes it out when its outcome is
-counted, in the same step as the count (``Account.count``). Slots are reused, so starting and finishing
-allocate nothing. The stall rule (in flight longer than its agent's ``stall_after``) is applied here, once
-per rollout. Only touched under the account's lock.
+The lifecycle API takes a slot when a rollout's block starts; counting its outcome (``Account.count``)
+makes the rollout ``terminal`` in the same step, and the slot is free again once the block exits
+(``Account.release``). Slots are reused, so starting and finishing allocate nothing. The stall rule (in
+flight longer than its agent's ``stall_after``) and the state of a rollout (``state_of``) are applied here,
+once each. Only touched under the account's lock, but for two thread-safe queues (``collections.deque``)
+that spare a rollout two lock round trips: a context made and not entered yet puts a mark in ``offers``, and
+a block that exits puts its slot in ``exited``; whatever holds the lock next takes the slots back
+(``reclaim``) before it reads or takes one, so no reader ever sees an exited rollout.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Protocol
 
-from rollout_telemetry.failure_kinds import AGENT
+from rollout_telemetry._store.observed import FOLD_AT, WAIT_BUCKETS, Observations
+from rollout_telemetry.failure_kinds import ADMISSION, AGENT
 
-__all__ = ["Flight", "FlightRecord", "Flights", "Slot"]
+__all__ = ["Flight", "FlightRecord", "Flights", "RolloutState", "Slot", "StageCounts", "state_of"]
+
+
+class RolloutState(StrEnum):
+    """The state of a rollout whose block has not exited, by precedence: the first that holds."""
+
+    TERMINAL = "terminal"
+    """Its outcome is counted; its block has not exited yet (releasing its environment session, say)."""
+    CANCELLED = "cancelled"
+    """``cancel()`` was called (a drain dropped it, say)."""
+    STALLED = "stalled"
+    """In flight longer than its agent's ``stall_after``."""
+    SLOW = "slow"
+    """In flight longer than its agent's ``slow_after``."""
+    RETRYING = "retrying"
+    """A later attempt (attempt > 0) of its identity."""
+    ACTIVE = "active"
+    """In flight, none of the above."""
+
+
+_TERMINAL, _CANCELLED, _STALLED = RolloutState.TERMINAL, RolloutState.CANCELLED, RolloutState.STALLED
+_SLOW, _RETRYING, _ACTIVE = RolloutState.SLOW, RolloutState.RETRYING, RolloutState.ACTIVE
+_PUBLISHED = tuple(reversed(RolloutState))  # the order of the published series: active first
 
 
 class Flight(Protocol):
@@ -44,34 +73,104 @@ class FlightRecord:
     stalled: bool
     trace_id: str | None
     span_id: str | None
+    state: str = _ACTIVE.value
+    """Its ``RolloutState``."""
+    heartbeat_age_seconds: float = 0.0
+    """Seconds since its last heartbeat (``heartbeat()``), stage change or start."""
 
 
 class Slot:
-    """One rollout in flight: free when ``start`` is ``None``."""
+    """One rollout whose block has not exited: free when ``start`` is ``None``."""
 
-    __slots__ = ("flight", "stage", "stalled", "start")
+    __slots__ = ("beat", "cancelled", "flight", "stage", "stalled", "start", "terminal", "wait", "waiting")
 
     def __init__(self) -> None:
         self.start: float | None = None
         self.stage = AGENT
         self.flight: Flight | None = None
         self.stalled = False
+        self.terminal = False  # its outcome is counted
+        self.cancelled = False
+        self.beat = 0.0  # its last heartbeat, stage change or start
+        self.wait = 0.0  # admission wait so far: offered to started, and the time at stage admission
+        self.waiting: float | None = None  # since when it is at stage admission
+
+    def move(self, stage: str, now: float) -> None:
+        """At ``stage`` from ``now`` on (a heartbeat); the time at ``admission`` is admission wait."""
+        self.leave_admission(now)
+        if stage == ADMISSION:
+            self.waiting = now
+        self.stage = stage
+        self.beat = now
+
+    def leave_admission(self, now: float) -> None:
+        """Add the time at stage ``admission`` until ``now``, if it is there, to its admission wait."""
+        if self.waiting is not None:
+            self.wait += max(now - self.waiting, 0.0)
+            self.waiting = None
+
+
+def state_of(slot: Slot, now: float, slow_after: float | None) -> RolloutState:
+    """The state of the rollout in a taken slot: the one place the states' precedence is applied."""
+    if slot.terminal:
+        return _TERMINAL
+    if slot.cancelled:
+        return _CANCELLED
+    if slot.stalled:
+        return _STALLED
+    if slow_after is not None and slot.start is not None and now - slot.start > slow_after:
+        return _SLOW
+    flight = slot.flight
+    if flight is not None and flight.attempt:
+        return _RETRYING
+    return _ACTIVE
+
+
+@dataclass(frozen=True, slots=True)
+class StageCounts:
+    """What ``Flights.by_stage`` counts: of the rollouts without an outcome, by stage, how many, how many
+    stalled and the oldest start; every taken slot by (stage, state); and ``resident`` (every taken slot)
+    and ``active`` (without an outcome, not cancelled, past stage ``admission``)."""
+
+    in_flight: dict[str, int]
+    stalled: dict[str, int]
+    oldest: dict[str, float]
+    states: dict[tuple[str, str], int]
+    resident: int
+    active: int
 
 
 class Flights:
     """One agent's rollouts in flight, and the stages and stalls seen."""
 
-    __slots__ = ("free", "slots", "stage_labels", "stalls")
+    __slots__ = ("exited", "free", "offers", "slots", "stage_labels", "stalls", "states_seen", "waits")
 
     def __init__(self) -> None:
         self.slots: list[Slot] = []
         self.free: list[Slot] = []
         self.stage_labels: set[str] = {AGENT}  # every stage seen: their gauges read 0 when nothing is there
         self.stalls: dict[str, int] = {}  # rollouts that crossed the stall bound, by the stage they were in
+        self.states_seen: set[RolloutState] = {_ACTIVE}  # published from the first one seen on
+        self.waits = Observations(WAIT_BUCKETS)  # admission waits of the rollouts whose block exited
+        self.offers: deque[None] = deque()  # a mark per rollout context made and not entered yet
+        self.exited: deque[Slot] = deque()  # slots whose block exited, not taken back yet
 
-    def begin(self, now: float, flight: Flight | None) -> Slot:
-        """A rollout in flight since ``now``, at stage ``agent``."""
-        if self.free:
+    def begin(self, now: float, flight: Flight | None, offered: float | None = None) -> Slot:
+        """A rollout in flight since ``now``, at stage ``agent``; ``offered``: when its context was made (it
+        put a mark in ``offers``), the start of its admission wait."""
+        wait = 0.0
+        if offered is not None:
+            self.offers.pop()
+            if now > offered:
+                wait = now - offered
+        exited = self.exited
+        if exited:  # the slot of a block that exited, taken back (see reclaim) and reused at once
+            slot = exited.popleft()
+            pending = self.waits.pending
+            pending.append(slot.wait)
+            if len(pending) >= FOLD_AT:
+                self.waits.fold()
+        elif self.free:
             slot = self.free.pop()
         else:  # more rollouts in flight than ever before
             slot = Slot()
@@ -79,43 +178,75 @@ class Flights:
         slot.start = now
         slot.stage = AGENT
         slot.flight = flight
+        slot.stalled = slot.terminal = slot.cancelled = False
+        slot.beat = now
+        slot.wait = wait  # slot.waiting is None: release() left admission, a new slot was never there
         return slot
 
-    def end(self, slot: Slot) -> None:
-        """The rollout is out of flight: its slot is free again."""
-        slot.start = None
-        slot.flight = None
-        slot.stalled = False
-        self.free.append(slot)
+    def reclaim(self) -> None:
+        """Take back the slots of the blocks that exited: their admission waits observed, the slots free (a
+        free slot's flags are reset when it is taken)."""
+        exited, pending = self.exited, self.waits.pending
+        while exited:
+            slot = exited.popleft()
+            pending.append(slot.wait)
+            slot.start = None
+            slot.flight = None
+            self.free.append(slot)
+        if len(pending) >= FOLD_AT:
+            self.waits.fold()
 
     def stalled_past(self, now: float, limit: float) -> list[tuple[str, Flight | None, float]]:
         """Flag, and count once by their stage, the rollouts in flight longer than ``limit`` not flagged yet;
         return each as (stage, what began it, age). The one place the stall rule is applied."""
+        self.reclaim()
         found = []
         for slot in self.slots:
             start = slot.start
-            if start is None or slot.stalled or now - start <= limit:
+            if start is None or slot.stalled or slot.terminal or now - start <= limit:
                 continue
             slot.stalled = True
             self.stalls[slot.stage] = self.stalls.get(slot.stage, 0) + 1
             found.append((slot.stage, slot.flight, now - start))
         return found
 
-    def live(self) -> list[tuple[float, str, Flight | None, bool]]:
-        """(start, stage, what began it, stalled) of each rollout in flight."""
-        return [(s.start, s.stage, s.flight, s.stalled) for s in self.slots if s.start is not None]
+    def live(
+        self, now: float, slow_after: float | None
+    ) -> list[tuple[float, str, Flight | None, bool, RolloutState, float]]:
+        """(start, stage, what began it, stalled, state, last heartbeat) of each taken slot."""
+        self.reclaim()
+        return [
+            (s.start, s.stage, s.flight, s.stalled, state_of(s, now, slow_after), s.beat)
+            for s in self.slots
+            if s.start is not None
+        ]
 
-    def by_stage(self) -> tuple[dict[str, int], dict[str, int], dict[str, float]]:
-        """Rollouts in flight, of them stalled, and the oldest start, by stage (every stage seen: 0)."""
+    def by_stage(self, now: float, slow_after: float | None) -> StageCounts:
+        """The counts of the taken slots at ``now`` (every stage seen: 0; see ``StageCounts``); a state seen
+        for the first time is published from then on (``states_seen``)."""
+        self.reclaim()
         in_flight = dict.fromkeys(self.stage_labels, 0)
         stalled = dict.fromkeys(self.stage_labels, 0)
         oldest: dict[str, float] = {}
+        states: dict[tuple[str, str], int] = {}
+        resident = active = 0
         for slot in self.slots:
             start = slot.start
             if start is not None:
+                resident += 1
                 stage = slot.stage
+                state = state_of(slot, now, slow_after)
+                key = (stage, state.value)
+                states[key] = states.get(key, 0) + 1
+                self.states_seen.add(state)
+                if state is _TERMINAL:
+                    continue
+                active += state is not _CANCELLED and stage != ADMISSION
                 in_flight[stage] = in_flight.get(stage, 0) + 1
                 stalled[stage] = stalled.get(stage, 0) + slot.stalled
                 if start < oldest.get(stage, start + 1.0):
                     oldest[stage] = start
-        return in_flight, stalled, oldest
+        # Every stage seen by every state seen (active first): 0 when none is there.
+        seen = [state.value for state in _PUBLISHED if state in self.states_seen]
+        states = {(stage, state): states.get((stage, state), 0) for stage in in_flight for state in seen}
+        return StageCounts(in_flight, stalled, oldest, states, resident, active)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
 from rollout_telemetry._contract.outcome import Disposition
+from rollout_telemetry._store.observed import Observed
 from rollout_telemetry._store.recovery import RecoverySnapshot
 
 __all__ = ["AccountSnapshot", "AgentSnapshot", "by_agent", "finished"]
@@ -97,6 +98,20 @@ class AgentSnapshot:
     """Of those, the rollouts that failed each health check, by check."""
     recovery: RecoverySnapshot | None = None
     """Retries and failure stages (``_store.recovery``); ``None`` until the agent had one."""
+    in_flight_by_state: Mapping[tuple[str, str], int] = field(default_factory=dict)
+    """Rollouts whose block has not exited, by (stage, state): every stage seen by every state seen, the
+    ``terminal`` ones included (``_store.flights.RolloutState``)."""
+    phases: Mapping[str, int] = field(default_factory=dict)
+    """Rollouts ``offered`` (made, not entered), ``resident`` (entered, block not exited) and ``active`` (in
+    flight past stage admission, not terminal or cancelled)."""
+    admission_wait: Observed | None = None
+    """Admission waits of the rollouts whose block exited; ``None`` before the first."""
+    cleanup_durations: Observed | None = None
+    """Durations of the cleanups that finished; ``None`` before the first."""
+    cleanups_failed: Mapping[str, int] = field(default_factory=dict)
+    """Cleanups that failed, by failure-kind label."""
+    cleanups_unresolved: int | None = None
+    """Cleanups started and not finished successfully; ``None`` before the first started."""
 
     @property
     def in_flight(self) -> int:

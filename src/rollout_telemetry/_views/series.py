@@ -19,6 +19,7 @@ from rollout_telemetry._contract.generation import TOKEN_TYPES, TRUNCATION_CAUSE
 from rollout_telemetry._contract.health import HEALTH_CHECKS
 from rollout_telemetry._contract.outcome import Disposition
 from rollout_telemetry._store.agent import DURATION_BUCKETS
+from rollout_telemetry._store.observed import Observed
 from rollout_telemetry._store.recovery import ATTEMPT_BUCKETS, RETRY_DELAY_BUCKETS, RecoverySnapshot
 from rollout_telemetry._store.snapshot import AccountSnapshot, AgentSnapshot
 from rollout_telemetry._views.family import Family, PerAgent, Sample
@@ -50,13 +51,21 @@ def _masked_only(value: Callable[[AgentSnapshot], float]) -> Callable[[AccountSn
     return _each(lambda agent: value(agent) if agent.masked else None)
 
 
-def _by_kind(disposition: Disposition) -> Callable[[AccountSnapshot], Iterator[Sample]]:
+def _by_mapping(
+    value: Callable[[AgentSnapshot], Mapping[str, int]],
+) -> Callable[[AccountSnapshot], Iterator[Sample]]:
+    """(agent, key), count: a sample per key of a mapping of each agent (its failure kinds, say)."""
+
     def sample(snap: AccountSnapshot) -> Iterator[Sample]:
         for agent in snap.agents:
-            for kind, count in agent.kinds.get(disposition, {}).items():
-                yield (agent.agent, kind), count
+            for key, count in value(agent).items():
+                yield (agent.agent, key), count
 
     return sample
+
+
+def _by_kind(disposition: Disposition) -> Callable[[AccountSnapshot], Iterator[Sample]]:
+    return _by_mapping(lambda agent: agent.kinds.get(disposition, {}))
 
 
 def _by_stage(
@@ -99,6 +108,20 @@ def _in_flight_age(snap: AccountSnapshot) -> Iterator[Sample]:
             for stage in agent.in_flight_by_stage:
                 start = agent.oldest_start_by_stage.get(stage)
                 yield (agent.agent, stage), 0.0 if start is None else max(snap.taken_at - start, 0.0)
+
+
+def _by_state(snap: AccountSnapshot) -> Iterator[Sample]:
+    for agent in snap.agents:
+        if agent.lifecycle:
+            for (stage, state), number in agent.in_flight_by_state.items():
+                yield (agent.agent, stage, state), number
+
+
+def _phases(snap: AccountSnapshot) -> Iterator[Sample]:
+    for agent in snap.agents:
+        if agent.lifecycle:
+            for phase, number in agent.phases.items():
+                yield (agent.agent, phase), number
 
 
 def _mapping(attribute: str) -> Callable[[AccountSnapshot], Iterator[Sample]]:
@@ -239,10 +262,15 @@ FAMILIES: tuple[Family[AccountSnapshot], ...] = (
         _findings,
     ),
     Family(
-        "rollout_in_flight", "gauge", _STAGE, "{rollout}", "per agent and stage that used the lifecycle API",
-        "Rollouts started through the lifecycle API and not finished yet, by the stage they are at "
-        "(rollout.stage(); 'agent' unless told).",
-        _by_stage(lambda a: a.in_flight_by_stage),
+        "rollout_in_flight", "gauge", ("agent", "stage", "state"), "{rollout}",
+        "per agent and stage that used the lifecycle API: state active always, another state from the first "
+        "rollout of the agent in it",
+        "Rollouts started through the lifecycle API whose block has not exited, by the stage they are at "
+        "(rollout.stage(); 'agent' unless told) and their state: terminal (outcome counted, block not "
+        "exited), cancelled (cancel()), stalled (past stall_after), slow (past slow_after), retrying "
+        "(attempt > 0), active (none of these), the first that holds. Without terminal: the rollouts "
+        "without an outcome.",
+        _by_state,
     ),
     Family(
         "rollout_oldest_in_flight_age_seconds", "gauge", _STAGE, "s",
@@ -261,6 +289,26 @@ FAMILIES: tuple[Family[AccountSnapshot], ...] = (
         "Rollouts that stayed in flight longer than stall_after, each counted once when it crossed, by the "
         "stage it was at then.",
         _by_stage(lambda a: a.stalls),
+    ),
+    Family(
+        "rollout_collector_rollouts", "gauge", ("agent", "phase"), "{rollout}",
+        "per agent that used the lifecycle API",
+        "The collector's rollouts by phase: offered (a rollout context made and not entered yet), resident "
+        "(entered, block not exited: in flight and terminal) and active (in flight past stage admission, "
+        "neither terminal nor cancelled). Offered growing while active stays flat: admission back-pressure.",
+        _phases,
+    ),
+    Family(
+        "rollout_cleanups_failed_total", "counter", _KIND, "{cleanup}", "once a cleanup of the agent fails",
+        "Cleanups (rollout.cleanup(), telemetry.cleanup(agent)) that raised or were failed (fail(kind)), by "
+        "failure kind.",
+        _by_mapping(lambda a: a.cleanups_failed),
+    ),
+    Family(
+        "rollout_cleanups_unresolved", "gauge", _AGENT, "{cleanup}", "once a cleanup of the agent started",
+        "Cleanups in progress, failed, or never finished (their block never exited): started and not "
+        "finished successfully. Growing: environment sessions leak.",
+        _each(lambda a: a.cleanups_unresolved),
     ),
     Family(
         "rollout_telemetry_rejected_total", "counter", ("reason",), "{input}", "once an input is rejected",
@@ -326,11 +374,27 @@ RETRY_DELAY_HISTOGRAM: Family[AccountSnapshot] = Family(
     _each(lambda a: a.recovery.delay_sum if a.recovery and a.recovery.delay_count else None),
 )  # fmt: skip
 
+CLEANUP_HISTOGRAM: Family[AccountSnapshot] = Family(
+    "rollout_cleanup_duration_seconds", "histogram", _AGENT, "s", "once a cleanup of the agent finished",
+    "Wall time of cleanups (rollout.cleanup(), telemetry.cleanup(agent)): releasing an environment session, "
+    "say. Failed ones included.",
+    _each(lambda a: None if a.cleanup_durations is None else a.cleanup_durations.total),
+)  # fmt: skip
+
+ADMISSION_HISTOGRAM: Family[AccountSnapshot] = Family(
+    "rollout_admission_wait_seconds", "histogram", _AGENT, "s", "once a rollout block of the agent exited",
+    "Admission wait of rollouts through the lifecycle API, observed when the block exits: from "
+    "telemetry.rollout(...) to entering its block, plus the time it spent at stage admission.",
+    _each(lambda a: None if a.admission_wait is None else a.admission_wait.total),
+)  # fmt: skip
+
 HISTOGRAMS: tuple[Family[AccountSnapshot], ...] = (
     DURATION_HISTOGRAM,
     REWARD_HISTOGRAM,
     ATTEMPTS_HISTOGRAM,
     RETRY_DELAY_HISTOGRAM,
+    CLEANUP_HISTOGRAM,
+    ADMISSION_HISTOGRAM,
 )
 
 ALWAYS_PRESENT: tuple[str, ...] = (*tuple(f.name for f in FAMILIES if f.appears == _ALWAYS), "rollout_reward")
@@ -431,6 +495,25 @@ class Histogram:
     """(trace id, span id, value) of the latest observation with a span, by bucket index."""
 
 
+def _observed(
+    family: Family[AccountSnapshot], value: Callable[[AgentSnapshot], Observed | None]
+) -> Histogram:
+    """The view of a histogram the account keeps as ``Observed``."""
+
+    def buckets(agent: AgentSnapshot) -> list[tuple[str, float]]:
+        observed = value(agent)
+        assert observed is not None  # has() said so
+        return _cumulative((*(str(bound) for bound in observed.bounds), "+Inf"), observed.buckets)
+
+    return Histogram(
+        family,
+        lambda a: value(a) is not None,
+        buckets,
+        lambda a: 0.0 if (o := value(a)) is None else o.total,
+        lambda a: 0 if (o := value(a)) is None else o.count,
+    )
+
+
 HISTOGRAM_VIEWS: tuple[Histogram, ...] = (
     Histogram(
         DURATION_HISTOGRAM,
@@ -461,5 +544,7 @@ HISTOGRAM_VIEWS: tuple[Histogram, ...] = (
         _recovery_value(lambda r: r.delay_sum),
         _recovery_value(lambda r: r.delay_count),
     ),
+    _observed(CLEANUP_HISTOGRAM, lambda a: a.cleanup_durations),
+    _observed(ADMISSION_HISTOGRAM, lambda a: a.admission_wait),
 )
 """Every histogram of the account, as the exporters format them (``HISTOGRAMS``, in that order)."""

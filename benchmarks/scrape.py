@@ -30,7 +30,7 @@ KINDS = sorted(REGISTERED)[:24]
 
 def build() -> tuple[RolloutTelemetry, CollectorRegistry, int]:
     """Our telemetry and a plain registry holding the same series; returns both and the sample count."""
-    telemetry = RolloutTelemetry(run="bench", max_kinds_per_agent=64)
+    telemetry = RolloutTelemetry(run="bench", max_kinds_per_agent=64, runtime_metrics=False)  # same series
     plain = CollectorRegistry()
     labels = ["run", "agent"]
     kind_labels = [*labels, "failure_kind"]

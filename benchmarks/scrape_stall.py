@@ -54,7 +54,10 @@ MASKED: dict[str, object] = {"reward": 0.0, "mask_sample": True, "failure_kind":
 
 def populated(agents: int) -> RolloutTelemetry:
     """A telemetry with ``agents`` x 50 kinds x 4 dispositions kind series (plus 10 per-agent ones)."""
-    telemetry = RolloutTelemetry(run="stall", max_agents=max(agents, 100), max_kinds_per_agent=KINDS)
+    # The account's series only: prometheus_client's process collectors are the same on both sides.
+    telemetry = RolloutTelemetry(
+        run="stall", max_agents=max(agents, 100), max_kinds_per_agent=KINDS, runtime_metrics=False
+    )
     for a in range(agents):
         agent = f"agent_{a}"
         telemetry.record(agent, MEASURED)

@@ -86,7 +86,9 @@ def test_every_line_follows_the_schema(
 ) -> None:
     """Each way a rollout ends writes one line that the JSON Schema accepts, with the state, identity,
     stage and elapsed time the run had."""
-    telemetry = RolloutTelemetry(clock=clock, redact_reason=lambda reason: reason.replace("sk-secret", "***"))
+    telemetry = RolloutTelemetry(
+        rollout_log=True, clock=clock, redact_reason=lambda reason: reason.replace("sk-secret", "***")
+    )
     _run_everything(telemetry, clock)
     assert len(lines) == 9
     for line in lines:
@@ -114,7 +116,7 @@ def test_a_rollout_with_a_span_names_its_trace(
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    telemetry = RolloutTelemetry(clock=clock, tracer_provider=provider)
+    telemetry = RolloutTelemetry(rollout_log=True, clock=clock, tracer_provider=provider)
     with telemetry.rollout("math") as rollout:
         rollout.complete({"reward": 1.0})
     (span,) = exporter.get_finished_spans()
@@ -129,9 +131,11 @@ def test_a_rollout_with_a_span_names_its_trace(
 def test_the_reason_is_only_the_redact_hooks_output(clock: FakeClock, lines: list[dict[str, object]]) -> None:
     """With a redact hook every reason is its output (the raw text is in no line); without one no line
     has a reason."""
-    redacting = RolloutTelemetry(clock=clock, redact_reason=lambda reason: reason.replace("sk-secret", "***"))
+    redacting = RolloutTelemetry(
+        rollout_log=True, clock=clock, redact_reason=lambda reason: reason.replace("sk-secret", "***")
+    )
     _run_everything(redacting, clock)
-    plain = RolloutTelemetry(clock=clock)
+    plain = RolloutTelemetry(rollout_log=True, clock=clock)
     _run_everything(plain, clock)
     assert len(lines) == 18
     assert all("sk-secret" not in json.dumps(line) for line in lines)
@@ -148,7 +152,7 @@ def test_a_raising_redact_hook_is_counted_and_the_rollout_still_counted(
     def redact(reason: str) -> str:
         raise RuntimeError(reason)
 
-    telemetry = RolloutTelemetry(clock=clock, redact_reason=redact, span_mode="off")
+    telemetry = RolloutTelemetry(rollout_log=True, clock=clock, redact_reason=redact, span_mode="off")
     telemetry.record_failure("math", "env_error", reason="secret")
     with telemetry.rollout("math") as rollout:
         rollout.fail("env_error", reason="secret")
@@ -162,8 +166,38 @@ def test_a_raising_redact_hook_is_counted_and_the_rollout_still_counted(
 def test_no_line_when_the_logger_is_off(clock: FakeClock, caplog: pytest.LogCaptureFixture) -> None:
     """With rollout_telemetry.rollouts not enabled for INFO (the default), nothing is logged for rollouts."""
     with caplog.at_level(logging.WARNING, logger=LOGGER):
+        _run_everything(RolloutTelemetry(rollout_log=True, clock=clock, redact_reason=str.upper), clock)
+    assert [record for record in caplog.records if record.name == LOGGER] == []
+
+
+def test_no_line_without_rollout_log(clock: FakeClock, caplog: pytest.LogCaptureFixture) -> None:
+    """Without rollout_log=True (the default) no rollout writes a line, even with the logger at INFO."""
+    with caplog.at_level(logging.INFO, logger=LOGGER):
         _run_everything(RolloutTelemetry(clock=clock, redact_reason=str.upper), clock)
     assert [record for record in caplog.records if record.name == LOGGER] == []
+
+
+def test_a_failure_says_where_and_how_long_it_waited(clock: FakeClock) -> None:
+    """A failure's stage= and delivery= are on its line, and a lifecycle rollout's admission wait: from
+    telemetry.rollout(...) to entering its block."""
+    logger = logging.getLogger(LOGGER)
+    handler, level = _Lines(), logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    telemetry = RolloutTelemetry(rollout_log=True, clock=clock)
+    try:
+        telemetry.record_failure("math", "judge_failed", stage="verification", delivery="delivered")
+        block = telemetry.rollout("math")
+        clock.advance(2.0)
+        with block as rollout:
+            rollout.fail("session_lost", delivery="possibly_delivered")
+        first, second = handler.lines
+        assert (first["stage"], first["delivery"]) == ("verification", "delivered")
+        assert (second["stage"], second["delivery"]) == ("agent", "possibly_delivered")
+        assert second["admission_wait_seconds"] == 2.0
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
 
 
 def test_the_schema_documents_every_field_the_docs_page_names() -> None:
@@ -177,11 +211,11 @@ def test_the_schema_documents_every_field_the_docs_page_names() -> None:
 
 def test_turning_the_logger_on_mid_run_is_seen_at_once(clock: FakeClock) -> None:
     """Rollouts recorded while the logger is off write nothing; the first one after setLevel(INFO) writes
-    its line (the quick check reads logging's memo, which setLevel empties)."""
+    its line."""
     logger = logging.getLogger(LOGGER)
     handler, level = _Lines(), logger.level
     logger.addHandler(handler)
-    telemetry = RolloutTelemetry(clock=clock)
+    telemetry = RolloutTelemetry(rollout_log=True, clock=clock)
     try:
         logger.setLevel(logging.WARNING)
         telemetry.record("math", {"reward": 1.0})

@@ -30,7 +30,7 @@ from rollout_telemetry._contract.failure_where import Where, failure_where, stag
 from rollout_telemetry._contract.health import TRAJECTORY, health_of
 from rollout_telemetry._contract.identity import Member, member
 from rollout_telemetry._contract.outcome import Classified, Disposition, absent, classify
-from rollout_telemetry._recording.rollout_log import INFO, KNOWN, OFF, ROLLOUTS, log_outcome
+from rollout_telemetry._recording.rollout_log import INFO, ROLLOUTS, log_outcome
 from rollout_telemetry.errors import OutcomeError, RolloutUsageError
 
 if TYPE_CHECKING:
@@ -103,6 +103,7 @@ class Shared:
     rejections: Rejections
     clock: Callable[[], float]
     loop_entered: Callable[[], None] = lambda: None
+    rollout_log: bool = False  # rollout_log=True: each rollout's line when it ends
     """Called as an ``async with`` block is entered, on its event loop (which the facade samples)."""
 
 
@@ -402,8 +403,8 @@ class RolloutContext(_AsyncWith):
         span = self._span
         self._state = _DONE if outcome is None else _TERMINAL  # abandon() frees the slot at once
         attempts = None
-        logged = KNOWN != OFF and ROLLOUTS.isEnabledFor(INFO)  # its line (rollout_log)
-        stage = handle[1].stage if logged else None
+        logged = self._shared.rollout_log and ROLLOUTS.isEnabledFor(INFO)  # its line (rollout_log=True)
+        stage, wait = (handle[1].stage, handle[1].wait) if logged else (None, None)
         try:
             try:
                 if outcome is None:
@@ -430,8 +431,9 @@ class RolloutContext(_AsyncWith):
             try:
                 ids, elapsed, names = self.span_ids, shared.clock() - handle[2], shared.account.names
                 log_outcome(
-                    names, shared.spans, self.agent, outcome, self._member, terminal, stage, elapsed, ids
-                )
+                    names, shared.spans, self.agent, outcome, self._member, terminal, stage, elapsed, ids,
+                    where, wait,
+                )  # fmt: skip
             except Exception as exc:
                 shared.rejections.reject(exc)
 

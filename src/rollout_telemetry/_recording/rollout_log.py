@@ -1,8 +1,9 @@
 """The structured log of rollouts: one JSON line (INFO) on ``rollout_telemetry.rollouts`` per rollout that
 reaches its end, its contract the JSON Schema ``docs/reference/rollout-log.schema.json``.
 
-Only when that logger is enabled for INFO: otherwise it costs one ``isEnabledFor``, which callers on the
-recording path check before gathering the fields (through ``KNOWN`` first: cheaper). The failure reason is
+Only with ``RolloutTelemetry(rollout_log=True)`` and that logger enabled for INFO: the recording path tests
+the telemetry's flag (one attribute, about 1% of a ``record()``) before ``isEnabledFor`` (40-50 ns, 10% of a
+``record()``), so a run that does not ask for the lines does not pay for the question. The failure reason is
 there only as the telemetry's ``redact_reason`` hook returned it: free text is never logged raw.
 """
 
@@ -13,6 +14,7 @@ import logging
 from typing import TYPE_CHECKING, Literal
 
 from rollout_telemetry import failure_kinds
+from rollout_telemetry._contract.failure_where import UNKNOWN, Where
 from rollout_telemetry._contract.identity import Member
 from rollout_telemetry._contract.outcome import Classified, Disposition
 
@@ -20,22 +22,12 @@ if TYPE_CHECKING:
     from rollout_telemetry._recording.spans import SpanRecorder
     from rollout_telemetry._store.names import Names
 
-__all__ = ["INFO", "KNOWN", "OFF", "ROLLOUTS", "SCHEMA", "State", "log_outcome", "log_rollout", "state_of"]
+__all__ = ["INFO", "ROLLOUTS", "SCHEMA", "State", "log_outcome", "log_rollout", "state_of"]
 
 ROLLOUTS = logging.getLogger("rollout_telemetry.rollouts")
 """The logger of the rollout lines; enable it for INFO to get them."""
 
 INFO = logging.INFO
-
-_memo = getattr(ROLLOUTS, "_cache", None)
-KNOWN: dict[int, bool] = _memo if isinstance(_memo, dict) else {}
-"""logging's own memo of ``ROLLOUTS.isEnabledFor`` by level (CPython 3.7 to 3.14), which logging empties
-whenever a level changes; elsewhere an empty dict."""
-
-OFF: dict[int, bool] = {INFO: False}
-"""``KNOWN`` once INFO was found off. ``KNOWN != OFF and ROLLOUTS.isEnabledFor(INFO)`` is exactly
-``ROLLOUTS.isEnabledFor(INFO)``, without its call in the usual case (INFO off, nothing else asked): a dict
-comparison where the call costs 40-50 ns, 10% of a ``record()`` (docs/performance.md)."""
 
 SCHEMA = "rollout_telemetry.rollout/1"
 """The ``schema`` field of every line: the name and version of its contract."""
@@ -67,7 +59,6 @@ def log_rollout(
     delivery: str | None = None,
     elapsed_seconds: float | None = None,
     admission_wait_seconds: float | None = None,
-    cleanup_seconds: float | None = None,
     trace_id: str | None = None,
     span_id: str | None = None,
     reason: str | None = None,
@@ -97,7 +88,6 @@ def log_rollout(
         "delivery": delivery,
         "elapsed_seconds": elapsed_seconds,
         "admission_wait_seconds": admission_wait_seconds,
-        "cleanup_seconds": cleanup_seconds,
         "trace_id": trace_id,
         "span_id": span_id,
         "reason": reason,
@@ -116,10 +106,13 @@ def log_outcome(  # noqa: PLR0917 - the rollout as its callers hold it
     stage: str | None = None,
     elapsed_seconds: float | None = None,
     ids: tuple[str, str] | None = None,
+    where: Where | None = None,
+    admission_wait_seconds: float | None = None,
 ) -> None:
     """``log_rollout`` for a rollout that ended with ``outcome`` (``None``: abandoned), under the agent and
     failure-kind labels it was counted under (as on its span), its reason through ``spans``' redact hook;
-    ``member`` is its identity as checked (``None``: none, or a bad one, rejected).
+    ``member`` is its identity as checked (``None``: none, or a bad one, rejected); ``where`` a failure's
+    checked (stage, delivery), each given only when known (its stage over ``stage``, where it was).
 
     Raises:
         Exception: what the redact hook raised (the caller counts it).
@@ -133,6 +126,10 @@ def log_outcome(  # noqa: PLR0917 - the rollout as its callers hold it
         if outcome[3] is not None:
             reason = spans.redacted(outcome[3])
     task_index, rollout_index, attempt = (None, None, None) if member is None else member
+    delivery = None
+    if where is not None:
+        stage = where[0] if where[0] != UNKNOWN else stage
+        delivery = where[1] if where[1] != UNKNOWN else None
     log_rollout(
         agent=label,
         task_index=task_index,
@@ -143,7 +140,9 @@ def log_outcome(  # noqa: PLR0917 - the rollout as its callers hold it
         failure_kind=kind,
         terminal=terminal,
         stage=stage,
+        delivery=delivery,
         elapsed_seconds=elapsed_seconds,
+        admission_wait_seconds=admission_wait_seconds,
         trace_id=None if ids is None else ids[0],
         span_id=None if ids is None else ids[1],
         reason=reason,

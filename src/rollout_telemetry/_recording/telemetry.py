@@ -29,7 +29,7 @@ from rollout_telemetry._contract.outcome import (
 from rollout_telemetry._recording.expected import ExpectedWork
 from rollout_telemetry._recording.lifecycle import Cleanup, RolloutContext, Shared
 from rollout_telemetry._recording.reading import Reading
-from rollout_telemetry._recording.rollout_log import INFO, KNOWN, OFF, ROLLOUTS, log_outcome
+from rollout_telemetry._recording.rollout_log import INFO, ROLLOUTS, log_outcome
 from rollout_telemetry._recording.runtime import (
     DEFAULT_LAG_INTERVAL,
     LoopLag,
@@ -95,6 +95,9 @@ class RolloutTelemetry(ExpectedWork, Reading):
             garbage-collector collectors, the garbage-collection pauses, and the lag of each event loop an
             ``async with`` rollout block runs on (``watch_event_loop``).
         loop_lag_interval: seconds between two samples of an event loop's lag.
+        rollout_log: write one JSON line per rollout that ends, at INFO on the logger
+            ``rollout_telemetry.rollouts`` (its schema: docs/reference/rollout-log.md), for runs without
+            OpenTelemetry; the logger's level and handlers decide where it goes.
     """
 
     def __init__(
@@ -119,8 +122,10 @@ class RolloutTelemetry(ExpectedWork, Reading):
         loop_lag_interval: float = DEFAULT_LAG_INTERVAL,
         slow_after: float | None = None,
         slow_after_by_agent: Mapping[str, float] | None = None,
+        rollout_log: bool = False,
     ) -> None:
         self._clock = clock
+        self._rollout_log = rollout_log
         self._started = clock()
         self.names = Names(
             max_agents=max_agents, max_kinds_per_agent=max_kinds_per_agent, validator=KindValidator()
@@ -162,7 +167,7 @@ class RolloutTelemetry(ExpectedWork, Reading):
             names=self.names,
         )
         self._shared = Shared(
-            self._account, self._settle, self.spans, self.rejections, clock, self._loop_entered
+            self._account, self._settle, self.spans, self.rejections, clock, self._loop_entered, rollout_log
         )
         for agent, count in (expected or {}).items():
             self.expect(agent, count)
@@ -202,7 +207,7 @@ class RolloutTelemetry(ExpectedWork, Reading):
                 trajectory = type(response) is not dict or TRAJECTORY in response
                 health = health_of(response) if trajectory else None
                 self._settle(agent, outcome, None, member, None, False, health)
-            if KNOWN != OFF and ROLLOUTS.isEnabledFor(INFO):
+            if self._rollout_log and ROLLOUTS.isEnabledFor(INFO):
                 self._log_rollout(agent, outcome, member, False)
         except Exception as exc:  # the collector must never be taken down by its telemetry
             self.rejections.reject(exc)
@@ -350,7 +355,7 @@ class RolloutTelemetry(ExpectedWork, Reading):
         delivery: object,
     ) -> None:
         try:
-            outcome, member = check_outcome(disposition, None, None, failure_kind, reason), None
+            outcome, member, where = check_outcome(disposition, None, None, failure_kind, reason), None, None
             if task_index is None and self._coverage is None and stage is None and delivery is None:
                 self._account.count(agent, outcome)  # the common call: straight to the account
             else:
@@ -366,8 +371,8 @@ class RolloutTelemetry(ExpectedWork, Reading):
                     self.rejections.reject(error)
             if reason is not None:
                 self._log_reason(agent, disposition, failure_kind, reason)
-            if KNOWN != OFF and ROLLOUTS.isEnabledFor(INFO):
-                self._log_rollout(agent, outcome, member, terminal)
+            if self._rollout_log and ROLLOUTS.isEnabledFor(INFO):
+                self._log_rollout(agent, outcome, member, terminal, where)
         except Exception as exc:
             self.rejections.reject(exc)
 
@@ -410,15 +415,22 @@ class RolloutTelemetry(ExpectedWork, Reading):
             attempts = self._settle(agent, outcome, None, member, None, terminal, health, line, where, False)
         if outcome[3] is not None:
             self._log_reason(agent, outcome[0], outcome[2], outcome[3])
-        if KNOWN != OFF and ROLLOUTS.isEnabledFor(INFO):
+        if self._rollout_log and ROLLOUTS.isEnabledFor(INFO):
             member = None if identity is None else (identity[0], identity[1], attempt)
-            self._log_rollout(agent, outcome, member, terminal)
+            self._log_rollout(agent, outcome, member, terminal, where)
         return attempts
 
-    def _log_rollout(self, agent: str, outcome: Classified, member: Member | None, terminal: bool) -> None:
+    def _log_rollout(
+        self,
+        agent: str,
+        outcome: Classified,
+        member: Member | None,
+        terminal: bool,
+        where: Where | None = None,
+    ) -> None:
         # The rollout's line on rollout_telemetry.rollouts, once counted; a raising redact hook is counted.
         try:
-            log_outcome(self.names, self.spans, agent, outcome, member, terminal)
+            log_outcome(self.names, self.spans, agent, outcome, member, terminal, where=where)
         except Exception as exc:
             self.rejections.reject(exc)
 

@@ -404,7 +404,6 @@ class RolloutContext(_AsyncWith):
         self._state = _DONE if outcome is None else _TERMINAL  # abandon() frees the slot at once
         attempts = None
         logged = self._shared.rollout_log and ROLLOUTS.isEnabledFor(INFO)  # its line (rollout_log=True)
-        stage, wait = (handle[1].stage, handle[1].wait) if logged else (None, None)
         try:
             try:
                 if outcome is None:
@@ -428,7 +427,8 @@ class RolloutContext(_AsyncWith):
             self._shared.rejections.reject(exc)
         if logged:
             shared = self._shared
-            try:
+            try:  # its slot is kept until the block exits: stage and wait as they were at the outcome
+                stage, wait = handle[1].stage, handle[1].wait
                 ids, elapsed, names = self.span_ids, shared.clock() - handle[2], shared.account.names
                 log_outcome(
                     names, shared.spans, self.agent, outcome, self._member, terminal, stage, elapsed, ids,

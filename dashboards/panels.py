@@ -17,6 +17,7 @@ from dashboards.promql import (
     finished_rate,
     hollow_share,
     increase,
+    loop_lag_quantile,
     lost_share,
     masked_share,
     mean_reward,
@@ -25,6 +26,7 @@ from dashboards.promql import (
     rate,
     reward_lost,
     series,
+    slow_share,
     stalled_by_stage,
     truncated_share,
     uniform_share,
@@ -33,7 +35,9 @@ from dashboards.promql import (
 from dashboards.rules import (
     CONTAMINATED_HIGH,
     HOLLOW_HIGH,
+    LOOP_LAG_HIGH,
     MASKED_SHARE_HIGH,
+    SLOW_SHARE_HIGH,
     STALLED_FOR,
     UNIFORM_END_HIGH,
 )
@@ -311,6 +315,24 @@ def _by_kind(name: str, title: str, description: str, *, exemplars: bool = False
     return Panel("timeseries", title, description, "short", (query,), stacked=True)
 
 
+def _quantiles(
+    name: str,
+    legend: str,
+    quantiles: tuple[float, ...],
+    scope: Scope = AGENTS,
+    by: tuple[str, ...] = (),
+    *,
+    exemplars: bool = False,
+) -> tuple[Query, ...]:
+    """Quantiles of a histogram in ``scope`` (per agent by default) and by ``by``, from its buckets summed
+    over processes."""
+    buckets = rate(f"{name}_bucket", scope, by=(*by, "le"))
+    return tuple(
+        Query(f"histogram_quantile({q:g}, {buckets})", f"{legend} p{q * 100:g}", exemplars=exemplars)
+        for q in quantiles
+    )
+
+
 def _top(name: str) -> str:
     return f"sort_desc(topk(10, {increase(name, TABLE, by=KIND)})) or {increase(COMPLETED, TABLE)} * 0"
 
@@ -399,14 +421,7 @@ OVER_TIME = Row(
             "rollout_duration_seconds histogram summed over processes. Exemplars (with spans) link to the "
             "trace of the latest rollout in each duration bucket.",
             "s",
-            tuple(
-                Query(
-                    f"histogram_quantile({q}, {rate('rollout_duration_seconds_bucket', AGENTS, by=('le',))})",
-                    f"{{{{agent}}}} p{round(q * 100)}",
-                    exemplars=True,
-                )
-                for q in (0.5, 0.9, 0.99)
-            ),
+            _quantiles("rollout_duration_seconds", "{{agent}}", (0.5, 0.9, 0.99), exemplars=True),
             no_value=LIFECYCLE_ONLY,
         ),
         Panel(
@@ -558,11 +573,6 @@ def _alerting_share(title: str, description: str, expr: str, high: float, no_val
     )
 
 
-def _reward_quantile(quantile: float) -> Query:
-    buckets = rate("rollout_measured_reward_bucket", AGENTS, by=("le",))
-    return Query(f"histogram_quantile({quantile:g}, {buckets})", f"{{{{agent}}}} p{quantile * 100:g}")
-
-
 SIGNAL = Row(
     "Is the training signal sound?",
     (
@@ -638,12 +648,207 @@ SIGNAL = Row(
             "rollout_measured_reward histogram (ten buckets of the declared reward range): a spread that "
             "opens is a bimodal reward, one that closes on an end a collapsing one. Reward units.",
             "none",
-            tuple(_reward_quantile(quantile) for quantile in QUANTILES),
+            _quantiles("rollout_measured_reward", "{{agent}}", QUANTILES),
             width=8,
             no_value=NO_RANGE,
         ),
     ),
 )
 
-ROWS: tuple[Row, ...] = (OVERVIEW, WHY, SIGNAL, COVERAGE, OVER_TIME)
+STATE_COLORS = (
+    ("active", "green"),
+    ("slow", "yellow"),
+    ("retrying", "orange"),
+    ("stalled", "red"),
+    ("cancelled", "purple"),
+    ("terminal", "blue"),
+)
+NO_IDENTITY = "No identities: rollouts carry no task and rollout index"
+NO_CLEANUPS = "No cleanups: nothing is released in ctx.cleanup()"
+NO_LOOP = "No event loop watched: no async rollout block, or runtime_metrics=False"
+NO_RUNTIME = "No runtime metrics: runtime_metrics=False, or not on Linux/CPython"
+PER_PROCESS = Scope(("instance",), "$__rate_interval")
+"""prometheus_client's process families: no run or agent label, a series per process (restricted to the
+selected runs' processes by ``_of_the_run``)."""
+
+
+def _per_process(gauge: str) -> str:
+    """A gauge of prometheus_client's process collector, a series per process."""
+    return f"sum by (instance) ({series(gauge, PER_PROCESS)})"
+
+
+def _of_the_run(expr: str) -> str:
+    """``expr`` on a process family (no run label), kept to the processes (instances) of the selected runs."""
+    return f"{expr} and on (instance) group by (instance) ({rate(COMPLETED, AGENTS.keeping('instance'))})"
+
+
+RECOVERY = Row(
+    "Recovery and runtime",
+    (
+        Panel(
+            "timeseries",
+            "Rollouts in flight by state",
+            "Rollouts inside their lifecycle block by state, stacked, summed over processes and selected "
+            "agents: active, slow (past slow_after), retrying (a later attempt), stalled (past stall_after), "
+            "cancelled (ctx.cancel, block not exited) and terminal (outcome counted, still releasing its "
+            "session). Rollouts.",
+            "short",
+            (Query(f"sum by (state) ({series('rollout_in_flight', ALL)})", "{{state}}"),),
+            stacked=True,
+            colors=STATE_COLORS,
+            no_value=LIFECYCLE_ONLY,
+        ),
+        _alerting_share(
+            "Slow share",
+            "Share (0-1) of the rollouts in flight (terminal ones left out) that are slow, past the agent's "
+            "slow_after, over the rate window's samples: a slow model server, judge or environment before "
+            f"anything stalls (RolloutSlowShare above {SLOW_SHARE_HIGH:g}). 0 while none is slow.",
+            slow_share(AGENTS),
+            SLOW_SHARE_HIGH,
+            LIFECYCLE_ONLY,
+        ),
+        Panel(
+            "timeseries",
+            "Attempts to a final outcome",
+            "How many attempts the rollouts that reached a final outcome took (rollout_attempts: 1 is no "
+            "retry): the mean, and the 90th and 99th percentiles, per agent. Attempts; a rise is "
+            "infrastructure the retries are covering for.",
+            "short",
+            (
+                Query(
+                    f"{rate('rollout_attempts_sum', AGENTS)} / {rate('rollout_attempts_count', AGENTS)}",
+                    "{{agent}} mean",
+                ),
+                *_quantiles("rollout_attempts", "{{agent}}", (0.9, 0.99)),
+            ),
+            width=8,
+            no_value=NO_IDENTITY,
+        ),
+        _by_kind(
+            "rollout_retries_exhausted_total",
+            "Retries exhausted per minute by failure kind",
+            "Rollouts whose final outcome is a failure after at least one retry (a terminal failure, or the "
+            "last of NeMo Gym's attempts), per minute, stacked by agent and the last failure's kind. Reads 0 "
+            "while none ran out (RolloutRetriesExhausted reads their share).",
+        ),
+        Panel(
+            "timeseries",
+            "Failure stages per minute",
+            "Failed rollouts per minute by the stage they failed at (admission, seed, agent, verification, "
+            "cleanup, unknown), stacked: where the collection breaks. Reads 0 while nothing failed at a "
+            "known stage or delivery. Rollouts.",
+            "short",
+            (
+                Query(
+                    f"{or_zero(rate('rollout_failure_stages_total', ALL, by=('stage',)), ALL)} * 60",
+                    "{{stage}}",
+                ),
+            ),
+            width=8,
+            stacked=True,
+        ),
+        Panel(
+            "timeseries",
+            "Cleanup duration quantiles",
+            "p50 and p99 of how long cleanups took (ctx.cleanup(): releasing an environment session, say), "
+            "failed ones included, per agent, from rollout_cleanup_duration_seconds summed over processes.",
+            "s",
+            _quantiles("rollout_cleanup_duration_seconds", "{{agent}}", (0.5, 0.99)),
+            width=8,
+            no_value=NO_CLEANUPS,
+        ),
+        Panel(
+            "timeseries",
+            "Unresolved cleanups",
+            "Cleanups started and not finished successfully (in progress, failed, or left open when their "
+            "rollout's block exited), per agent, summed over processes. A steady line is cleanups in "
+            "progress; a climbing one is sessions leaking (RolloutCleanupsUnresolved, on the rise per "
+            "cleanup finished). Cleanups.",
+            "short",
+            (
+                Query(
+                    or_zero(f"sum by (agent) ({series('rollout_cleanups_unresolved', AGENTS)})", AGENTS),
+                    "{{agent}}",
+                ),
+            ),
+            width=8,
+            no_value=NO_CLEANUPS,
+        ),
+        Panel(
+            "timeseries",
+            "Admission wait quantiles",
+            "p50 and p99 of how long rollouts waited to be admitted (from telemetry.rollout(...) to entering "
+            "its block, plus time at stage admission), per agent, from rollout_admission_wait_seconds: a "
+            "collector at its concurrency limit, or environments short of sessions.",
+            "s",
+            _quantiles("rollout_admission_wait_seconds", "{{agent}}", (0.5, 0.99)),
+            width=8,
+            no_value=LIFECYCLE_ONLY,
+        ),
+        Panel(
+            "timeseries",
+            "Collector phases",
+            "Rollouts per phase of the collector, summed over processes and selected agents: offered "
+            "(made by telemetry.rollout(...), block not entered), resident (block entered, not exited) and "
+            "active (in flight past admission). Offered far above resident is a collector that cannot keep "
+            "up. Rollouts.",
+            "short",
+            (Query(f"sum by (phase) ({series('rollout_collector_rollouts', ALL)})", "{{phase}}"),),
+            width=8,
+            no_value=LIFECYCLE_ONLY,
+        ),
+        Panel(
+            "timeseries",
+            "Event-loop lag p99 per process",
+            "99th percentile of how late each collecting process's asyncio event loop woke for its timers "
+            "(rollout_telemetry_event_loop_lag_seconds): time the loop ran something that did not await, "
+            f"and every rollout on it waited. Red above {LOOP_LAG_HIGH:g} s (RolloutEventLoopLag).",
+            "s",
+            (Query(loop_lag_quantile(0.99, AGENTS), "{{instance}}"),),
+            width=8,
+            thresholds=((None, GOOD), (LOOP_LAG_HIGH, BAD)),
+            no_value=NO_LOOP,
+        ),
+        Panel(
+            "timeseries",
+            "GC pause p99 by generation",
+            "99th percentile of how long each garbage collection stopped the collecting processes, by "
+            "generation (rollout_telemetry_gc_pause_seconds): frequent long generation-2 pauses stall "
+            "recording and scrapes alike.",
+            "s",
+            _quantiles(
+                "rollout_telemetry_gc_pause_seconds",
+                "generation {{generation}}",
+                (0.99,),
+                UNLABELLED,
+                ("generation",),
+            ),
+            width=8,
+            no_value=NO_RUNTIME,
+        ),
+        Panel(
+            "timeseries",
+            "Process CPU",
+            "CPU time the collecting processes used per second (process_cpu_seconds_total from "
+            "prometheus_client's process collector), per process of the selected runs: 1 is one core busy. "
+            "Cores.",
+            "short",
+            (Query(_of_the_run(rate("process_cpu_seconds_total", PER_PROCESS)), "{{instance}}"),),
+            width=12,
+            no_value=NO_RUNTIME,
+        ),
+        Panel(
+            "timeseries",
+            "Process resident memory",
+            "Resident memory of the collecting processes (process_resident_memory_bytes from "
+            "prometheus_client's process collector), per process of the selected runs. Bytes.",
+            "bytes",
+            (Query(_of_the_run(_per_process("process_resident_memory_bytes")), "{{instance}}"),),
+            width=12,
+            no_value=NO_RUNTIME,
+        ),
+    ),
+)
+
+ROWS: tuple[Row, ...] = (OVERVIEW, WHY, SIGNAL, RECOVERY, COVERAGE, OVER_TIME)
 """The dashboard, top to bottom."""

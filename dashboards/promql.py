@@ -23,6 +23,7 @@ from rollout_telemetry._views.series import published
 __all__ = [
     "COMPLETED",
     "Scope",
+    "cleanups_unresolved_rise",
     "contaminated_share",
     "exhausted_share",
     "failed_share",
@@ -40,6 +41,7 @@ __all__ = [
     "rate0",
     "reward_lost",
     "series",
+    "slow_share",
     "stalled_by_stage",
     "truncated_share",
     "uniform_share",
@@ -250,6 +252,26 @@ def loop_lag_quantile(quantile: float, scope: Scope) -> str:
     lag = series("rollout_telemetry_event_loop_lag_seconds_bucket", replace(scope, agent=None))
     buckets = f"{_sum(by)}(rate({lag}[{scope.window}]))"
     return f"histogram_quantile({quantile:g}, {buckets})"
+
+
+def slow_share(scope: Scope) -> str:
+    """Rollouts in flight in state ``slow`` among those in flight (``terminal`` ones, their outcome counted,
+    left out), summed over the samples of the scope's window: the share of in-flight rollout-samples that
+    were slow, steadier than one scrape's. 0 while the agent has rollouts in flight and none was slow."""
+
+    def in_flight(state: str) -> str:
+        return f"{_sum(scope.by)}(sum_over_time({series('rollout_in_flight', scope, state)}[{scope.window}]))"
+
+    slow, whole = in_flight('state="slow"'), in_flight('state!="terminal"')
+    return f"({slow} or {whole} * 0) / {whole}"
+
+
+def cleanups_unresolved_rise(scope: Scope) -> str:
+    """How much the unresolved cleanups rose over the scope's window per cleanup finished in it: the share of
+    cleanups that leave something behind (failed, or never finished: then the rise is over nothing, +Inf).
+    Cleanups in progress come and go; over a window of many cleanups they add little to the rise."""
+    rise = f"{_sum(scope.by)}(delta({series('rollout_cleanups_unresolved', scope)}[{scope.window}]))"
+    return f"{rise} / {increase('rollout_cleanup_duration_seconds_count', scope)}"
 
 
 def contaminated_share(scope: Scope) -> str:

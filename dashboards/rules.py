@@ -14,6 +14,7 @@ from dashboards.promql import (
     COMPLETED,
     NO_SIGNAL_STATES,
     Scope,
+    cleanups_unresolved_rise,
     contaminated_share,
     exhausted_share,
     hollow_share,
@@ -27,6 +28,7 @@ from dashboards.promql import (
     rate,
     rate0,
     series,
+    slow_share,
     stalled_by_stage,
     truncated_share,
     uniform_share,
@@ -104,6 +106,18 @@ LOOP_LAG_HIGH = 0.1
 fires: every rollout on that loop waits as long, on every await."""
 LOOP_LAG_FOR = 5
 """How long the lag stays above LOOP_LAG_HIGH before RolloutEventLoopLag fires."""
+CLEANUPS_OVER = 10
+"""Minutes over which the rise of the unresolved cleanups is compared with the cleanups finished."""
+CLEANUPS_LEFT_HIGH = 0.05
+"""Unresolved cleanups added per cleanup finished (over CLEANUPS_OVER minutes) above which
+RolloutCleanupsUnresolved fires: one environment session in 20 left behind."""
+CLEANUPS_FOR = 5
+"""How long that rise stays above CLEANUPS_LEFT_HIGH before RolloutCleanupsUnresolved fires."""
+SLOW_SHARE_HIGH = 0.25
+"""Share of an agent's rollouts in flight that are slow (past slow_after) above which RolloutSlowShare
+fires."""
+SLOW_FOR = 5
+"""How long that share stays above SLOW_SHARE_HIGH before RolloutSlowShare fires."""
 JOB = "rollout-telemetry"
 """The scrape job of the exporters (``job_name`` in dashboards/prometheus/prometheus.yml)."""
 
@@ -111,6 +125,8 @@ RULES = Scope(("run", "agent"), f"{WINDOW}m")
 """The recording rules' scope: every run and agent, a fixed window, a series per run and agent."""
 TRAILING = replace(RULES, window=f"{DRIFT_BASELINE}m")
 """The rules' scope over the trailing window that output length is compared with."""
+CLEANUPS = replace(RULES, window=f"{CLEANUPS_OVER}m")
+"""The rules' scope over the window whose cleanups the unresolved ones' rise is compared with."""
 TARGETS = Scope(("job", "instance"), f"{NONE_COMPLETED_FOR}m")
 """Per scrape target: what one exporter process completed."""
 
@@ -133,6 +149,8 @@ CONTAMINATED_SHARE = f"agent:rollout_groups_contaminated:ratio_{RATE}"
 TOO_HARD_SHARE = f"agent:rollout_groups_uniform_lowest:ratio_{RATE}"
 HOLLOW_SHARE = f"agent:rollout_hollow:ratio_{RATE}"
 EXHAUSTED_SHARE = f"agent:rollout_retries_exhausted:ratio_{RATE}"
+CLEANUPS_LEFT = f"agent:rollout_cleanups_unresolved:rise_ratio_{CLEANUPS_OVER}m"
+SLOW_SHARE = f"agent:rollout_in_flight_slow:ratio_{WINDOW}m"
 LOOP_LAG_P99 = f"instance:rollout_telemetry_event_loop_lag_seconds:p99_{RATE}"
 TOO_EASY_SHARE = f"agent:rollout_groups_uniform_highest:ratio_{RATE}"
 OUTPUT_PER_ROLLOUT = f"agent:rollout_output_tokens:per_rollout_{RATE}"
@@ -202,6 +220,8 @@ def recording_rules() -> tuple[Record, ...]:
             why="How late each collecting process's event loop woke for its timers, 99th percentile, per run "
             "and process (instance): the loop was busy with something that did not await.",
         ),
+        recorded(SLOW_SHARE, slow_share, RULES),
+        recorded(CLEANUPS_LEFT, cleanups_unresolved_rise, CLEANUPS),
         Record(
             TOO_HARD_SHARE,
             uniform_share(RULES, "lowest"),
@@ -436,6 +456,36 @@ def alerting_rules() -> tuple[Alert, ...]:
             "rollout_telemetry_gc_pause_seconds and process_cpu_seconds_total.",
             when=f"the 99th percentile of a collecting process's event-loop lag (`{LOOP_LAG_P99}`) is above "
             f"{LOOP_LAG_HIGH:g} s, for {_minutes(LOOP_LAG_FOR)}",
+        ),
+        Alert(
+            "RolloutCleanupsUnresolved",
+            # A share, not a count: the same leak is more cleanups a minute in a faster run. In-progress
+            # cleanups come and go and add little over a window of many; a failed cleanup stays unresolved.
+            f"{CLEANUPS_LEFT} > {CLEANUPS_LEFT_HIGH:g}",
+            CLEANUPS_FOR,
+            "warning",
+            summary=f"{AGENT}: unresolved cleanups are growing",
+            description=f"The unresolved cleanups of agent {AGENT} (run {RUN}) rose by more than "
+            f"{CLEANUPS_LEFT_HIGH:g} per cleanup finished over the last {_minutes(CLEANUPS_OVER)}, for "
+            f"{_minutes(CLEANUPS_FOR)}: cleanups fail or never finish, and what they release (environment "
+            "sessions, sandboxes) is leaking. Check rollout_cleanups_failed_total by failure_kind and the "
+            "environment's session pool.",
+            when=f"an agent's unresolved cleanups rise by more than {CLEANUPS_LEFT_HIGH:g} per cleanup "
+            f"finished over {_minutes(CLEANUPS_OVER)} (`{CLEANUPS_LEFT}`: failed or hung cleanups, not the "
+            f"ones in progress), for {_minutes(CLEANUPS_FOR)}",
+        ),
+        Alert(
+            "RolloutSlowShare",
+            f"{SLOW_SHARE} > {SLOW_SHARE_HIGH:g}",
+            SLOW_FOR,
+            "warning",
+            summary=f"{AGENT}: {{{{ $value | humanizePercentage }}}} of rollouts in flight are slow",
+            description=f"More than {_share(SLOW_SHARE_HIGH)} of the rollouts of agent {AGENT} (run {RUN}) "
+            f"in flight over the last {_minutes(WINDOW)} were past slow_after, for {_minutes(SLOW_FOR)}: a "
+            "slow model server, judge or environment is holding the collection back before anything "
+            "stalls. Check rollout_in_flight by stage and the rollout duration quantiles.",
+            when=f"more than {SLOW_SHARE_HIGH:g} of an agent's rollouts in flight (terminal ones left out) "
+            f"are `slow` over {_minutes(WINDOW)} (`{SLOW_SHARE}`), for {_minutes(SLOW_FOR)}",
         ),
         Alert(
             "RolloutStalled",

@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from rollout_telemetry._cli.main import EXAMPLES, _parser, main
+from rollout_telemetry._cli.simulation import RECOVERY_SCENARIOS
 
 
 def test_help_describes_the_tool(capsys: pytest.CaptureFixture[str]) -> None:
@@ -50,6 +51,16 @@ def test_slow_after_must_be_positive(capsys: pytest.CaptureFixture[str]) -> None
     """--slow-after, like --stall-after, takes a positive number of seconds."""
     assert main(["demo", "--slow-after", "0", "--port", "0"]) == 2
     assert "--slow-after" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("scenario", RECOVERY_SCENARIOS)
+def test_demo_help_explains_each_recovery_scenario(scenario: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """``demo --help`` names every recovery scenario with what it breaks, and --scenario accepts it."""
+    assert main(["demo", "--help"]) == 0
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert re.search(rf"{scenario} \(\w", help_text), f"{scenario} is not explained"
+    args = _parser()[0].parse_args(["demo", "--scenario", scenario])
+    assert args.scenario == scenario
 
 
 def test_shares_over_one_are_refused(capsys: pytest.CaptureFixture[str]) -> None:

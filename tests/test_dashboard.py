@@ -3,7 +3,8 @@
 The lint follows the checks of Grafana's dashboard linter that apply to an exporter dashboard: a datasource
 template variable on every panel and target, ``$__rate_interval`` in rate queries, a unit, a title and a
 description on every panel, no hard-coded datasource uid, and queries free of ``job``/``instance`` (the
-exporter's identity is ``run`` and ``agent``; scrape labels differ between installations).
+exporter's identity is ``run`` and ``agent``; scrape labels differ between installations), but for the
+collecting process's own families, shown per process (``instance``).
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ import pytest
 from dashboards import generate, panels
 from dashboards.promql import series
 
-from rollout_telemetry._views.series import CATALOGUE, FAMILIES, HISTOGRAMS
+from rollout_telemetry._views.run_series import PROCESS_FAMILIES, RUNTIME_FAMILIES
+from rollout_telemetry._views.series import CATALOGUE, FAMILIES
 from tests.support import require_tool
 
 ROOT = Path(__file__).parent.parent
@@ -29,10 +31,16 @@ PANELS: list[dict[str, Any]] = [panel for panel in DASHBOARD["panels"] if panel[
 TARGETS = [(panel["title"], target) for panel in PANELS for target in panel["targets"]]
 VARIABLES = {v["name"]: v for v in DASHBOARD["templating"]["list"]}
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
-HISTOGRAM_SERIES = {f"{h.name}_{suffix}" for h in HISTOGRAMS for suffix in ("bucket", "sum", "count")}
+HISTOGRAM_SERIES = {
+    f"{h.name}_{suffix}" for h in CATALOGUE if h.type == "histogram" for suffix in ("bucket", "sum", "count")
+}
 KNOWN = {f.name for f in CATALOGUE} | HISTOGRAM_SERIES
 """Every series name a collector publishes, computed here independently of the generator."""
-COUNTERS = {f.name for f in CATALOGUE if f.type == "counter"} | {f"{h.name}_bucket" for h in HISTOGRAMS}
+COUNTERS = {f.name for f in CATALOGUE if f.type == "counter"} | {
+    f"{h.name}_bucket" for h in CATALOGUE if h.type == "histogram"
+}
+PER_PROCESS = {family.name for family in RUNTIME_FAMILIES} | {family.name for family in PROCESS_FAMILIES}
+"""The collecting process's own families: shown per process (``instance``), the one scrape label allowed."""
 ONLY_WHEN = {f.name for f in FAMILIES if f.appears.startswith("once")} | {"rollout_run_expected"}
 """Series that can be absent while the agent completes rollouts: the query needs an ``or`` fallback."""
 
@@ -186,7 +194,9 @@ def test_query_rules(title: str, target: dict[str, Any]) -> None:
     for window in re.findall(r"\bincrease\([^\[]*\[([^\]]+)\]", expr):
         assert window in ("$__rate_interval", "$__range"), f"{title}: increase window {window}"
     assert "avg" not in expr, f"{title}: ratios are sums divided by sums, never averages"
-    assert not re.search(r"\b(job|instance)\b", expr), f"{title}: a query on scrape labels"
+    per_process = any(name.startswith(tuple(PER_PROCESS)) for name in re.findall(r"\b[a-z_]+\b", expr))
+    scrape_labels = r"\b(job)\b" if per_process else r"\b(job|instance)\b"
+    assert not re.search(scrape_labels, expr), f"{title}: a query on scrape labels"
     for name, _ in _selectors(expr):
         if name in ONLY_WHEN:
             assert " or " in expr, f"{title}: {name} can be absent; the query needs an 'or ... * 0' fallback"

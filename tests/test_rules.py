@@ -294,6 +294,8 @@ ON_THE_DASHBOARD = {
     "agent:rollout_groups_uniform_lowest:ratio_rate5m": "Uniform groups: too hard, too easy",
     "agent:rollout_groups_uniform_highest:ratio_rate5m": "Uniform groups: too hard, too easy",
     "agent:rollout_hollow:ratio_rate5m": "Hollow rollouts share",
+    "agent:rollout_in_flight_slow:ratio_5m": "Slow share",
+    "instance:rollout_telemetry_event_loop_lag_seconds:p99_rate5m": "Event-loop lag p99 per process",
 }
 """The recording rules a panel shows too, and the panel: each must be computed by the panel's formula."""
 

@@ -18,8 +18,13 @@ LIFECYCLE = {
     "rollout_oldest_in_flight_age_seconds",
     "rollout_stalled",
     "rollout_duration_seconds_bucket",
+    "rollout_collector_rollouts",
+    "rollout_cleanup_duration_seconds_bucket",
+    "rollout_admission_wait_seconds_bucket",
+    "rollout_telemetry_event_loop_lag_seconds_bucket",
 }
-"""Published by the lifecycle API only (the demo uses it; a followed run does not)."""
+"""Published by the lifecycle API only (the demo uses it; a followed run does not): its async blocks are what
+watch an event loop too."""
 TRAJECTORY = {"rollout_health_findings_total", "rollout_health_evaluated_total"}
 """Published only for rollouts that carry a trajectory (``ng_trajectory``): the demo's do not."""
 DECLARED = {"rollout_measured_reward_bucket"}

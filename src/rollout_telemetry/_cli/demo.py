@@ -78,7 +78,8 @@ def add_parser(commands: argparse._SubParsersAction[OneLineParser]) -> None:
         type=positive,
         default=None,
         metavar="SECONDS",
-        help="seconds in flight after which a rollout is in state slow (default: off)",
+        help="seconds in flight after which a rollout is in state slow (default: 0.8 x "
+        "--max-rollout-seconds)",
     )
     add_otlp_option(demo, "spans and metrics")
     demo.add_argument(
@@ -105,8 +106,9 @@ def add_parser(commands: argparse._SubParsersAction[OneLineParser]) -> None:
         "the training signal go unsound: contaminated (failures beside valid members), too_hard, too_easy "
         "(most tasks uniform at the lowest or highest reward), hollow (turns with no message) or "
         "length_drift (answers up to three times longer); or the collection stop recovering: "
-        "retries_exhausted (15%% of the rollouts fail on every attempt) or loop_lag (the event loop blocked "
-        "0.3 s every second)",
+        "retries_exhausted (15%% of the rollouts fail on every attempt), loop_lag (the event loop blocked "
+        "0.3 s every second), cleanup_leak (30%% of the session releases fail) or slow_rollouts (rollouts "
+        "take three times longer, most past --slow-after)",
     )
     demo.add_argument(
         "--drop-after",
@@ -141,6 +143,7 @@ def run(args: argparse.Namespace) -> int:
         truncated=args.truncated,
         scenario=args.scenario,
         drop_after=args.drop_after,
+        slow_after=args.slow_after,
     )
     security = options.endpoint_security(args)  # every input checked before anything starts
     otlp = otlp_export(args, NAME)
@@ -149,7 +152,7 @@ def run(args: argparse.Namespace) -> int:
         run=args.run,
         tracer_provider=tracer_provider,
         stall_after=config.stall_after,
-        slow_after=args.slow_after,
+        slow_after=config.slow_seconds,
     )
     if otlp is not None:
         otlp.attach(telemetry)

@@ -34,7 +34,15 @@ The recovery and runtime scenarios break the collection itself:
 - ``retries_exhausted``: 15% of the rollouts fail on every attempt (a task whose sandbox image is gone) and
   run out of NeMo Gym's 3 attempts;
 - ``loop_lag``: the collector's event loop is blocked for 0.3 s every second (post-processing that does not
-  await), so every rollout on it waits.
+  await), so every rollout on it waits;
+- ``cleanup_leak``: 30% of the environment sessions fail to be released (a leaking sandbox pool), so the
+  unresolved cleanups grow;
+- ``slow_rollouts``: rollouts take three times longer (a slow model server), so most pass ``slow_after``.
+
+Each rollout goes through the stages a NeMo Gym rollout does: ``admission`` briefly, then ``agent`` (with
+heartbeats during the agent's turn) and ``verification``; after its outcome it releases its environment
+session in a cleanup (1% of releases fail by default). A rollout in flight longer than ``slow_after`` (by
+default 0.8 times ``max_rollout_seconds``) is ``slow``.
 """
 
 from __future__ import annotations
@@ -48,6 +56,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from rollout_telemetry import failure_kinds
+from rollout_telemetry._recording.lifecycle import RolloutContext
 from rollout_telemetry._recording.telemetry import RolloutTelemetry
 from rollout_telemetry._store.coverage import DEFAULT_MAX_ATTEMPTS
 from rollout_telemetry.errors import ConfigError
@@ -65,13 +74,13 @@ __all__ = [
 
 Scenario = Literal[
     "healthy", "infrastructure", "truncation", "policy", "contaminated", "too_hard", "too_easy", "hollow",
-    "length_drift", "retries_exhausted", "loop_lag",
+    "length_drift", "retries_exhausted", "loop_lag", "cleanup_leak", "slow_rollouts",
 ]  # fmt: skip
 DROP_SCENARIOS: tuple[Scenario, ...] = ("healthy", "infrastructure", "truncation", "policy")
 """The scenarios of a reward drop, one per cause."""
 SIGNAL_SCENARIOS: tuple[Scenario, ...] = ("contaminated", "too_hard", "too_easy", "hollow", "length_drift")
 """The scenarios of an unsound training signal."""
-RECOVERY_SCENARIOS: tuple[Scenario, ...] = ("retries_exhausted", "loop_lag")
+RECOVERY_SCENARIOS: tuple[Scenario, ...] = ("retries_exhausted", "loop_lag", "cleanup_leak", "slow_rollouts")
 """The scenarios of a collection that does not recover, or a collector that stalls its own rollouts."""
 SCENARIOS: tuple[Scenario, ...] = DROP_SCENARIOS + SIGNAL_SCENARIOS + RECOVERY_SCENARIOS
 
@@ -83,6 +92,10 @@ _FAIL_KINDS = (
     failure_kinds.ENVIRONMENT_SERVER_FAILED,
 )
 _OMIT_KINDS = (failure_kinds.CANCELLED, failure_kinds.COHORT_INCOMPLETE)
+_DELIVERY = {failure_kinds.TRANSPORT_TIMEOUT: "possibly_delivered", failure_kinds.SESSION_LOST: "delivered"}
+"""Whether a failed rollout's request reached its environment, by failure kind (the rest: not sent)."""
+SLOW_SHARE = 0.8
+"""The demo's default ``slow_after``, as a share of the longest rollout."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +127,16 @@ class DemoConfig:
     scenario: Scenario | None = None
     """A reward-drop cause switched on after ``drop_after`` seconds; ``None`` (or healthy) changes nothing."""
     drop_after: float = 30.0
+    slow_after: float | None = None
+    """Seconds in flight after which a rollout is ``slow``; ``None``: ``SLOW_SHARE`` of
+    ``max_rollout_seconds``, so the longest rollouts of a healthy run are slow, and few are."""
+    leaked: float = 0.01
+    """Share of rollouts whose environment session fails to be released (its cleanup fails)."""
+
+    @property
+    def slow_seconds(self) -> float:
+        """The ``slow_after`` the run's telemetry is given."""
+        return SLOW_SHARE * self.max_rollout_seconds if self.slow_after is None else self.slow_after
 
     @property
     def lowest_reward(self) -> float:
@@ -121,7 +144,7 @@ class DemoConfig:
         return -0.2 if self.negative_rewards else 0.0
 
     def __post_init__(self) -> None:
-        for name in ("masked", "failed", "omitted", "stalled", "uniform", "truncated"):
+        for name in ("masked", "failed", "omitted", "stalled", "uniform", "truncated", "leaked"):
             share = getattr(self, name)
             if not 0.0 <= share <= 1.0:
                 msg = f"--{name} must be a share between 0 and 1, got {share}"
@@ -154,10 +177,12 @@ class _Phase:
     length: float = 1.0  # answers this many times longer
     broken: float = 0.0  # share of rollouts that fail on every attempt
     blocking: float = 0.0  # seconds the event loop is blocked, every second
+    leaked: float = 0.0  # share of rollouts whose session release fails
+    slowdown: float = 1.0  # rollouts take this many times longer (under stall_after)
 
 
 def _phases(config: DemoConfig) -> tuple[_Phase, _Phase]:
-    before = _Phase(config.failed, config.truncated, 0.0, 1.0, config.uniform)
+    before = _Phase(config.failed, config.truncated, 0.0, 1.0, config.uniform, leaked=config.leaked)
     room = 1.0 - config.masked - config.omitted  # failures beyond it would crowd out the other shares
     after = {
         "infrastructure": replace(before, failed=min(config.failed + 0.2, room), zeroed=0.4),
@@ -170,6 +195,8 @@ def _phases(config: DemoConfig) -> tuple[_Phase, _Phase]:
         "length_drift": replace(before, length=3.0),
         "retries_exhausted": replace(before, broken=0.15),
         "loop_lag": replace(before, blocking=0.3),
+        "cleanup_leak": replace(before, leaked=0.3),
+        "slow_rollouts": replace(before, slowdown=3.0),
     }.get(config.scenario or "healthy", before)
     if config.scenario == "hollow":
         before = replace(before, hollow=0.0)  # trajectories from the start, clean until the drop
@@ -207,7 +234,9 @@ async def _one_rollout(  # noqa: PLR0917 - one call site
     fails on every attempt."""
     agent, task, index, common = member  # common: the reward every member of an easy or hard task scores
     draw = rng.random()
-    seconds = rng.uniform(0.01, config.max_rollout_seconds)
+    # A slow model server makes rollouts longer, not hung: they stay under stall_after.
+    seconds = rng.uniform(0.01, config.max_rollout_seconds) * phase.slowdown
+    seconds = min(seconds, 0.9 * config.stall_after) if phase.slowdown > 1.0 else seconds
     low = config.lowest_reward
     reward = round(rng.uniform(low, 1.0) * phase.scale, 3)
     truncated = rng.random() < phase.truncated
@@ -216,34 +245,67 @@ async def _one_rollout(  # noqa: PLR0917 - one call site
     if truncated or rng.random() < phase.zeroed:
         reward = 0.0
     stalls = rng.random() < config.stalled
+    leaks = rng.random() < phase.leaked
     async with telemetry.rollout(agent, task_index=task, rollout_index=index, attempt=attempt) as rollout:
         try:
-            await asyncio.sleep(0.7 * seconds)  # the agent's turn (a new rollout is at stage "agent")
-            rollout.stage("verification")
+            rollout.stage(failure_kinds.ADMISSION)  # waiting for its environment's session
+            await asyncio.sleep(0.05 * seconds)
+            rollout.stage(failure_kinds.AGENT)
+            for _ in range(2):  # the agent's turn, alive between its model calls
+                await asyncio.sleep(0.325 * seconds)
+                rollout.heartbeat()
+            rollout.stage(failure_kinds.VERIFICATION)
             # A hung judge: in flight past stall_after, so the stall series, /rollouts and the alert show it.
             await asyncio.sleep(config.stall_after + 2.0 if stalls else 0.3 * seconds)
         except asyncio.CancelledError:  # the demo stops: the rollout is left as NeMo Gym leaves it
             rollout.abandon()
             raise
-        if broken:
-            rollout.fail(failure_kinds.SESSION_LOST, reason="simulated: the task's sandbox image is gone")
-        elif draw < phase.failed:
-            rollout.fail(rng.choice(_FAIL_KINDS), reason=f"simulated failure after {seconds:.2f}s")
-        elif draw < phase.failed + config.omitted:
-            rollout.omit(rng.choice(_OMIT_KINDS), reason="simulated omission", terminal=True)
-        elif draw < phase.failed + config.omitted + config.masked:
-            kind = rng.choice(_MASK_KINDS)
-            rollout.complete({"reward": 0.0, "mask_sample": True, "failure_kind": kind})
-        else:
-            verify: dict[str, Any] = {
-                "reward": reward,
-                "response": _response(rng, config, truncated, phase.length),
-            }
-            if phase.hollow is not None:  # the trajectory, as NeMo Gym writes it: one turn, hollow or not
-                answer = "" if rng.random() < phase.hollow else "the answer"
-                verify["ng_trajectory"] = {"turns": [{"turn_no": 1, "answer": answer}], "model_calls": []}
-            rollout.complete(verify)
-    return broken or draw < phase.failed
+        failed = broken or draw < phase.failed
+        _outcome(rollout, rng, config, phase, draw, (broken, reward, truncated, seconds))
+        # Its environment session is released after the outcome (the rollout is terminal meanwhile).
+        async with rollout.cleanup() as cleanup:
+            await asyncio.sleep(0.02 * config.max_rollout_seconds)
+            if leaks:
+                cleanup.fail(failure_kinds.SESSION_RELEASE_FAILED)
+    return failed
+
+
+def _outcome(  # noqa: PLR0917 - one call site
+    rollout: RolloutContext,
+    rng: random.Random,
+    config: DemoConfig,
+    phase: _Phase,
+    draw: float,
+    drawn: tuple[bool, float, bool, float],
+) -> None:
+    """Record the rollout's outcome: failed (at the stage it is at, or at seed for a broken task), omitted,
+    masked or completed with a reward."""
+    broken, reward, truncated, seconds = drawn
+    if broken:
+        rollout.fail(
+            failure_kinds.SESSION_LOST,
+            reason="simulated: the task's sandbox image is gone",
+            stage=failure_kinds.SEED,
+            delivery="not_sent",
+        )
+    elif draw < phase.failed:
+        kind = rng.choice(_FAIL_KINDS)
+        reason = f"simulated failure after {seconds:.2f}s"
+        rollout.fail(kind, reason=reason, delivery=_DELIVERY.get(kind, "not_sent"))
+    elif draw < phase.failed + config.omitted:
+        rollout.omit(rng.choice(_OMIT_KINDS), reason="simulated omission", terminal=True)
+    elif draw < phase.failed + config.omitted + config.masked:
+        kind = rng.choice(_MASK_KINDS)
+        rollout.complete({"reward": 0.0, "mask_sample": True, "failure_kind": kind})
+    else:
+        verify: dict[str, Any] = {
+            "reward": reward,
+            "response": _response(rng, config, truncated, phase.length),
+        }
+        if phase.hollow is not None:  # the trajectory, as NeMo Gym writes it: one turn, hollow or not
+            answer = "" if rng.random() < phase.hollow else "the answer"
+            verify["ng_trajectory"] = {"turns": [{"turn_no": 1, "answer": answer}], "model_calls": []}
+        rollout.complete(verify)
 
 
 def _member(number: int, config: DemoConfig) -> tuple[str, int, int]:

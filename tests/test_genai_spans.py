@@ -169,8 +169,6 @@ def test_latest_conventions_every_attribute_and_event(receiver: OTLPReceiver, la
         "rollout.mask_sample": False,
         "rollout.failure_kind": "session_lost",
         "error.type": "session_lost",
-        "rollout.failure.stage": "agent",  # a new rollout's stage, where it failed
-        "rollout.failure.delivery": "unknown",
     }
     assert failed.events == [
         ("rollout.failure", {"rollout.failure_reason": redacted}),

@@ -323,5 +323,5 @@ def test_strict_raises_a_bad_stage_of_a_lifecycle_failure_after_counting_it(cloc
     assert value(text, "rollout_failed_total", agent="math", failure_kind="session_lost") == 1
     assert "rollout_telemetry:no_outcome" not in text
     assert _by_labels(telemetry, "rollout_failure_stages_total") == {
-        (("agent", "math"), ("delivery", "unknown"), ("stage", "agent")): 1
+        (("agent", "math"), ("delivery", "unknown"), ("stage", "unknown")): 1
     }

@@ -49,7 +49,7 @@ def _every_kind_of_span(clock: FakeClock, tmp_path: Path) -> tuple[ReadableSpan,
     with telemetry.rollout("a") as rollout:
         rollout.complete({"reward": 0.0, "mask_sample": True, "failure_kind": "judge_failed"})
     with telemetry.rollout("a") as rollout:
-        rollout.fail("session_lost", reason="lost")
+        rollout.fail("session_lost", reason="lost", stage="seed", delivery="not_sent")
     tmp_path.mkdir()
     main = tmp_path / "run.jsonl"
     perf = {"total_latency_ms": 20, "num_turns": 3, "num_tool_calls": 2}

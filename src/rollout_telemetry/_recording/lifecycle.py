@@ -181,11 +181,12 @@ class RolloutContext(_AsyncWith):
             )
             return self
         now = self._shared.clock()
+        refused = None
         if self.task_index is not None or self.attempt is not None:
             try:  # checked before anything is counted: a bad identity is rejected, the rollout goes ungrouped
                 self._member = member(self.task_index, self.rollout_index, self.attempt)
             except OutcomeError as exc:
-                self._shared.rejections.reject(exc)
+                refused = exc
         try:
             self._handle = self._shared.account.begin(self.agent, now, self, self._offered)
         except Exception as exc:
@@ -194,10 +195,17 @@ class RolloutContext(_AsyncWith):
             return self
         self._state = _IN_FLIGHT
         try:
-            spans = self._shared.spans
-            self._span = spans.start(self.agent, self.task_index, self.rollout_index, self.attempt, now)
-        except Exception as exc:  # a broken tracer provider: the rollout is tracked without a span
-            self._shared.rejections.reject(exc)
+            if refused is not None:
+                self._shared.rejections.reject(refused)
+            try:
+                spans = self._shared.spans
+                self._span = spans.start(self.agent, self.task_index, self.rollout_index, self.attempt, now)
+            except Exception as exc:  # a broken tracer provider: the rollout is tracked without a span
+                self._shared.rejections.reject(exc)
+        except BaseException:  # strict=True raised a rejection: the block never runs, nothing stays in flight
+            self._state = _DONE
+            self._shared.account.abandon(self._handle)
+            raise
         return self
 
     def __exit__(
@@ -206,24 +214,23 @@ class RolloutContext(_AsyncWith):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if self._state == _IN_FLIGHT:
-            if exc is not None:
-                kind, reason = kind_of_exception(exc), f"{type(exc).__name__}: {exc}"
-                self._finish(absent(Disposition.FAILED, kind, reason))
-            elif self._cancelled is not None:
-                self._finish(absent(Disposition.FAILED, failure_kinds.CANCELLED, self._cancelled))
-            else:
-                self._finish(
-                    absent(Disposition.FAILED, NO_OUTCOME, "rollout block exited without an outcome")
-                )
-        if self._state == _TERMINAL:  # its outcome is counted: the slot is free now
-            self._state = _DONE
-            handle = self._handle
-            assert handle is not None
-            try:
+        try:
+            if self._state == _IN_FLIGHT:
+                if exc is not None:
+                    kind, reason = kind_of_exception(exc), f"{type(exc).__name__}: {exc}"
+                    self._finish(absent(Disposition.FAILED, kind, reason))
+                elif self._cancelled is not None:
+                    self._finish(absent(Disposition.FAILED, failure_kinds.CANCELLED, self._cancelled))
+                else:
+                    self._finish(
+                        absent(Disposition.FAILED, NO_OUTCOME, "rollout block exited without an outcome")
+                    )
+        finally:  # whatever _finish raised (strict=True), the slot is free once the block exits
+            if self._state == _TERMINAL:  # its outcome is counted
+                self._state = _DONE
+                handle = self._handle
+                assert handle is not None
                 self._shared.account.release(handle)
-            except Exception as error:
-                self._shared.rejections.reject(error)
 
     async def __aenter__(self) -> RolloutContext:
         self._shared.loop_entered()  # the loop's lag sampler, once (runtime_metrics=True)
@@ -331,13 +338,14 @@ class RolloutContext(_AsyncWith):
     ) -> None:
         """Record that the rollout never reached the output; ``terminal``: it is not to be retried (NeMo
         Gym's ``_ng_failure_terminal``), so the coverage account never counts it ``retryable``. ``stage`` and
-        ``delivery`` are ``record_failure``'s; ``stage`` not given is the rollout's current one
-        (``stage()``) when that is one of NeMo Gym's."""
+        ``delivery`` are ``record_failure``'s; ``stage`` not given is the one ``stage()`` last set, when that
+        is one of NeMo Gym's (none set: no stage)."""
         where: Where | None = None
         refused: tuple[OutcomeError, ...] = ()
         if self._state == _IN_FLIGHT:
             assert self._handle is not None
-            current = stage_of(self._handle[1].stage) if stage is None else stage
+            slot = self._handle[1]
+            current = (stage_of(slot.stage) if slot.staged else None) if stage is None else stage
             where, refused = failure_where(current, delivery)
         self._absent(Disposition.FAILED, failure_kind, reason, terminal, where)
         for error in refused:  # after the failure is counted, at an unknown stage or delivery
@@ -404,6 +412,9 @@ class RolloutContext(_AsyncWith):
         self._state = _DONE if outcome is None else _TERMINAL  # abandon() frees the slot at once
         attempts = None
         logged = self._shared.rollout_log and ROLLOUTS.isEnabledFor(INFO)  # its line (rollout_log=True)
+        if logged:  # read before abandon() hands the slot back: another block may take it at once
+            slot, ended = handle[1], self._shared.clock()
+            stage, wait = slot.stage, slot.wait_until(ended)
         try:
             try:
                 if outcome is None:
@@ -427,9 +438,8 @@ class RolloutContext(_AsyncWith):
             self._shared.rejections.reject(exc)
         if logged:
             shared = self._shared
-            try:  # its slot is kept until the block exits: stage and wait as they were at the outcome
-                stage, wait = handle[1].stage, handle[1].wait
-                ids, elapsed, names = self.span_ids, shared.clock() - handle[2], shared.account.names
+            try:
+                ids, elapsed, names = self.span_ids, ended - handle[2], shared.account.names
                 log_outcome(
                     names, shared.spans, self.agent, outcome, self._member, terminal, stage, elapsed, ids,
                     where, wait,

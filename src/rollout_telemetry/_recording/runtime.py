@@ -167,7 +167,7 @@ def _checked(interval: float) -> float:
 
 _gc_targets: tuple[weakref.ref[Runtime], ...] = ()
 """The runtimes that time collections, held weakly; replaced whole (the hook reads it without a lock)."""
-_gc_started: list[float] = [0.0]
+_gc_started: list[float | None] = [None]  # the running collection's start; None between collections
 _gc_lock = (
     threading.RLock()
 )  # reentrant: a weak reference's callback may run in a collection set off under it
@@ -179,7 +179,10 @@ def _gc_hook(phase: str, info: Mapping[str, int]) -> None:
     if phase == "start":
         _gc_started[0] = time.perf_counter()
         return
-    seconds = time.perf_counter() - _gc_started[0]
+    started, _gc_started[0] = _gc_started[0], None
+    if started is None:  # the hook was installed during this collection: its start was not seen
+        return
+    seconds = time.perf_counter() - started
     generation = info["generation"]
     for target in _gc_targets:
         runtime = target()

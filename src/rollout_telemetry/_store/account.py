@@ -86,8 +86,9 @@ class Account:
 
     # -- resolving labels ---------------------------------------------------------------------------
 
-    def _state(self, agent: str) -> AgentState:
-        """The state of an agent not in ``_by_name`` yet (or folded); raises ``OutcomeError`` if invalid."""
+    def _state(self, agent: str, *, overflow: bool = True) -> AgentState:
+        """The state of an agent not in ``_by_name`` yet (or folded), counting a folded name as an overflow
+        unless told not to; raises ``OutcomeError`` if invalid."""
         label, folded = self.names.agent(agent)
         if type(agent) is not str:  # a str subclass: cached by its plain value, its own methods never run
             agent = str.__str__(agent)
@@ -96,7 +97,8 @@ class Account:
             if state is None:
                 state = self._by_label[label] = AgentState(label)
             if folded:
-                self._overflowed("agent")
+                if overflow:
+                    self._overflowed("agent")
             elif len(self._by_name) < 4 * self.names.max_agents and cacheable(agent):
                 self._by_name[agent] = state
         return state
@@ -294,7 +296,7 @@ class Account:
             state = self._by_name[agent]
         except Exception:  # as in count()
             try:
-                state = self._state(agent)
+                state = self._state(agent, overflow=False)  # begin() counts a folded name's overflow
             except Exception:
                 return None
         state.flights.offers.append(None)
@@ -318,9 +320,10 @@ class Account:
         try:
             slot = state.flights.begin(now, flight, offered)
             state.lifecycle = True
+            handle = slot.owner = (state, slot, now)
         finally:
             lock.release()
-        return state, slot, now
+        return handle
 
     def release(self, handle: InFlight) -> None:
         """The block of a rollout (by the handle ``begin`` returned) exited: its slot is free, its admission
@@ -352,18 +355,21 @@ class Account:
         with self._lock:
             if folded:
                 self._overflowed("stage")
-            slot.move(label, now)
+            if slot.owner is handle:  # not a slot another rollout took since (a call from another thread)
+                slot.move(label, now)
             flights.stage_labels.add(label)
 
     def heartbeat(self, handle: InFlight, now: float) -> None:
         """Note that a rollout (by the handle ``begin`` returned) was alive at ``now``."""
         with self._lock:
-            handle[1].beat = now
+            if handle[1].owner is handle:  # as in set_stage
+                handle[1].beat = now
 
     def cancel(self, handle: InFlight) -> None:
         """Mark a rollout (by the handle ``begin`` returned) ``cancelled`` until its block exits."""
         with self._lock:
-            handle[1].cancelled = True
+            if handle[1].owner is handle:  # as in set_stage
+                handle[1].cancelled = True
 
     # -- cleanups -----------------------------------------------------------------------------------
 

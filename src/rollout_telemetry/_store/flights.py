@@ -82,7 +82,10 @@ class FlightRecord:
 class Slot:
     """One rollout whose block has not exited: free when ``start`` is ``None``."""
 
-    __slots__ = ("beat", "cancelled", "flight", "stage", "stalled", "start", "terminal", "wait", "waiting")
+    __slots__ = (
+        "beat", "cancelled", "flight", "owner", "stage", "staged", "stalled", "start", "terminal", "wait",
+        "waiting",
+    )  # fmt: skip
 
     def __init__(self) -> None:
         self.start: float | None = None
@@ -94,14 +97,23 @@ class Slot:
         self.beat = 0.0  # its last heartbeat, stage change or start
         self.wait = 0.0  # admission wait so far: offered to started, and the time at stage admission
         self.waiting: float | None = None  # since when it is at stage admission
+        self.staged = False  # stage() was called: its stage is the user's, not the one it started at
+        self.owner: object = None  # the handle of the rollout that took it (Account.begin)
 
     def move(self, stage: str, now: float) -> None:
         """At ``stage`` from ``now`` on (a heartbeat); the time at ``admission`` is admission wait."""
+        self.staged = True
         self.leave_admission(now)
         if stage == ADMISSION:
             self.waiting = now
         self.stage = stage
         self.beat = now
+
+    def wait_until(self, now: float) -> float:
+        """Its admission wait until ``now``: what it waited, and the time at stage ``admission`` if it is
+        there."""
+        waiting = self.waiting
+        return self.wait if waiting is None else self.wait + max(now - waiting, 0.0)
 
     def leave_admission(self, now: float) -> None:
         """Add the time at stage ``admission`` until ``now``, if it is there, to its admission wait."""
@@ -178,7 +190,7 @@ class Flights:
         slot.start = now
         slot.stage = AGENT
         slot.flight = flight
-        slot.stalled = slot.terminal = slot.cancelled = False
+        slot.stalled = slot.terminal = slot.cancelled = slot.staged = False
         slot.beat = now
         slot.wait = wait  # slot.waiting is None: release() left admission, a new slot was never there
         return slot

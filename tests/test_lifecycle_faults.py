@@ -1,0 +1,113 @@
+"""A rollout block whose telemetry raises (strict=True), an agent over the cap, a stale handle: nothing is
+left in flight, offered or counted twice."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from rollout_telemetry import RolloutTelemetry
+from rollout_telemetry.errors import OutcomeError
+from tests.support import FakeClock, exposition, samples, value
+
+
+def _phases(telemetry: RolloutTelemetry, agent: str = "a") -> dict[str, int]:
+    snapshot = telemetry.snapshot().agent(agent)
+    assert snapshot is not None
+    return dict(snapshot.phases)
+
+
+def _boom(reason: str) -> str:
+    raise RuntimeError("redact hook down")
+
+
+def test_a_strict_error_at_the_blocks_exit_still_frees_its_slot(
+    clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """strict=True raises a hook's error from the block's exit (its log line's reason); the rollout is counted
+    once, and nothing stays resident or terminal."""
+    telemetry = RolloutTelemetry(clock=clock, strict=True, redact_reason=_boom, rollout_log=True)
+    with (
+        caplog.at_level(logging.INFO, logger="rollout_telemetry.rollouts"),
+        pytest.raises(RuntimeError, match="redact hook down"),
+        telemetry.rollout("a"),
+    ):
+        pass  # no outcome: a failure, with a reason, at the exit
+    assert _phases(telemetry) == {"offered": 0, "resident": 0, "active": 0}
+    text = exposition(telemetry.registry)
+    assert value(text, "rollout_failed_total", agent="a", failure_kind="rollout_telemetry:no_outcome") == 1
+    assert all(v == 0 for (name, _), v in samples(text).items() if name == "rollout_in_flight")
+
+
+def test_a_strict_error_on_entering_leaves_nothing_in_flight_or_offered(clock: FakeClock) -> None:
+    """A bad identity under strict=True raises from entering the block: the block never runs, and its rollout
+    is neither offered, nor resident, nor counted."""
+    telemetry = RolloutTelemetry(clock=clock, strict=True)
+    with pytest.raises(OutcomeError), telemetry.rollout("a", task_index=-1, rollout_index=0, attempt=0):
+        pytest.fail("the block ran")  # pragma: no cover
+    assert _phases(telemetry) == {"offered": 0, "resident": 0, "active": 0}
+    assert telemetry.snapshot().agent("a").completed == 0  # type: ignore[union-attr]
+
+
+def test_a_folded_agents_rollout_is_one_overflow(clock: FakeClock) -> None:
+    """An agent over max_agents, through the lifecycle, counts one label overflow per rollout, as record()
+    does."""
+    telemetry = RolloutTelemetry(clock=clock, max_agents=1)
+    telemetry.record("first", {"reward": 1.0})
+    for _ in range(3):
+        with telemetry.rollout("second") as rollout:
+            rollout.complete({"reward": 1.0})
+    assert telemetry.snapshot().overflow == {"agent": 3}
+
+
+def test_a_failure_names_a_stage_only_when_the_rollout_said_one(clock: FakeClock) -> None:
+    """fail() without stage= publishes no failure stage unless stage() set one; then it is that one."""
+    telemetry = RolloutTelemetry(clock=clock)
+    with telemetry.rollout("a") as rollout:
+        rollout.fail("session_lost")
+    assert "rollout_failure_stages_total" not in exposition(telemetry.registry)
+    with telemetry.rollout("a") as rollout:
+        rollout.stage("verification")
+        rollout.fail("judge_failed")
+    text = exposition(telemetry.registry)
+    assert (
+        value(text, "rollout_failure_stages_total", agent="a", stage="verification", delivery="unknown") == 1
+    )
+
+
+def test_the_log_line_counts_the_admission_wait_so_far(
+    clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A rollout failing while at stage admission logs its wait until then: made to entered, plus the time
+    at admission."""
+    telemetry = RolloutTelemetry(clock=clock, rollout_log=True)
+    block = telemetry.rollout("a")
+    clock.advance(1.0)
+    with caplog.at_level(logging.INFO, logger="rollout_telemetry.rollouts"), block as rollout:
+        rollout.stage("admission")
+        clock.advance(5.0)
+        rollout.fail("admission_timeout")
+    (line,) = [r for r in caplog.records if r.name == "rollout_telemetry.rollouts"]
+    assert line.rollout["admission_wait_seconds"] == 6.0  # type: ignore[attr-defined]
+    assert line.rollout["stage"] == "admission"  # type: ignore[attr-defined]
+
+
+def test_a_handle_whose_slot_was_taken_again_writes_nothing(clock: FakeClock) -> None:
+    """A heartbeat or stage through the handle of a rollout whose block exited (another thread, late) does
+    not touch the rollout that took its slot since."""
+    telemetry = RolloutTelemetry(clock=clock)
+    account = telemetry.account
+    old = account.begin("a", clock())
+    account.release(old)
+    clock.advance(10.0)
+    new = account.begin("a", clock())
+    assert new[1] is old[1]  # the same slot, taken again
+    clock.advance(5.0)
+    account.heartbeat(old, clock())
+    account.set_stage(old, "verification", clock())
+    account.cancel(old)
+    listing = telemetry.rollouts_in_flight()["rollouts"]
+    assert isinstance(listing, list)
+    (record,) = listing
+    assert (record["stage"], record["state"], record["heartbeat_age_seconds"]) == ("agent", "active", 5.0)

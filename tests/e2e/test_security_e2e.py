@@ -64,7 +64,7 @@ def test_prometheus_scrapes_with_tls_and_basic_auth(tmp_path: Path) -> None:
 
 def test_prometheus_ingests_hostile_labels(tmp_path: Path) -> None:
     """Every hostile kind and agent is ingested by a real scrape: no failed scrape, every sample stored."""
-    telemetry = RolloutTelemetry(run="hostile")
+    telemetry = RolloutTelemetry(run="hostile", runtime_metrics=False)  # the hostile labels' series alone
     for text in HOSTILE_TEXT:
         telemetry.record_failure(text, text)
         telemetry.record(text, {"reward": 0.0, "mask_sample": True, "failure_kind": text})

@@ -103,8 +103,8 @@ def add_parser(commands: argparse._SubParsersAction[OneLineParser]) -> None:
         default=None,
         help="make the reward fall after --drop-after seconds: healthy (it does not), infrastructure "
         "(failures rise and leak into scores), truncation (answers hit max_output_tokens) or policy; or "
-        "the training signal go unsound: contaminated (failures beside valid members), too_hard, too_easy "
-        "(most tasks uniform at the lowest or highest reward), hollow (turns with no message) or "
+        "the training signal go unsound: contaminated (terminal failures beside valid members), too_hard, "
+        "too_easy (most tasks uniform at the lowest or highest reward), hollow (turns with no message) or "
         "length_drift (answers up to three times longer); or the collection stop recovering: "
         "retries_exhausted (15%% of the rollouts fail on every attempt), loop_lag (the event loop blocked "
         "0.3 s every second), cleanup_leak (30%% of the session releases fail) or slow_rollouts (rollouts "

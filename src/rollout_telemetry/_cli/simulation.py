@@ -22,7 +22,8 @@ abandons the rollouts in flight, as NeMo Gym leaves them: counted nowhere, so th
 
 The training-signal scenarios change what a trainer learns from, not (or not only) the reward:
 
-- ``contaminated``: 25 more points of rollouts fail, member by member: valid members beside failed ones;
+- ``contaminated``: 25% of the rollouts fail terminally (not retried), member by member: valid members
+  beside failed ones;
 - ``too_hard``: 80% of the tasks score the lowest reward on every member;
 - ``too_easy``: 80% of the tasks score the highest reward on every member;
 - ``hollow``: every rollout carries its trajectory, and 30% of them have a turn with no message or tool call;
@@ -176,6 +177,7 @@ class _Phase:
     hollow: float | None = None  # share of rollouts with a hollow turn; None: no trajectory at all
     length: float = 1.0  # answers this many times longer
     broken: float = 0.0  # share of rollouts that fail on every attempt
+    terminal: float = 0.0  # share of rollouts that fail terminally, on their first attempt (never retried)
     blocking: float = 0.0  # seconds the event loop is blocked, every second
     leaked: float = 0.0  # share of rollouts whose session release fails
     slowdown: float = 1.0  # rollouts take this many times longer (under stall_after)
@@ -188,7 +190,7 @@ def _phases(config: DemoConfig) -> tuple[_Phase, _Phase]:
         "infrastructure": replace(before, failed=min(config.failed + 0.2, room), zeroed=0.4),
         "truncation": replace(before, truncated=0.5),
         "policy": replace(before, scale=0.4),
-        "contaminated": replace(before, failed=min(config.failed + 0.25, room)),
+        "contaminated": replace(before, terminal=0.25),
         "too_hard": replace(before, easy=0.0, hard=0.8),
         "too_easy": replace(before, easy=0.8),
         "hollow": replace(before, hollow=0.3),
@@ -261,7 +263,12 @@ async def _one_rollout(  # noqa: PLR0917 - one call site
             rollout.abandon()
             raise
         failed = broken or draw < phase.failed
-        _outcome(rollout, rng, config, phase, draw, (broken, reward, truncated, seconds))
+        if attempt == 0 and rng.random() < phase.terminal:  # a failure the environment says not to retry
+            crashed = "simulated: the sandbox crashed"
+            rollout.fail(failure_kinds.ENVIRONMENT_SERVER_FAILED, reason=crashed, terminal=True)
+            failed = False
+        else:
+            _outcome(rollout, rng, config, phase, draw, (broken, reward, truncated, seconds))
         # Its environment session is released after the outcome (the rollout is terminal meanwhile).
         async with rollout.cleanup() as cleanup:
             await asyncio.sleep(0.02 * config.max_rollout_seconds)

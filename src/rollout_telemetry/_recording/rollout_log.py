@@ -120,9 +120,8 @@ def log_outcome(  # noqa: PLR0917 - the rollout as its callers hold it
     label = names.agent(agent)[0]
     disposition = kind = reason = None
     if outcome is not None:
-        disposition, kind = outcome[0], outcome[2]
-        if kind is not None and disposition is not Disposition.MEASURED:
-            kind = names.kind(label, kind)[0]
+        disposition = outcome[0]
+        kind = names.outcome_kind(label, disposition, outcome[2])
         if outcome[3] is not None:
             reason = spans.redacted(outcome[3])
     task_index, rollout_index, attempt = (None, None, None) if member is None else member

@@ -294,8 +294,8 @@ class SpanRecorder:
         }
         if reward is not None:
             attributes["rollout.reward"] = reward
-        if failure_kind is not None and self._names is not None and disposition is not Disposition.MEASURED:
-            failure_kind = self._names.kind(open_span.agent, failure_kind)[0]
+        if self._names is not None:
+            failure_kind = self._names.outcome_kind(open_span.agent, disposition, failure_kind)
         if failure_kind is not None:
             attributes["rollout.failure_kind"] = failure_kind
         if disposition is Disposition.FAILED:

@@ -13,6 +13,7 @@ business, so asking twice never counts twice.
 from __future__ import annotations
 
 from rollout_telemetry._contract.labels import MAX_LABEL_LENGTH, label_value
+from rollout_telemetry._contract.outcome import Disposition
 from rollout_telemetry._store import fork as _fork
 from rollout_telemetry.errors import ConfigError, OutcomeError
 from rollout_telemetry.failure_kinds import OTHER, STAGES, UNSPECIFIED, KindValidator
@@ -102,6 +103,14 @@ class Names:
         return self._admit(
             self._admitted_kinds, agent_label, self._label(self._kind_labels, self._validator, kind)
         )
+
+    def outcome_kind(self, agent_label: str, disposition: Disposition, kind: str | None) -> str | None:
+        """The failure kind an outcome of an agent (by its label) carries where it is shown whole (its span,
+        its log line): the label it is counted under, or, for a measured outcome (counted by no kind), the
+        kind as given."""
+        if kind is None or disposition is Disposition.MEASURED:
+            return kind
+        return self.kind(agent_label, kind)[0]
 
     def stage(self, agent_label: str, stage: str) -> tuple[str, bool]:
         """Return ``(label, folded)`` for the stage of a rollout in flight: NeMo Gym's stages or

@@ -360,13 +360,9 @@ class RolloutTelemetry(ExpectedWork, Reading):
                 self._account.count(agent, outcome)  # the common call: straight to the account
             else:
                 where, refused = failure_where(stage, delivery)
-                if task_index is None and self._coverage is None:
-                    self._account.count(agent, outcome)
-                    if where is not None:
-                        self._account.failed_at(agent, where)
-                else:
+                if task_index is not None or self._coverage is not None:  # as record(): no identity without
                     member = self._member(task_index, rollout_index, attempt)
-                    self._settle(agent, outcome, None, member, None, terminal, None, 0, where)
+                self._settle(agent, outcome, None, member, None, terminal, None, 0, where)
                 for error in refused:  # the failure is counted, at an unknown stage or delivery
                     self.rejections.reject(error)
             if reason is not None:

@@ -115,7 +115,46 @@ def test_a_group_never_completes_twice(telemetry: RolloutTelemetry) -> None:
     telemetry.record("math", {"reward": 0.0}, task_index=0, rollout_index=1)  # late retry
     telemetry.record("math", {"reward": 0.5}, task_index=0, rollout_index=2)  # more members than the size
     assert _states(telemetry) == dict.fromkeys(GROUP_STATES, 0) | {"insufficient": 1}
-    assert value(exposition(telemetry.registry), "rollout_completed_total", agent="math") == 3
+    text = exposition(telemetry.registry)
+    assert value(text, "rollout_completed_total", agent="math") == 3
+    # Both would have changed the group: counted late.
+    assert value(text, "rollout_groups_late_outcomes_total", agent="math") == 2
+
+
+def test_only_an_outcome_that_would_change_a_classified_group_is_late(telemetry: RolloutTelemetry) -> None:
+    """After a group completes: an older attempt, or a newer one with the same disposition, changes nothing
+    the group counts; a newer attempt that turns a failed member valid is late."""
+    telemetry.declare_groups("math", group_size=2)
+    telemetry.record("math", {"reward": 1.0}, task_index=0, rollout_index=0, attempt=1)
+    telemetry.record_failure("math", "session_lost", task_index=0, rollout_index=1, attempt=0)
+    assert "rollout_groups_late_outcomes_total" not in sample_names(exposition(telemetry.registry))
+    telemetry.record_failure("math", "session_lost", task_index=0, rollout_index=0, attempt=0)  # older
+    telemetry.record_failure("math", "transport_timeout", task_index=0, rollout_index=1, attempt=1)  # failed
+    assert "rollout_groups_late_outcomes_total" not in sample_names(exposition(telemetry.registry))
+    telemetry.record("math", {"reward": 0.0}, task_index=0, rollout_index=1, attempt=2)
+    assert value(exposition(telemetry.registry), "rollout_groups_late_outcomes_total", agent="math") == 1
+    assert _states(telemetry)["insufficient"] == 1  # as classified
+
+
+def test_deferred_groups_are_classified_from_their_final_outcomes() -> None:
+    """Inside deferred(), a group whose member is retried after the others arrived is judged on the retry;
+    a group still short of members stays open; a new run classifies the groups of the run that ended."""
+    telemetry = RolloutTelemetry()
+    telemetry.declare_groups("math", group_size=2)
+    with telemetry.groups.deferred():
+        telemetry.record("math", {"reward": 1.0}, task_index=0, rollout_index=0)
+        telemetry.record_failure("math", "session_lost", task_index=0, rollout_index=1)
+        telemetry.record("math", {"reward": 0.0}, task_index=0, rollout_index=1, attempt=1)
+        telemetry.record("math", {"reward": 1.0}, task_index=1, rollout_index=0)
+        assert "rollout_groups_total" not in sample_names(exposition(telemetry.registry))
+        telemetry.record("math", {"reward": 1.0}, task_index=2, rollout_index=0)
+        telemetry.record("math", {"reward": 1.0}, task_index=2, rollout_index=1)
+        telemetry.new_run()  # task 2 complete, task 1 not: classified and dropped
+        telemetry.record("math", {"reward": 1.0}, task_index=0, rollout_index=0)
+    assert _states(telemetry) == dict.fromkeys(GROUP_STATES, 0) | {"valid": 1, "uniform": 1}
+    math_groups = telemetry.groups.snapshot().agent("math")
+    assert math_groups is not None
+    assert (math_groups.open, math_groups.late) == (1, 0)
 
 
 def test_bad_identity_is_rejected_and_the_outcome_still_counted(telemetry: RolloutTelemetry) -> None:
@@ -136,10 +175,12 @@ def test_bad_group_size_is_refused(telemetry: RolloutTelemetry) -> None:
         telemetry.declare_groups("math", group_size=0)
 
 
-def test_follow_mode_sizes_groups_from_the_materialized_inputs(tmp_path: Path) -> None:
+def test_follow_mode_sizes_groups_from_the_materialized_inputs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Members per task come from the inputs: a task of three, one of two, retries replace failures."""
     inputs = [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1)]
-    main = tmp_path / "run.jsonl"
+    run = tmp_path / "run.jsonl"
     (tmp_path / "run_materialized_inputs.jsonl").write_text(
         "".join(
             json.dumps({"_ng_task_index": t, "_ng_rollout_index": r, "agent_ref": {"name": "math"}}) + "\n"
@@ -153,16 +194,22 @@ def test_follow_mode_sizes_groups_from_the_materialized_inputs(tmp_path: Path) -
 
     failure = {"_ng_task_index": 1, "_ng_rollout_index": 1, "agent_ref": {"name": "math"}}
     (tmp_path / "run_failures.jsonl").write_text(json.dumps(failure) + "\n")
-    main.write_text(row(0, 0, 1.0) + row(0, 1, 1.0) + row(1, 0, 0.0))
+    run.write_text(row(0, 0, 1.0) + row(0, 1, 1.0) + row(1, 0, 0.0))
     telemetry = RolloutTelemetry()
-    follower = RunFollower(telemetry, RunFiles.from_main(main))
+    follower = RunFollower(telemetry, RunFiles.from_main(run))
     follower.poll()
     # Task 1 completed as insufficient (one valid member, one failed); task 0 waits for its third.
     assert _states(telemetry) == dict.fromkeys(GROUP_STATES, 0) | {"insufficient": 1}
-    with main.open("a") as out:
+    with run.open("a") as out:
         out.write(row(0, 2, 1.0) + row(1, 1, 1.0, attempt=1))
     follower.poll()
+    # Task 1's retry arrived after its group was classified: late, and the group stays insufficient live.
     assert _states(telemetry) == dict.fromkeys(GROUP_STATES, 0) | {"insufficient": 1, "uniform": 1}
+    assert value(exposition(telemetry.registry), "rollout_groups_late_outcomes_total", agent="math") == 1
+    # report classifies each group from its final outcomes: task 1 is valid (0.0 and 1.0).
+    assert main(["report", str(run), "--format", "json"]) == 0
+    groups = json.loads(capsys.readouterr().out)["groups"]["math"]
+    assert groups == dict.fromkeys(GROUP_STATES, 0) | {"valid": 1, "uniform": 1, "open": 0}
 
 
 def test_an_earlier_attempt_arriving_late_does_not_replace_a_newer_one(telemetry: RolloutTelemetry) -> None:

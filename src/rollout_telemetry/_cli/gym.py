@@ -86,6 +86,13 @@ def run(args: argparse.Namespace) -> int:
         else:
             print_report(telemetry, follower, args.format)
             options.say_unnamed(args, follower)
+            if late := sum(agent.late for agent in telemetry.groups.snapshot().agents):
+                print(
+                    f"rollout-telemetry gym: {late} outcome(s) arrived after their group was classified; the "
+                    "groups above are as they completed, `rollout-telemetry report "
+                    f"{command.output}` classifies them from their final outcomes",
+                    file=sys.stderr,
+                )
             if follower.restarts:
                 print(
                     f"rollout-telemetry gym: the files started over {follower.restarts} time(s) during the "

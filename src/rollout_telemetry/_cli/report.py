@@ -121,8 +121,10 @@ def _read(args: argparse.Namespace, path: Path) -> dict[str, Any] | None:
     options.check_run_file(path, "", must_exist=True)
     telemetry = RolloutTelemetry()
     follower = options.run_follower(args, path, telemetry)
-    _read_with_progress(follower)
-    follower.finish()
+    # The rows of the main file and its sidecar in no known order: each group from its final outcomes.
+    with telemetry.groups.deferred():
+        _read_with_progress(follower)
+        follower.finish()
     options.say_unnamed(args, follower)
     if not follower.tells_of_a_run:
         rejected = sum(telemetry.snapshot().rejected.values())

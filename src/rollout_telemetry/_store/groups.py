@@ -8,14 +8,19 @@ unhealthy* (NeMo Gym's ``task_consistently_unhealthy``) when two or more members
 The size of a group comes from ``declare(agent, group_size)`` (every task of the agent has that many
 rollouts) or, in follow mode, from the materialized inputs (``expect``: one call per expected rollout). A
 member is keyed by its rollout index, so a retried member replaces its earlier attempt while the group is
-open; once complete, a group's members are dropped and a bounded record that it completed is kept, so a late
-retry never completes it again.
+open; once complete, a group is classified once and for all: a late retry never completes it again.
+
+Live, a group is classified when its last member's outcome arrives, with what is known then; an outcome that
+arrives later and would change it (a retry of a failed member on resume, a member beyond the group's size)
+is counted as *late* and changes nothing else. A report of files that were written in full classifies each
+group from its members' final outcomes instead (``deferred``): the two agree exactly when nothing was late.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from rollout_telemetry._contract.group_state import (
@@ -59,6 +64,13 @@ _DISPOSITIONS: tuple[Disposition, ...] = tuple(Disposition)
 _CODES = {disposition: code for code, disposition in enumerate(_DISPOSITIONS)}
 _MEASURED_CODE = _CODES[_MEASURED]
 _COMPLETED = 1  # a task's flag: classified once; a late retry changes nothing
+_COUNTED = _HAS_OUTCOME | 7 << _DISPOSITION_SHIFT | _EVALUATED | _UNHEALTHY
+"""The bits of a member's state its group's counts depend on (its outcome's rank aside)."""
+
+
+def _same(reward: float, standing: float) -> bool:
+    """Whether two members' rewards are the same for their group (NaN: no valid reward, for both)."""
+    return reward == standing or (math.isnan(reward) and math.isnan(standing))
 
 
 class _Agent:
@@ -84,7 +96,7 @@ class _Agent:
 class _Counts:
     """One agent's completed groups, counted for every run; only touched under the lock."""
 
-    __slots__ = ("contaminated", "members", "singles", "states", "unhealthy", "uniform")
+    __slots__ = ("contaminated", "late", "members", "singles", "states", "unhealthy", "uniform")
 
     def __init__(self) -> None:
         self.states = dict.fromkeys(GROUP_STATES, 0)
@@ -93,6 +105,7 @@ class _Counts:
         self.uniform: dict[UniformAt, int] = dict.fromkeys(UNIFORM_AT, 0)
         self.members = dict.fromkeys(_DISPOSITIONS, 0)
         self.unhealthy = 0
+        self.late = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +126,9 @@ class AgentGroups:
     """Members of the completed groups by the disposition of their standing attempt."""
     unhealthy: int = 0
     """Completed groups whose task was consistently unhealthy (every checked member, two or more, failed)."""
+    late: int = 0
+    """Outcomes that arrived for a group already classified and would have changed it (a retry of a member
+    that failed, a member beyond the group's size): the counts above keep the group as it was classified."""
 
     @property
     def completed(self) -> int:
@@ -149,6 +165,7 @@ class Groups:
         self._sizes: dict[str, int] = {}  # agent label -> declared group size
         self._ranges: dict[str, RewardRange] = {}  # agent label -> declared reward range
         self._counts: dict[str, _Counts] = {}  # completed groups: counters, every run
+        self._deferred = False  # inside deferred(): no group is classified before the end
         self.new_run()
 
     def new_run(self) -> None:
@@ -157,6 +174,8 @@ class Groups:
         The counts of completed groups go on (``rollout_groups_total`` is a counter); declared sizes stay.
         """
         with self._lock:
+            if self._deferred:  # the groups of the run that ends are classified as they stand
+                self._complete_all()
             self._agents: dict[str, _Agent] = {}
             self._from_inputs = False
             self.active = bool(self._sizes)
@@ -189,6 +208,30 @@ class Groups:
         with self._lock:
             self._ranges[label] = checked
 
+    @contextmanager
+    def deferred(self) -> Iterator[None]:
+        """Classify each group from its members' final outcomes: inside, no group is classified; on leaving
+        (or at a new run), every group whose members all have an outcome is, with the outcomes that stand.
+
+        For a run's files read in full (``report``), where the order of the rows of two files is not known:
+        the counts equal those of the live account when no outcome was late (``AgentGroups.late``).
+        """
+        with self._lock:
+            self._deferred = True
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._deferred = False
+                self._complete_all()
+
+    def _complete_all(self) -> None:
+        # Called under the lock: every group that is complete and not classified yet, is.
+        for label, state in self._agents.items():
+            for number in range(state.blocks.tasks):
+                if not state.flags[number] & _COMPLETED:
+                    self._complete_if_done(label, state, number)
+
     def _agent(self, label: str) -> _Agent:
         agent = self._agents.get(label)
         if agent is None:
@@ -219,7 +262,8 @@ class Groups:
             state.states[slot] = member | _EXPECTED
             state.expected[number] += 1
             state.expected_done[number] += bool(member & _HAS_OUTCOME)
-            self._complete_if_done(label, state, number)
+            if not self._deferred:
+                self._complete_if_done(label, state, number)
 
     def observe(
         self,
@@ -260,24 +304,25 @@ class Groups:
             if state is None:
                 state = self._agent(label)
             number, slot = self._member(state, task_index, rollout_index)
-            if state.flags[number] & _COMPLETED:
-                return  # a late retry: the group was classified once already
             member = state.states[slot]
-            if member & _HAS_OUTCOME:
-                if not supersedes(new_rank, member >> _RANK_SHIFT):
-                    return
-            else:
-                state.outcomes[number] += 1
-                state.expected_done[number] += bool(member & _EXPECTED)
-            state.states[slot] = (
-                member & _EXPECTED
-                | _HAS_OUTCOME
+            if member & _HAS_OUTCOME and not supersedes(new_rank, member >> _RANK_SHIFT):
+                return
+            new = (
+                _HAS_OUTCOME
                 | _CODES[outcome[0]] << _DISPOSITION_SHIFT
                 | (0 if health is None else _EVALUATED | (_UNHEALTHY if health else 0))
-                | new_rank << _RANK_SHIFT
             )
+            if state.flags[number] & _COMPLETED:  # classified once already: a late outcome changes nothing
+                if new != member & _COUNTED or not _same(reward, state.rewards[slot]):
+                    self._counts[label].late += 1
+                return
+            if not member & _HAS_OUTCOME:
+                state.outcomes[number] += 1
+                state.expected_done[number] += bool(member & _EXPECTED)
+            state.states[slot] = member & _EXPECTED | new | new_rank << _RANK_SHIFT
             state.rewards[slot] = reward
-            self._complete_if_done(label, state, number)
+            if not self._deferred:
+                self._complete_if_done(label, state, number)
 
     def _complete_if_done(self, label: str, state: _Agent, number: int) -> None:
         # Called under the lock. Inputs give the members of a task; otherwise the agent's declared size.
@@ -330,6 +375,7 @@ class Groups:
                     uniform=counts.uniform.copy(),
                     members=counts.members.copy(),
                     unhealthy=counts.unhealthy,
+                    late=counts.late,
                 )
                 for label, counts in sorted(self._counts.items())
             )

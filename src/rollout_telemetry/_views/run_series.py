@@ -146,6 +146,15 @@ GROUP_FAMILIES: tuple[Family[GroupsSnapshot], ...] = (
         "their group completes: NeMo Gym's task_consistently_unhealthy, live.",
         PerAgent[AgentGroups](lambda a: a.unhealthy or None),
     ),
+    Family(
+        "rollout_groups_late_outcomes_total", "counter", ("agent",), "{rollout}",
+        "once an outcome of the agent arrives for a group already classified and would have changed it",
+        "Outcomes that arrived after their group was classified (a retry of a failed member on resume, a "
+        "member beyond the group's size) and would have changed its classification: the group counts keep "
+        "the group as it was when it completed. rollout-telemetry report, which classifies each group from "
+        "its members' final outcomes, gives the same group counts when this is 0.",
+        PerAgent[AgentGroups](lambda a: a.late or None),
+    ),
 )  # fmt: skip
 """The groups' families."""
 

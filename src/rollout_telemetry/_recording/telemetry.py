@@ -135,8 +135,9 @@ class RolloutTelemetry(ExpectedWork, Reading):
         slow = stall_bound(slow_after, slow_after_by_agent, self.names, "slow_after")
         self._account = Account(names=self.names, clock=clock, stall_after=bound, slow_after=slow)
         self.rejections = Rejections(self._account.reject, strict=strict)
-        self._stalls = Stalls(self._account, stall_after, self.rejections.reject, slow_after)
         """The rejection policy (count by reason, warn once per cause, raise under ``strict``)."""
+        self._stalls = Stalls(self._account, stall_after, self.rejections.reject, slow_after)
+        self._account.first_context = self._stalls.watch  # when there is something to watch
         self.groups = Groups(self.names, min_valid=min_valid_per_group)
         """The groups of the run (GRPO-style): fed by ``_settle``, with every outcome that has an identity."""
         self._expected: dict[str, int] = {}
@@ -448,7 +449,6 @@ class RolloutTelemetry(ExpectedWork, Reading):
         ``terminal`` from its outcome until its block exits; ``heartbeat()``, ``stage()`` and ``cleanup()``
         say what it is doing.
         """
-        self._stalls.watch()
         return RolloutContext(self._shared, agent, task_index, rollout_index, attempt)
 
     # -- the collecting process -----------------------------------------------------------------------

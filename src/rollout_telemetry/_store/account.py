@@ -42,6 +42,10 @@ InFlight = tuple[AgentState, Slot, float]
 """What ``Account.begin`` returns and ``Account.count`` takes to end that flight: opaque to callers."""
 
 
+def _nothing() -> None:
+    """No hook: nothing to do."""
+
+
 def _recovery(state: AgentState) -> Recovery:
     # Under the lock: an agent's recovery counts, made at its first retry verdict or failure stage.
     recovery = state.recovery
@@ -74,6 +78,9 @@ class Account:
         self._stall_after = stall_after
         self._slow_after = slow_after
         self.names = names
+        self.first_context: Callable[[], None] = _nothing
+        """Called when an agent's first rollout context is made (``offer``): once per agent, never on the
+        hot path (the stall watcher starts then)."""
         self._by_label: dict[str, AgentState] = {}
         # Raw agent name -> state, so the hot path does one dict lookup. Folded names are never entered,
         # so each of their records takes the slow path and is counted as an overflow.
@@ -303,6 +310,7 @@ class Account:
         if not state.lifecycle:  # its lifecycle series from its first context on, entered or not
             with self._lock:
                 state.lifecycle = True
+            self.first_context()
         return self._clock()
 
     def begin(

@@ -667,6 +667,7 @@ NO_IDENTITY = "No identities: rollouts carry no task and rollout index"
 NO_CLEANUPS = "No cleanups: nothing is released in ctx.cleanup()"
 NO_LOOP = "No event loop watched: no async rollout block, or runtime_metrics=False"
 NO_RUNTIME = "No runtime metrics: runtime_metrics=False, or not on Linux/CPython"
+NO_WRITES = "No output writes timed: nothing is written in telemetry.output_write()"
 PER_PROCESS = Scope(("instance",), "$__rate_interval")
 """prometheus_client's process families: no run or agent label, a series per process (restricted to the
 selected runs' processes by ``_of_the_run``)."""
@@ -825,6 +826,18 @@ RECOVERY = Row(
             ),
             width=8,
             no_value=NO_RUNTIME,
+        ),
+        Panel(
+            "timeseries",
+            "Output write quantiles",
+            "p50 and p99 of how long each write of the collection's output took (telemetry.output_write(): a "
+            "rollout's row appended to the results file, say), over the selected runs' processes, from "
+            "rollout_output_write_seconds: a slow disk or network file system holds every rollout waiting "
+            "for its row. Writes that raised: rollout_output_writes_failed_total.",
+            "s",
+            _quantiles("rollout_output_write_seconds", "write", (0.5, 0.99), UNLABELLED),
+            width=8,
+            no_value=NO_WRITES,
         ),
         Panel(
             "timeseries",

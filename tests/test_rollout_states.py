@@ -183,6 +183,7 @@ def test_the_collectors_phases(telemetry: RolloutTelemetry) -> None:
     phases = {phase: value(text, "rollout_collector_rollouts", agent="a", phase=phase) for phase in
               ("offered", "resident", "active")}  # fmt: skip
     assert phases == {"offered": 1, "resident": 4, "active": 1}
+    assert value(text, "rollout_collector_offered_total", agent="a") == 5  # every context made so far
     with pytest.raises(AssertionError):  # an agent that never used the lifecycle has no phases
         value(text, "rollout_collector_rollouts", agent="plain", phase="offered")
     for context in (admitting, running, cancelled, done):
@@ -191,6 +192,7 @@ def test_the_collectors_phases(telemetry: RolloutTelemetry) -> None:
     agent = telemetry.snapshot().agent("a")
     assert agent is not None
     assert agent.phases == {"offered": 0, "resident": 0, "active": 0}
+    assert value(exposition(telemetry.registry), "rollout_collector_offered_total", agent="a") == 5
 
 
 def test_admission_wait_is_made_to_entered_plus_time_at_admission(clock: FakeClock) -> None:
@@ -320,11 +322,14 @@ def test_threads_and_a_scraper_lose_and_invent_nothing() -> None:
     stop = threading.Event()
     seen_stages: set[str] = set()
 
+    made: list[int] = []
+
     def scrape() -> None:
         while not stop.is_set():
             agent = telemetry.snapshot().agent("a")
             if agent is not None:
                 seen_stages.update(stage for stage, _ in agent.in_flight_by_state)
+                made.append(agent.made)
 
     def work(worker: int) -> None:
         for i in range(500):
@@ -353,3 +358,6 @@ def test_threads_and_a_scraper_lose_and_invent_nothing() -> None:
     assert agent.admission_wait is not None
     assert agent.admission_wait.count == 4000
     assert seen_stages <= {"agent", "admission", "verification"}
+    # The contexts made, read while they move from offered to resident to exited: never down, 4000 at last.
+    assert made == sorted(made)
+    assert agent.made == 4000

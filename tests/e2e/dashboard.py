@@ -22,9 +22,10 @@ LIFECYCLE = {
     "rollout_cleanup_duration_seconds_bucket",
     "rollout_admission_wait_seconds_bucket",
     "rollout_telemetry_event_loop_lag_seconds_bucket",
+    "rollout_output_write_seconds_bucket",
 }
-"""Published by the lifecycle API only (the demo uses it; a followed run does not): its async blocks are what
-watch an event loop too."""
+"""Published by the hook API only (the demo uses it; a followed run does not): its async blocks are what
+watch an event loop too, and its collector is what writes the output."""
 TRAJECTORY = {"rollout_health_findings_total", "rollout_health_evaluated_total"}
 """Published only for rollouts that carry a trajectory (``ng_trajectory``): the demo's do not."""
 DECLARED = {"rollout_measured_reward_bucket"}

@@ -49,7 +49,9 @@ default 0.8 times ``max_rollout_seconds``) is ``slow``.
 from __future__ import annotations
 
 import asyncio
+import json
 import math
+import os
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -230,10 +232,11 @@ async def _one_rollout(  # noqa: PLR0917 - one call site
     member: tuple[str, int, int, float | None],
     phase: _Phase,
     attempt: int,
-    broken: bool = False,
+    broken: bool,
+    write_row: Callable[[dict[str, Any]], None],
 ) -> bool:
     """One attempt of a rollout; return whether it failed (NeMo Gym would retry it). A ``broken`` rollout
-    fails on every attempt."""
+    fails on every attempt. Its row is written to the run's output (``write_row``) once it has an outcome."""
     agent, task, index, common = member  # common: the reward every member of an easy or hard task scores
     draw = rng.random()
     # A slow model server makes rollouts longer, not hung: they stay under stall_after.
@@ -269,6 +272,7 @@ async def _one_rollout(  # noqa: PLR0917 - one call site
             failed = False
         else:
             _outcome(rollout, rng, config, phase, draw, (broken, reward, truncated, seconds))
+        write_row({"agent": agent, "task_index": task, "rollout_index": index, "attempt": attempt})
         # Its environment session is released after the outcome (the rollout is terminal meanwhile).
         async with rollout.cleanup() as cleanup:
             await asyncio.sleep(0.02 * config.max_rollout_seconds)
@@ -346,6 +350,25 @@ def _declare(telemetry: RolloutTelemetry, config: DemoConfig) -> int | None:
     return planned
 
 
+class _Output:
+    """The run's output: each rollout's row written as NeMo Gym appends it to its results file, in a timed
+    output write (``telemetry.output_write()``), then discarded."""
+
+    def __init__(self, telemetry: RolloutTelemetry) -> None:
+        self._telemetry = telemetry
+        self._sink = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 - closed by close()
+
+    def write(self, row: dict[str, Any]) -> None:
+        line = json.dumps(row) + "\n"
+        with self._telemetry.output_write() as write:
+            self._sink.write(line)
+            self._sink.flush()
+            write.wrote(len(line))
+
+    def close(self) -> None:
+        self._sink.close()
+
+
 async def _block_loop(phase: _Phase, after: float) -> None:
     """From ``after`` seconds on, block the event loop for ``phase.blocking`` seconds every second: work on
     the loop that does not await."""
@@ -375,12 +398,16 @@ async def run_demo(
     tasks: set[asyncio.Task[None]] = set()
     started = 0
     blocker = asyncio.create_task(_block_loop(after, config.drop_after)) if after.blocking else None
+    output = _Output(telemetry)
 
     async def guarded(member: tuple[str, int, int, float | None], phase: _Phase) -> None:
         broken = rng.random() < phase.broken
         async with limit:
             for attempt in range(DEFAULT_MAX_ATTEMPTS):  # a failed attempt is retried, as NeMo Gym does
-                if not await _one_rollout(telemetry, config, rng, member, phase, attempt, broken):
+                failed = await _one_rollout(
+                    telemetry, config, rng, member, phase, attempt, broken, output.write
+                )
+                if not failed:
                     break
 
     try:
@@ -412,6 +439,7 @@ async def run_demo(
             task.cancel()
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
+        output.close()
     return started
 
 

@@ -39,7 +39,15 @@ if TYPE_CHECKING:
     from rollout_telemetry._store.agent import AgentState
     from rollout_telemetry._store.rejections import Rejections
 
-__all__ = ["EXCEPTION_KINDS", "NO_OUTCOME", "Cleanup", "RolloutContext", "Shared", "kind_of_exception"]
+__all__ = [
+    "EXCEPTION_KINDS",
+    "NO_OUTCOME",
+    "AsyncWith",
+    "Cleanup",
+    "RolloutContext",
+    "Shared",
+    "kind_of_exception",
+]
 
 NO_OUTCOME = "rollout_telemetry:no_outcome"
 """The failure kind of a rollout block left without complete(), fail() or omit()."""
@@ -103,12 +111,13 @@ class Shared:
     rejections: Rejections
     clock: Callable[[], float]
     loop_entered: Callable[[], None] = lambda: None
-    rollout_log: bool = False  # rollout_log=True: each rollout's line when it ends
     """Called as an ``async with`` block is entered, on its event loop (which the facade samples)."""
+    rollout_log: bool = False  # rollout_log=True: each rollout's line when it ends
 
 
-class _AsyncWith:
-    """``async with`` as ``with``: nothing these blocks do on entering or leaving awaits."""
+class AsyncWith:
+    """``async with`` as ``with``: nothing these blocks do on entering or leaving awaits. Leaving the block
+    is ``_leave(exc)``, with the exception escaping it or ``None``."""
 
     __slots__ = ()
 
@@ -121,6 +130,9 @@ class _AsyncWith:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        self._leave(exc)
+
+    def _leave(self, exc: BaseException | None) -> None:
         raise NotImplementedError
 
     async def __aenter__(self) -> Self:
@@ -135,7 +147,7 @@ class _AsyncWith:
         self.__exit__(exc_type, exc, tb)
 
 
-class RolloutContext(_AsyncWith):
+class RolloutContext(AsyncWith):
     """One rollout in flight. Use as ``with`` or ``async with``; record its outcome inside the block."""
 
     __slots__ = (
@@ -448,7 +460,7 @@ class RolloutContext(_AsyncWith):
                 shared.rejections.reject(exc)
 
 
-class Cleanup(_AsyncWith):
+class Cleanup(AsyncWith):
     """One cleanup (releasing an environment session, say), timed: ``with`` or ``async with``.
 
     Its duration goes to ``rollout_cleanup_duration_seconds``; it is unresolved
@@ -480,12 +492,7 @@ class Cleanup(_AsyncWith):
         self._started = self._shared.clock()
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def _leave(self, exc: BaseException | None) -> None:
         state, self._state = self._state, None
         if state is None:
             return

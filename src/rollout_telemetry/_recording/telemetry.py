@@ -28,6 +28,7 @@ from rollout_telemetry._contract.outcome import (
 )
 from rollout_telemetry._recording.expected import ExpectedWork
 from rollout_telemetry._recording.lifecycle import Cleanup, RolloutContext, Shared
+from rollout_telemetry._recording.output import OutputWrite
 from rollout_telemetry._recording.reading import Reading
 from rollout_telemetry._recording.rollout_log import INFO, ROLLOUTS, log_outcome
 from rollout_telemetry._recording.runtime import (
@@ -482,6 +483,14 @@ class RolloutTelemetry(ExpectedWork, Reading):
         self._watch_loops = False
         self._loops.stop()
         unwatch_gc(self._runtime)
+
+    def output_write(self) -> OutputWrite:
+        """Time one write of the collection's output (a rollout's row appended to the results file, say):
+        ``with`` or ``async with``; ``wrote(n)`` inside gives its size in bytes. Its duration, size and
+        whether it raised are counted (``rollout_output_write_seconds``, ``rollout_output_write_bytes``,
+        ``rollout_output_writes_failed_total``), for every agent at once: one write may hold rows of
+        several."""
+        return OutputWrite(self._runtime, self._clock, self.rejections.reject)
 
     def cleanup(self, agent: str) -> Cleanup:
         """Time one cleanup of ``agent`` outside a rollout block (releasing an environment session, say):

@@ -1,4 +1,5 @@
-"""The collecting process's runtime: how late its event loops wake, how long its garbage collections stop it.
+"""The collecting process's runtime: how late its event loops wake, how long its garbage collections stop it,
+how long it takes to write its output.
 
 Written by the samplers of ``_recording.runtime`` (the event-loop lag sampler, the ``gc.callbacks`` hook),
 read once per scrape as a ``RuntimeSnapshot``. The garbage collector's hook writes without a lock: a lock
@@ -14,7 +15,16 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-__all__ = ["GC_PAUSE_BUCKETS", "LAG_BUCKETS", "Buckets", "Runtime", "RuntimeSnapshot", "Series"]
+__all__ = [
+    "GC_PAUSE_BUCKETS",
+    "LAG_BUCKETS",
+    "WRITE_BUCKETS",
+    "WRITE_BYTES_BUCKETS",
+    "Buckets",
+    "Runtime",
+    "RuntimeSnapshot",
+    "Series",
+]
 
 LAG_BUCKETS: tuple[float, ...] = (
     0.001,
@@ -38,6 +48,15 @@ GC_PAUSE_BUCKETS: tuple[float, ...] = (
 )  # fmt: skip
 """Upper bounds (seconds) of the garbage-collection pause histogram: a young collection takes tens of
 microseconds, a full one of a large heap can take a second."""
+
+WRITE_BUCKETS: tuple[float, ...] = (
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+)  # fmt: skip
+"""Upper bounds (seconds) of the output write histogram: a buffered line takes microseconds, a flush to a
+network file system can take seconds."""
+
+WRITE_BYTES_BUCKETS: tuple[float, ...] = tuple(float(4**power) for power in range(4, 14))
+"""Upper bounds (bytes) of the output write size histogram: 256 B (a short row) to 64 MiB, by powers of 4."""
 
 GENERATIONS = ("0", "1", "2")
 
@@ -90,6 +109,12 @@ class RuntimeSnapshot:
 
     lag: Series | None
     gc_pauses: Mapping[str, Series]
+    writes: Series | None = None
+    """Output writes' durations, ``None`` before the first."""
+    write_bytes: Series | None = None
+    """Output writes' sizes, where given, ``None`` before the first."""
+    writes_failed: int = 0
+    """Output writes that raised."""
 
 
 class Runtime:
@@ -99,6 +124,10 @@ class Runtime:
         self._lag = Buckets(LAG_BUCKETS)
         self._lag_lock = threading.Lock()  # event loops on several threads may share one telemetry
         self._gc = tuple(Buckets(GC_PAUSE_BUCKETS) for _ in GENERATIONS)  # by generation
+        self._writes = Buckets(WRITE_BUCKETS)
+        self._write_bytes = Buckets(WRITE_BYTES_BUCKETS)
+        self._writes_failed = 0
+        self._write_lock = threading.Lock()  # writers on several threads
 
     def lagged(self, seconds: float) -> None:
         """An event loop woke ``seconds`` after it was due."""
@@ -111,6 +140,14 @@ class Runtime:
         if 0 <= generation < len(self._gc):
             self._gc[generation].observe(seconds)
 
+    def wrote(self, seconds: float, size: int | None, failed: bool) -> None:
+        """One output write took ``seconds``, of ``size`` bytes if known; ``failed``: it raised."""
+        with self._write_lock:
+            self._writes.observe(seconds)
+            if size is not None:
+                self._write_bytes.observe(float(size))
+            self._writes_failed += failed
+
     def snapshot(self) -> RuntimeSnapshot:
         """The histograms as they are now."""
         with self._lag_lock:
@@ -118,4 +155,12 @@ class Runtime:
         pauses = {
             generation: buckets.read() for generation, buckets in zip(GENERATIONS, self._gc, strict=True)
         }
-        return RuntimeSnapshot(lag, {g: series for g, series in pauses.items() if series is not None})
+        with self._write_lock:
+            writes, write_bytes, failed = self._writes.read(), self._write_bytes.read(), self._writes_failed
+        return RuntimeSnapshot(
+            lag,
+            {g: series for g, series in pauses.items() if series is not None},
+            writes,
+            write_bytes,
+            failed,
+        )

@@ -114,6 +114,13 @@ class AgentSnapshot:
     """Cleanups started and not finished successfully; ``None`` before the first started."""
 
     @property
+    def made(self) -> int:
+        """Rollout contexts made so far, entered or not: those offered, those resident and those whose block
+        exited (each observed its admission wait as it exited), so the number never goes down."""
+        exited = 0 if self.admission_wait is None else self.admission_wait.count
+        return self.phases.get("offered", 0) + self.phases.get("resident", 0) + exited
+
+    @property
     def in_flight(self) -> int:
         """Rollouts in flight now."""
         return sum(self.in_flight_by_stage.values())

@@ -18,6 +18,7 @@ __all__ = [
     "COVERAGE_FAMILIES",
     "GROUP_FAMILIES",
     "PROCESS_FAMILIES",
+    "RUNTIME_COUNTERS",
     "RUNTIME_FAMILIES",
     "RUNTIME_HISTOGRAMS",
     "SPAN_FAMILIES",
@@ -185,6 +186,21 @@ def _gc_pauses(snap: RuntimeSnapshot) -> Iterator[tuple[tuple[str, ...], Series]
         yield (generation,), series
 
 
+def _writes(snap: RuntimeSnapshot) -> Iterator[tuple[tuple[str, ...], Series]]:
+    if snap.writes is not None:
+        yield (), snap.writes
+
+
+def _write_bytes(snap: RuntimeSnapshot) -> Iterator[tuple[tuple[str, ...], Series]]:
+    if snap.write_bytes is not None:
+        yield (), snap.write_bytes
+
+
+def _writes_failed(snap: RuntimeSnapshot) -> Iterator[Sample]:
+    if snap.writes is not None:  # from the first write on, so increase() sees the first failure
+        yield (), snap.writes_failed
+
+
 @dataclass(frozen=True, slots=True)
 class RuntimeHistogram:
     """A histogram of the runtime: its family and its series (labels, buckets and sum) in a snapshot."""
@@ -224,10 +240,44 @@ RUNTIME_HISTOGRAMS: tuple[RuntimeHistogram, ...] = (
         ),
         _gc_pauses,
     ),
+    RuntimeHistogram(
+        Family(
+            "rollout_output_write_seconds", "histogram", (), "s",
+            "once an output write is timed (telemetry.output_write())",
+            "How long each write of the collection's output took (a rollout's row appended to the results "
+            "file, say), timed by telemetry.output_write(): a slow disk or network file system holds every "
+            "rollout that waits for its row to be written.",
+            _sums(_writes),
+        ),
+        _writes,
+    ),
+    RuntimeHistogram(
+        Family(
+            "rollout_output_write_bytes", "histogram", (), "By",
+            "once an output write gives its size (output_write().wrote(n))",
+            "The size of each output write, where the writer gave it.",
+            _sums(_write_bytes),
+        ),
+        _write_bytes,
+    ),
 )  # fmt: skip
 """The runtime's histograms, as the exporters format them."""
 
-RUNTIME_FAMILIES: tuple[Family[RuntimeSnapshot], ...] = tuple(view.family for view in RUNTIME_HISTOGRAMS)
+RUNTIME_COUNTERS: tuple[Family[RuntimeSnapshot], ...] = (
+    Family(
+        "rollout_output_writes_failed_total", "counter", (), "{write}",
+        "once an output write is timed (every write then)",
+        "Output writes that raised (the exception is re-raised to the writer): rows that may not have "
+        "reached the results file.",
+        _writes_failed,
+    ),
+)  # fmt: skip
+"""The runtime's counters."""
+
+RUNTIME_FAMILIES: tuple[Family[RuntimeSnapshot], ...] = (
+    *(view.family for view in RUNTIME_HISTOGRAMS),
+    *RUNTIME_COUNTERS,
+)
 """The collecting process's runtime families (``Runtime``)."""
 
 

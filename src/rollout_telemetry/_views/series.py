@@ -299,6 +299,14 @@ FAMILIES: tuple[Family[AccountSnapshot], ...] = (
         _phases,
     ),
     Family(
+        "rollout_collector_offered_total", "counter", _AGENT, "{rollout}",
+        "per agent that used the lifecycle API",
+        "Rollout contexts made (telemetry.rollout(...)), entered or not: NeMo Gym's "
+        "gym.driver.rollouts.offered. Its rate beside the rate of completions is the collector's intake "
+        "against its output.",
+        _each(lambda a: a.made if a.lifecycle else None),
+    ),
+    Family(
         "rollout_cleanups_failed_total", "counter", _KIND, "{cleanup}", "once a cleanup of the agent fails",
         "Cleanups (rollout.cleanup(), telemetry.cleanup(agent)) that raised or were failed (fail(kind)), by "
         "failure kind.",

@@ -31,6 +31,7 @@ from rollout_telemetry._views.family import Family
 from rollout_telemetry._views.run_series import (
     COVERAGE_FAMILIES,
     GROUP_FAMILIES,
+    RUNTIME_COUNTERS,
     RUNTIME_HISTOGRAMS,
     SPAN_FAMILIES,
 )
@@ -320,14 +321,16 @@ class SpanStatsCollector(_CatalogueCollector[Mapping[str, int]]):
 
 
 class RuntimeCollector(_CatalogueCollector[RuntimeSnapshot]):
-    """Publishes the runtime histograms (event-loop lag, garbage-collection pauses) from one snapshot."""
+    """Publishes the runtime families (event-loop lag, garbage-collection pauses, output writes) from one
+    snapshot."""
 
     def __init__(
         self, read_snapshot: Callable[[], RuntimeSnapshot], const_labels: Mapping[str, str] | None = None
     ) -> None:
-        super().__init__(read_snapshot, (), const_labels)  # every family is a histogram: written below
+        super().__init__(read_snapshot, RUNTIME_COUNTERS, const_labels)  # the histograms: written below
 
     def _described(self) -> Iterator[Family[Any]]:
+        yield from RUNTIME_COUNTERS
         for view in RUNTIME_HISTOGRAMS:
             yield view.family
 
@@ -341,13 +344,17 @@ class RuntimeCollector(_CatalogueCollector[RuntimeSnapshot]):
                 yield histogram
 
     def _key(self, index: int, snap: RuntimeSnapshot) -> object:
+        if index < len(RUNTIME_COUNTERS):
+            return super()._key(index, snap)
         return _flat(
             (labels, s.total, *(c for _, c in s.buckets))
-            for labels, s in RUNTIME_HISTOGRAMS[index].series(snap)
+            for labels, s in RUNTIME_HISTOGRAMS[index - len(RUNTIME_COUNTERS)].series(snap)
         )
 
     def _write(self, index: int, layout: Layout, snap: RuntimeSnapshot) -> bytes:
-        series = RUNTIME_HISTOGRAMS[index].series(snap)
+        if index < len(RUNTIME_COUNTERS):
+            return super()._write(index, layout, snap)
+        series = RUNTIME_HISTOGRAMS[index - len(RUNTIME_COUNTERS)].series(snap)
         return "".join(
             [layout.histogram(labels, one.buckets, one.total, {}) for labels, one in series]
         ).encode()

@@ -106,7 +106,7 @@ def test_a_handle_whose_slot_was_taken_again_writes_nothing(clock: FakeClock) ->
     clock.advance(5.0)
     account.heartbeat(old, clock())
     account.set_stage(old, "verification", clock())
-    account.cancel(old)
+    account.cancel(old, "late")
     listing = telemetry.rollouts_in_flight()["rollouts"]
     assert isinstance(listing, list)
     (record,) = listing

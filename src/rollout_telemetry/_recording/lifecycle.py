@@ -31,6 +31,7 @@ from rollout_telemetry._contract.health import TRAJECTORY, health_of
 from rollout_telemetry._contract.identity import Member, member
 from rollout_telemetry._contract.outcome import Classified, Disposition, absent, classify
 from rollout_telemetry._recording.rollout_log import INFO, ROLLOUTS, log_outcome
+from rollout_telemetry._store.flights import CANCELLED, STAGED
 from rollout_telemetry.errors import OutcomeError, RolloutUsageError
 
 if TYPE_CHECKING:
@@ -151,7 +152,6 @@ class RolloutContext(AsyncWith):
     """One rollout in flight. Use as ``with`` or ``async with``; record its outcome inside the block."""
 
     __slots__ = (
-        "_cancelled",
         "_handle",
         "_member",
         "_offered",
@@ -181,7 +181,6 @@ class RolloutContext(AsyncWith):
         self._member: Member | None = None  # its identity, checked when it starts
         self._span: OpenSpan | None = None
         self._state = _NEW
-        self._cancelled: str | None = None  # the reason given to cancel()
         self._offered = shared.account.offer(agent)  # when it was made
 
     # -- entering and leaving -----------------------------------------------------------------------
@@ -231,8 +230,8 @@ class RolloutContext(AsyncWith):
                 if exc is not None:
                     kind, reason = kind_of_exception(exc), f"{type(exc).__name__}: {exc}"
                     self._finish(absent(Disposition.FAILED, kind, reason))
-                elif self._cancelled is not None:
-                    self._finish(absent(Disposition.FAILED, failure_kinds.CANCELLED, self._cancelled))
+                elif self._handle is not None and (slot := self._handle[1]).flags & CANCELLED:
+                    self._finish(absent(Disposition.FAILED, failure_kinds.CANCELLED, slot.reason))
                 else:
                     self._finish(
                         absent(Disposition.FAILED, NO_OUTCOME, "rollout block exited without an outcome")
@@ -285,9 +284,8 @@ class RolloutContext(AsyncWith):
             return
         handle = self._handle
         assert handle is not None
-        self._cancelled = "rollout cancelled" if reason is None else reason
         try:
-            self._shared.account.cancel(handle)
+            self._shared.account.cancel(handle, "rollout cancelled" if reason is None else reason)
         except Exception as exc:
             self._shared.rejections.reject(exc)
 
@@ -357,7 +355,7 @@ class RolloutContext(AsyncWith):
         if self._state == _IN_FLIGHT:
             assert self._handle is not None
             slot = self._handle[1]
-            current = (stage_of(slot.stage) if slot.staged else None) if stage is None else stage
+            current = (stage_of(slot.stage) if slot.flags & STAGED else None) if stage is None else stage
             where, refused = failure_where(current, delivery)
         self._absent(Disposition.FAILED, failure_kind, reason, terminal, where)
         for error in refused:  # after the failure is counted, at an unknown stage or delivery

@@ -21,7 +21,7 @@ from rollout_telemetry._contract.outcome import Classified, Disposition
 from rollout_telemetry._contract.reward_range import RewardRange, reward_bounds
 from rollout_telemetry._store import fork as _fork
 from rollout_telemetry._store.agent import DURATION_BUCKETS, AgentCopy, AgentState, Cell
-from rollout_telemetry._store.flights import Flight, FlightRecord, RolloutState, Slot
+from rollout_telemetry._store.flights import CANCELLED, TERMINAL, Flight, FlightRecord, RolloutState, Slot
 from rollout_telemetry._store.names import Names, cacheable
 from rollout_telemetry._store.reads import read_locked
 from rollout_telemetry._store.recovery import Recovery
@@ -199,7 +199,7 @@ class Account:
             if (
                 in_flight is not None
             ):  # the lifecycle: terminal in the same step, its slot kept until it exits
-                slot.terminal = True
+                slot.flags |= TERMINAL
                 bucket = bisect.bisect_left(DURATION_BUCKETS, duration)
                 state.duration_buckets[bucket] += 1
                 state.duration_sum += duration
@@ -373,11 +373,14 @@ class Account:
             if handle[1].owner is handle:  # as in set_stage
                 handle[1].beat = now
 
-    def cancel(self, handle: InFlight) -> None:
-        """Mark a rollout (by the handle ``begin`` returned) ``cancelled`` until its block exits."""
+    def cancel(self, handle: InFlight, reason: str) -> None:
+        """Mark a rollout (by the handle ``begin`` returned) ``cancelled`` for ``reason`` until its block
+        exits."""
         with self._lock:
-            if handle[1].owner is handle:  # as in set_stage
-                handle[1].cancelled = True
+            slot = handle[1]
+            if slot.owner is handle:  # as in set_stage
+                slot.reason = reason
+                slot.flags |= CANCELLED
 
     # -- cleanups -----------------------------------------------------------------------------------
 

@@ -20,7 +20,19 @@ from typing import Protocol
 from rollout_telemetry._store.observed import FOLD_AT, WAIT_BUCKETS, Observations
 from rollout_telemetry.failure_kinds import ADMISSION, AGENT
 
-__all__ = ["Flight", "FlightRecord", "Flights", "RolloutState", "Slot", "StageCounts", "state_of"]
+__all__ = [
+    "CANCELLED",
+    "STAGED",
+    "STALLED",
+    "TERMINAL",
+    "Flight",
+    "FlightRecord",
+    "Flights",
+    "RolloutState",
+    "Slot",
+    "StageCounts",
+    "state_of",
+]
 
 
 class RolloutState(StrEnum):
@@ -79,30 +91,32 @@ class FlightRecord:
     """Seconds since its last heartbeat (``heartbeat()``), stage change or start."""
 
 
+# A slot's flags, one int (a rollout starts with 0: one store, not one per flag).
+STALLED = 1  # found in flight longer than its agent's stall_after
+TERMINAL = 2  # its outcome is counted
+CANCELLED = 4  # cancel() was called; its reason is the slot's ``reason``
+STAGED = 8  # stage() was called: its stage is the user's, not the one it started at
+
+
 class Slot:
     """One rollout whose block has not exited: free when ``start`` is ``None``."""
 
-    __slots__ = (
-        "beat", "cancelled", "flight", "owner", "stage", "staged", "stalled", "start", "terminal", "wait",
-        "waiting",
-    )  # fmt: skip
+    __slots__ = ("beat", "flags", "flight", "owner", "reason", "stage", "start", "wait", "waiting")
 
     def __init__(self) -> None:
         self.start: float | None = None
         self.stage = AGENT
         self.flight: Flight | None = None
-        self.stalled = False
-        self.terminal = False  # its outcome is counted
-        self.cancelled = False
+        self.flags = 0  # STALLED, TERMINAL, CANCELLED, STAGED
+        self.reason = ""  # the reason given to cancel(), read only when CANCELLED is set
         self.beat = 0.0  # its last heartbeat, stage change or start
         self.wait = 0.0  # admission wait so far: offered to started, and the time at stage admission
         self.waiting: float | None = None  # since when it is at stage admission
-        self.staged = False  # stage() was called: its stage is the user's, not the one it started at
         self.owner: object = None  # the handle of the rollout that took it (Account.begin)
 
     def move(self, stage: str, now: float) -> None:
         """At ``stage`` from ``now`` on (a heartbeat); the time at ``admission`` is admission wait."""
-        self.staged = True
+        self.flags |= STAGED
         self.leave_admission(now)
         if stage == ADMISSION:
             self.waiting = now
@@ -124,11 +138,12 @@ class Slot:
 
 def state_of(slot: Slot, now: float, slow_after: float | None) -> RolloutState:
     """The state of the rollout in a taken slot: the one place the states' precedence is applied."""
-    if slot.terminal:
+    flags = slot.flags
+    if flags & TERMINAL:
         return _TERMINAL
-    if slot.cancelled:
+    if flags & CANCELLED:
         return _CANCELLED
-    if slot.stalled:
+    if flags & STALLED:
         return _STALLED
     if slow_after is not None and slot.start is not None and now - slot.start > slow_after:
         return _SLOW
@@ -187,11 +202,10 @@ class Flights:
         else:  # more rollouts in flight than ever before
             slot = Slot()
             self.slots.append(slot)
-        slot.start = now
+        slot.start = slot.beat = now
         slot.stage = AGENT
         slot.flight = flight
-        slot.stalled = slot.terminal = slot.cancelled = slot.staged = False
-        slot.beat = now
+        slot.flags = 0
         slot.wait = wait  # slot.waiting is None: release() left admission, a new slot was never there
         return slot
 
@@ -215,9 +229,9 @@ class Flights:
         found = []
         for slot in self.slots:
             start = slot.start
-            if start is None or slot.stalled or slot.terminal or now - start <= limit:
+            if start is None or slot.flags & (STALLED | TERMINAL) or now - start <= limit:
                 continue
-            slot.stalled = True
+            slot.flags |= STALLED
             self.stalls[slot.stage] = self.stalls.get(slot.stage, 0) + 1
             found.append((slot.stage, slot.flight, now - start))
         return found
@@ -228,7 +242,7 @@ class Flights:
         """(start, stage, what began it, stalled, state, last heartbeat) of each taken slot."""
         self.reclaim()
         return [
-            (s.start, s.stage, s.flight, s.stalled, state_of(s, now, slow_after), s.beat)
+            (s.start, s.stage, s.flight, bool(s.flags & STALLED), state_of(s, now, slow_after), s.beat)
             for s in self.slots
             if s.start is not None
         ]
@@ -255,7 +269,7 @@ class Flights:
                     continue
                 active += state is not _CANCELLED and stage != ADMISSION
                 in_flight[stage] = in_flight.get(stage, 0) + 1
-                stalled[stage] = stalled.get(stage, 0) + slot.stalled
+                stalled[stage] = stalled.get(stage, 0) + bool(slot.flags & STALLED)
                 if start < oldest.get(stage, start + 1.0):
                     oldest[stage] = start
         # Every stage seen by every state seen (active first): 0 when none is there.

@@ -23,7 +23,7 @@ from rollout_telemetry._store import fork as _fork
 from rollout_telemetry._store.agent import DURATION_BUCKETS, AgentCopy, AgentState, Cell
 from rollout_telemetry._store.flights import CANCELLED, TERMINAL, Flight, FlightRecord, RolloutState, Slot
 from rollout_telemetry._store.names import Names, cacheable
-from rollout_telemetry._store.reads import read_locked
+from rollout_telemetry._store.reads import read_in_turns, read_locked
 from rollout_telemetry._store.recovery import Recovery
 from rollout_telemetry._store.snapshot import AccountSnapshot, AgentSnapshot
 from rollout_telemetry.errors import ConfigError
@@ -472,17 +472,20 @@ class Account:
     # -- reading ------------------------------------------------------------------------------------
 
     def snapshot(self) -> AccountSnapshot:
-        """Copy every count atomically; everything derived is computed after the lock is released.
+        """Copy each agent's counts atomically, the agents in turns of the lock (``read_in_turns``), so a
+        recording thread never waits for more than a turn; everything derived is computed after the lock is
+        released.
 
         An agent whose copy equals the one of an earlier snapshot gets that snapshot's ``AgentSnapshot``
         again, the same object: deriving is skipped, and a view can keep what it made from it (the
         exposition keeps the agent's lines) while the agent is unchanged.
         """
-        with read_locked(self._lock):
+        with read_locked(self._lock):  # the agents so far, the rejections and the time, at once
             now = self._clock()
-            copies = [state.copy(now, self._slow(state.label)) for state in self._by_label.values()]
+            states = list(self._by_label.values())
             rejected = self._rejected.copy()
             overflow = self._overflow.copy()
+        copies = read_in_turns(self._lock, states, lambda state: state.copy(now, self._slow(state.label)))
         derived = self._derived
         agents = []
         for copy in copies:

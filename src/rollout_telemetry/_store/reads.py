@@ -7,16 +7,28 @@ needs the interpreter back, and CPython gives it only at the next forced switch 
 back to back (``benchmarks/scrape_stall.py --case trainer``): the recorder's p99 was 1.33 ms and it made
 325,000 calls in 10 s; yielding the interpreter as the read ends (``time.sleep(0)``, one system call per
 read) gives p99 0.0012 ms and 5 million calls. Only readers do this; recording never yields.
+
+A read of many parts (the account's agents) takes the lock in turns (``read_in_turns``): each part is read
+whole under the lock, which is released, and the interpreter handed over, once a turn has lasted
+``TURN_SECONDS``. With 250 agents (52,500 series) one read of them all held the lock 7.6 ms (median) and a
+recorder waiting on it up to 18.6 ms; in turns of a millisecond, a recorder waits one turn at most.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from typing import TypeVar
 
-__all__ = ["read_locked"]
+__all__ = ["TURN_SECONDS", "read_in_turns", "read_locked"]
+
+TURN_SECONDS = 0.001
+"""How long a read in turns holds the lock at most at a time (beyond the part it is reading)."""
+
+_Part = TypeVar("_Part")
+_Read = TypeVar("_Read")
 
 
 @contextmanager
@@ -25,3 +37,23 @@ def read_locked(lock: threading.Lock | threading.RLock) -> Iterator[None]:
     with lock:
         yield
     time.sleep(0)
+
+
+def read_in_turns(
+    lock: threading.Lock | threading.RLock, parts: Sequence[_Part], read: Callable[[_Part], _Read]
+) -> list[_Read]:
+    """``read(part)`` of every part, each under ``lock``, in turns of about ``TURN_SECONDS``: between turns
+    the lock is released and a thread that waited on it runs. Each part is read atomically, not all at
+    once."""
+    results: list[_Read] = []
+    done, count = 0, len(parts)
+    while done < count:
+        with lock:
+            ends = time.perf_counter() + TURN_SECONDS
+            while done < count:
+                results.append(read(parts[done]))
+                done += 1
+                if time.perf_counter() >= ends:
+                    break
+        time.sleep(0)
+    return results

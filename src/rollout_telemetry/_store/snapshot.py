@@ -206,7 +206,7 @@ class AgentSnapshot:
 
 @dataclass(frozen=True, slots=True)
 class AccountSnapshot:
-    """Every agent's counts, the rejections and the label overflows, taken atomically."""
+    """Every agent's counts (each agent's taken atomically), the rejections and the label overflows."""
 
     agents: tuple[AgentSnapshot, ...]
     rejected: Mapping[str, int] = field(default_factory=dict)

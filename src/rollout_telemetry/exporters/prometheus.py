@@ -35,7 +35,7 @@ from rollout_telemetry._views.run_series import (
     RUNTIME_HISTOGRAMS,
     SPAN_FAMILIES,
 )
-from rollout_telemetry._views.series import FAMILIES, HISTOGRAM_VIEWS, Histogram
+from rollout_telemetry._views.series import FAMILIES, HISTOGRAM_VIEWS
 from rollout_telemetry.exporters._exposition import Format, Layout, Rendered, rendering
 
 __all__ = [
@@ -47,6 +47,10 @@ __all__ = [
 ]
 
 S = TypeVar("S")
+
+HistogramSeries = tuple[tuple[str, ...], list[tuple[str, float]], float, Mapping[int, tuple[str, str, float]]]
+"""One series of a histogram: its labels, cumulative ``(le, count)`` buckets, sum, and latest trace (trace
+id, span id, value) by bucket index."""
 
 _TYPES: dict[str, type[CounterMetricFamily] | type[GaugeMetricFamily] | type[HistogramMetricFamily]] = {
     "counter": CounterMetricFamily,
@@ -77,6 +81,7 @@ class _CatalogueCollector(Collector, Generic[S]):
 
     def _described(self) -> Iterator[Family[Any]]:
         yield from self._families
+        yield from self._histogram_families()
 
     def describe(self) -> Iterable[Metric]:
         """Every family this collector can publish, without samples."""
@@ -143,18 +148,43 @@ class _CatalogueCollector(Collector, Generic[S]):
     def _key(self, index: int, snap: S) -> object:
         """What the lines of the family at ``index`` are written from, as one flat tuple of strings and
         numbers (none of which the garbage collector tracks), so unchanged lines are seen as such."""
+        if index >= len(self._families):  # the histograms, last
+            return _flat(
+                (labels, total, *(count for _, count in buckets), exemplars)
+                for labels, buckets, total, exemplars in self._histogram(index - len(self._families), snap)
+            )
         family = self._families[index]
         return _flat(family.sample(snap)), self._exemplars(family, snap)
 
     def _write(self, index: int, layout: Layout, snap: S) -> bytes:
+        if index >= len(self._families):
+            series = self._histogram(index - len(self._families), snap)
+            return "".join([layout.histogram(*one) for one in series]).encode()
         family = self._families[index]
         return layout.lines(family.sample(snap), self._exemplars(family, snap)).encode()
 
     def _exemplars(self, family: Family[S], snap: S) -> Mapping[tuple[str, ...], tuple[str, str]] | None:
         return None
 
+    def _histogram_families(self) -> Sequence[Family[Any]]:
+        """The histogram families, written after the others; none unless a collector has some."""
+        return ()
+
+    def _histogram(self, index: int, snap: S) -> Iterator[HistogramSeries]:
+        """Each series of the ``index``-th histogram family in ``snap``."""
+        raise NotImplementedError
+
     def _more(self, snap: S) -> Iterator[Metric]:
-        return iter(())
+        for index, family in enumerate(self._histogram_families()):
+            histogram = self._empty(family)
+            assert isinstance(histogram, HistogramMetricFamily)
+            for labels, counts, total, exemplars in self._histogram(index, snap):
+                buckets: list[Any] = counts
+                for bucket, (trace_id, span_id, observed) in exemplars.items():
+                    buckets[bucket] = (*buckets[bucket], _exemplar((trace_id, span_id), observed))
+                histogram.add_metric([*self._values, *labels], buckets, total)
+            if histogram.samples:
+                yield histogram
 
 
 class AccountCollector(_CatalogueCollector[AccountSnapshot]):
@@ -172,10 +202,14 @@ class AccountCollector(_CatalogueCollector[AccountSnapshot]):
         self._kept: dict[Format, dict[str, tuple[AgentSnapshot, Sequence[Written]]]] = {}
         self._timely = tuple(index for index, family in enumerate(FAMILIES) if family.timely)
 
-    def _described(self) -> Iterator[Family[Any]]:
-        yield from FAMILIES
-        for view in HISTOGRAM_VIEWS:
-            yield view.family
+    def _histogram_families(self) -> Sequence[Family[Any]]:
+        return _ACCOUNT_HISTOGRAMS
+
+    def _histogram(self, index: int, snap: AccountSnapshot) -> Iterator[HistogramSeries]:
+        view = HISTOGRAM_VIEWS[index]
+        for agent in snap.agents:
+            if view.has(agent):
+                yield (agent.agent,), view.buckets(agent), view.total(agent), view.exemplars(agent)
 
     def _exemplars(
         self, family: Family[AccountSnapshot], snap: AccountSnapshot
@@ -190,34 +224,6 @@ class AccountCollector(_CatalogueCollector[AccountSnapshot]):
             for (d, kind), ids in agent.exemplars.items()
             if d is disposition
         }
-
-    def _more(self, snap: AccountSnapshot) -> Iterator[Metric]:
-        for view in HISTOGRAM_VIEWS:
-            histogram = self._empty(view.family)
-            assert isinstance(histogram, HistogramMetricFamily)
-            for labels, counts, total, exemplars in _histogram_series(view, snap):
-                buckets: list[Any] = counts
-                for index, (trace_id, span_id, observed) in exemplars.items():
-                    buckets[index] = (*buckets[index], _exemplar((trace_id, span_id), observed))
-                histogram.add_metric([*self._values, *labels], buckets, total)
-            if histogram.samples:
-                yield histogram
-
-    def _key(self, index: int, snap: AccountSnapshot) -> object:
-        if index >= len(FAMILIES):  # the histograms, last
-            return _flat(
-                (labels, total, *(count for _, count in buckets), exemplars)
-                for labels, buckets, total, exemplars in _histogram_series(
-                    HISTOGRAM_VIEWS[index - len(FAMILIES)], snap
-                )
-            )
-        return super()._key(index, snap)
-
-    def _write(self, index: int, layout: Layout, snap: AccountSnapshot) -> bytes:
-        if index >= len(FAMILIES):
-            series = _histogram_series(HISTOGRAM_VIEWS[index - len(FAMILIES)], snap)
-            return "".join([layout.histogram(*one) for one in series]).encode()
-        return super()._write(index, layout, snap)
 
     def render(self, fmt: Format) -> list[bytes]:
         """The account's families written in ``fmt``, each agent's lines kept while they are the same.
@@ -241,15 +247,6 @@ class AccountCollector(_CatalogueCollector[AccountSnapshot]):
                 kept[agent.agent] = (agent, written)  # an agent unchanged keeps its entry: nothing new lives
             rows.append(written)
         return _joined(layouts, rows)
-
-
-def _histogram_series(
-    view: Histogram, snap: AccountSnapshot
-) -> Iterator[tuple[tuple[str, ...], list[tuple[str, float]], float, Mapping[int, tuple[str, str, float]]]]:
-    """Each series of one histogram: its labels, cumulative buckets, sum, and latest trace by bucket."""
-    for agent in snap.agents:
-        if view.has(agent):
-            yield (agent.agent,), view.buckets(agent), view.total(agent), view.exemplars(agent)
 
 
 def _flat(samples: Iterable[tuple[Any, ...]]) -> tuple[object, ...]:
@@ -327,34 +324,15 @@ class RuntimeCollector(_CatalogueCollector[RuntimeSnapshot]):
     def __init__(
         self, read_snapshot: Callable[[], RuntimeSnapshot], const_labels: Mapping[str, str] | None = None
     ) -> None:
-        super().__init__(read_snapshot, RUNTIME_COUNTERS, const_labels)  # the histograms: written below
+        super().__init__(read_snapshot, RUNTIME_COUNTERS, const_labels)
 
-    def _described(self) -> Iterator[Family[Any]]:
-        yield from RUNTIME_COUNTERS
-        for view in RUNTIME_HISTOGRAMS:
-            yield view.family
+    def _histogram_families(self) -> Sequence[Family[Any]]:
+        return _RUNTIME_HISTOGRAMS
 
-    def _more(self, snap: RuntimeSnapshot) -> Iterator[Metric]:
-        for view in RUNTIME_HISTOGRAMS:
-            histogram = self._empty(view.family)
-            assert isinstance(histogram, HistogramMetricFamily)
-            for labels, series in view.series(snap):
-                histogram.add_metric([*self._values, *labels], list(series.buckets), series.total)
-            if histogram.samples:
-                yield histogram
+    def _histogram(self, index: int, snap: RuntimeSnapshot) -> Iterator[HistogramSeries]:
+        for labels, series in RUNTIME_HISTOGRAMS[index].series(snap):
+            yield labels, list(series.buckets), series.total, {}
 
-    def _key(self, index: int, snap: RuntimeSnapshot) -> object:
-        if index < len(RUNTIME_COUNTERS):
-            return super()._key(index, snap)
-        return _flat(
-            (labels, s.total, *(c for _, c in s.buckets))
-            for labels, s in RUNTIME_HISTOGRAMS[index - len(RUNTIME_COUNTERS)].series(snap)
-        )
 
-    def _write(self, index: int, layout: Layout, snap: RuntimeSnapshot) -> bytes:
-        if index < len(RUNTIME_COUNTERS):
-            return super()._write(index, layout, snap)
-        series = RUNTIME_HISTOGRAMS[index - len(RUNTIME_COUNTERS)].series(snap)
-        return "".join(
-            [layout.histogram(labels, one.buckets, one.total, {}) for labels, one in series]
-        ).encode()
+_ACCOUNT_HISTOGRAMS: tuple[Family[Any], ...] = tuple(view.family for view in HISTOGRAM_VIEWS)
+_RUNTIME_HISTOGRAMS: tuple[Family[Any], ...] = tuple(view.family for view in RUNTIME_HISTOGRAMS)

@@ -4,7 +4,9 @@ The other revision's package is taken from git (``git archive``) into a temporar
 beside this one, so both are timed in the same interpreter, in interleaved rounds, on the same inputs:
 a measured row, a masked row, a failed rollout (``record_failure``), a measured row whose model response
 carries usage (which the other revision may not read at all), and a lifecycle block (``with rollout()``)
-that completes with the measured row.
+that completes with the measured row, its context made to be entered at once; ``lifecycle-offered`` is the
+same block with its context offered ahead (``offer()``, timing its admission wait; a revision without
+``offer()`` made every context with ``rollout()``).
 
 The default revision is the last one before tokens, truncation and groups were added, whose goal is that a
 row without usage costs what it cost before. Each revision is timed twice per round, as two instances, so
@@ -57,6 +59,9 @@ STATEMENTS = {
     "lifecycle": (
         "with rollout('math_agent', task_index=1, rollout_index=0) as handle:\n    handle.complete(measured)"
     ),
+    "lifecycle-offered": (
+        "with offer('math_agent', task_index=1, rollout_index=0) as handle:\n    handle.complete(measured)"
+    ),
 }
 
 
@@ -99,6 +104,7 @@ def names_for(telemetry: object) -> dict[str, object]:
         "record": telemetry.record,  # type: ignore[attr-defined]
         "record_failure": telemetry.record_failure,  # type: ignore[attr-defined]
         "rollout": telemetry.rollout,  # type: ignore[attr-defined]
+        "offer": getattr(telemetry, "offer", telemetry.rollout),  # type: ignore[attr-defined]
         **ROWS,
     }
 

@@ -778,7 +778,7 @@ RECOVERY = Row(
         Panel(
             "timeseries",
             "Admission wait quantiles",
-            "p50 and p99 of how long rollouts waited to be admitted (from telemetry.rollout(...) to entering "
+            "p50 and p99 of how long rollouts waited to be admitted (from telemetry.offer(...) to entering "
             "its block, plus time at stage admission), per agent, from rollout_admission_wait_seconds: a "
             "collector at its concurrency limit, or environments short of sessions.",
             "s",

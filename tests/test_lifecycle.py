@@ -204,13 +204,13 @@ def test_two_hundred_concurrent_async_rollouts(telemetry: RolloutTelemetry) -> N
 def test_outcome_outside_the_block_is_a_counted_rejection(telemetry: RolloutTelemetry) -> None:
     """complete() on a rollout context never entered is rejected as outcome_outside_block, not dropped."""
     telemetry.rollout("a").complete({"reward": 1.0})
-    telemetry.rollout("a").fail("session_lost")
+    telemetry.offer("a").fail("session_lost")
     assert telemetry.snapshot().rejected == {"outcome_outside_block": 2}
-    agent = _agent(telemetry)  # counted nothing; its two contexts were made and never entered
+    agent = _agent(telemetry)  # counted nothing; of its two contexts never entered, one was offered
     assert (agent.completed + agent.failed + agent.omitted, agent.in_flight, agent.phases["offered"]) == (
         0,
         0,
-        2,
+        1,
     )
 
 
@@ -218,7 +218,7 @@ def test_outcome_outside_the_block_raises_in_strict_mode(clock: FakeClock) -> No
     """With strict=True an outcome given outside the with block raises and counts nothing."""
     telemetry = RolloutTelemetry(strict=True, clock=clock)
     with pytest.raises(RuntimeError, match="outside its with block"):
-        telemetry.rollout("a").complete({"reward": 1.0})
+        telemetry.offer("a").complete({"reward": 1.0})
     assert _agent(telemetry).completed + _agent(telemetry).failed == 0
     assert telemetry.snapshot().rejected == {}
 

@@ -40,11 +40,15 @@ def test_a_strict_error_at_the_blocks_exit_still_frees_its_slot(
     assert all(v == 0 for (name, _), v in samples(text).items() if name == "rollout_in_flight")
 
 
-def test_a_strict_error_on_entering_leaves_nothing_in_flight_or_offered(clock: FakeClock) -> None:
+@pytest.mark.parametrize("made_by", ["offer", "rollout"])
+def test_a_strict_error_on_entering_leaves_nothing_in_flight_or_offered(
+    clock: FakeClock, made_by: str
+) -> None:
     """A bad identity under strict=True raises from entering the block: the block never runs, and its rollout
     is neither offered, nor resident, nor counted."""
     telemetry = RolloutTelemetry(clock=clock, strict=True)
-    with pytest.raises(OutcomeError), telemetry.rollout("a", task_index=-1, rollout_index=0, attempt=0):
+    make = getattr(telemetry, made_by)
+    with pytest.raises(OutcomeError), make("a", task_index=-1, rollout_index=0, attempt=0):
         pytest.fail("the block ran")  # pragma: no cover
     assert _phases(telemetry) == {"offered": 0, "resident": 0, "active": 0}
     assert telemetry.snapshot().agent("a").completed == 0  # type: ignore[union-attr]
@@ -79,10 +83,10 @@ def test_a_failure_names_a_stage_only_when_the_rollout_said_one(clock: FakeClock
 def test_the_log_line_counts_the_admission_wait_so_far(
     clock: FakeClock, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A rollout failing while at stage admission logs its wait until then: made to entered, plus the time
-    at admission."""
+    """A rollout failing while at stage admission logs its wait until then: offered to entered, plus the
+    time at admission."""
     telemetry = RolloutTelemetry(clock=clock, rollout_log=True)
-    block = telemetry.rollout("a")
+    block = telemetry.offer("a")
     clock.advance(1.0)
     with caplog.at_level(logging.INFO, logger="rollout_telemetry.rollouts"), block as rollout:
         rollout.stage("admission")

@@ -179,7 +179,7 @@ def test_no_line_without_rollout_log(clock: FakeClock, caplog: pytest.LogCapture
 
 def test_a_failure_says_where_and_how_long_it_waited(clock: FakeClock) -> None:
     """A failure's stage= and delivery= are on its line, and a lifecycle rollout's admission wait: from
-    telemetry.rollout(...) to entering its block."""
+    telemetry.offer(...) to entering its block."""
     logger = logging.getLogger(LOGGER)
     handler, level = _Lines(), logger.level
     logger.addHandler(handler)
@@ -187,7 +187,7 @@ def test_a_failure_says_where_and_how_long_it_waited(clock: FakeClock) -> None:
     telemetry = RolloutTelemetry(rollout_log=True, clock=clock)
     try:
         telemetry.record_failure("math", "judge_failed", stage="verification", delivery="delivered")
-        block = telemetry.rollout("math")
+        block = telemetry.offer("math")
         clock.advance(2.0)
         with block as rollout:
             rollout.fail("session_lost", delivery="possibly_delivered")

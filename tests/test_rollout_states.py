@@ -169,9 +169,10 @@ def test_slow_after_by_agent_and_its_checks(clock: FakeClock) -> None:
 
 
 def test_the_collectors_phases(telemetry: RolloutTelemetry) -> None:
-    """offered (made, not entered), resident (entered, not exited), active (in flight past admission)."""
+    """offered (offered, not entered), resident (entered, not exited), active (in flight past admission)."""
     telemetry.record("plain", {"reward": 1.0})
-    waiting = [telemetry.rollout("a") for _ in range(3)]
+    waiting = [telemetry.offer("a") for _ in range(3)]
+    made_to_enter = telemetry.rollout("a")  # offered as it is entered: not before
     admitting = waiting.pop().__enter__()
     admitting.stage("admission")
     running = waiting.pop().__enter__()
@@ -183,22 +184,23 @@ def test_the_collectors_phases(telemetry: RolloutTelemetry) -> None:
     phases = {phase: value(text, "rollout_collector_rollouts", agent="a", phase=phase) for phase in
               ("offered", "resident", "active")}  # fmt: skip
     assert phases == {"offered": 1, "resident": 4, "active": 1}
-    assert value(text, "rollout_collector_offered_total", agent="a") == 5  # every context made so far
+    assert value(text, "rollout_collector_offered_total", agent="a") == 5  # offered or entered so far
     with pytest.raises(AssertionError):  # an agent that never used the lifecycle has no phases
         value(text, "rollout_collector_rollouts", agent="plain", phase="offered")
     for context in (admitting, running, cancelled, done):
         context.__exit__(None, None, None)
     waiting.pop().__enter__().__exit__(None, None, None)
+    made_to_enter.__enter__().__exit__(None, None, None)
     agent = telemetry.snapshot().agent("a")
     assert agent is not None
     assert agent.phases == {"offered": 0, "resident": 0, "active": 0}
-    assert value(exposition(telemetry.registry), "rollout_collector_offered_total", agent="a") == 5
+    assert value(exposition(telemetry.registry), "rollout_collector_offered_total", agent="a") == 6
 
 
-def test_admission_wait_is_made_to_entered_plus_time_at_admission(clock: FakeClock) -> None:
+def test_admission_wait_is_offered_to_entered_plus_time_at_admission(clock: FakeClock) -> None:
     """One observation per rollout when its block exits: 3 s offered plus 2 s at stage admission."""
     telemetry = RolloutTelemetry(clock=clock)
-    context = telemetry.rollout("a")
+    context = telemetry.offer("a")
     assert "rollout_admission_wait_seconds_count" not in {
         n for n, _ in samples(exposition(telemetry.registry))
     }
@@ -216,6 +218,24 @@ def test_admission_wait_is_made_to_entered_plus_time_at_admission(clock: FakeClo
     assert value(text, "rollout_admission_wait_seconds_sum", agent="a") == 5.5
     assert value(text, "rollout_admission_wait_seconds_bucket", agent="a", le="5.0") == 0
     assert value(text, "rollout_admission_wait_seconds_bucket", agent="a", le="10.0") == 1
+
+
+def test_a_context_of_rollout_is_admitted_as_it_is_entered(clock: FakeClock) -> None:
+    """rollout()'s context is offered and admitted as its block is entered: until then it counts nowhere, and
+    its admission wait is its time at stage admission only."""
+    telemetry = RolloutTelemetry(clock=clock)
+    context = telemetry.rollout("a")
+    clock.advance(3.0)
+    assert telemetry.snapshot().agent("a") is None  # nothing counted yet: not even the agent
+    with context as rollout:
+        rollout.stage("admission")
+        clock.advance(2.0)
+        rollout.stage("agent")
+        rollout.complete({"reward": 1.0})
+    text = exposition(telemetry.registry)
+    assert value(text, "rollout_collector_offered_total", agent="a") == 1
+    assert value(text, "rollout_admission_wait_seconds_count", agent="a") == 1
+    assert value(text, "rollout_admission_wait_seconds_sum", agent="a") == 2.0
 
 
 def test_two_hundred_async_rollouts_leave_nothing_resident(telemetry: RolloutTelemetry) -> None:
@@ -289,7 +309,7 @@ def test_admission_waits_are_counted_exactly_past_many_rollouts(clock: FakeClock
     telemetry = RolloutTelemetry(clock=clock)
     waits = [(i % 5) * 1.0 for i in range(2500)]
     for wait in waits:
-        context = telemetry.rollout("a")
+        context = telemetry.offer("a")
         clock.advance(wait)
         with context as rollout:
             rollout.complete({"reward": 1.0})
@@ -301,9 +321,9 @@ def test_admission_waits_are_counted_exactly_past_many_rollouts(clock: FakeClock
         assert value(text, "rollout_admission_wait_seconds_bucket", agent="a", le=bound) == expected
 
 
-def test_contexts_made_and_not_entered_yet_are_offered(telemetry: RolloutTelemetry) -> None:
+def test_contexts_offered_and_not_entered_yet_are_offered(telemetry: RolloutTelemetry) -> None:
     """An agent whose rollouts all wait to be entered already shows them offered, and nothing in flight."""
-    waiting = [telemetry.rollout("a") for _ in range(3)]
+    waiting = [telemetry.offer("a") for _ in range(3)]
     text = exposition(telemetry.registry)
     assert value(text, "rollout_collector_rollouts", agent="a", phase="offered") == 3
     assert value(text, "rollout_collector_rollouts", agent="a", phase="resident") == 0
@@ -333,7 +353,8 @@ def test_threads_and_a_scraper_lose_and_invent_nothing() -> None:
 
     def work(worker: int) -> None:
         for i in range(500):
-            with telemetry.rollout("a", task_index=worker, rollout_index=i, attempt=i % 2) as rollout:
+            make = telemetry.offer if i % 2 else telemetry.rollout  # offered ahead, or as it is entered
+            with make("a", task_index=worker, rollout_index=i, attempt=i % 2) as rollout:
                 rollout.stage("admission" if i % 3 == 0 else "verification")
                 rollout.heartbeat()
                 if i % 7 == 0:

@@ -231,13 +231,15 @@ async def _one_rollout(  # noqa: PLR0917 - one call site
     rng: random.Random,
     member: tuple[str, int, int, float | None],
     phase: _Phase,
-    attempt: int,
+    context: RolloutContext,
     broken: bool,
     write_row: Callable[[dict[str, Any]], None],
 ) -> bool:
-    """One attempt of a rollout; return whether it failed (NeMo Gym would retry it). A ``broken`` rollout
-    fails on every attempt. Its row is written to the run's output (``write_row``) once it has an outcome."""
+    """One attempt of a rollout, in ``context``; return whether it failed (NeMo Gym would retry it). A
+    ``broken`` rollout fails on every attempt. Its row is written to the run's output (``write_row``) once it
+    has an outcome."""
     agent, task, index, common = member  # common: the reward every member of an easy or hard task scores
+    attempt = context.attempt or 0
     draw = rng.random()
     # A slow model server makes rollouts longer, not hung: they stay under stall_after.
     seconds = rng.uniform(0.01, config.max_rollout_seconds) * phase.slowdown
@@ -251,7 +253,7 @@ async def _one_rollout(  # noqa: PLR0917 - one call site
         reward = 0.0
     stalls = rng.random() < config.stalled
     leaks = rng.random() < phase.leaked
-    async with telemetry.rollout(agent, task_index=task, rollout_index=index, attempt=attempt) as rollout:
+    async with context as rollout:
         try:
             rollout.stage(failure_kinds.ADMISSION)  # waiting for its environment's session
             await asyncio.sleep(0.05 * seconds)
@@ -279,6 +281,28 @@ async def _one_rollout(  # noqa: PLR0917 - one call site
             if leaks:
                 cleanup.fail(failure_kinds.SESSION_RELEASE_FAILED)
     return failed
+
+
+async def _collect(  # noqa: PLR0917 - one call site
+    telemetry: RolloutTelemetry,
+    config: DemoConfig,
+    rng: random.Random,
+    member: tuple[str, int, int, float | None],
+    phase: _Phase,
+    limit: asyncio.Semaphore,
+    write_row: Callable[[dict[str, Any]], None],
+) -> None:
+    """One rollout: offered now, admitted once a slot of the collector's concurrency (``limit``) is free (its
+    admission wait), then attempted until an attempt does not fail, as NeMo Gym retries."""
+    broken = rng.random() < phase.broken
+    agent, task, index, _ = member
+    context = telemetry.offer(agent, task_index=task, rollout_index=index, attempt=0)
+    async with limit:
+        for attempt in range(DEFAULT_MAX_ATTEMPTS):
+            if attempt:  # a retry holds the slot: made to be entered at once
+                context = telemetry.rollout(agent, task_index=task, rollout_index=index, attempt=attempt)
+            if not await _one_rollout(telemetry, config, rng, member, phase, context, broken, write_row):
+                break
 
 
 def _outcome(  # noqa: PLR0917 - one call site
@@ -400,16 +424,6 @@ async def run_demo(
     blocker = asyncio.create_task(_block_loop(after, config.drop_after)) if after.blocking else None
     output = _Output(telemetry)
 
-    async def guarded(member: tuple[str, int, int, float | None], phase: _Phase) -> None:
-        broken = rng.random() < phase.broken
-        async with limit:
-            for attempt in range(DEFAULT_MAX_ATTEMPTS):  # a failed attempt is retried, as NeMo Gym does
-                failed = await _one_rollout(
-                    telemetry, config, rng, member, phase, attempt, broken, output.write
-                )
-                if not failed:
-                    break
-
     try:
         while planned is None or started < planned:
             agent, task_index, index = _member(started, config)
@@ -421,7 +435,7 @@ async def run_demo(
                 if planned is None:
                     _expect(telemetry, config, range(started, started + config.group_size))
             member = (agent, task_index, index, common)
-            task = asyncio.create_task(guarded(member, phase))
+            task = asyncio.create_task(_collect(telemetry, config, rng, member, phase, limit, output.write))
             tasks.add(task)
             task.add_done_callback(tasks.discard)
             started += 1

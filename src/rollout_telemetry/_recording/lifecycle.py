@@ -1,8 +1,10 @@
 """``telemetry.rollout(...)``: one rollout tracked from start to outcome, as a sync or async context manager.
 
-The rollout is ``offered`` from when its context is made until its block is entered, in flight from then
-until its outcome is recorded, and ``terminal`` from then until its block exits; each step happens in the one
-account under its one lock, so a rollout is never counted twice and never lost:
+A context made by ``telemetry.offer(...)`` ahead of its block is ``offered`` (its admission wait running)
+until its block is entered; one made by ``telemetry.rollout(...)`` is offered and admitted as its block is
+entered. The rollout is in flight from then until its outcome is recorded, and ``terminal`` from then until
+its block exits; each step happens in the one account under its one lock, so a rollout is never counted twice
+and never lost:
 
 - ``complete(response)`` / ``fail(kind, reason=...)`` / ``omit(kind)`` record the outcome once; a second
   one, or one given outside the block, is a counted rejection (raised with ``strict=True``);
@@ -171,6 +173,8 @@ class RolloutContext(AsyncWith):
         task_index: int | None = None,
         rollout_index: int | None = None,
         attempt: int | None = None,
+        *,
+        offered: bool = False,
     ) -> None:
         self._shared = shared
         self.agent = agent
@@ -181,7 +185,9 @@ class RolloutContext(AsyncWith):
         self._member: Member | None = None  # its identity, checked when it starts
         self._span: OpenSpan | None = None
         self._state = _NEW
-        self._offered = shared.account.offer(agent)  # when it was made
+        # Made ahead of its block (telemetry.offer): offered from now, the time its admission wait starts at.
+        # Made by telemetry.rollout(), to be entered at once: no clock read and no mark (docs/performance.md).
+        self._offered = shared.account.offer(agent) if offered else None
 
     # -- entering and leaving -----------------------------------------------------------------------
 

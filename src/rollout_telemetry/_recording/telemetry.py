@@ -446,11 +446,31 @@ class RolloutTelemetry(ExpectedWork, Reading):
         exception escaping the block records a failure and re-raises; leaving without an outcome records
         a failure of kind ``rollout_telemetry:no_outcome`` (``cancelled`` after ``cancel()``). An outcome
         given outside the block is a counted rejection (``outcome_outside_block``), raised with
-        ``strict=True``. The context counts as ``offered`` until its block is entered, and the rollout as
-        ``terminal`` from its outcome until its block exits; ``heartbeat()``, ``stage()`` and ``cleanup()``
-        say what it is doing.
+        ``strict=True``. The rollout counts as ``terminal`` from its outcome until its block exits;
+        ``heartbeat()``, ``stage()`` and ``cleanup()`` say what it is doing. Its context is made to be entered
+        at once: it is offered and admitted as its block is entered, and its admission wait is its time at
+        stage ``admission``. A context made ahead of its block (before waiting for a slot of the collector's
+        concurrency, say) is ``offer()``'s.
         """
         return RolloutContext(self._shared, agent, task_index, rollout_index, attempt)
+
+    def offer(
+        self,
+        agent: str,
+        *,
+        task_index: int | None = None,
+        rollout_index: int | None = None,
+        attempt: int | None = None,
+    ) -> RolloutContext:
+        """A rollout offered to the collector now, ahead of its start: ``rollout()``'s context, made before
+        the rollout is admitted (before waiting for a slot of the collector's concurrency, say; NeMo Gym's
+        driver offers each rollout it queues).
+
+        It counts as ``offered`` until its block is entered, and the time from now to entering its block is
+        its admission wait (``rollout_admission_wait_seconds``), with its time at stage ``admission``. A
+        context offered and never entered stays offered.
+        """
+        return RolloutContext(self._shared, agent, task_index, rollout_index, attempt, offered=True)
 
     # -- the collecting process -----------------------------------------------------------------------
 

@@ -296,9 +296,9 @@ class Account:
     # -- lifecycle ----------------------------------------------------------------------------------
 
     def offer(self, agent: str) -> float | None:
-        """Count one rollout context of ``agent`` made now and not entered yet (``offered``); return the time,
-        which ``begin`` takes, or ``None`` for an invalid agent name (``begin`` rejects it). Without the lock:
-        a mark in a thread-safe queue."""
+        """Count one rollout context of ``agent`` made now ahead of its block, not entered yet (``offered``);
+        return the time, which ``begin`` takes, or ``None`` for an invalid agent name (``begin`` rejects it).
+        Without the lock: a mark in a thread-safe queue."""
         try:
             state = self._by_name[agent]
         except Exception:  # as in count()
@@ -307,11 +307,18 @@ class Account:
             except Exception:
                 return None
         state.flights.offers.append(None)
-        if not state.lifecycle:  # its lifecycle series from its first context on, entered or not
-            with self._lock:
-                state.lifecycle = True
-            self.first_context()
+        if not state.lifecycle:
+            self._lifecycle_used(state)
         return self._clock()
+
+    def _lifecycle_used(self, state: AgentState) -> None:
+        # The agent's first rollout context, offered or entered: its lifecycle series from now on, and the
+        # hook (the stall watcher) called once.
+        with self._lock:
+            if state.lifecycle:
+                return
+            state.lifecycle = True
+        self.first_context()
 
     def begin(
         self, agent: str, now: float, flight: Flight | None = None, offered: float | None = None
@@ -323,11 +330,12 @@ class Account:
             state = self._by_name[agent]
         except Exception:  # as in count()
             state = self._state(agent)
+        if not state.lifecycle:
+            self._lifecycle_used(state)
         lock = self._lock
         lock.acquire()
         try:
             slot = state.flights.begin(now, flight, offered)
-            state.lifecycle = True
             handle = slot.owner = (state, slot, now)
         finally:
             lock.release()

@@ -5,8 +5,8 @@ makes the rollout ``terminal`` in the same step, and the slot is free again once
 (``Account.release``). Slots are reused, so starting and finishing allocate nothing. The stall rule (in
 flight longer than its agent's ``stall_after``) and the state of a rollout (``state_of``) are applied here,
 once each. Only touched under the account's lock, but for two thread-safe queues (``collections.deque``)
-that spare a rollout two lock round trips: a context made and not entered yet puts a mark in ``offers``, and
-a block that exits puts its slot in ``exited``; whatever holds the lock next takes the slots back
+that spare a rollout two lock round trips: a context offered and not entered yet puts a mark in ``offers``,
+and a block that exits puts its slot in ``exited``; whatever holds the lock next takes the slots back
 (``reclaim``) before it reads or takes one, so no reader ever sees an exited rollout.
 """
 
@@ -179,12 +179,12 @@ class Flights:
         self.stalls: dict[str, int] = {}  # rollouts that crossed the stall bound, by the stage they were in
         self.states_seen: set[RolloutState] = {_ACTIVE}  # published from the first one seen on
         self.waits = Observations(WAIT_BUCKETS)  # admission waits of the rollouts whose block exited
-        self.offers: deque[None] = deque()  # a mark per rollout context made and not entered yet
+        self.offers: deque[None] = deque()  # a mark per rollout context offered and not entered yet
         self.exited: deque[Slot] = deque()  # slots whose block exited, not taken back yet
 
     def begin(self, now: float, flight: Flight | None, offered: float | None = None) -> Slot:
-        """A rollout in flight since ``now``, at stage ``agent``; ``offered``: when its context was made (it
-        put a mark in ``offers``), the start of its admission wait."""
+        """A rollout in flight since ``now``, at stage ``agent``; ``offered``: when its context was offered
+        (it put a mark in ``offers``), the start of its admission wait."""
         wait = 0.0
         if offered is not None:
             self.offers.pop()

@@ -102,8 +102,8 @@ class AgentSnapshot:
     """Rollouts whose block has not exited, by (stage, state): every stage seen by every state seen, the
     ``terminal`` ones included (``_store.flights.RolloutState``)."""
     phases: Mapping[str, int] = field(default_factory=dict)
-    """Rollouts ``offered`` (made, not entered), ``resident`` (entered, block not exited) and ``active`` (in
-    flight past stage admission, not terminal or cancelled)."""
+    """Rollouts ``offered`` (by ``offer()``, not entered), ``resident`` (entered, block not exited) and
+    ``active`` (in flight past stage admission, not terminal or cancelled)."""
     admission_wait: Observed | None = None
     """Admission waits of the rollouts whose block exited; ``None`` before the first."""
     cleanup_durations: Observed | None = None
@@ -115,8 +115,9 @@ class AgentSnapshot:
 
     @property
     def made(self) -> int:
-        """Rollout contexts made so far, entered or not: those offered, those resident and those whose block
-        exited (each observed its admission wait as it exited), so the number never goes down."""
+        """Rollouts offered or entered so far: those offered (``offer()``, not entered yet), those resident
+        and those whose block exited (each observed its admission wait as it exited), so the number never
+        goes down."""
         exited = 0 if self.admission_wait is None else self.admission_wait.count
         return self.phases.get("offered", 0) + self.phases.get("resident", 0) + exited
 

@@ -293,17 +293,18 @@ FAMILIES: tuple[Family[AccountSnapshot], ...] = (
     Family(
         "rollout_collector_rollouts", "gauge", ("agent", "phase"), "{rollout}",
         "per agent that used the lifecycle API",
-        "The collector's rollouts by phase: offered (a rollout context made and not entered yet), resident "
-        "(entered, block not exited: in flight and terminal) and active (in flight past stage admission, "
-        "neither terminal nor cancelled). Offered growing while active stays flat: admission back-pressure.",
+        "The collector's rollouts by phase: offered (a context made by telemetry.offer(...), not entered "
+        "yet), resident (entered, block not exited: in flight and terminal) and active (in flight past stage "
+        "admission, neither terminal nor cancelled). Offered growing while active stays flat: admission "
+        "back-pressure.",
         _phases,
     ),
     Family(
         "rollout_collector_offered_total", "counter", _AGENT, "{rollout}",
         "per agent that used the lifecycle API",
-        "Rollout contexts made (telemetry.rollout(...)), entered or not: NeMo Gym's "
-        "gym.driver.rollouts.offered. Its rate beside the rate of completions is the collector's intake "
-        "against its output.",
+        "Rollouts offered (telemetry.offer(...), entered or not) or entered (telemetry.rollout(...)): "
+        "NeMo Gym's gym.driver.rollouts.offered. Its rate beside the rate of completions is the collector's "
+        "intake against its output.",
         _each(lambda a: a.made if a.lifecycle else None),
     ),
     Family(
@@ -392,7 +393,8 @@ CLEANUP_HISTOGRAM: Family[AccountSnapshot] = Family(
 ADMISSION_HISTOGRAM: Family[AccountSnapshot] = Family(
     "rollout_admission_wait_seconds", "histogram", _AGENT, "s", "once a rollout block of the agent exited",
     "Admission wait of rollouts through the lifecycle API, observed when the block exits: from "
-    "telemetry.rollout(...) to entering its block, plus the time it spent at stage admission.",
+    "telemetry.offer(...) to entering its block (none for telemetry.rollout(...), made to be entered at "
+    "once), plus the time it spent at stage admission.",
     _each(lambda a: None if a.admission_wait is None else a.admission_wait.total),
 )  # fmt: skip
 

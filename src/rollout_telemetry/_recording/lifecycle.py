@@ -166,14 +166,13 @@ class RolloutContext(AsyncWith):
         "task_index",
     )
 
-    def __init__(
+    def __init__(  # noqa: PLR0917 - positional: a keyword makes the call to the class slower (3.11 to 3.13)
         self,
         shared: Shared,
         agent: str,
         task_index: int | None = None,
         rollout_index: int | None = None,
         attempt: int | None = None,
-        *,
         offered: bool = False,
     ) -> None:
         self._shared = shared

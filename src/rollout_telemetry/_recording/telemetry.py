@@ -470,7 +470,7 @@ class RolloutTelemetry(ExpectedWork, Reading):
         its admission wait (``rollout_admission_wait_seconds``), with its time at stage ``admission``. A
         context offered and never entered stays offered.
         """
-        return RolloutContext(self._shared, agent, task_index, rollout_index, attempt, offered=True)
+        return RolloutContext(self._shared, agent, task_index, rollout_index, attempt, True)
 
     # -- the collecting process -----------------------------------------------------------------------
 

@@ -790,7 +790,7 @@ RECOVERY = Row(
             "timeseries",
             "Collector phases",
             "Rollouts per phase of the collector, summed over processes and selected agents: offered "
-            "(made by telemetry.rollout(...), block not entered), resident (block entered, not exited) and "
+            "(made by telemetry.offer(...), block not entered), resident (block entered, not exited) and "
             "active (in flight past admission). Offered far above resident is a collector that cannot keep "
             "up. Rollouts.",
             "short",

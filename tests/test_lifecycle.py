@@ -204,9 +204,10 @@ def test_two_hundred_concurrent_async_rollouts(telemetry: RolloutTelemetry) -> N
 def test_outcome_outside_the_block_is_a_counted_rejection(telemetry: RolloutTelemetry) -> None:
     """complete() on a rollout context never entered is rejected as outcome_outside_block, not dropped."""
     telemetry.rollout("a").complete({"reward": 1.0})
-    telemetry.offer("a").fail("session_lost")
+    waiting = telemetry.offer("a")
+    waiting.fail("session_lost")
     assert telemetry.snapshot().rejected == {"outcome_outside_block": 2}
-    agent = _agent(telemetry)  # counted nothing; of its two contexts never entered, one was offered
+    agent = _agent(telemetry)  # counted nothing; of its two contexts never entered, one is offered
     assert (agent.completed + agent.failed + agent.omitted, agent.in_flight, agent.phases["offered"]) == (
         0,
         0,

@@ -115,3 +115,36 @@ def test_a_handle_whose_slot_was_taken_again_writes_nothing(clock: FakeClock) ->
     assert isinstance(listing, list)
     (record,) = listing
     assert (record["stage"], record["state"], record["heartbeat_age_seconds"]) == ("agent", "active", 5.0)
+
+
+def _no_thread(stalls: object, interval: float) -> None:
+    raise RuntimeError("can't start new thread")
+
+
+def test_a_stall_watcher_that_cannot_start_loses_no_rollout(
+    clock: FakeClock, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The watcher thread failing to start on an agent's first context is counted; the rollout it came with
+    is counted as ever, and the offer is made."""
+    monkeypatch.setattr("rollout_telemetry._recording.stalls._watch", _no_thread)
+    telemetry = RolloutTelemetry(clock=clock)
+    with caplog.at_level(logging.ERROR, logger="rollout_telemetry"), telemetry.rollout("a") as rollout:
+        rollout.complete({"reward": 1.0})
+    offered = telemetry.offer("b")
+    snapshot = telemetry.snapshot()
+    assert snapshot.agent("a").measured == 1  # type: ignore[union-attr]
+    assert snapshot.agent("b").phases["offered"] == 1  # type: ignore[union-attr]
+    assert snapshot.rejected == {"internal_error": 1}  # once: the watcher is started once per telemetry
+    del offered
+
+
+def test_with_strict_a_stall_watcher_that_cannot_start_raises_before_the_offer(
+    clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """strict=True raises the watcher's error from offer(), before anything is offered."""
+    monkeypatch.setattr("rollout_telemetry._recording.stalls._watch", _no_thread)
+    telemetry = RolloutTelemetry(clock=clock, strict=True)
+    with pytest.raises(RuntimeError, match="can't start new thread"):
+        telemetry.offer("a")
+    assert _phases(telemetry) == {"offered": 0, "resident": 0, "active": 0}
+    assert telemetry.snapshot().agent("a").made == 0  # type: ignore[union-attr]

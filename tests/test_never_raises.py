@@ -29,10 +29,11 @@ BAD_REASONS = st.sampled_from([3, b"x", ["r"]])
 @st.composite
 def calls(draw: st.DrawFn) -> tuple[str, bool, tuple[Any, ...]]:
     """One call: (path, valid, arguments)."""
-    path = draw(st.sampled_from(["record", "record_model", "failure", "omission", "rollout", "rollout_fail"]))
+    paths = ["record", "record_model", "failure", "omission", "rollout", "rollout_offered", "rollout_fail"]
+    path = draw(st.sampled_from(paths))
     valid = draw(st.booleans())
     agent: Any = draw(AGENTS)
-    if path in ("record", "record_model", "rollout"):
+    if path in ("record", "record_model", "rollout", "rollout_offered"):
         response: dict[str, Any] = {
             "reward": draw(REWARDS),
             "mask_sample": draw(st.booleans()),
@@ -91,6 +92,11 @@ def test_no_call_raises_and_valid_calls_are_counted_exactly(
         async with telemetry.rollout(agent) as rollout:
             rollout.complete(response)
 
+    def run_offered(agent: Any, response: dict[str, Any]) -> None:
+        offered = telemetry.offer(agent)
+        with offered as rollout:
+            rollout.complete(response)
+
     def record_model(agent: Any, response: dict[str, Any]) -> None:
         try:
             model: object = VerifyResponse.model_validate(response)
@@ -108,6 +114,7 @@ def test_no_call_raises_and_valid_calls_are_counted_exactly(
         "failure": lambda agent, kind, reason: telemetry.record_failure(agent, kind, reason=reason),
         "omission": lambda agent, kind, reason: telemetry.record_omission(agent, kind, reason=reason),
         "rollout": lambda agent, response: asyncio.run(run_async(agent, response)),
+        "rollout_offered": run_offered,
         "rollout_fail": rollout_fail,
     }
     for path, valid, args in sequence:
@@ -126,5 +133,6 @@ def test_no_call_raises_and_valid_calls_are_counted_exactly(
         if not valid and path.startswith("rollout") and isinstance(args[0], str) and args[0]:
             want[(args[0], Disposition.FAILED)] += 1
     assert got == want
+    assert all(agent.phases.get("offered", 0) == 0 for agent in telemetry.snapshot().agents)
     rejected = sum(telemetry.snapshot().rejected.values())
     assert rejected == sum(1 for _, valid, _ in sequence if not valid)

@@ -382,3 +382,46 @@ def test_threads_and_a_scraper_lose_and_invent_nothing() -> None:
     # The contexts made, read while they move from offered to resident to exited: never down, 4000 at last.
     assert made == sorted(made)
     assert agent.made == 4000
+
+
+def test_an_offer_gone_without_its_block_is_withdrawn(telemetry: RolloutTelemetry) -> None:
+    """An offered context dropped without entering its block is no longer offered; the counter of offers
+    keeps it (it never goes down)."""
+    kept, dropped = telemetry.offer("a"), telemetry.offer("a")
+    text = exposition(telemetry.registry)
+    assert value(text, "rollout_collector_rollouts", agent="a", phase="offered") == 2
+    del dropped
+    text = exposition(telemetry.registry)
+    assert value(text, "rollout_collector_rollouts", agent="a", phase="offered") == 1
+    assert value(text, "rollout_collector_offered_total", agent="a") == 2
+    with kept as rollout:
+        rollout.complete({"reward": 1.0})
+    agent = telemetry.snapshot().agent("a")
+    assert agent is not None
+    assert (agent.phases["offered"], agent.withdrawn, agent.made, agent.measured) == (0, 1, 2, 1)
+
+
+def test_offers_cancelled_while_they_wait_for_a_slot_are_withdrawn(telemetry: RolloutTelemetry) -> None:
+    """Rollouts offered and cancelled while they wait on the collector's semaphore leave nothing offered: the
+    guide's pattern, drained."""
+
+    async def bounded(slots: asyncio.Semaphore, release: asyncio.Event) -> None:
+        rollout = telemetry.offer("a")
+        async with slots, rollout:
+            await release.wait()
+            rollout.complete({"reward": 1.0})
+
+    async def main() -> None:
+        slots, release = asyncio.Semaphore(1), asyncio.Event()
+        tasks = [asyncio.create_task(bounded(slots, release)) for _ in range(4)]
+        await asyncio.sleep(0.01)
+        assert telemetry.snapshot().agent("a").phases["offered"] == 3  # type: ignore[union-attr]
+        for task in tasks[1:]:
+            task.cancel()
+        release.set()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    asyncio.run(main())
+    agent = telemetry.snapshot().agent("a")
+    assert agent is not None
+    assert (agent.phases["offered"], agent.withdrawn, agent.made, agent.measured) == (0, 3, 4, 1)

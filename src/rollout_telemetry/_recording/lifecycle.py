@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from rollout_telemetry._recording.spans import OpenSpan, SpanRecorder
     from rollout_telemetry._store.account import Account, InFlight
     from rollout_telemetry._store.agent import AgentState
+    from rollout_telemetry._store.flights import Offered
     from rollout_telemetry._store.rejections import Rejections
 
 __all__ = [
@@ -47,6 +48,7 @@ __all__ = [
     "NO_OUTCOME",
     "AsyncWith",
     "Cleanup",
+    "OfferedContext",
     "RolloutContext",
     "Shared",
     "kind_of_exception",
@@ -186,7 +188,7 @@ class RolloutContext(AsyncWith):
         self._state = _NEW
         # Made ahead of its block (telemetry.offer): offered from now, the time its admission wait starts at.
         # Made by telemetry.rollout(), to be entered at once: no clock read and no mark (docs/performance.md).
-        self._offered = shared.account.offer(agent) if offered else None
+        self._offered: Offered | None = shared.account.offer(agent) if offered else None
 
     # -- entering and leaving -----------------------------------------------------------------------
 
@@ -461,6 +463,21 @@ class RolloutContext(AsyncWith):
                 )  # fmt: skip
             except Exception as exc:
                 shared.rejections.reject(exc)
+
+
+class OfferedContext(RolloutContext):
+    """A rollout context made by ``telemetry.offer(...)``: gone without its block entered (its task cancelled
+    while it waited for a slot, say), it is withdrawn, no longer offered. ``rollout()``'s contexts have no
+    finalizer to run."""
+
+    __slots__ = ()
+
+    def __del__(self) -> None:
+        # Lock-free (Account.withdraw): a finalizer runs wherever the collector is, the account's lock held
+        # by this very thread maybe.
+        offered = getattr(self, "_offered", None)  # None: its __init__ raised before the offer
+        if offered is not None and self._state == _NEW:
+            self._shared.account.withdraw(offered)
 
 
 class Cleanup(AsyncWith):

@@ -121,7 +121,8 @@ class Stalls:
 
     def watch(self) -> None:
         """Check on the watcher thread from now on, at a quarter of the bound (at most every 30 s); called
-        by the first ``rollout()``, when there is something to watch. Once is enough."""
+        on an agent's first rollout context, offered or entered, when there is something to watch. Once is
+        enough."""
         if self._watching:
             return
         self._watching = True

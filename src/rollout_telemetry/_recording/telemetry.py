@@ -27,7 +27,7 @@ from rollout_telemetry._contract.outcome import (
     classify,
 )
 from rollout_telemetry._recording.expected import ExpectedWork
-from rollout_telemetry._recording.lifecycle import Cleanup, RolloutContext, Shared
+from rollout_telemetry._recording.lifecycle import Cleanup, OfferedContext, RolloutContext, Shared
 from rollout_telemetry._recording.output import OutputWrite
 from rollout_telemetry._recording.reading import Reading
 from rollout_telemetry._recording.rollout_log import INFO, ROLLOUTS, log_outcome
@@ -138,7 +138,7 @@ class RolloutTelemetry(ExpectedWork, Reading):
         self.rejections = Rejections(self._account.reject, strict=strict)
         """The rejection policy (count by reason, warn once per cause, raise under ``strict``)."""
         self._stalls = Stalls(self._account, stall_after, self.rejections.reject, slow_after)
-        self._account.first_context = self._stalls.watch  # when there is something to watch
+        self._account.first_context = self._watch_stalls  # when there is something to watch
         self.groups = Groups(self.names, min_valid=min_valid_per_group)
         """The groups of the run (GRPO-style): fed by ``_settle``, with every outcome that has an identity."""
         self._expected: dict[str, int] = {}
@@ -468,11 +468,20 @@ class RolloutTelemetry(ExpectedWork, Reading):
 
         It counts as ``offered`` until its block is entered, and the time from now to entering its block is
         its admission wait (``rollout_admission_wait_seconds``), with its time at stage ``admission``. A
-        context offered and never entered stays offered.
+        context offered and not entered stays offered while it exists: gone without being entered (its task
+        cancelled while it waited, say), it is withdrawn.
         """
-        return RolloutContext(self._shared, agent, task_index, rollout_index, attempt, True)
+        return OfferedContext(self._shared, agent, task_index, rollout_index, attempt, True)
 
     # -- the collecting process -----------------------------------------------------------------------
+
+    def _watch_stalls(self) -> None:
+        # An agent's first rollout context: the stall watcher starts. A thread that cannot start is counted
+        # (raised with strict=True, before the context is offered or its rollout in flight).
+        try:
+            self._stalls.watch()
+        except Exception as exc:
+            self.rejections.reject(exc)
 
     def _loop_entered(self) -> None:
         # An async rollout block is entered: its loop gets a lag sampler, once (runtime_metrics=True).

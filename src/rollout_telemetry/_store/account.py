@@ -21,7 +21,15 @@ from rollout_telemetry._contract.outcome import Classified, Disposition
 from rollout_telemetry._contract.reward_range import RewardRange, reward_bounds
 from rollout_telemetry._store import fork as _fork
 from rollout_telemetry._store.agent import DURATION_BUCKETS, AgentCopy, AgentState, Cell
-from rollout_telemetry._store.flights import CANCELLED, TERMINAL, Flight, FlightRecord, RolloutState, Slot
+from rollout_telemetry._store.flights import (
+    CANCELLED,
+    TERMINAL,
+    Flight,
+    FlightRecord,
+    Offered,
+    RolloutState,
+    Slot,
+)
 from rollout_telemetry._store.names import Names, cacheable
 from rollout_telemetry._store.reads import read_in_turns, read_locked
 from rollout_telemetry._store.recovery import Recovery
@@ -79,8 +87,8 @@ class Account:
         self._slow_after = slow_after
         self.names = names
         self.first_context: Callable[[], None] = _nothing
-        """Called when an agent's first rollout context is made (``offer``): once per agent, never on the
-        hot path (the stall watcher starts then)."""
+        """Called when an agent's first rollout context is offered (``offer``) or entered (``begin``): once
+        per agent, never on the hot path (the stall watcher starts then); it must not raise."""
         self._by_label: dict[str, AgentState] = {}
         # Raw agent name -> state, so the hot path does one dict lookup. Folded names are never entered,
         # so each of their records takes the slow path and is counted as an overflow.
@@ -295,10 +303,11 @@ class Account:
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
-    def offer(self, agent: str) -> float | None:
+    def offer(self, agent: str) -> Offered | None:
         """Count one rollout context of ``agent`` made now ahead of its block, not entered yet (``offered``);
-        return the time, which ``begin`` takes, or ``None`` for an invalid agent name (``begin`` rejects it).
-        Without the lock: a mark in a thread-safe queue."""
+        return what ``begin`` and ``withdraw`` take (the time and the agent's queue of withdrawals), or
+        ``None`` for an invalid agent name (``begin`` rejects it). Without the lock: a mark in a thread-safe
+        queue."""
         try:
             state = self._by_name[agent]
         except Exception:  # as in count()
@@ -306,10 +315,17 @@ class Account:
                 state = self._state(agent, overflow=False)  # begin() counts a folded name's overflow
             except Exception:
                 return None
-        state.flights.offers.append(None)
-        if not state.lifecycle:
+        if not state.lifecycle:  # first: should the hook raise (strict=True), nothing is offered
             self._lifecycle_used(state)
-        return self._clock()
+        state.flights.offers.append(None)
+        return self._clock(), state.flights.withdrawn
+
+    @staticmethod
+    def withdraw(offered: Offered) -> None:
+        """An offered context (by what ``offer`` returned) is gone without being entered: no longer offered,
+        as whatever holds the lock next sees (``Flights.reclaim``). Without the lock, so a finalizer may call
+        it wherever the collector is: a mark in a thread-safe queue."""
+        offered[1].append(None)
 
     def _lifecycle_used(self, state: AgentState) -> None:
         # The agent's first rollout context, offered or entered: its lifecycle series from now on, and the
@@ -321,11 +337,11 @@ class Account:
         self.first_context()
 
     def begin(
-        self, agent: str, now: float, flight: Flight | None = None, offered: float | None = None
+        self, agent: str, now: float, flight: Flight | None = None, offered: Offered | None = None
     ) -> InFlight:
         """Mark one rollout of ``agent`` in flight since ``now``, at stage ``agent``; return the handle that
         ``set_stage``, ``count`` and ``release`` take. ``flight`` is what ``/rollouts`` and stall notices
-        read; ``offered``, when ``offer`` counted its context, the time it was made (no longer offered)."""
+        read; ``offered``, what ``offer`` returned when it counted its context (no longer offered)."""
         try:
             state = self._by_name[agent]
         except Exception:  # as in count()

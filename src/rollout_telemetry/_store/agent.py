@@ -110,7 +110,8 @@ class AgentState:
             evaluated=self.evaluated,
             findings=self.findings.copy(),
             recovery=None if self.recovery is None else self.recovery.copy(),
-            offered=len(self.flights.offers),
+            offered=len(self.flights.offers),  # after by_stage: the withdrawn offers taken back (reclaim)
+            withdrawn=self.flights.withdrawals,
             admission_wait=waits if waits.count else None,
             cleanup_durations=self.cleanup_durations.copy() if self.cleanup_durations.count else None,
             cleanups_failed=self.cleanups_failed.copy(),
@@ -145,6 +146,7 @@ class AgentCopy:
     findings: dict[str, int]
     recovery: RecoverySnapshot | None
     offered: int
+    withdrawn: int
     admission_wait: Observed | None
     cleanup_durations: Observed | None
     cleanups_failed: dict[str, int]
@@ -195,6 +197,7 @@ class AgentCopy:
             stalled_by_stage=flights.stalled,
             in_flight_by_state=flights.states,
             phases={"offered": self.offered, "resident": flights.resident, "active": flights.active},
+            withdrawn=self.withdrawn,
             admission_wait=self.admission_wait,
             cleanup_durations=self.cleanup_durations,
             cleanups_failed=self.cleanups_failed,

@@ -28,6 +28,7 @@ __all__ = [
     "Flight",
     "FlightRecord",
     "Flights",
+    "Offered",
     "RolloutState",
     "Slot",
     "StageCounts",
@@ -89,6 +90,11 @@ class FlightRecord:
     """Its ``RolloutState``."""
     heartbeat_age_seconds: float = 0.0
     """Seconds since its last heartbeat (``heartbeat()``), stage change or start."""
+
+
+Offered = tuple[float, deque[None]]
+"""An offered context's time of offer (its admission wait's start) and the queue its withdrawal marks
+(``Flights.withdrawn``)."""
 
 
 # A slot's flags, one int (a rollout starts with 0: one store, not one per flag).
@@ -170,7 +176,18 @@ class StageCounts:
 class Flights:
     """One agent's rollouts in flight, and the stages and stalls seen."""
 
-    __slots__ = ("exited", "free", "offers", "slots", "stage_labels", "stalls", "states_seen", "waits")
+    __slots__ = (
+        "exited",
+        "free",
+        "offers",
+        "slots",
+        "stage_labels",
+        "stalls",
+        "states_seen",
+        "waits",
+        "withdrawals",
+        "withdrawn",
+    )
 
     def __init__(self) -> None:
         self.slots: list[Slot] = []
@@ -181,15 +198,19 @@ class Flights:
         self.waits = Observations(WAIT_BUCKETS)  # admission waits of the rollouts whose block exited
         self.offers: deque[None] = deque()  # a mark per rollout context offered and not entered yet
         self.exited: deque[Slot] = deque()  # slots whose block exited, not taken back yet
+        # A mark per offered context collected without being entered, not taken back yet (see reclaim); the
+        # marks taken back so far.
+        self.withdrawn: deque[None] = deque()
+        self.withdrawals = 0
 
-    def begin(self, now: float, flight: Flight | None, offered: float | None = None) -> Slot:
-        """A rollout in flight since ``now``, at stage ``agent``; ``offered``: when its context was offered
-        (it put a mark in ``offers``), the start of its admission wait."""
+    def begin(self, now: float, flight: Flight | None, offered: Offered | None = None) -> Slot:
+        """A rollout in flight since ``now``, at stage ``agent``; ``offered``: what its context's offer
+        returned (it put a mark in ``offers``), whose time is the start of its admission wait."""
         wait = 0.0
         if offered is not None:
             self.offers.pop()
-            if now > offered:
-                wait = now - offered
+            if now > offered[0]:
+                wait = now - offered[0]
         exited = self.exited
         if exited:  # the slot of a block that exited, taken back (see reclaim) and reused at once
             slot = exited.popleft()
@@ -211,7 +232,12 @@ class Flights:
 
     def reclaim(self) -> None:
         """Take back the slots of the blocks that exited: their admission waits observed, the slots free (a
-        free slot's flags are reset when it is taken)."""
+        free slot's flags are reset when it is taken); and the offers withdrawn, each no longer offered."""
+        withdrawn = self.withdrawn
+        while withdrawn:  # its context put a mark in offers and never took it out: one of them is its own
+            withdrawn.popleft()
+            self.offers.pop()
+            self.withdrawals += 1
         exited, pending = self.exited, self.waits.pending
         while exited:
             slot = exited.popleft()

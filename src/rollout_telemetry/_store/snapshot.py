@@ -104,6 +104,9 @@ class AgentSnapshot:
     phases: Mapping[str, int] = field(default_factory=dict)
     """Rollouts ``offered`` (by ``offer()``, not entered), ``resident`` (entered, block not exited) and
     ``active`` (in flight past stage admission, not terminal or cancelled)."""
+    withdrawn: int = 0
+    """Offered contexts gone without being entered (a task cancelled while it waited for a slot, say): no
+    longer offered."""
     admission_wait: Observed | None = None
     """Admission waits of the rollouts whose block exited; ``None`` before the first."""
     cleanup_durations: Observed | None = None
@@ -115,11 +118,11 @@ class AgentSnapshot:
 
     @property
     def made(self) -> int:
-        """Rollouts offered or entered so far: those offered (``offer()``, not entered yet), those resident
-        and those whose block exited (each observed its admission wait as it exited), so the number never
-        goes down."""
+        """Rollouts offered or entered so far: those offered (``offer()``, not entered yet), those resident,
+        those whose block exited (each observed its admission wait as it exited) and the offers withdrawn,
+        so the number never goes down."""
         exited = 0 if self.admission_wait is None else self.admission_wait.count
-        return self.phases.get("offered", 0) + self.phases.get("resident", 0) + exited
+        return self.phases.get("offered", 0) + self.phases.get("resident", 0) + exited + self.withdrawn
 
     @property
     def in_flight(self) -> int:

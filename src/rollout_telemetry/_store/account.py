@@ -88,7 +88,9 @@ class Account:
         self.names = names
         self.first_context: Callable[[], None] = _nothing
         """Called when an agent's first rollout context is offered (``offer``) or entered (``begin``): once
-        per agent, never on the hot path (the stall watcher starts then); it must not raise."""
+        per agent, never on the hot path (the stall watcher starts then). Should it raise (the facade's
+        counts its error and raises it only with ``strict=True``), it does so before anything is offered or
+        in flight."""
         self._by_label: dict[str, AgentState] = {}
         # Raw agent name -> state, so the hot path does one dict lookup. Folded names are never entered,
         # so each of their records takes the slow path and is counted as an overflow.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
+import queue
 import threading
 from typing import Any
 
@@ -14,6 +15,7 @@ from rollout_telemetry._serve.auth import MAX_VERIFIED, Authenticator, PasswordC
 from rollout_telemetry._serve.credentials import BasicAuth, credentials, hash_password
 from rollout_telemetry.errors import ConfigError
 from tests.support import FakeClock
+from tests.virtual_loop import run_virtual
 
 PASSWORD = "correct horse battery staple"
 AUTH = BasicAuth("prometheus", hash_password(PASSWORD))
@@ -141,15 +143,18 @@ def test_the_source_table_is_bounded(clock: FakeClock) -> None:
 
 
 class _Held(Authenticator):
-    """An authenticator whose checks wait for the test, recording the order of the sources checked."""
+    """An authenticator whose checks wait for the test, recording the order of the sources checked (and
+    putting each on ``checking`` as its check starts)."""
 
     def __init__(self, clock: FakeClock) -> None:
         super().__init__(AUTH, clock=clock, burst=1, refill=0.001)
         self.release = threading.Semaphore(0)
         self.order: list[str] = []
+        self.checking: queue.Queue[str] = queue.Queue()
 
     def verify(self, header: str | None, source: str) -> Verdict:
         self.order.append(source)
+        self.checking.put(source)
         assert self.release.acquire(timeout=10)
         return Verdict.DENIED
 
@@ -163,7 +168,8 @@ def test_password_checks_take_sources_in_turn(clock: FakeClock) -> None:
 
     async def run() -> list[Verdict]:
         first = asyncio.ensure_future(checks.check("h", "a"))
-        await asyncio.sleep(0.05)  # "a" holds the thread
+        await asyncio.sleep(0)  # its first step hands "a" to the thread
+        assert held.checking.get(timeout=10) == "a"  # "a" holds the thread (waited for off the loop)
         sources = ["spent", "a", "a", "b", "c", "b"]
         waiting = []
         for source in sources:
@@ -183,19 +189,23 @@ def test_password_checks_take_sources_in_turn(clock: FakeClock) -> None:
 
 
 def test_an_attempt_without_a_turn_in_time_is_limited(clock: FakeClock) -> None:
-    """An attempt that waits longer than its wait for a free thread is LIMITED, without a check."""
+    """An attempt that waits its wait (0.25 s of the loop's time) for a free thread is LIMITED then, without a
+    check."""
     held = _Held(clock)
-    checks = PasswordChecks(held, threads=1, wait=0.2)
+    checks = PasswordChecks(held, threads=1, wait=0.25)
 
-    async def run() -> tuple[Verdict, Verdict]:
+    async def run() -> tuple[Verdict, Verdict, float]:
         first = asyncio.ensure_future(checks.check("h", "a"))
-        await asyncio.sleep(0.05)
-        second = await checks.check("h", "b")
+        await asyncio.sleep(0)  # its first step hands "a" to the thread
+        assert held.checking.get(timeout=10) == "a"  # "a" holds the thread
+        asked = clock()
+        second = await checks.check("h", "b")  # on the loop's fake clock, its wait passes at once
+        waited = clock() - asked
         held.release.release()
-        return await first, second
+        return await first, second, waited
 
     try:
-        assert asyncio.run(run()) == (Verdict.DENIED, Verdict.LIMITED)
+        assert run_virtual(run(), clock) == (Verdict.DENIED, Verdict.LIMITED, 0.25)
     finally:
         checks.close()
     assert held.order == ["a"]

@@ -6,13 +6,14 @@ import json
 import logging
 import os
 import shutil
+import threading
 from pathlib import Path
 
 import pytest
 
 from rollout_telemetry import Disposition, RolloutTelemetry
 from rollout_telemetry._sources.follow import RunFiles, RunFollower
-from tests.support import FakeClock, exposition, samples, value, wait_until
+from tests.support import FakeClock, exposition, samples, value
 
 FIXTURES = Path(__file__).parent / "fixtures"
 ROW = (
@@ -316,18 +317,24 @@ def test_background_following_picks_up_appends(tmp_path: Path, clock: FakeClock)
     main = tmp_path / "live.jsonl"
     main.write_text("")
     telemetry, follower = _follower(clock, main)
+    counted = threading.Event()
+    poll = follower.poll
+
+    def poll_and_check() -> int:  # the thread's poll, telling the test when the rows are in
+        read = poll()
+        agent = telemetry.snapshot().agent("a")
+        if agent is not None and agent.measured == 20:
+            counted.set()
+        return read
+
+    follower.poll = poll_and_check  # type: ignore[method-assign]
     follower.start(interval=0.05)
     try:
         with main.open("a") as handle:
             for i in range(20):
                 handle.write(ROW.format(reward=1.0, task=i))
                 handle.flush()
-
-        def counted() -> bool:
-            agent = telemetry.snapshot().agent("a")
-            return agent is not None and agent.measured == 20
-
-        wait_until(counted, timeout=10, what="20 appended rows")
+        assert counted.wait(timeout=10), "the 20 appended rows were not counted within 10 s"
     finally:
         follower.stop()
 

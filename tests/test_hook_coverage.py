@@ -26,6 +26,7 @@ from rollout_telemetry._sources.follow import RunFiles, RunFollower
 from rollout_telemetry._views.report import build_report
 from rollout_telemetry.errors import ConfigError, OutcomeError
 from tests.support import FakeClock, exposition, samples, value
+from tests.virtual_loop import idle, run_virtual
 
 AGENTS = ("math", "code")
 IDENTITIES = [(task, rollout) for task in range(3) for rollout in range(2)]
@@ -300,27 +301,28 @@ def test_declared_work_keeps_the_account_kept_with_other_attempts(tmp_path: Path
     assert {a.agent: a.expected for a in telemetry.coverage_snapshot().agents} == {"math": 4}
 
 
-def test_a_stopped_demo_leaves_its_rollouts_in_flight_unknown_not_failed() -> None:
+def test_a_stopped_demo_leaves_its_rollouts_in_flight_unknown_not_failed(clock: FakeClock) -> None:
     """Stopping the demo (its task cancelled) abandons the rollouts in flight: none is counted failed, none
-    stays in flight, and expected = done + unknown."""
-    telemetry = RolloutTelemetry()
+    stays in flight, and expected = done + unknown. The demo runs on a loop on the telemetry's fake clock."""
+    telemetry = RolloutTelemetry(clock=clock)
     config = DemoConfig(rate=400, duration=10.0, seed=1, failed=0.0, omitted=0.0, stalled=0.0)
 
     async def stopped() -> int:
         demo = asyncio.create_task(run_demo(telemetry, config))
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + 30
-        # Each rollout takes up to 2 s: wait until some are in flight and some are done.
-        while not (in_flight(telemetry) >= 20 and done(telemetry) >= 5) and loop.time() < deadline:
-            await asyncio.sleep(0.01)
+        # Each rollout takes up to 2 s: let the loop's time pass until some are in flight and some are done.
+        for _ in range(1000):
+            if in_flight(telemetry) >= 20 and done(telemetry) >= 5:
+                break
+            await idle(0.01)
         abandoned = in_flight(telemetry)  # nothing runs between this line and the cancellation
         demo.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await demo
         return abandoned
 
-    abandoned = asyncio.run(stopped())
+    abandoned = run_virtual(stopped(), clock)
     assert abandoned >= 20
+    assert done(telemetry) >= 5
     snapshot = telemetry.snapshot()
     assert sum(a.failed + a.omitted for a in snapshot.agents) == 0
     assert in_flight(telemetry) == 0

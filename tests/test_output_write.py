@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
 from rollout_telemetry import RolloutTelemetry
 from rollout_telemetry.exporters._exposition import encode
 from tests.support import FakeClock, exposition, promtool_check_metrics, sample_names, value
 from tests.test_exposition import ENCODERS
+from tests.virtual_loop import idle, run_virtual
 
 SECONDS = "rollout_output_write_seconds"
 BYTES = "rollout_output_write_bytes"
@@ -71,17 +70,20 @@ def test_a_write_that_raises_is_counted_failed_and_the_exception_goes_on() -> No
 
 
 def test_async_with_times_a_write_on_the_loop() -> None:
-    """``async with`` is the same block."""
-    telemetry = RolloutTelemetry(run="r", runtime_metrics=False)
+    """``async with`` is the same block: a write that awaits 0.25 s of the loop's time (the telemetry's
+    clock) is one write of 0.25 s."""
+    clock = FakeClock()
+    telemetry = _telemetry(clock)
 
     async def main() -> None:
         async with telemetry.output_write() as write:
-            await asyncio.sleep(0.01)
+            await idle(0.25)
             write.wrote(10)
 
-    asyncio.run(main())
+    run_virtual(main(), clock)
     text = exposition(telemetry.registry)
-    assert value(text, f"{SECONDS}_sum", run="r") >= 0.01
+    assert value(text, f"{SECONDS}_count", run="r") == 1
+    assert value(text, f"{SECONDS}_sum", run="r") == 0.25
     assert value(text, f"{BYTES}_sum", run="r") == 10
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -12,43 +11,61 @@ import pytest
 from rollout_telemetry import RolloutTelemetry
 from rollout_telemetry._store import account as account_module
 from rollout_telemetry._store.reads import TURN_SECONDS, read_in_turns
+from tests.support import FakeClock
 
 
 class _CountingLock:
-    """A lock that records how long each hold lasted."""
+    """A lock that records the parts read in each hold (``turns``) and how long each lasted on ``clock``."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: FakeClock) -> None:
         self._lock = threading.Lock()
+        self._clock = clock
+        self.held = False
+        self.turns: list[list[int]] = []
         self.holds: list[float] = []
         self._since = 0.0
 
     def __enter__(self) -> None:
         self._lock.acquire()
-        self._since = time.perf_counter()
+        self.held = True
+        self.turns.append([])
+        self._since = self._clock()
 
     def __exit__(self, *_: object) -> None:
-        self.holds.append(time.perf_counter() - self._since)
+        self.holds.append(self._clock() - self._since)
+        self.held = False
         self._lock.release()
 
+    def reader(self, seconds: float) -> Callable[[int], int]:
+        """A read of a part that takes ``seconds`` on the clock, noting the part in the current hold."""
 
-def test_every_part_is_read_once_in_order_in_short_turns() -> None:
-    """200 parts of 0.2 ms each: all read, in order, over many turns none much longer than a turn."""
-    lock = _CountingLock()
+        def read(part: int) -> int:
+            assert self.held
+            self.turns[-1].append(part)
+            self._clock.advance(seconds)
+            return part * 2
 
-    def read(part: int) -> int:
-        ends = time.perf_counter() + 0.0002
-        while time.perf_counter() < ends:
-            pass
-        return part * 2
-
-    assert read_in_turns(lock, range(200), read) == [part * 2 for part in range(200)]  # type: ignore[arg-type]
-    assert len(lock.holds) >= 200 * 0.0002 / TURN_SECONDS / 2
-    assert max(lock.holds) < TURN_SECONDS + 0.02  # a turn, one part and the machine's noise
+        return read
 
 
-def test_nothing_to_read_takes_no_turn() -> None:
-    lock = _CountingLock()
-    assert read_in_turns(lock, [], lambda part: part) == []  # type: ignore[arg-type]
+def test_every_part_is_read_once_in_order_in_short_turns(clock: FakeClock) -> None:
+    """200 parts of 0.3 turn each: all read, in order, each under the lock, in 50 turns of 4 parts (a turn
+    ends with the part that reaches TURN_SECONDS), so a hold lasts a turn and at most one part; a part
+    longer than a turn is a turn of its own."""
+    lock = _CountingLock(clock)
+    read = lock.reader(0.3 * TURN_SECONDS)
+    assert read_in_turns(lock, range(200), read, clock=clock) == [part * 2 for part in range(200)]  # type: ignore[arg-type]
+    assert lock.turns == [list(range(first, first + 4)) for first in range(0, 200, 4)]
+    assert lock.holds == pytest.approx([1.2 * TURN_SECONDS] * 50)
+    slow = _CountingLock(clock)
+    assert read_in_turns(slow, range(3), slow.reader(2 * TURN_SECONDS), clock=clock) == [0, 2, 4]  # type: ignore[arg-type]
+    assert slow.turns == [[0], [1], [2]]
+
+
+def test_nothing_to_read_takes_no_turn(clock: FakeClock) -> None:
+    """No parts: no result and the lock never taken."""
+    lock = _CountingLock(clock)
+    assert read_in_turns(lock, [], lambda part: part, clock=clock) == []  # type: ignore[arg-type]
     assert lock.holds == []
 
 

@@ -405,16 +405,17 @@ def test_offers_cancelled_while_they_wait_for_a_slot_are_withdrawn(telemetry: Ro
     """Rollouts offered and cancelled while they wait on the collector's semaphore leave nothing offered: the
     guide's pattern, drained."""
 
-    async def bounded(slots: asyncio.Semaphore, release: asyncio.Event) -> None:
+    async def bounded(slots: asyncio.Semaphore, inside: asyncio.Event, release: asyncio.Event) -> None:
         rollout = telemetry.offer("a")
         async with slots, rollout:
+            inside.set()
             await release.wait()
             rollout.complete({"reward": 1.0})
 
     async def main() -> None:
-        slots, release = asyncio.Semaphore(1), asyncio.Event()
-        tasks = [asyncio.create_task(bounded(slots, release)) for _ in range(4)]
-        await asyncio.sleep(0.01)
+        slots, inside, release = asyncio.Semaphore(1), asyncio.Event(), asyncio.Event()
+        tasks = [asyncio.create_task(bounded(slots, inside, release)) for _ in range(4)]
+        await inside.wait()  # the first holds the slot; the others made their offers in the same turn
         assert telemetry.snapshot().agent("a").phases["offered"] == 3  # type: ignore[union-attr]
         for task in tasks[1:]:
             task.cancel()

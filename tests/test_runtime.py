@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import gc
 import sys
-import time
 import urllib.request
 from collections.abc import Iterator
 
@@ -19,9 +18,11 @@ from prometheus_client import (
 )
 
 from rollout_telemetry import ConfigError, RolloutTelemetry
+from rollout_telemetry._store.runtime import LAG_BUCKETS
 from rollout_telemetry.exporters._exposition import encode
-from tests.support import exposition, sample_names, samples, value
+from tests.support import FakeClock, exposition, sample_names, samples, value
 from tests.test_exposition import ENCODERS
+from tests.virtual_loop import VirtualLoop, idle, run_virtual
 
 LAG = "rollout_telemetry_event_loop_lag_seconds"
 PAUSE = "rollout_telemetry_gc_pause_seconds"
@@ -40,25 +41,15 @@ def no_automatic_gc() -> Iterator[None]:
         gc.enable()
 
 
-async def _until(condition: object, *, timeout: float, what: str) -> None:
-    """Wait on the running loop until ``condition()`` holds, failing after ``timeout`` seconds."""
-    assert callable(condition)
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout} s waiting for {what}")
-        await asyncio.sleep(0.005)
-
-
-def _assert_a_rollout_block_starts_no_sampler(telemetry: RolloutTelemetry) -> None:
-    """An async rollout block, then 0.1 s (20 intervals of 5 ms) on its loop: no lag family after."""
+def _assert_a_rollout_block_starts_no_sampler(telemetry: RolloutTelemetry, clock: FakeClock) -> None:
+    """An async rollout block, then 0.1 s (20 intervals of 5 ms) of its loop's time: no lag family after."""
 
     async def main() -> None:
         async with telemetry.rollout("a") as rollout:
             rollout.complete({"reward": 1.0})
-        await asyncio.sleep(0.1)  # the window a sampler would have woken in
+        await idle(0.1)  # the window a sampler would have woken in
 
-    asyncio.run(main())
+    run_virtual(main(), clock)
     assert LAG + "_count" not in sample_names(exposition(telemetry.registry))
 
 
@@ -67,29 +58,41 @@ def _lag_count(telemetry: RolloutTelemetry) -> float:
     return value(text, f"{LAG}_count", run="r") if f"{LAG}_count" in sample_names(text) else 0.0
 
 
-def test_a_blocked_loop_shows_its_lag_in_the_right_bucket() -> None:
-    """A loop blocked for 0.3 s wakes its sampler at least 0.1 s late: one observation above 0.1 s, none above
-    the 2.5 s bucket, and the sum at least the block minus one interval."""
+def _lag_buckets(telemetry: RolloutTelemetry) -> dict[str, float]:
+    """The lag histogram's cumulative buckets, by ``le``."""
+    return {
+        dict(labels)["le"]: count
+        for (name, labels), count in samples(exposition(telemetry.registry)).items()
+        if name == f"{LAG}_bucket"
+    }
+
+
+def test_a_blocked_loop_shows_its_lag_in_the_right_bucket(clock: FakeClock) -> None:
+    """A loop blocked for 0.375 s (on its clock) with its sampler due after 0.125 s wakes it 0.25 s late: one
+    observation of 0.25 s in the 0.25 bucket and above, none at 0.1; the next wake, on time, observes 0."""
     telemetry = RolloutTelemetry(run="r", runtime_metrics=False)
 
     async def main() -> None:
-        telemetry.watch_event_loop(interval=0.05)
-        await asyncio.sleep(0)
-        time.sleep(0.3)  # the block being measured, on the loop's thread
-        await _until(lambda: _lag_count(telemetry) >= 2, timeout=10, what="two lag samples")
+        telemetry.watch_event_loop(interval=0.125)
+        clock.advance(0.375)  # the block being measured: the loop's time passes and nothing runs
+        await idle(0.0625)  # the late wake runs first, then this timer
+        assert _lag_count(telemetry) == 1
+        await idle(0.125)  # the next wake, due 0.125 s after the late one, is on time
 
-    asyncio.run(main())
+    run_virtual(main(), clock)
     text = exposition(telemetry.registry)
-    count = value(text, f"{LAG}_count", run="r")
-    assert value(text, f"{LAG}_bucket", run="r", le="0.1") <= count - 1
-    assert value(text, f"{LAG}_bucket", run="r", le="2.5") == count
-    assert value(text, f"{LAG}_sum", run="r") >= 0.3 - 0.05 - 0.01
+    assert value(text, f"{LAG}_count", run="r") == 2
+    assert value(text, f"{LAG}_sum", run="r") == 0.375 - 0.125
+    # One observation of 0 (in every bucket) and one of 0.25 (from the 0.25 bucket on).
+    expected = {str(bound): 1.0 + (bound >= 0.25) for bound in LAG_BUCKETS} | {"+Inf": 2.0}
+    assert _lag_buckets(telemetry) == expected
 
 
-def test_the_first_async_rollout_block_on_a_loop_starts_one_sampler() -> None:
+def test_the_first_async_rollout_block_on_a_loop_starts_one_sampler(clock: FakeClock) -> None:
     """No lag family before a rollout block runs on a loop; afterwards one sampler per loop, however many
-    blocks, and the sampler ends when asyncio.run closes the loop (no warning: warnings are errors)."""
-    telemetry = RolloutTelemetry(run="r", loop_lag_interval=0.01)
+    blocks (three wakes in 3.5 intervals), and the sampler ends when the loop closes (no warning: warnings
+    are errors)."""
+    telemetry = RolloutTelemetry(run="r", loop_lag_interval=0.125)
     assert LAG + "_count" not in sample_names(exposition(telemetry.registry))
     watches = []
 
@@ -99,63 +102,69 @@ def test_the_first_async_rollout_block_on_a_loop_starts_one_sampler() -> None:
                 rollout.complete({"reward": 1.0})
         watches.append(telemetry.watch_event_loop())  # the one the blocks started
         watches.append(telemetry.watch_event_loop())
-        await _until(lambda: _lag_count(telemetry) >= 3, timeout=10, what="three lag samples")
+        await idle(0.4375)  # wakes due at 0.125, 0.25 and 0.375 s
 
-    asyncio.run(main())
+    run_virtual(main(), clock)
     assert watches[0] is watches[1]
     assert not watches[0].running
-    assert _lag_count(telemetry) >= 3
+    assert _lag_count(telemetry) == 3
 
 
-def test_without_runtime_metrics_a_rollout_block_starts_no_sampler() -> None:
+def test_without_runtime_metrics_a_rollout_block_starts_no_sampler(clock: FakeClock) -> None:
     """runtime_metrics=False: rollout blocks leave the loop unsampled (over a window of 20 intervals)."""
     telemetry = RolloutTelemetry(run="r", runtime_metrics=False, loop_lag_interval=0.005)
-    _assert_a_rollout_block_starts_no_sampler(telemetry)
+    _assert_a_rollout_block_starts_no_sampler(telemetry, clock)
 
 
-def test_a_stopped_sampler_samples_no_more() -> None:
-    """stop() ends sampling: the count stays where it was while the loop keeps running."""
+def test_a_stopped_sampler_samples_no_more(clock: FakeClock) -> None:
+    """stop() ends sampling: the count stays where it was (one wake) over ten more intervals of the loop."""
     telemetry = RolloutTelemetry(run="r", runtime_metrics=False)
 
-    async def main() -> float:
-        watch = telemetry.watch_event_loop(interval=0.005)
-        await _until(lambda: _lag_count(telemetry) >= 1, timeout=10, what="a lag sample")
+    async def main() -> None:
+        watch = telemetry.watch_event_loop(interval=0.125)
+        await idle(0.1875)  # one wake, at 0.125 s
+        assert _lag_count(telemetry) == 1
         watch.stop()
-        stopped_at = _lag_count(telemetry)
-        await asyncio.sleep(0.05)  # ten intervals
+        await idle(1.25)  # ten intervals
         assert not watch.running
-        return stopped_at
 
-    stopped_at = asyncio.run(main())
-    assert _lag_count(telemetry) == stopped_at
+    run_virtual(main(), clock)
+    assert _lag_count(telemetry) == 1
 
 
-def test_a_sampler_started_from_another_thread_runs_on_its_loop() -> None:
-    """watch_event_loop(loop) from outside the loop arms the sampler on the loop's own turn."""
+def test_a_sampler_started_from_another_thread_runs_on_its_loop(clock: FakeClock) -> None:
+    """watch_event_loop(loop) from outside the loop arms the sampler on the loop's own turn: one interval
+    of the loop's time after it runs, it has woken once."""
     telemetry = RolloutTelemetry(run="r", runtime_metrics=False)
-    loop = asyncio.new_event_loop()
+    loop = VirtualLoop(clock)
     try:
-        watch = telemetry.watch_event_loop(loop, interval=0.005)
-        loop.run_until_complete(_until(lambda: _lag_count(telemetry) >= 1, timeout=10, what="a lag sample"))
+        watch = telemetry.watch_event_loop(loop, interval=0.125)
+        assert _lag_count(telemetry) == 0
+        loop.run_until_complete(idle(0.1875))
+        assert _lag_count(telemetry) == 1
+        assert watch.running
         watch.stop()
     finally:
         loop.close()
     assert not watch.running
 
 
-def test_a_sampler_ends_with_its_telemetry() -> None:
+def test_a_sampler_ends_with_its_telemetry(clock: FakeClock) -> None:
     """The loop holds its sampler but not the telemetry: once the telemetry is gone the sampler is not
-    running and its timer stops at its next wake."""
-    loop = asyncio.new_event_loop()
+    running and its timer stops at its next wake (armed once, never again)."""
+    loop = VirtualLoop(clock)
     try:
         telemetry = RolloutTelemetry(runtime_metrics=False)
-        watch = telemetry.watch_event_loop(loop, interval=0.005)
+        watch = telemetry.watch_event_loop(loop, interval=0.125)
         del telemetry
         gc.collect()
         assert not watch.running
-        loop.run_until_complete(asyncio.sleep(0.02))  # the timer wakes, finds nothing, is not re-armed
+        loop.run_until_complete(idle(0.5))  # the timer wakes, finds nothing, is not re-armed
     finally:
         loop.close()
+    assert [when for when, callback in loop.armed if getattr(callback, "__self__", None) is watch] == [
+        1000.125
+    ]
 
 
 def test_watching_needs_a_loop_and_a_positive_interval() -> None:
@@ -191,7 +200,7 @@ def test_a_forced_collection_is_one_pause_of_generation_2() -> None:
 
 
 @pytest.mark.usefixtures("no_automatic_gc")
-def test_stopping_the_runtime_metrics_stops_timing_collections() -> None:
+def test_stopping_the_runtime_metrics_stops_timing_collections(clock: FakeClock) -> None:
     """stop_runtime_metrics(): later collections are not timed, the histogram keeps what it had, and a
     rollout block starts no sampler any more (over a window of 20 intervals)."""
     telemetry = RolloutTelemetry(run="r", loop_lag_interval=0.005)
@@ -199,7 +208,7 @@ def test_stopping_the_runtime_metrics_stops_timing_collections() -> None:
     telemetry.stop_runtime_metrics()
     gc.collect()
     assert value(exposition(telemetry.registry), f"{PAUSE}_count", run="r", generation="2") == 1
-    _assert_a_rollout_block_starts_no_sampler(telemetry)
+    _assert_a_rollout_block_starts_no_sampler(telemetry, clock)
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="ProcessCollector reads /proc")
@@ -241,15 +250,18 @@ def test_a_registry_with_the_process_collectors_keeps_its_own() -> None:
     assert sample_names(restricted) == {"python_info"}
 
 
-def test_the_runtime_histograms_are_written_as_prometheus_client_writes_them() -> None:
-    """The endpoint's own writer and prometheus_client's write the same bytes for the lag histogram."""
+def test_the_runtime_histograms_are_written_as_prometheus_client_writes_them(clock: FakeClock) -> None:
+    """The endpoint's own writer and prometheus_client's write the same bytes for the lag histogram (two
+    observations, one late)."""
     telemetry = RolloutTelemetry(run="r", runtime_metrics=False)
 
     async def main() -> None:
-        telemetry.watch_event_loop(interval=0.005)
-        await _until(lambda: _lag_count(telemetry) >= 2, timeout=10, what="two lag samples")
+        telemetry.watch_event_loop(interval=0.125)
+        clock.advance(0.3)  # a block: the first wake is late
+        await idle(0.1875)  # that wake and the next
 
-    asyncio.run(main())  # the loop is closed: the histogram no longer moves
+    run_virtual(main(), clock)  # the loop is closed: the histogram no longer moves
+    assert _lag_count(telemetry) == 2
     for accept, encoder in ENCODERS.items():
         assert encode(telemetry.registry, accept)[0] == encoder(telemetry.registry), accept
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gc
 import logging
-import time
+import threading
 import weakref
 
 import pytest
@@ -171,20 +171,44 @@ def test_exemplars_carry_the_trace_of_the_latest_failure_in_openmetrics_only(clo
     assert (result.returncode, result.stdout, result.stderr) == (0, "", "")
 
 
-def test_the_watcher_thread_finds_a_stall_without_a_scrape(caplog: pytest.LogCaptureFixture) -> None:
-    """A stalled rollout is flagged and said between scrapes, by the watcher thread; a telemetry no longer
-    used is not kept alive by it."""
-    telemetry = RolloutTelemetry(stall_after=0.2)
+class _Said(logging.Handler):
+    """A log handler that keeps the records with ``words`` in them and sets ``said`` at the first."""
+
+    def __init__(self, words: str) -> None:
+        super().__init__(logging.WARNING)
+        self.words = words
+        self.records: list[logging.LogRecord] = []
+        self.said = threading.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.words in record.getMessage():
+            self.records.append(record)
+            self.said.set()
+
+
+def test_the_watcher_thread_finds_a_stall_without_a_scrape(
+    clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A stalled rollout is flagged and said between scrapes, by the watcher thread (it wakes every second
+    and checks the telemetry's clock); a telemetry no longer used is not kept alive by it."""
+    telemetry = RolloutTelemetry(stall_after=0.25, clock=clock)
     context = telemetry.rollout("a", task_index=3, rollout_index=1)
-    with caplog.at_level(logging.WARNING, logger="rollout_telemetry"):
-        context.__enter__()
-        deadline = time.monotonic() + 5.0
-        while not telemetry.account.snapshot().agent("a").stalls and time.monotonic() < deadline:  # type: ignore[union-attr]
-            time.sleep(0.05)
-    assert telemetry.account.snapshot().agent("a").stalls == {"agent": 1}  # type: ignore[union-attr]
-    assert any(
-        "rollout of a (task 3, rollout 1, attempt None) stalled" in r.getMessage() for r in caplog.records
+    said = _Said("rollout of a (task 3, rollout 1, attempt None) stalled")  # not another test's telemetry
+    logger = logging.getLogger("rollout_telemetry")
+    logger.addHandler(said)
+    try:
+        with caplog.at_level(logging.WARNING, logger="rollout_telemetry"):
+            context.__enter__()
+            clock.advance(1.0)  # past stall_after: nothing but the watcher looks
+            assert said.said.wait(timeout=10), "the watcher thread said no stall within 10 s"
+    finally:
+        logger.removeHandler(said)
+    (record,) = said.records
+    assert record.threadName == "rollout-telemetry-stalls"
+    assert record.getMessage() == (
+        "rollout of a (task 3, rollout 1, attempt None) stalled: in flight for 1 s, at stage agent"
     )
+    assert telemetry.account.snapshot().agent("a").stalls == {"agent": 1}  # type: ignore[union-attr]
     context.complete({"reward": 1.0})
     context.__exit__(None, None, None)
     alive = weakref.ref(telemetry)

@@ -27,6 +27,7 @@ import socket
 import ssl
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from rollout_telemetry._serve.connections import Connection, Connections, source_of
@@ -80,10 +81,21 @@ class ThrottledLog:
 
 
 class HttpServer:
-    """Serve ``handler`` on a bound, listening socket from an event loop in a thread of its own."""
+    """Serve ``handler`` on a bound, listening socket from an event loop in a thread of its own.
 
-    def __init__(self, listener: socket.socket, handler: Handler, *, tls: ssl.SSLContext | None) -> None:
+    ``clock`` is the monotonic clock a connection's age is read from, for eviction (a test injects one).
+    """
+
+    def __init__(
+        self,
+        listener: socket.socket,
+        handler: Handler,
+        *,
+        tls: ssl.SSLContext | None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         listener.setblocking(False)
+        self._clock = clock
         self._listener = listener
         self._handler = handler
         self._tls = tls
@@ -134,7 +146,7 @@ class HttpServer:
                 self._log(logging.WARNING, "cannot accept a connection: %s", exc)
                 await asyncio.sleep(0.1)
                 continue
-            connection = Connection(sock, str(address[0]), source_of(str(address[0])), time.monotonic())
+            connection = Connection(sock, str(address[0]), source_of(str(address[0])), self._clock())
             if not self._connections.admit(connection):
                 sock.close()
                 continue

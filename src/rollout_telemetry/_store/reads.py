@@ -40,20 +40,24 @@ def read_locked(lock: threading.Lock | threading.RLock) -> Iterator[None]:
 
 
 def read_in_turns(
-    lock: threading.Lock | threading.RLock, parts: Sequence[_Part], read: Callable[[_Part], _Read]
+    lock: threading.Lock | threading.RLock,
+    parts: Sequence[_Part],
+    read: Callable[[_Part], _Read],
+    *,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> list[_Read]:
-    """``read(part)`` of every part, each under ``lock``, in turns of about ``TURN_SECONDS``: between turns
-    the lock is released and a thread that waited on it runs. Each part is read atomically, not all at
-    once."""
+    """``read(part)`` of every part, each under ``lock``, in turns of about ``TURN_SECONDS`` (on ``clock``):
+    between turns the lock is released and a thread that waited on it runs. Each part is read atomically, not
+    all at once."""
     results: list[_Read] = []
     done, count = 0, len(parts)
     while done < count:
         with lock:
-            ends = time.perf_counter() + TURN_SECONDS
+            ends = clock() + TURN_SECONDS
             while done < count:
                 results.append(read(parts[done]))
                 done += 1
-                if time.perf_counter() >= ends:
+                if clock() >= ends:
                     break
         time.sleep(0)
     return results

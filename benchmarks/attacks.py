@@ -1,6 +1,6 @@
 """Attacks on the endpoint from the same host, and whether an authorised scrape still answers within 1 s.
 
-The one attack driver: ``benchmarks/attacks.py`` prints figures, ``tests/e2e/test_attacks_e2e.py`` imports
+The one attack driver: ``benchmarks/attacks.py`` prints figures, ``tests/slow/test_attacks.py`` imports
 ``ATTACKS`` and ``run_attack`` from here and asserts on them. Each attack runs in a child process
 (``attack`` mode below), so its threads do not share an interpreter with the server or the scraper, against
 a server in this process on 127.0.0.1 while a thread of this process records a rollout every 2 ms (as a

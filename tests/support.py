@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
 import subprocess
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -176,3 +178,34 @@ def traced(clock: FakeClock, **options: Any) -> tuple[RolloutTelemetry, InMemory
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     return RolloutTelemetry(clock=clock, tracer_provider=provider, **options), exporter
+
+
+def held(connection: socket.socket) -> bool:
+    """Whether the server still holds ``connection`` now: nothing to read and not closed (no waiting)."""
+    timeout = connection.gettimeout()
+    connection.setblocking(False)
+    try:
+        connection.recv(1)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        connection.settimeout(timeout)
+    return False
+
+
+def rss() -> int:
+    """Resident memory of this process, in bytes."""
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * 4096
+
+
+@contextlib.contextmanager
+def own_ray_folder() -> Iterator[str]:
+    """A Ray folder of its own, to give as ``RAY_TMPDIR``: its sessions, sockets and the file naming the
+    newest cluster (which a bare ``ray.init()`` joins), so two Rays started by tests running at once (a Ray
+    test's cluster, NeMo Gym's, a docs example's) never join each other. Short, under /tmp: Ray's socket
+    paths must fit in 107 bytes."""
+    with tempfile.TemporaryDirectory(prefix="ray-", dir="/tmp", ignore_cleanup_errors=True) as folder:
+        yield folder

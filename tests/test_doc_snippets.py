@@ -10,6 +10,7 @@ line's parser (they serve or watch until stopped). YAML and JSON blocks parse.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import shutil
@@ -22,6 +23,7 @@ import pytest
 import yaml
 
 from rollout_telemetry._cli.main import _parser
+from tests.support import own_ray_folder
 
 ROOT = Path(__file__).parent.parent
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -59,8 +61,12 @@ def _commands(block: str) -> list[list[str]]:
 
 
 def _succeeds(command: list[str], cwd: Path) -> None:
-    """``command`` run in ``cwd`` exits 0 within a minute, with no traceback."""
-    result = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=60, check=False)
+    """``command`` run in ``cwd`` exits 0 within a minute, with no traceback (a Ray it starts is its own)."""
+    with own_ray_folder() as ray_folder:
+        result = subprocess.run(
+            command, cwd=cwd, env={**os.environ, "RAY_TMPDIR": ray_folder},
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Traceback" not in result.stderr
 

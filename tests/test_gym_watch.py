@@ -1,13 +1,14 @@
-"""``rollout-telemetry gym``: the Gym command read for its output, the child in its own process group, signals
-passed on once, the child's exit status passed through, and wrong inputs in one line."""
+"""``rollout-telemetry gym``: the Gym command read for its output, exit statuses said as a shell says them,
+and wrong inputs in one line.
+
+The watch of a real child (its process group, signals passed on once, its exit status passed through) is in
+tests/e2e/test_gym_watch_e2e.py.
+"""
 
 from __future__ import annotations
 
 import signal
-import subprocess
 import sys
-import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -61,53 +62,6 @@ def test_exit_statuses_are_reported_as_a_shell_does() -> None:
     assert exit_status(-signal.SIGKILL) == 137
     assert describe_status(137) == "Gym was ended by SIGKILL (exit status 137)"
     assert describe_status(2) == "Gym exited with status 2"
-
-
-FAKE_GYM = textwrap.dedent(
-    """
-    import json, signal, sys, time
-    out = sys.argv[sys.argv.index("--output") + 1]
-    got = []
-    def on_signal(signum, frame):
-        got.append(signum)
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
-    with open(out, "w") as f:
-        f.write(json.dumps({"reward": 1.0, "agent_ref": {"name": "a"}, "_ng_task_index": 0,
-                            "_ng_rollout_index": 0}) + "\\n")
-    deadline = time.monotonic() + 30
-    while not got and time.monotonic() < deadline:
-        time.sleep(0.01)
-    time.sleep(0.3)  # a second signal, if one were passed on, would arrive now
-    open(out + ".signals", "w").write(json.dumps(got))
-    sys.exit(7)
-    """
-)
-
-
-def test_ctrl_c_is_passed_on_once_and_the_status_is_the_childs(tmp_path: Path) -> None:
-    """SIGINT to the watch reaches the child exactly once; the report follows, the exit status is the child's
-    (7), and a line says how it ended."""
-    script = tmp_path / "fake_gym.py"
-    script.write_text(FAKE_GYM)
-    output = tmp_path / "out.jsonl"
-    argv = ["gym", "--port", "0", "--format", "json", "--", PYTHON, str(script), "--output", str(output)]
-    watch = subprocess.Popen(
-        [PYTHON, "-m", "rollout_telemetry", *argv],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        cwd=tmp_path,
-    )
-    deadline = time.monotonic() + 30
-    while not output.exists() and time.monotonic() < deadline:
-        time.sleep(0.02)
-    time.sleep(0.3)  # the child has installed its handlers by the time it writes
-    watch.send_signal(signal.SIGINT)
-    stdout, stderr = watch.communicate(timeout=60)
-    assert watch.returncode == 7, stderr.decode()
-    assert (tmp_path / "out.jsonl.signals").read_text() == f"[{int(signal.SIGINT)}]"
-    assert b'"agents"' in stdout
-    assert "rollout-telemetry gym: Gym exited with status 7" in stderr.decode()
 
 
 def test_wrong_inputs_end_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:

@@ -10,7 +10,6 @@ import json
 import socket
 import ssl
 import threading
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -22,9 +21,9 @@ import trustme
 
 from rollout_telemetry import BasicAuth, ConfigError, RolloutTelemetry, TLSConfig, hash_password
 from rollout_telemetry._cli.main import main
-from rollout_telemetry._serve.auth import FAILURE_BURST
-from rollout_telemetry._serve.server import HEAD_TIMEOUT, IDLE_TIMEOUT, MetricsServer
-from tests.support import raw_request, samples
+from rollout_telemetry._serve.auth import AUTH_THREADS, FAILURE_BURST
+from rollout_telemetry._serve.server import MetricsServer
+from tests.support import held, raw_request, samples
 
 PASSWORD = "correct horse battery staple"
 
@@ -167,32 +166,15 @@ def server(recorded: RolloutTelemetry) -> Iterator[MetricsServer]:
         yield running
 
 
-def test_idle_clients_cannot_exhaust_the_server(server: MetricsServer) -> None:
-    """Fifty silent connections hold no thread: a scrape still answers at once, and they are closed."""
-    idle = [socket.create_connection(("127.0.0.1", server.port), timeout=10) for _ in range(50)]
-    try:
-        started = time.monotonic()
-        assert _get(server.url)[0] == 200
-        assert time.monotonic() - started < 3  # not queued behind 50 idle clients x 3 s each
-        threads = threading.active_count()
-        assert threads < 30, threads
-        for connection in idle:
-            connection.settimeout(IDLE_TIMEOUT + 5)
-            assert connection.recv(1) == b""  # the server closed it
-    finally:
-        for connection in idle:
-            connection.close()
-
-
 def test_a_trickling_client_does_not_block_scrapes(server: MetricsServer) -> None:
     """A client that sends half a request and stalls ties up one worker at most, until its timeout."""
     trickler = socket.create_connection(("127.0.0.1", server.port), timeout=10)
     try:
         trickler.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
-        time.sleep(0.3)
-        started = time.monotonic()
+        # Accepted before the scrape (one listening queue, first come first served): a scrape queued behind
+        # the trickler would be answered only once the trickler's head deadline had closed it.
         assert _get(server.url)[0] == 200
-        assert time.monotonic() - started < 3  # not queued behind the trickler's 5 s timeout
+        assert held(trickler), "the scrape was answered only after the trickler was closed"
     finally:
         trickler.close()
 
@@ -204,10 +186,8 @@ def test_a_huge_request_body_is_not_read(server: MetricsServer) -> None:
         connection.sendall(
             b"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 100000000\r\n\r\n" + b"x" * 65536
         )
-        started = time.monotonic()
-        reply = connection.recv(4096)
+        reply = connection.recv(4096)  # answered while almost all of the body is still to come
         assert reply.startswith(b"HTTP/1.0 405") or reply.startswith(b"HTTP/1.1 405"), reply[:40]
-        assert time.monotonic() - started < 2
     finally:
         connection.close()
     assert _get(server.url)[0] == 200
@@ -274,28 +254,6 @@ def test_a_guess_repeated_costs_no_scrypt(
         assert statuses == [401] * FAILURE_BURST * 2
         assert raw_request(server.port, right.encode())[0] == 200
     assert checks == [PASSWORD.encode(), b"guess"]
-
-
-def test_the_request_head_has_one_deadline(server: MetricsServer) -> None:
-    """A client sending a byte every 0.5 s is closed HEAD_TIMEOUT after its first byte: each byte does not
-    buy it more time."""
-    closed = False
-    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as trickler:
-        trickler.settimeout(0.5)  # waiting for the close paces the trickle
-        started = time.monotonic()
-        for byte in b"GET /metrics HTTP/1.1\r\nX-Slow: " + b"a" * 100:
-            try:
-                trickler.send(bytes([byte]))
-                closed = trickler.recv(1) == b""
-            except TimeoutError:
-                continue
-            except OSError:
-                closed = True
-            if closed:
-                break
-        elapsed = time.monotonic() - started
-    assert closed
-    assert HEAD_TIMEOUT - 0.1 < elapsed < HEAD_TIMEOUT + 2, elapsed
 
 
 def test_rollouts_in_flight_over_https_with_basic_auth(tls_files: dict[str, Path]) -> None:
@@ -380,34 +338,32 @@ class _Guessers:
             thread.join(timeout=10)
 
 
-def test_password_checks_never_delay_a_verified_scrape(recorded: RolloutTelemetry) -> None:
+def test_password_checks_never_delay_a_verified_scrape(
+    recorded: RolloutTelemetry, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """64 guessers, each from an address of its own, do not make a verified scraper's scrape wait or 503."""
     auth = BasicAuth("prometheus", hash_password(PASSWORD))
+    scrypt = hashlib.scrypt
+    checking = threading.Semaphore(0)
+    release = threading.Event()
+
+    def held_guesses(password: bytes, **kwargs: Any) -> bytes:
+        if password == PASSWORD.encode():
+            return scrypt(password, **kwargs)
+        checking.release()
+        release.wait(timeout=30)  # a guess's check holds its thread until the test lets go
+        return b"not the hash"
+
+    monkeypatch.setattr(hashlib, "scrypt", held_guesses)
     with recorded.serve(port=0, auth=auth) as server:
         assert _get(server.url, headers=_basic("prometheus", PASSWORD))[0] == 200  # verified once
         with _Guessers(server.port, [f"127.0.4.{2 + i}" for i in range(64)]):
-            time.sleep(0.5)  # the guesses are queued
-            statuses = []
-            for _ in range(5):
-                started = time.monotonic()
-                status = _get(server.url, headers=_basic("prometheus", PASSWORD))[0]
-                statuses.append((status, time.monotonic() - started < 1))
-        assert statuses == [(200, True)] * 5, statuses
-
-
-def test_a_restarted_scraper_is_verified_within_five_seconds_under_guessing(
-    recorded: RolloutTelemetry,
-) -> None:
-    """A scraper not yet verified that shares 127.0.0.1 with 64 guessers gets its 200 within 5 s."""
-    auth = BasicAuth("prometheus", hash_password(PASSWORD))
-    with recorded.serve(port=0, auth=auth) as server, _Guessers(server.port, ["127.0.0.1"] * 64):
-        time.sleep(1)  # the guessers have spent the address's attempts
-        started = time.monotonic()
-        statuses = []
-        while time.monotonic() - started < 5:
-            status = _get(server.url, headers=_basic("prometheus", PASSWORD))[0]
-            statuses.append(status)
-            if status == 200:
-                break
-            time.sleep(0.2)
-        assert statuses[-1] == 200, statuses
+            try:
+                for _ in range(AUTH_THREADS):  # every password-check thread is held by a guess
+                    assert checking.acquire(timeout=10), "the guesses never reached a password check"
+                # A scrape that waited for a check would wait for ever here (or be refused 429 after
+                # AUTH_WAIT): a 200 is the proof that it did not.
+                statuses = [_get(server.url, headers=_basic("prometheus", PASSWORD))[0] for _ in range(5)]
+            finally:
+                release.set()
+        assert statuses == [200] * 5, statuses

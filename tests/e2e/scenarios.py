@@ -1,4 +1,19 @@
-"""Demo scenarios under one real Prometheus: which alerts each run fires while it runs."""
+"""Demo scenarios under one real Prometheus: which alerts each run fires while it runs.
+
+These tests show the wiring: the demo's series, scraped by a real Prometheus, reach the committed rules and
+fire the alert of each cause. The rules' logic (each threshold, absent series, edges) is tested exactly and
+instantly by ``promtool test rules`` (dashboards/prometheus/rules_test.yml, tests/e2e/test_rules_e2e.py).
+
+Nothing here is left to chance or to the machine's speed:
+- no rollout is lost but by the scenario's cause (``NO_LOSSES``), so an alert on losses (a contaminated
+  baseline, say) can fire only in the scenarios whose cause loses rollouts;
+- each cause is far past its alert's threshold (a share of 0.8 against 0.5, of 0.25 against 0.2 of the
+  groups, 3 times the output length against 1.5), so a window of few rollouts on a busy machine still
+  crosses it;
+- an alert needs, after its cause, at most the shortened window to fill (10 s), ``for:`` (2 s), a scrape
+  and an evaluation interval (1 s each): 14 s; each test's ``WATCH`` keeps watching past that, and says
+  how long the cause stays visible to its comparison (a drop against 12 s before, for instance).
+"""
 
 from __future__ import annotations
 
@@ -10,6 +25,44 @@ from pathlib import Path
 
 from tests.e2e.processes import Exporter
 from tests.e2e.prometheus import RULES, Prometheus
+
+NO_LOSSES = ("--masked", "0", "--failed", "0", "--omitted", "0")
+"""The demo's arguments for a run that loses no rollout but by its scenario's cause."""
+OUTLAST = 120.0
+"""Seconds a demo runs past its watch: the test stops it, so it never ends (and its series never go stale)
+while it is watched, however long the demos started after it took to start."""
+
+
+def scenario_demos(
+    scenarios: Sequence[str],
+    *,
+    rate: int,
+    agents: str,
+    drop_after: float,
+    watch: float,
+    extra: Mapping[str, Sequence[str]] | None = None,
+) -> dict[str, list[str]]:
+    """The demo's arguments for each scenario (its run named after it, a seed of its own): its cause after
+    ``drop_after`` seconds, no loss but the cause's (``NO_LOSSES``), running ``OUTLAST`` seconds past the
+    watch; ``extra`` adds a scenario's own arguments."""
+    common = ["--rate", str(rate), "--agents", agents, "--max-rollout-seconds", "0.2",
+              "--drop-after", str(drop_after), "--duration", str(drop_after + watch + OUTLAST),
+              "--summary-interval", "60", "--stalled", "0", *NO_LOSSES]  # fmt: skip
+    own = extra or {}
+    return {
+        scenario: [
+            "demo",
+            "--scenario",
+            scenario,
+            "--run",
+            scenario,
+            "--seed",
+            str(seed),
+            *common,
+            *own.get(scenario, ()),
+        ]
+        for seed, scenario in enumerate(scenarios)
+    }
 
 
 def short_rules(trailing: str = "10s") -> str:

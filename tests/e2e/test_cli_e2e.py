@@ -15,8 +15,6 @@ from rollout_telemetry._sources.follow import RunFiles
 from tests.e2e.processes import Exporter
 from tests.support import wait_until
 
-pytestmark = pytest.mark.e2e
-
 COMMAND = [sys.executable, "-m", "rollout_telemetry"]
 
 

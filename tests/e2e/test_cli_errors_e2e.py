@@ -12,8 +12,6 @@ from pathlib import Path
 import pytest
 import trustme
 
-pytestmark = pytest.mark.e2e
-
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory: pytest.TempPathFactory) -> Path:

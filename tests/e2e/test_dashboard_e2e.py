@@ -21,8 +21,6 @@ PLANNED = int(DURATION * RATE)
 """The rollouts the demo declares and starts: 30 a second for 8 s, in groups of 4, agent by agent."""
 DEMO_AGENTS = ("math_agent", "code_agent", "browser_agent")
 
-pytestmark = pytest.mark.e2e
-
 
 def _account(text: str) -> dict[str, dict[str, float]]:
     """Per agent: completed, masked, failed, omitted, rewarded and the reward sums, from one scrape."""
@@ -132,8 +130,9 @@ def _check(
     for name in rules:
         if healthy and name.startswith("agent_failure_kind:"):
             continue  # one series per failure kind: none exist in a healthy run
-        # Compared with 10 minutes ago: test_scenarios_e2e runs those on shorter windows. The hollow share
-        # needs a trajectory, which no demo rollout has: promtool's tests and the followed run cover it.
+        # Compared with 10 minutes ago: tests/slow/test_drop_scenarios.py runs those on shorter windows. The
+        # hollow share needs a trajectory, which no demo rollout has: promtool's tests and the followed run
+        # cover it.
         if name.endswith("_10m") or name == "agent:rollout_hollow:ratio_rate5m":
             continue
         assert prometheus.query(name), f"recording rule {name} produced nothing"

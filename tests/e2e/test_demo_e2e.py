@@ -11,8 +11,6 @@ import pytest
 from tests.e2e.processes import Exporter
 from tests.support import Labels, promtool_check_metrics, sample_names, samples, wait_until
 
-pytestmark = pytest.mark.e2e
-
 
 def _total(parsed: dict[tuple[str, Labels], float], name: str) -> float:
     return sum(v for (n, _), v in parsed.items() if n == name)

@@ -5,15 +5,12 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from rollout_telemetry import RolloutTelemetry
 from tests.e2e.prometheus import Prometheus
-
-pytestmark = pytest.mark.e2e
 
 
 def test_prometheus_stores_the_trace_id_of_the_last_failed_rollout(tmp_path: Path) -> None:

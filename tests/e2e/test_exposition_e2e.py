@@ -5,14 +5,11 @@ from __future__ import annotations
 import urllib.request
 from pathlib import Path
 
-import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
 from rollout_telemetry import RolloutTelemetry
 from tests.e2e.prometheus import Prometheus
 from tests.support import FakeClock, promtool_check_metrics
-
-pytestmark = pytest.mark.e2e
 
 AGENTS = ("math", 'quoted "agent"', "back\\slash", "new\nline", "ünïcode")
 

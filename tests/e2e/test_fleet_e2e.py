@@ -18,7 +18,6 @@ from tests.e2e import fleet_member
 from tests.e2e.prometheus import Prometheus
 from tests.support import free_port, free_port_range, require_tool, samples, stop_process, wait_until
 
-pytestmark = pytest.mark.e2e
 MEMBER = Path(fleet_member.__file__)
 
 

@@ -7,12 +7,8 @@ import threading
 import time
 from pathlib import Path
 
-import pytest
-
 from tests.e2e.processes import Exporter
 from tests.support import promtool_check_metrics, samples, wait_until
-
-pytestmark = pytest.mark.e2e
 
 
 def _row(i: int) -> dict[str, object]:

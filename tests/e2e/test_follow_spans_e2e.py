@@ -7,13 +7,9 @@ import json
 import time
 from pathlib import Path
 
-import pytest
-
 from tests.e2e.processes import Exporter
 from tests.otlp_receiver import OTLPReceiver
 from tests.support import samples, wait_until
-
-pytestmark = pytest.mark.e2e
 
 
 def test_serve_follow_sends_a_span_per_row_it_reads(tmp_path: Path) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import pytest
 import trustme
 
 from rollout_telemetry import BasicAuth, RolloutTelemetry, TLSConfig, hash_password
@@ -13,8 +12,6 @@ from rollout_telemetry._contract.labels import label_value
 from tests.e2e.prometheus import Prometheus
 from tests.support import exposition, samples
 from tests.test_hostile import HOSTILE_TEXT
-
-pytestmark = pytest.mark.e2e
 
 
 def test_prometheus_scrapes_with_tls_and_basic_auth(tmp_path: Path) -> None:

@@ -18,14 +18,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import pytest
 import trustme
 
 from rollout_telemetry import BasicAuth, RolloutTelemetry, TLSConfig, hash_password
 from tests.e2e.processes import Exporter
 from tests.support import free_port, require_tool, samples, wait_until
-
-pytestmark = pytest.mark.e2e
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
 # A row of the agent table: agent, r/min, mean, unmasked, masked share, failed count (then its kind ...).

@@ -13,6 +13,7 @@ never imported here: it is started as processes, as a user starts it, and what i
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -24,6 +25,8 @@ import urllib.request
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
+
+from tests.support import own_ray_folder
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -148,6 +151,8 @@ class GymServers:
         self.head_port = _free_port()
         self.process: subprocess.Popen[bytes] | None = None
         self.log_path = workdir / "gym-env.log"
+        self._folders = contextlib.ExitStack()
+        self.ray_folder = ""
 
     @property
     def site_packages(self) -> Path:
@@ -162,8 +167,10 @@ class GymServers:
         )
 
     def environ(self) -> dict[str, str]:
-        """The environment Gym runs in: its venv first on PATH."""
-        return {**os.environ, "PATH": f"{self.venv / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"}
+        """The environment Gym runs in: its venv first on PATH, a Ray folder of its own (Gym's servers and its
+        client join Gym's Ray, never another test's)."""
+        path = f"{self.venv / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"
+        return {**os.environ, "PATH": path, "RAY_TMPDIR": self.ray_folder}
 
     def _prepare(self) -> None:
         # Gym looks for a server's venv at <uv_venv_dir, default the cwd>/<type>/<name>/.venv, and for a
@@ -179,6 +186,7 @@ class GymServers:
 
     def __enter__(self) -> GymServers:
         self._prepare()
+        self.ray_folder = self._folders.enter_context(own_ray_folder())
         command = [
             str(self.venv / "bin" / "gym"), "env", "start",
             "--resources-server", "example_single_tool_call", "--resources-server", "rt_weather",
@@ -210,6 +218,7 @@ class GymServers:
         if self.process is not None:
             _stop_group(self.process, signal.SIGINT, timeout=60)
         self.log.close()
+        self._folders.close()
 
     def eval_command(
         self,

@@ -33,7 +33,8 @@ from tests.gym.oracle import (
 )
 from tests.support import samples, stop_process, wait_until
 
-pytestmark = [pytest.mark.gym, pytest.mark.e2e]
+# The first test starts Gym's servers (about a minute; two on a loaded machine) and a run takes up to two.
+pytestmark = pytest.mark.timeout(420)
 
 TROUBLED = {"humidity": ["fail", "call"], "tonight": ["answer", "call"]}
 """The test environment's plan: task 2 fails every other first try (routed to the sidecar), task 3 alternates

@@ -21,7 +21,8 @@ import pytest
 
 from rollout_telemetry._cli.main import main
 
-pytestmark = pytest.mark.gym
+# The first test fetches the wheel (45 MB) and every test reports up to 220 files.
+pytestmark = pytest.mark.timeout(300)
 
 SCRIPT = Path(__file__).parents[2] / "scripts" / "fetch-gym-wheel"
 SIDECARS = ("_materialized_inputs.jsonl", "_failures.jsonl", "_reward_profiling.jsonl")

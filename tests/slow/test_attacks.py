@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 from benchmarks.attacks import ATTACKS, MB, run_attack
 
-pytestmark = pytest.mark.e2e
+# An attack runs up to 90 s (tls-churn-400 on a loaded machine), then 10 s of recovery: 180 s bound it.
+pytestmark = pytest.mark.timeout(180)
 
 
 @pytest.mark.parametrize("name", list(ATTACKS))

@@ -12,9 +12,7 @@ from pathlib import Path
 import pytest
 
 from rollout_telemetry._cli.simulation import SIGNAL_SCENARIOS
-from tests.e2e.scenarios import fired_alerts, short_rules
-
-pytestmark = pytest.mark.e2e
+from tests.e2e.scenarios import fired_alerts, scenario_demos, short_rules
 
 DROP_AFTER = 60.0
 """Seconds before the scenario's cause: more than the windows and the comparison offset, and enough of a
@@ -32,21 +30,12 @@ EXPECTED = {
 }
 
 
-def _demo_args(scenario: str) -> list[str]:
-    return ["demo", "--scenario", scenario, "--run", scenario, "--rate", "100", "--agents", "math_agent",
-            "--max-rollout-seconds", "0.2", "--drop-after", str(DROP_AFTER),
-            "--duration", str(DROP_AFTER + WATCH + 5), "--summary-interval", "60", "--stalled", "0",
-            # Few losses before the cause: about 6% of the groups of four hold one (1 - 0.985 ** 4), a third
-            # of RolloutBaselineContaminated's 20%. At 11% a 10-second window of a loaded machine once
-            # crossed it (worst window of an unloaded run: 14%; at 6%: 9%).
-            "--masked", "0.01", "--failed", "0.005", "--omitted", "0"]  # fmt: skip
-
-
+# The demos run DROP_AFTER + WATCH; Prometheus and each demo may take 30 s to start on a loaded machine.
+@pytest.mark.timeout(DROP_AFTER + WATCH + 120)
 def test_each_signal_scenario_fires_exactly_its_alerts(tmp_path: Path) -> None:
     """contaminated, too_hard, too_easy, hollow and length_drift each fire their alerts and no other."""
     assert set(EXPECTED) == set(SIGNAL_SCENARIOS)
-    demos: dict[str, list[str]] = {
-        scenario: [*_demo_args(scenario), "--seed", str(seed)]
-        for seed, scenario in enumerate(SIGNAL_SCENARIOS)
-    }
+    demos = scenario_demos(
+        SIGNAL_SCENARIOS, rate=100, agents="math_agent", drop_after=DROP_AFTER, watch=WATCH
+    )
     assert fired_alerts(tmp_path, demos, short_rules(trailing="120s"), DROP_AFTER + WATCH) == EXPECTED

@@ -1,8 +1,8 @@
 """Soak: four threads recording flat out while a client scrapes in a loop, for a bounded time.
 
-In one process (writer threads and the HTTP server in threads), so it is not an ``e2e`` test. It asserts
-what matters under load: no failed or torn scrape, exact final counts, flat memory. It does not assert a
-scrape rate, which only measures how busy the machine is.
+In one process (writer threads and the HTTP server in threads), but on the wall clock for ``SECONDS``: a
+``slow`` test. It asserts what matters under load: no failed or torn scrape, exact final counts, flat memory.
+It does not assert a scrape rate, which only measures how busy the machine is.
 """
 
 from __future__ import annotations

@@ -12,9 +12,7 @@ from pathlib import Path
 import pytest
 
 from rollout_telemetry._cli.simulation import RECOVERY_SCENARIOS
-from tests.e2e.scenarios import fired_alerts, short_rules
-
-pytestmark = pytest.mark.e2e
+from tests.e2e.scenarios import fired_alerts, scenario_demos, short_rules
 
 DROP_AFTER = 30.0
 """Seconds before the scenario's cause: three of the 10-second windows of clean baseline."""
@@ -32,28 +30,24 @@ EXPECTED = {
 }
 
 
-SLOW_AFTER = {"loop_lag": "0.6"}
+SLOW_AFTER = {"loop_lag": ("--slow-after", "0.6")}
 """A loop blocked 0.3 s every second makes rollouts slow too (their timers wake late): with the demo's
 slow_after (0.16 s here) about a quarter of the loop_lag demo's rollouts in flight were slow, at the alert's
 threshold, so it fired or not by chance. Past what the blocked loop adds, slow_after leaves that demo to
 RolloutEventLoopLag alone."""
 
 
-def _demo_args(scenario: str) -> list[str]:
-    return ["demo", "--scenario", scenario, "--run", scenario, "--rate", "100", "--agents", "math_agent",
-            "--max-rollout-seconds", "0.2", "--drop-after", str(DROP_AFTER),
-            "--duration", str(DROP_AFTER + WATCH + 5), "--summary-interval", "60", "--stalled", "0",
-            # Few losses before the cause: far below RolloutBaselineContaminated's share of groups (1 group
-            # in 25 has a failed member), which the broken tasks of retries_exhausted cross by far.
-            "--masked", "0", "--failed", "0.01", "--omitted", "0",
-            *(["--slow-after", SLOW_AFTER[scenario]] if scenario in SLOW_AFTER else [])]  # fmt: skip
-
-
+# The demos run DROP_AFTER + WATCH; Prometheus and each demo may take 30 s to start on a loaded machine.
+@pytest.mark.timeout(DROP_AFTER + WATCH + 120)
 def test_each_recovery_scenario_fires_exactly_its_alerts(tmp_path: Path) -> None:
     """retries_exhausted, loop_lag, cleanup_leak and slow_rollouts each fire their alerts and no other."""
     assert set(EXPECTED) == set(RECOVERY_SCENARIOS)
-    demos: dict[str, list[str]] = {
-        scenario: [*_demo_args(scenario), "--seed", str(seed)]
-        for seed, scenario in enumerate(RECOVERY_SCENARIOS)
-    }
+    demos = scenario_demos(
+        RECOVERY_SCENARIOS,
+        rate=100,
+        agents="math_agent",
+        drop_after=DROP_AFTER,
+        watch=WATCH,
+        extra=SLOW_AFTER,
+    )
     assert fired_alerts(tmp_path, demos, short_rules(), DROP_AFTER + WATCH) == EXPECTED

@@ -13,9 +13,7 @@ import pytest
 
 from rollout_telemetry._cli.simulation import DROP_SCENARIOS
 from tests.e2e.prometheus import Prometheus
-from tests.e2e.scenarios import fired_alerts, short_rules
-
-pytestmark = pytest.mark.e2e
+from tests.e2e.scenarios import fired_alerts, scenario_demos, short_rules
 
 DROP_AFTER = 25.0
 """Seconds of the healthy phase: more than the window plus the comparison offset."""
@@ -30,24 +28,15 @@ EXPECTED = {
 }
 
 
-def _demo_args(scenario: str) -> list[str]:
-    return ["demo", "--scenario", scenario, "--run", scenario, "--rate", "200",
-            "--agents", "math_agent,code_agent", "--max-rollout-seconds", "0.2",
-            "--drop-after", str(DROP_AFTER), "--duration", str(DROP_AFTER + WATCH + 5),
-            "--summary-interval", "60", "--stalled", "0",
-            # Few losses before the drop: about 6% of the groups of four hold one (1 - 0.985 ** 4), a third of
-            # RolloutBaselineContaminated's 20%, so a 10-second window of a loaded machine stays below it (at
-            # 11% one did not); the demo's defaults (17% of rollouts lost) contaminate half.
-            "--masked", "0.01", "--failed", "0.005", "--omitted", "0"]  # fmt: skip
-
-
+# The demos run DROP_AFTER + WATCH; Prometheus and each demo may take 30 s to start on a loaded machine.
+@pytest.mark.timeout(DROP_AFTER + WATCH + 120)
 def test_each_scenario_fires_exactly_its_alert(tmp_path: Path) -> None:
     """healthy fires nothing; truncation and policy their reward-drop alert only; infrastructure its own and
     RolloutBaselineContaminated (its failures leave valid members beside failed ones)."""
     assert set(EXPECTED) == set(DROP_SCENARIOS)
-    demos: dict[str, list[str]] = {
-        scenario: [*_demo_args(scenario), "--seed", str(seed)] for seed, scenario in enumerate(DROP_SCENARIOS)
-    }
+    demos = scenario_demos(
+        DROP_SCENARIOS, rate=200, agents="math_agent,code_agent", drop_after=DROP_AFTER, watch=WATCH
+    )
 
     def every_cause_visible(prometheus: Prometheus) -> None:
         # Every panel of the row had data along the way: the drop's causes are visible, not only alerted.

@@ -1,0 +1,149 @@
+"""The endpoint's defences where only a real server on the real clock shows them: its deadlines, a scrape's
+latency beside idle clients and guessers, and memory given back after a churn of TLS clients.
+
+Each time bound is derived from what it measures and says so; none is tuned to a run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import socket
+import ssl
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from rollout_telemetry import BasicAuth, RolloutTelemetry, TLSConfig, hash_password
+from rollout_telemetry._serve.auth import AUTH_THREADS, AUTH_WAIT, FAILURE_BURST
+from rollout_telemetry._serve.http import LINGER
+from rollout_telemetry._serve.server import HEAD_TIMEOUT, IDLE_TIMEOUT, WRITE_TIMEOUT, MetricsServer
+from tests.support import rss, wait_until
+from tests.test_http import MB, ca, tls, trusting
+from tests.test_security import PASSWORD, _basic, _get, _Guessers, recorded, server
+
+__all__ = ["ca", "recorded", "server", "tls", "trusting"]  # the fixtures, imported for the tests below
+
+SCHEDULING = 1.0
+"""Seconds a busy machine (2 cores, one of them taken) may add to when a thread runs after it could."""
+
+
+def test_idle_clients_cannot_exhaust_the_server(server: MetricsServer) -> None:
+    """Fifty silent connections hold no thread: a scrape still answers at once, and they are closed."""
+    idle = [socket.create_connection(("127.0.0.1", server.port), timeout=10) for _ in range(50)]
+    try:
+        started = time.monotonic()
+        assert _get(server.url)[0] == 200
+        # "At once": a scrape queued behind even one idle client would wait for its idle timeout.
+        assert time.monotonic() - started < IDLE_TIMEOUT
+        threads = threading.active_count()
+        assert threads < 30, threads
+        for connection in idle:
+            connection.settimeout(IDLE_TIMEOUT + 5)  # a bound: closed at IDLE_TIMEOUT after they connected
+            assert connection.recv(1) == b""  # the server closed it
+    finally:
+        for connection in idle:
+            connection.close()
+
+
+TRICKLE = 0.5
+"""Seconds between the bytes of a trickling client."""
+
+
+def test_the_request_head_has_one_deadline(server: MetricsServer) -> None:
+    """A client sending a byte every 0.5 s is closed HEAD_TIMEOUT after its first byte: each byte does not
+    buy it more time."""
+    # Closed at the latest one trickle interval after the deadline, plus scheduling; a trickler that each
+    # byte bought more time would still be sending then.
+    latest = HEAD_TIMEOUT + TRICKLE + SCHEDULING
+    payload = iter(b"GET /metrics HTTP/1.1\r\nX-Slow: " + b"a" * 100)
+    closed = False
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as trickler:
+        trickler.settimeout(TRICKLE)  # waiting for the close paces the trickle
+        started = time.monotonic()
+        while not closed and time.monotonic() - started < latest:
+            try:
+                trickler.send(bytes([next(payload)]))
+                closed = trickler.recv(1) == b""
+            except TimeoutError:
+                continue
+            except OSError:
+                closed = True
+        elapsed = time.monotonic() - started
+    assert closed, f"still open after {elapsed:.1f} s"
+    # Never sooner than HEAD_TIMEOUT: the deadline runs from the server's read of the first byte, sent after
+    # ``started`` (asyncio may run a timer one tick of its clock early).
+    assert elapsed >= HEAD_TIMEOUT - time.get_clock_info("monotonic").resolution, elapsed
+    assert elapsed < latest, elapsed
+
+
+GUESSERS = 64
+SCRYPT_COST = 0.04
+"""Seconds one password check costs by design (``credentials``: "about 40 ms"). The guesses' checks take
+exactly that here, off the CPU, so the bound below is the design's, not this machine's scrypt speed."""
+
+
+def test_a_restarted_scraper_is_verified_within_five_seconds_under_guessing(
+    recorded: RolloutTelemetry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A scraper not yet verified that shares 127.0.0.1 with 64 guessers gets its 200 within 5 s."""
+    auth = BasicAuth("prometheus", hash_password(PASSWORD))
+    scrypt = hashlib.scrypt
+    guesses_checked = threading.Semaphore(0)
+
+    def at_design_cost(password: bytes, **kwargs: Any) -> bytes:
+        if password == PASSWORD.encode():
+            return scrypt(password, **kwargs)
+        time.sleep(SCRYPT_COST)
+        guesses_checked.release()
+        return b"not the hash"
+
+    monkeypatch.setattr(hashlib, "scrypt", at_design_cost)
+    # The scraper's attempt waits behind at most one guess of each guesser (each has one request in flight;
+    # one queue per source, oldest first): GUESSERS checks over AUTH_THREADS threads, 1.3 s, within
+    # AUTH_WAIT, so its first attempt has its turn. 5 s is AUTH_WAIT plus scheduling: an attempt refused
+    # 429 at AUTH_WAIT leaves no time for a second one.
+    assert GUESSERS * SCRYPT_COST / AUTH_THREADS + SCHEDULING < AUTH_WAIT
+    within = AUTH_WAIT + SCHEDULING
+    with recorded.serve(port=0, auth=auth) as server, _Guessers(server.port, ["127.0.0.1"] * GUESSERS):
+        for _ in range(FAILURE_BURST):  # the guessers have spent the address's attempts
+            assert guesses_checked.acquire(timeout=10), "the guesses never reached a password check"
+        started = time.monotonic()
+        statuses = []
+        while time.monotonic() - started < within:
+            status = _get(server.url, headers=_basic("prometheus", PASSWORD))[0]
+            statuses.append(status)
+            if status == 200:
+                break
+        assert statuses[-1] == 200, statuses
+        assert time.monotonic() - started < within, statuses
+
+
+def test_tls_memory_is_given_back_after_churn(
+    recorded: RolloutTelemetry, tls: TLSConfig, trusting: ssl.SSLContext
+) -> None:
+    """Three waves of 400 TLS clients each asking once: RSS is back within 100 MB of before soon after."""
+    with recorded.serve(port=0, tls=tls) as server:
+        before = rss()
+        for wave in range(3):
+            held: list[ssl.SSLSocket] = []
+            try:
+                for i in range(400):
+                    source = (f"127.0.{3 + wave}.{2 + i % 200}", 0)
+                    raw = socket.create_connection(
+                        ("127.0.0.1", server.port), timeout=5, source_address=source
+                    )
+                    held.append(trusting.wrap_socket(raw, server_hostname="127.0.0.1"))
+                for connection in held:
+                    connection.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            finally:
+                for connection in held:
+                    connection.close()
+        # "Soon": a connection whose client has gone is held at most until its response's write deadline
+        # and the linger after it; then what it held is freed.
+        wait_until(
+            lambda: rss() - before < 100 * MB,
+            timeout=WRITE_TIMEOUT + LINGER + SCHEDULING,
+            what=f"RSS back within 100 MB (it grew {(rss() - before) / MB:.0f} MB)",
+        )

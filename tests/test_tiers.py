@@ -1,0 +1,89 @@
+"""The test tiers hold: a unit test neither sleeps to wait for something nor reads the wall clock, and every
+test module lives in a tier's folder."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import TESTS, TIERS, tier_of
+
+WALL_CLOCK = frozenset(
+    {"sleep", "monotonic", "monotonic_ns", "perf_counter", "perf_counter_ns", "time", "time_ns"}
+)
+"""What a unit test may not take from the time module: sleeping, and every clock that moves by itself."""
+POLLING = frozenset({"wait_until"})
+"""tests.support's helpers that poll with a sleep: for the real processes of the other tiers."""
+
+
+def wall_clock_uses(source: str) -> list[str]:
+    """Each place in ``source`` that sleeps or reads the wall clock, as ``line: what``."""
+    found: list[str] = []
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == "time":
+            found += [f"{node.lineno}: from time import {a.name}" for a in node.names if a.name in WALL_CLOCK]
+        elif isinstance(node, ast.ImportFrom) and node.module == "tests.support":
+            found += [f"{node.lineno}: {a.name}" for a in node.names if a.name in POLLING]
+        elif (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "time"
+            and node.attr in WALL_CLOCK
+        ):
+            found.append(f"{node.lineno}: time.{node.attr}")
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and isinstance(node.func.value, ast.Name)
+            and node.func.value.id == "asyncio"
+            and node.func.attr == "sleep"
+            and not (node.args and isinstance(node.args[0], ast.Constant) and node.args[0].value == 0)
+        ):
+            found.append(f"{node.lineno}: asyncio.sleep({ast.unparse(node.args[0]) if node.args else ''})")
+    return sorted(found, key=lambda place: int(place.split(":")[0]))
+
+
+UNIT_MODULES = sorted(path for path in TESTS.glob("test_*.py"))
+
+
+@pytest.mark.parametrize("path", UNIT_MODULES, ids=lambda path: path.name)
+def test_a_unit_test_neither_sleeps_nor_reads_the_wall_clock(path: Path) -> None:
+    """No unit test module sleeps (asyncio.sleep(0), a yield, aside), polls with a sleep or reads a clock that
+    moves by itself: it waits on events and runs on the injected clock."""
+    assert tier_of(path) == "unit"
+    assert wall_clock_uses(path.read_text()) == []
+
+
+def test_the_check_finds_each_way_of_reading_the_clock() -> None:
+    """The check above sees sleeps, clocks by attribute and by import, non-zero asyncio sleeps and polling."""
+    source = """
+import asyncio, time
+from time import monotonic as now, process_time
+from tests.support import free_port, wait_until
+
+async def f():
+    time.sleep(0.1)
+    started = time.perf_counter()
+    await asyncio.sleep(0)
+    await asyncio.sleep(0.01)
+    clock = time.monotonic
+    return now() - started < 1
+"""
+    assert wall_clock_uses(source) == [
+        "3: from time import monotonic",
+        "4: wait_until",
+        "7: time.sleep",
+        "8: time.perf_counter",
+        "10: asyncio.sleep(0.01)",
+        "11: time.monotonic",
+    ]
+
+
+def test_every_test_module_is_in_a_tiers_folder() -> None:
+    """Test modules live directly in tests/ (unit) or in one tier's folder; none hides in another folder."""
+    folders = {path.relative_to(TESTS).parts[0] for path in TESTS.rglob("test_*.py") if path.parent != TESTS}
+    assert folders <= set(TIERS), folders - set(TIERS)
+    assert {tier_of(TESTS / folder / "test_x.py") for folder in TIERS} == set(TIERS.values())

@@ -11,14 +11,24 @@ A test's tier is the folder it lives in, given to it as a marker, one tier a tes
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import hashlib
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from opentelemetry import trace
 
 from rollout_telemetry import RolloutTelemetry
 from tests.support import FakeClock
 
 TESTS = Path(__file__).parent
+MACHINE = (
+    Path(tempfile.gettempdir()) / f"rollout-telemetry-tests-{hashlib.sha256(bytes(TESTS)).hexdigest()[:12]}"
+)
+"""Where the tests of every run of this checkout (parallel workers, other interpreters) share the machine."""
 TIERS = {"e2e": "e2e", "gym": "gym", "slow": "slow"}
 """The folder under tests/ that holds each tier but ``unit`` (tests/ itself)."""
 ALL_TIERS = ("unit", *TIERS.values())
@@ -44,12 +54,52 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=lambda item: order[tier_of(item.path)])
 
 
+@contextlib.contextmanager
+def machine_share(alone: bool, folder: Path = MACHINE) -> Iterator[None]:
+    """Hold a share of the machine while a test runs, or all of it for an ``alone`` test.
+
+    A readers-writer lock of two files, across every process running this checkout's tests: a test takes the
+    gate, then a shared hold of the room, and lets the gate go; an ``alone`` test keeps the gate (no test
+    starts meanwhile) and waits for the room to empty. So it runs with no other test, and is never starved.
+    """
+    folder.mkdir(exist_ok=True)
+    with (folder / "gate").open("a") as gate, (folder / "room").open("a") as room:
+        fcntl.flock(gate, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(room, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        finally:
+            if not alone:
+                fcntl.flock(gate, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(room, fcntl.LOCK_UN)
+            if alone:
+                fcntl.flock(gate, fcntl.LOCK_UN)
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
+    """Each test runs holding its share of the machine (its time limit starts once it has it)."""
+    with machine_share(item.get_closest_marker("alone") is not None):
+        yield
+
+
 @pytest.fixture(autouse=True)
 def _plain_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     """Each test sees the environment of a plain run: xdist's workers set COLUMNS and LINES (80x24), which
     a piped command reads as the terminal's size."""
     monkeypatch.delenv("COLUMNS", raising=False)
     monkeypatch.delenv("LINES", raising=False)
+
+
+@pytest.fixture(autouse=True)
+def _no_span_left_current() -> Iterator[None]:
+    """A test leaves no OpenTelemetry span current behind it: one left so (rollouts entered and left in
+    another order than nested blocks leave) made the spans of the worker's next test its children."""
+    yield
+    left = trace.get_current_span()
+    assert left is trace.INVALID_SPAN, f"the test left a span current: {left}"
 
 
 @pytest.fixture

@@ -60,12 +60,16 @@ def _commands(block: str) -> list[list[str]]:
     return lines
 
 
+SNIPPET_LIMIT = 150
+"""Seconds a block may run: one starts a Ray cluster (15 s alone, several times that beside other tests)."""
+
+
 def _succeeds(command: list[str], cwd: Path) -> None:
-    """``command`` run in ``cwd`` exits 0 within a minute, with no traceback (a Ray it starts is its own)."""
+    """``command`` run in ``cwd`` exits 0 with no traceback (a Ray it starts is its own)."""
     with own_ray_folder() as ray_folder:
         result = subprocess.run(
             command, cwd=cwd, env={**os.environ, "RAY_TMPDIR": ray_folder},
-            capture_output=True, text=True, timeout=60, check=False,
+            capture_output=True, text=True, timeout=SNIPPET_LIMIT, check=False,
         )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Traceback" not in result.stderr
@@ -85,6 +89,7 @@ def test_the_pages_have_code_to_test() -> None:
 
 
 @pytest.mark.parametrize("snippet", [text for _, text in PYTHON], ids=[where for where, _ in PYTHON])
+@pytest.mark.timeout(SNIPPET_LIMIT + 30)
 def test_a_python_block_runs_as_written(snippet: str, tmp_path: Path) -> None:
     """The block runs to its end in a fresh interpreter, without an error or a warning."""
     program = STUBS + "\n" + snippet

@@ -133,7 +133,7 @@ def test_the_rollouts_in_flight_oldest_first(clock: FakeClock) -> None:
     assert rollouts[0]["stalled"] is True and rollouts[-1]["stalled"] is True  # noqa: PT018
     assert len(rollouts[0]["trace_id"]) == 32 and len(rollouts[0]["span_id"]) == 16  # noqa: PT018
     assert len(telemetry.rollouts_in_flight(limit=5000)["rollouts"]) == 1000  # type: ignore[arg-type]
-    for context in contexts:
+    for context in reversed(contexts):  # last in, first out, as nested blocks leave: no span left current
         context.complete({"reward": 1.0})
         context.__exit__(None, None, None)
     assert telemetry.rollouts_in_flight()["rollouts"] == []

@@ -4,11 +4,12 @@ test module lives in a tier's folder."""
 from __future__ import annotations
 
 import ast
+import fcntl
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import TESTS, TIERS, tier_of
+from tests.conftest import TESTS, TIERS, machine_share, tier_of
 
 WALL_CLOCK = frozenset(
     {"sleep", "monotonic", "monotonic_ns", "perf_counter", "perf_counter_ns", "time", "time_ns"}
@@ -87,3 +88,29 @@ def test_every_test_module_is_in_a_tiers_folder() -> None:
     folders = {path.relative_to(TESTS).parts[0] for path in TESTS.rglob("test_*.py") if path.parent != TESTS}
     assert folders <= set(TIERS), folders - set(TIERS)
     assert {tier_of(TESTS / folder / "test_x.py") for folder in TIERS} == set(TIERS.values())
+
+
+def _free(path: Path, operation: int) -> bool:
+    """Whether ``operation`` (a shared or exclusive lock) on ``path`` is granted now, from another holder."""
+    with path.open("a") as probe:
+        try:
+            fcntl.flock(probe, operation | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        fcntl.flock(probe, fcntl.LOCK_UN)
+        return True
+
+
+def test_a_test_shares_the_machine_and_an_alone_test_has_it_to_itself(tmp_path: Path) -> None:
+    """While a test runs, others may start (the gate is free, the room shared) and no alone test may; while
+    an alone test runs, no test may start (it keeps the gate) and the room is its own; then all is free."""
+    gate, room = tmp_path / "gate", tmp_path / "room"
+    with machine_share(alone=False, folder=tmp_path):
+        assert _free(gate, fcntl.LOCK_EX)
+        assert _free(room, fcntl.LOCK_SH)
+        assert not _free(room, fcntl.LOCK_EX)
+    with machine_share(alone=True, folder=tmp_path):
+        assert not _free(gate, fcntl.LOCK_EX)
+        assert not _free(room, fcntl.LOCK_SH)
+    assert _free(gate, fcntl.LOCK_EX)
+    assert _free(room, fcntl.LOCK_EX)

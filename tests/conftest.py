@@ -78,6 +78,18 @@ def machine_share(alone: bool, folder: Path = MACHINE) -> Iterator[None]:
                 fcntl.flock(gate, fcntl.LOCK_UN)
 
 
+@contextlib.contextmanager
+def held_alone(resource: str, folder: Path = MACHINE) -> Iterator[None]:
+    """Hold ``resource`` (a fixed port, say) so that no other test of any run of this checkout holds it."""
+    folder.mkdir(exist_ok=True)
+    with (folder / f"resource-{resource}").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
 def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
     """Each test runs holding its share of the machine (its time limit starts once it has it)."""

@@ -23,6 +23,7 @@ import pytest
 import yaml
 
 from rollout_telemetry._cli.main import _parser
+from tests.conftest import held_alone
 from tests.support import own_ray_folder
 
 ROOT = Path(__file__).parent.parent
@@ -65,8 +66,9 @@ SNIPPET_LIMIT = 150
 
 
 def _succeeds(command: list[str], cwd: Path) -> None:
-    """``command`` run in ``cwd`` exits 0 with no traceback (a Ray it starts is its own)."""
-    with own_ray_folder() as ray_folder:
+    """``command`` run in ``cwd`` exits 0 with no traceback (a Ray it starts is its own; the documented
+    default ports it may serve on are its own while it runs)."""
+    with held_alone("documented-ports"), own_ray_folder() as ray_folder:
         result = subprocess.run(
             command, cwd=cwd, env={**os.environ, "RAY_TMPDIR": ray_folder},
             capture_output=True, text=True, timeout=SNIPPET_LIMIT, check=False,

@@ -358,11 +358,15 @@ def test_directory_disappearing_is_survived(
     assert agent is not None
     assert agent.measured == 1
     folder.mkdir()
-    main.write_text(ROW.format(reward=1.0, task=0) + ROW.format(reward=1.0, task=1))
-    follower.poll()
+    # A new file, whatever inode it gets (its first row is not the one read before): read from its start, its
+    # rows counted on top of the old one's (counters never go back).
+    main.write_text(ROW.format(reward=1.0, task=5) + ROW.format(reward=1.0, task=6))
+    with caplog.at_level(logging.WARNING):
+        assert follower.poll() == 2
+    assert any("reading it from the start" in r.getMessage() for r in caplog.records)
     agent = telemetry.snapshot().agent("a")
     assert agent is not None
-    assert agent.measured == 2  # the file came back as a new one: read from the start, not added twice
+    assert agent.measured == 3
 
 
 def test_a_missing_file_is_announced_once_and_a_vanished_one_once_per_absence(

@@ -97,6 +97,12 @@ def _rows(screen: str) -> dict[str, re.Match[str]]:
     return rows
 
 
+def _number(shown: str) -> float:
+    """A figure as top shows it: ``12.5``, or compact past 9,999 (``39k``, ``2M``)."""
+    scale = {"k": 1e3, "M": 1e6}.get(shown[-1:], 1.0)
+    return float(shown[:-1] if scale != 1.0 else shown) * scale
+
+
 def _expected(exposition: str) -> dict[str, tuple[int, str]]:
     """Per agent, the failed count and the mean reward as two decimals, from the exporter itself."""
     failed: dict[str, float] = {}
@@ -129,7 +135,8 @@ def test_top_shows_a_live_exporter_and_a_down_one_and_q_quits(tmp_path: Path) ->
         wait_until(rates_shown, timeout=30, what="a rate for every agent on screen")
         screen = term.screen()
         rows = _rows(screen)
-        assert all(float(rows[a]["rate"]) > 0 for a in agents), screen  # the run is still going
+        # The run is still going (a catching-up burst of a loaded demo can show as 39k r/min).
+        assert all(_number(rows[a]["rate"]) > 0 for a in agents), screen
         assert all(len(line) <= 80 for line in screen.splitlines())
 
         def figures_match() -> bool:

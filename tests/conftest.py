@@ -43,15 +43,16 @@ def tier_of(path: Path) -> str:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark each test with its folder's tier (a tier marker written by hand is an error), and put the longest
     tiers first, so parallel workers start the tests that mostly wait before the many short ones."""
+    tiers: dict[pytest.Item, str] = {}
     for item in items:
-        tier = tier_of(item.path)
+        tier = tiers[item] = tier_of(item.path)
         written = [mark.name for mark in item.iter_markers() if mark.name in ALL_TIERS]
         if written:
             msg = f"{item.nodeid}: the tier is the folder ({tier}); remove @pytest.mark.{written[0]}"
             raise pytest.UsageError(msg)
         item.add_marker(tier)
     order = {"gym": 0, "slow": 1, "e2e": 2, "unit": 3}
-    items.sort(key=lambda item: order[tier_of(item.path)])
+    items.sort(key=lambda item: order[tiers[item]])
 
 
 @contextlib.contextmanager

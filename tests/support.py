@@ -198,7 +198,7 @@ def held(connection: socket.socket) -> bool:
 def rss() -> int:
     """Resident memory of this process, in bytes."""
     with open("/proc/self/statm") as statm:
-        return int(statm.read().split()[1]) * 4096
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
 @contextlib.contextmanager

@@ -7,24 +7,18 @@ It does not assert a scrape rate, which only measures how busy the machine is.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 import urllib.request
 
 from rollout_telemetry import RolloutTelemetry
-from tests.support import samples
+from tests.support import rss, samples
 
 SECONDS = 10.0
 WARM_UP_SECONDS = SECONDS / 4
 WRITERS = 4
 MIN_SCRAPES = 3  # liveness: the server answered while writers ran, not a rate
 MAX_RSS_GROWTH = 4 * 2**20
-
-
-def _rss_bytes() -> int:
-    with open("/proc/self/statm") as statm:
-        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
 def _scrape(url: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
@@ -66,7 +60,7 @@ def test_soak_no_failed_scrape_flat_memory_exact_counts() -> None:
 
     scrapes = 0
     failures: list[str] = []
-    rss: list[int] = []
+    resident: list[int] = []
     with telemetry.serve(port=0) as server:
         threads = [threading.Thread(target=writer, args=(i,)) for i in range(WRITERS)]
         for thread in threads:
@@ -79,10 +73,10 @@ def test_soak_no_failed_scrape_flat_memory_exact_counts() -> None:
                     scrapes += 1
                 except Exception as exc:  # any failed scrape is a finding, not a crash of the test
                     failures.append(repr(exc))
-                if not rss and time.monotonic() - started > WARM_UP_SECONDS:
-                    rss.append(_rss_bytes())
+                if not resident and time.monotonic() - started > WARM_UP_SECONDS:
+                    resident.append(rss())
                 time.sleep(0.01)  # pacing: a client scraping in a loop, not a synchronisation
-            rss.append(_rss_bytes())
+            resident.append(rss())
         finally:
             stop.set()
             for thread in threads:
@@ -92,8 +86,8 @@ def test_soak_no_failed_scrape_flat_memory_exact_counts() -> None:
 
     assert failures == []
     assert scrapes >= MIN_SCRAPES, f"only {scrapes} scrapes answered in {SECONDS} s"
-    assert len(rss) == 2
-    growth = rss[-1] - rss[0]
+    assert len(resident) == 2
+    growth = resident[-1] - resident[0]
     assert growth < MAX_RSS_GROWTH, f"RSS grew by {growth / 2**20:.1f} MiB after warm-up"
     snapshot = telemetry.snapshot()
     for i, n in enumerate(recorded):

@@ -24,6 +24,7 @@ from rollout_telemetry._cli.main import main
 from rollout_telemetry._contract.generation import MAX_TOKENS
 from rollout_telemetry._contract.outcome import classify
 from rollout_telemetry._sources.follow import RunFiles, RunFollower
+from rollout_telemetry._sources.tail import Tail
 from rollout_telemetry._store.coverage import Coverage
 
 ROW = {"reward": 1.0, "agent_ref": {"name": "a"}}
@@ -270,3 +271,64 @@ def test_a_device_as_a_sidecar_is_not_read(tmp_path: Path) -> None:
     result = _run("report", str(main_file), "--failures", "/dev/zero", "--format", "json")
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["agents"][0]["events"]["measured"] == 1
+
+
+@pytest.mark.parametrize("swapped_in", ["zero", "fifo"])
+def test_a_path_swapped_between_check_and_read_is_not_read(
+    tmp_path: Path, swapped_in: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The path swapped for a symlink to /dev/zero (it was read forever at 100% CPU) or a FIFO (an open that
+    never returned) just after the follower checked it: what is read is what was opened and checked, so the
+    poll returns at once, says so once, and the rows written once the path is back are counted."""
+    real = tmp_path / "kept.jsonl"
+    real.write_text(json.dumps(ROW) + "\n")
+    path = tmp_path / "run.jsonl"
+    path.symlink_to(real)  # a symlink to a regular file is followed
+    telemetry = RolloutTelemetry()
+    follower = RunFollower(telemetry, RunFiles.from_main(path))
+    follower.poll()
+    with real.open("a") as rows:
+        rows.write(json.dumps(ROW) + "\n")
+    checked = Tail.check
+
+    def check_then_swap(tail: Tail) -> bool | None:
+        started_over = checked(tail)
+        if tail.path == path and path.is_symlink() and path.resolve() == real:
+            path.unlink()
+            if swapped_in == "zero":
+                path.symlink_to("/dev/zero")
+            else:
+                os.mkfifo(path)
+        return started_over
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Tail, "check", check_then_swap)
+        _in_time(follower.poll, seconds=5)
+        _in_time(follower.poll, seconds=5)
+    path.unlink()
+    path.symlink_to(real)
+    with real.open("a") as rows:
+        rows.write(json.dumps(ROW) + "\n")
+    follower.poll()
+    agent = telemetry.snapshot().agent("a")
+    assert agent is not None
+    assert agent.measured == 3
+    assert sum("is not a regular file" in record.getMessage() for record in caplog.records) == 1
+
+
+def test_an_unreadable_followed_file_is_said_once(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A followed path that cannot be opened (here a symlink loop: the tests run as root, whom permissions
+    do not stop) was warned about at every poll; it is said once, and its rows are read once it can be."""
+    path = tmp_path / "run.jsonl"
+    path.symlink_to(path)
+    telemetry = RolloutTelemetry()
+    follower = RunFollower(telemetry, RunFiles.from_main(path))
+    for _ in range(3):
+        follower.poll()
+    assert sum("cannot read" in record.getMessage() for record in caplog.records) == 1
+    path.unlink()
+    path.write_text(json.dumps(ROW) + "\n")
+    follower.poll()
+    agent = telemetry.snapshot().agent("a")
+    assert agent is not None
+    assert agent.measured == 1

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rollout_telemetry._sources.tail import NotRegular, open_regular
 from rollout_telemetry.errors import ConfigError
 
 __all__ = ["SIDECAR_SUFFIXES", "check_json_lines", "check_main_file"]
@@ -45,13 +46,16 @@ def check_json_lines(path: Path, what: str = "") -> None:
 
     Raises:
         ConfigError: the file is compressed, binary, one JSON document or array, or holds no JSON object
-            line in its first 64 KiB (CSV, text); or it cannot be read.
+            line in its first 64 KiB (CSV, text); or it is not a regular file, or cannot be read.
     """
     try:
-        with open(path, "rb") as file:
+        with open_regular(path)[0] as file:
             head = file.read(_SNIFF)
     except FileNotFoundError:
         return
+    except NotRegular:
+        msg = f"{what}{path} is not a regular file (a FIFO or a device): give the run's <stem>.jsonl"
+        raise ConfigError(msg) from None
     except OSError as exc:
         msg = f"{what}{path} cannot be read: {exc.strerror or exc}"
         raise ConfigError(msg) from None

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from stat import S_ISREG
 
-__all__ = ["MAX_LINE", "Tail"]
+__all__ = ["MAX_LINE", "NotRegular", "Tail", "open_regular"]
 
 _CHUNK = 1 << 22
 _HEAD = 1 << 16
@@ -31,6 +31,34 @@ _log = logging.getLogger("rollout_telemetry.follow")  # the follower's: what a t
 def _state(stat: os.stat_result) -> tuple[int, int, int, int]:
     """What changes when a file is written: (device, inode, size, modification time in ns)."""
     return stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns
+
+
+class NotRegular(OSError):
+    """The path names a FIFO, a device, a socket or a directory: not a file of lines that ends."""
+
+
+def open_regular(path: Path) -> tuple[io.FileIO, os.stat_result]:
+    """Open ``path`` for reading if what is opened is a regular file, with that file's status.
+
+    What is checked is the open descriptor, never the path before it: a path swapped for a symlink to
+    ``/dev/zero`` or for a FIFO between a check and the open cannot be read forever or block. The open does
+    not wait for a FIFO's writer (``O_NONBLOCK``, which changes nothing for a regular file). A symlink to a
+    regular file is followed, as a user who links the latest run expects.
+
+    Raises:
+        NotRegular: it is not a regular file (closed at once, nothing read).
+        OSError: it cannot be opened (missing, say).
+    """
+    descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        stat = os.fstat(descriptor)
+        if not S_ISREG(stat.st_mode):
+            msg = "not a regular file (a FIFO, device or directory)"
+            raise NotRegular(msg)
+        return io.FileIO(descriptor, "rb", closefd=True), stat
+    except BaseException:
+        os.close(descriptor)
+        raise
 
 
 class Tail:
@@ -52,12 +80,11 @@ class Tail:
         self.announce = announce  # say that the file is awaited (one that must come; an optional one is not)
         self.max_line = max_line
         self.skipping = False  # in a line longer than max_line: passing over it to its newline
-        self.not_regular_said = False
         self.offset = 0
         self.line_number = 0
         self.identity: tuple[int, int] | None = None
         self.head = b""  # the file's first bytes as read, at most _HEAD of them
-        self.missing_said = False
+        self.unreadable_said: str | None = None  # why the file was last not read, once said
         self.stale: tuple[int, int, int, int] | None = None
         if skip_existing:
             with contextlib.suppress(OSError):
@@ -70,47 +97,66 @@ class Tail:
         self.skipping = False
 
     def check(self) -> bool | None:
-        """Whether the file started over since the last read; None if it is missing (or stale)."""
+        """Whether the file started over since the last read; None if it is missing, stale or unreadable.
+
+        What is checked is what ``open_regular`` opened; each condition that keeps the file from being read
+        (missing, not regular, unreadable) is said once, until it changes.
+        """
         try:
-            stat = os.stat(self.path)
-        except OSError:
-            if not self.missing_said:  # said once per absence, not at every poll
-                if self.identity is not None:
-                    _log.warning("%s disappeared; waiting for it to come back", self.path)
-                elif self.announce:
-                    _log.warning("waiting for %s: it does not exist yet", self.path)
-                self.missing_said = True
+            handle, stat = open_regular(self.path)
+        except OSError as exc:
+            self._cannot_read(exc)
             return None
-        self.missing_said = False
-        if not S_ISREG(stat.st_mode):  # a FIFO would block the open, a device never ends: never opened
-            if not self.not_regular_said:
-                _log.warning("%s is not a regular file (a FIFO, device or directory): not read", self.path)
-                self.not_regular_said = True
-            return None
-        self.not_regular_said = False
-        if self.stale is not None:
-            if _state(stat) == self.stale:
-                return None  # left from an earlier run and unchanged: not this run's
-            self.stale = None  # written since: this run's, read from its start
-        identity = (stat.st_dev, stat.st_ino)
-        started_over = self.identity is not None and (
-            identity != self.identity or stat.st_size < self.offset or not self._same_head()
-        )
+        with handle:
+            self.unreadable_said = None
+            if self.stale is not None:
+                if _state(stat) == self.stale:
+                    return None  # left from an earlier run and unchanged: not this run's
+                self.stale = None  # written since: this run's, read from its start
+            identity = (stat.st_dev, stat.st_ino)
+            started_over = self.identity is not None and (
+                identity != self.identity or stat.st_size < self.offset or not self._same_head(handle)
+            )
         if started_over:
             _log.warning("%s was truncated, replaced or rewritten; reading it from the start", self.path)
             self.rewind()
         self.identity = identity
         return started_over
 
-    def _same_head(self) -> bool:
+    def _cannot_read(self, exc: OSError) -> None:
+        """Say why the file is not read, once per reason (not at every poll)."""
+        reason = "missing" if isinstance(exc, FileNotFoundError) else str(exc.strerror or exc)
+        if reason == self.unreadable_said:
+            return
+        self.unreadable_said = reason
+        if isinstance(exc, FileNotFoundError):
+            if self.identity is not None:
+                _log.warning("%s disappeared; waiting for it to come back", self.path)
+            elif self.announce:
+                _log.warning("waiting for %s: it does not exist yet", self.path)
+        elif isinstance(exc, NotRegular):
+            _log.warning("%s is not a regular file (a FIFO, device or directory): not read", self.path)
+        else:
+            _log.warning("cannot read %s: %s", self.path, reason)
+
+    def _same_head(self, handle: io.FileIO) -> bool:
         """Whether the file still starts with the bytes kept when it was read."""
         if not self.head:
             return True
+        return os.pread(handle.fileno(), len(self.head), 0) == self.head
+
+    def _open_checked(self) -> io.FileIO | None:
+        """The file opened again to be read, if it is still the one ``check()`` saw (else the next poll's
+        ``check()`` sees what changed)."""
         try:
-            with open(self.path, "rb", buffering=0) as handle:
-                return handle.read(len(self.head)) == self.head
-        except OSError:
-            return True  # gone between the stat and the open: the next poll sees it
+            handle, stat = open_regular(self.path)
+        except OSError as exc:
+            self._cannot_read(exc)
+            return None
+        if (stat.st_dev, stat.st_ino) != self.identity:
+            handle.close()
+            return None
+        return handle
 
     def lines(self) -> Iterator[tuple[int, memoryview | None]]:
         """Yield the new complete lines with their numbers; a last line without its newline waits.
@@ -123,10 +169,8 @@ class Tail:
         joined with the next one. Memory stays the same whatever the file's size. A yielded view is valid
         until the next line is asked for.
         """
-        try:
-            handle = open(self.path, "rb", buffering=0)  # noqa: SIM115 - closed below, also on an early stop
-        except OSError as exc:
-            _log.warning("cannot read %s: %s", self.path, exc)
+        handle = self._open_checked()
+        if handle is None:
             return
         with handle:
             try:
@@ -143,13 +187,11 @@ class Tail:
         ``None`` when there is none (or only white space); like ``lines()``, a line longer than ``max_line``
         (or the end of one being passed over) comes as ``(number, None)``.
         """
-        try:
-            with open(self.path, "rb", buffering=0) as handle:
-                handle.seek(self.offset)
-                rest = handle.read(self.max_line + 1)
-        except OSError as exc:
-            _log.warning("cannot read %s: %s", self.path, exc)
+        handle = self._open_checked()
+        if handle is None:
             return None
+        with handle:
+            rest = os.pread(handle.fileno(), self.max_line + 1, self.offset)
         if not rest.strip() and not self.skipping:
             return None
         self.offset += len(rest)

@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from rollout_telemetry import RolloutTelemetry
+from rollout_telemetry import Disposition, RolloutTelemetry
 from rollout_telemetry.errors import OutcomeError
 from tests.support import FakeClock, exposition, samples, value
 
@@ -148,3 +148,23 @@ def test_with_strict_a_stall_watcher_that_cannot_start_raises_before_the_offer(
         telemetry.offer("a")
     assert _phases(telemetry) == {"offered": 0, "resident": 0, "active": 0}
     assert telemetry.snapshot().agent("a").made == 0  # type: ignore[union-attr]
+
+
+class _Unprintable(Exception):
+    """An exception of the caller's whose message cannot be read."""
+
+    def __str__(self) -> str:
+        raise RuntimeError("no message")
+
+
+def test_an_unprintable_exception_leaving_the_block_is_still_one_failure(clock: FakeClock) -> None:
+    """The caller's exception escapes the block as it was (the block used to raise the RuntimeError of its
+    ``__str__`` instead, leaving the rollout in flight); the rollout is one failure, nothing in flight."""
+    telemetry = RolloutTelemetry(clock=clock)
+    with pytest.raises(_Unprintable):
+        with telemetry.rollout("a"):
+            raise _Unprintable
+    agent = telemetry.snapshot().agent("a")
+    assert agent is not None
+    assert (agent.failed, dict(agent.kinds[Disposition.FAILED])) == (1, {"agent_run_error": 1})
+    assert _phases(telemetry) == {"offered": 0, "resident": 0, "active": 0}

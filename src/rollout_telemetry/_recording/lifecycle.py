@@ -76,6 +76,15 @@ def kind_of_exception(exc: BaseException) -> str:
     return failure_kinds.AGENT_RUN_ERROR
 
 
+def reason_of_exception(exc: BaseException) -> str:
+    """The failure reason an exception escaping a rollout block records: its type and message (its type
+    alone if its ``__str__`` raises: the caller's exception must never make the block raise another)."""
+    try:
+        return f"{type(exc).__name__}: {exc}"
+    except Exception:
+        return f"{type(exc).__name__} (its message could not be read)"
+
+
 # The states of a rollout context: _TERMINAL, its outcome is counted and its block has not exited.
 _NEW, _IN_FLIGHT, _DONE, _NOT_TRACKED, _TERMINAL = 0, 1, 2, 3, 4
 _OPEN = (_IN_FLIGHT, _TERMINAL)  # its block has a slot: stage() and heartbeat() apply
@@ -235,7 +244,7 @@ class RolloutContext(AsyncWith):
         try:
             if self._state == _IN_FLIGHT:
                 if exc is not None:
-                    kind, reason = kind_of_exception(exc), f"{type(exc).__name__}: {exc}"
+                    kind, reason = kind_of_exception(exc), reason_of_exception(exc)
                     self._finish(absent(Disposition.FAILED, kind, reason))
                 elif self._handle is not None and (slot := self._handle[1]).flags & CANCELLED:
                     self._finish(absent(Disposition.FAILED, failure_kinds.CANCELLED, slot.reason))

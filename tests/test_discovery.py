@@ -67,6 +67,9 @@ def test_https_targets_carry_the_scheme(clock: FakeClock) -> None:
         ("10.0.0.2", {}, "http"),
         ("10.0.0.2:port", {}, "http"),
         ("10.0.0.2:65536", {}, "http"),
+        ("10.0.0.2:0", {}, "http"),
+        ("10.0.0.2:\u00b2", {}, "http"),  # a digit to str.isdigit, not to int(): was an uncounted ValueError
+        ("[]:9464", {}, "http"),
         ("10.0.0.2:1", {"__address__": "x"}, "http"),
         ("10.0.0.2:1", {"bad-name": "x"}, "http"),
         ("10.0.0.2:1", {"1st": "x"}, "http"),
@@ -83,6 +86,30 @@ def test_malformed_targets_are_refused(address: Any, labels: Any, scheme: str) -
     are not a mapping, or an unknown scheme is a ValueError."""
     with pytest.raises(ValueError, match=r"target|label|scheme"):
         Target.of(address, labels, scheme)
+
+
+@pytest.mark.parametrize(
+    ("alias", "address"),
+    [
+        ("[10.0.0.1]:9464", "10.0.0.1:9464"),
+        ("10.0.0.1:09464", "10.0.0.1:9464"),
+        ("FD00:0::2:9464", "[fd00::2]:9464"),
+        ("[fd00:0:0::2]:9464", "[fd00::2]:9464"),
+        ("Node-1.Cluster:9464", "node-1.cluster:9464"),
+    ],
+)
+def test_an_alias_of_a_target_is_the_same_target(alias: str, address: str) -> None:
+    """Spellings of one host:port are one target: registered by another registrant it is refused as the
+    target it aliases would be, so Prometheus never scrapes one exporter twice (its sums doubled)."""
+    targets = TargetRegistry()
+    targets.register(Target.of(address, LABELS), registrant="actor:1")
+    with pytest.raises(TargetRefused):
+        targets.register(Target.of(alias, LABELS), registrant="actor:2")
+    with pytest.raises(TargetRefused):
+        targets.deregister(alias, registrant="actor:2")
+    assert addresses(targets) == [address]
+    assert targets.deregister(alias, registrant="actor:1")
+    assert addresses(targets) == []
 
 
 def test_label_values_are_cut_as_every_label_is() -> None:
@@ -480,7 +507,7 @@ def test_refusals_are_logged_sparingly_and_cross_a_process_boundary(
     Ray call carries it back) with its reason and message."""
     targets = TargetRegistry(clock=clock, hosts=NodeAddresses(lambda: ["10.0.0.2"], clock=clock))
     with caplog.at_level(logging.WARNING, logger="rollout_telemetry.discovery"):
-        for port in range(10):
+        for port in range(1, 11):
             with pytest.raises(TargetRefused):
                 targets.offer(f"169.254.169.254:{port}", {}, registrant="worker-1")
     assert [r.getMessage().rsplit("(", 1)[1] for r in caplog.records] == [

@@ -147,6 +147,10 @@ class TargetRegistry:
         Raises:
             TargetRefused: another registrant holds the address (``held``).
         """
+        try:
+            address = Target.of(address).address  # in the one spelling it was registered under
+        except TargetRefused:
+            return False  # not an address: nothing registered under it
         with self._lock:
             entry = self._entries.get(address)
             if entry is None:

@@ -62,18 +62,27 @@ class Target:
 
     @classmethod
     def of(cls, address: str, labels: Mapping[str, str] | None = None, scheme: str = "http") -> Target:
-        """Build a target; labels are kept sorted so equal targets compare equal.
+        """Build a target; its address in one spelling and its labels sorted, so equal targets compare equal.
 
         Label values are cut to ``MAX_LABEL_LENGTH`` characters, as every label of the package is.
 
         Raises:
-            TargetRefused: the address is not ``host:port``, the scheme is unknown, a label name is invalid or
-                there are more than ``MAX_TARGET_LABELS`` labels (``malformed``), or a label name is reserved
-                (``reserved_label``: see ``RESERVED_LABELS``).
+            TargetRefused: the address is not ``host:port`` (a port from 1 to 65535), the scheme is unknown,
+                a label name is invalid or there are more than ``MAX_TARGET_LABELS`` labels (``malformed``),
+                or a label name is reserved (``reserved_label``: see ``RESERVED_LABELS``).
         """
         host, _, port = address.rpartition(":") if isinstance(address, str) else ("", "", "")
-        if not host or not port.isdigit() or int(port) > 65535 or len(address) > _MAX_ADDRESS:
+        if (
+            not host.strip("[]")
+            or not (port.isascii() and port.isdigit())
+            or not 0 < int(port) <= 65535
+            or len(address) > _MAX_ADDRESS
+        ):
             raise TargetRefused("malformed", f"a target address is host:port, got {address!r:.100}")
+        # One spelling per target, so that no alias ([10.0.0.1]:9464, 10.0.0.1:09464, FD00:0::2) is a second
+        # target of the same exporter, scraped and summed twice.
+        key = _host_key(host)
+        address = f"[{key}]:{int(port)}" if ":" in key else f"{key}:{int(port)}"
         if scheme not in ("http", "https"):
             raise TargetRefused("malformed", f"scheme must be http or https, got {scheme!r:.20}")
         if not isinstance(labels, Mapping | None) or len(labels or {}) > MAX_TARGET_LABELS:

@@ -161,9 +161,8 @@ def test_an_unprintable_exception_leaving_the_block_is_still_one_failure(clock: 
     """The caller's exception escapes the block as it was (the block used to raise the RuntimeError of its
     ``__str__`` instead, leaving the rollout in flight); the rollout is one failure, nothing in flight."""
     telemetry = RolloutTelemetry(clock=clock)
-    with pytest.raises(_Unprintable):
-        with telemetry.rollout("a"):
-            raise _Unprintable
+    with pytest.raises(_Unprintable), telemetry.rollout("a"):
+        raise _Unprintable
     agent = telemetry.snapshot().agent("a")
     assert agent is not None
     assert (agent.failed, dict(agent.kinds[Disposition.FAILED])) == (1, {"agent_run_error": 1})

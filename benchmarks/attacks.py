@@ -58,6 +58,7 @@ class Attack:
     tls: bool = False
     auth: bool = False
     rotate: bool = False  # each of the attacker's connections from another address of 127/8
+    sources: int = 0  # or: the attacker's connections spread over this many addresses, 127.0.0.2 on
     verified: bool = True  # False: the scraper's credential was not verified before (a restarted server)
     holds: bool = True  # the attack holds connections on the server (wait for them before scraping)
     scraper_source: str = "127.0.0.1"
@@ -90,6 +91,11 @@ ATTACKS = {
     "tls-churn-400": Attack("tls-idle", 400, tls=True, rotate=True),
     "non-readers-600": Attack("non-reader", 600, rotate=True, padding_mb=2.5, holds=False),
     # Service discovery (9): a thread per connection under a slowloris, /targets built for every reader.
+    # Five addresses together hold more than every slot: answered and lingering, or waiting for a password
+    # check's turn.
+    "answered-silent-5x128": Attack("answered-silent", 640, sources=5),
+    "answered-silent-auth-5x128": Attack("answered-silent", 640, sources=5, auth=True),
+    "wrong-password-5x128": Attack("wrong-password", 640, auth=True, sources=5, holds=False),
     "targets-slowloris-1000": Attack("slowloris", 1000, auth=True, endpoint="/targets"),
     "targets-readers-64": Attack("targets-reader", 64, auth=True, holds=False, endpoint="/targets"),
 }
@@ -98,6 +104,13 @@ ATTACKS = {
 def rotating_source(n: int) -> str:
     """The ``n``-th of many loopback addresses, none in 127.0.0.0/24 (where the scrapers are)."""
     return f"127.{1 + n // 62_500 % 250}.{1 + n // 250 % 250}.{1 + n % 250}"
+
+
+def source_of_connection(n: int, *, rotate: bool, sources: int) -> str | None:
+    """The address the attacker's ``n``-th connection comes from (None: the system's, 127.0.0.1)."""
+    if sources:
+        return f"127.0.0.{2 + n % sources}"
+    return rotating_source(n) if rotate else None
 
 
 def _careless_tls() -> ssl.SSLContext:
@@ -121,6 +134,7 @@ class _Behaviour:
     lifetime: float | None = None  # reopen after this many seconds even if still open
     tls: bool = False  # a full TLS handshake first
     pace: float | None = None  # connections opened per second at most (None: all at once)
+    silent: bool = False  # once the server has said all it will (its end closed), stay: never close
 
 
 BEHAVIOURS = {
@@ -135,6 +149,11 @@ BEHAVIOURS = {
     ),
     "non-reader": _Behaviour(  # one at a time, so each gets a rendering of its own
         b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", read_per_second=0, lifetime=12.0, pace=50
+    ),
+    "answered-silent": _Behaviour(  # reads its answer and stays until the server lets go (1 s), then again
+        b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Basic c2NyYXBlcjpndWVzcw==\r\n\r\n",
+        lifetime=1.0,
+        silent=True,
     ),
     "tls-handshake": _Behaviour(PARTIAL_CLIENT_HELLO),
     "tls-idle": _Behaviour(tls=True),
@@ -166,10 +185,11 @@ class _Connection:
 class _Connections:
     """The attacker's connections, each doing one behaviour; a closed one is forgotten (and reopened)."""
 
-    def __init__(self, port: int, behaviour: _Behaviour, *, rotate: bool) -> None:
+    def __init__(self, port: int, behaviour: _Behaviour, *, rotate: bool, sources: int) -> None:
         self.port = port
         self.behaviour = behaviour
         self.rotate = rotate
+        self.sources = sources
         self.opened = 0
         self.selector = selectors.DefaultSelector()
         self.live: dict[socket.socket, _Connection] = {}
@@ -177,7 +197,7 @@ class _Connections:
     def open(self) -> None:
         self.opened += 1
         try:
-            source = rotating_source(self.opened) if self.rotate else None
+            source = source_of_connection(self.opened, rotate=self.rotate, sources=self.sources)
             connection = _Connection(self.port, self.behaviour, source)
         except OSError:
             return
@@ -186,7 +206,7 @@ class _Connections:
             self.selector.register(connection.sock, selectors.EVENT_READ, connection)
 
     def close(self, connection: _Connection) -> None:
-        if self.behaviour.read_per_second is None:
+        if connection.sock in self.selector.get_map():
             self.selector.unregister(connection.sock)
         del self.live[connection.sock]
         connection.sock.close()
@@ -199,7 +219,10 @@ class _Connections:
         for key, _ in self.selector.select(timeout=0.05):
             try:
                 if not key.data.sock.recv(65536):
-                    self.close(key.data)
+                    if self.behaviour.silent:  # stays, saying nothing, until its lifetime is up
+                        self.selector.unregister(key.data.sock)
+                    else:
+                        self.close(key.data)
             except (BlockingIOError, ssl.SSLWantReadError):
                 pass
             except OSError:
@@ -225,10 +248,12 @@ class _Connections:
                 self.close(connection)
 
 
-def socket_attack(port: int, kind: str, connections: int, stop: threading.Event, *, rotate: bool) -> None:
+def socket_attack(
+    port: int, kind: str, connections: int, stop: threading.Event, *, rotate: bool, sources: int
+) -> None:
     """Hold ``connections`` connections doing ``kind`` until ``stop``; reopen each one the server closes."""
     behaviour = BEHAVIOURS[kind]
-    attackers = _Connections(port, behaviour, rotate=rotate)
+    attackers = _Connections(port, behaviour, rotate=rotate, sources=sources)
     if behaviour.pace is None:
         for _ in range(connections):
             attackers.open()
@@ -300,9 +325,11 @@ def _request_of(kind: str, client: int, attempt: int) -> tuple[str, dict[str, st
     return f"/metrics?name[]=rollout_completed_total&name[]=other_{client}_{attempt}", {}
 
 
-def request_attack(port: int, kind: str, clients: int, stop: threading.Event, *, rotate: bool) -> None:
+def request_attack(
+    port: int, kind: str, clients: int, stop: threading.Event, *, rotate: bool, sources: int
+) -> None:
     """``clients`` threads, each sending requests of ``kind`` as fast as they are answered."""
-    sources = iter(range(1 << 30))
+    numbers = iter(range(1 << 30))
     lock = threading.Lock()
 
     def client(number: int) -> None:
@@ -310,7 +337,8 @@ def request_attack(port: int, kind: str, clients: int, stop: threading.Event, *,
         while not stop.is_set():
             attempt += 1
             with lock:
-                source = (rotating_source(next(sources)), 0) if rotate else None
+                address = source_of_connection(next(numbers), rotate=rotate, sources=sources)
+            source = (address, 0) if address is not None else None
             connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5, source_address=source)
             try:
                 path, headers = _request_of(kind, number, attempt)
@@ -330,17 +358,17 @@ def request_attack(port: int, kind: str, clients: int, stop: threading.Event, *,
         thread.join(timeout=10)
 
 
-def attack(port: int, kind: str, connections: int, seconds: float, *, rotate: bool) -> None:
+def attack(port: int, kind: str, connections: int, seconds: float, *, rotate: bool, sources: int) -> None:
     """Run one attack until SIGTERM or ``seconds``."""
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     threading.Timer(seconds, stop.set).start()
     if kind in REQUESTERS:
-        request_attack(port, kind, connections, stop, rotate=rotate)
+        request_attack(port, kind, connections, stop, rotate=rotate, sources=sources)
     elif kind == "tls-request":
         tls_request_attack(port, connections, stop)
     else:
-        socket_attack(port, kind, connections, stop, rotate=rotate)
+        socket_attack(port, kind, connections, stop, rotate=rotate, sources=sources)
     os._exit(0)  # the timer thread may still be waiting
 
 
@@ -350,6 +378,7 @@ def attacker(port: int, attack: Attack, *, seconds: float = 120) -> Iterator[Non
     command = [sys.executable, __file__, "attack", attack.kind, "--port", str(port)]
     command += ["--connections", str(attack.connections), "--seconds", str(seconds)]
     command += ["--rotate"] if attack.rotate else []
+    command += ["--sources", str(attack.sources)]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
     try:
         assert process.stdout is not None
@@ -555,7 +584,8 @@ def _take_hold(attack: Attack, descriptors: int) -> None:
     if not attack.holds:
         time.sleep(1)
         return
-    held = min(attack.connections, MAX_CONNECTIONS if attack.rotate else MAX_PER_SOURCE) // 2
+    most = MAX_CONNECTIONS if attack.rotate else MAX_PER_SOURCE * max(attack.sources, 1)
+    held = min(attack.connections, most, MAX_CONNECTIONS) // 2
     deadline = time.monotonic() + 30
     while open_descriptors() < descriptors + held and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -643,11 +673,12 @@ def main() -> None:
     one.add_argument("--connections", type=int, required=True)
     one.add_argument("--seconds", type=float, default=60)
     one.add_argument("--rotate", action="store_true", help="each connection from another 127/8 address")
+    one.add_argument("--sources", type=int, default=0, help="connections spread over 127.0.0.2 and on")
     parser.add_argument("--scrapes", type=int, default=5, help="authorised scrapes during each attack")
     parser.add_argument("--only", nargs="*", choices=sorted(ATTACKS), help="run only these attacks")
     args = parser.parse_args()
     if args.command == "attack":
-        attack(args.port, args.kind, args.connections, args.seconds, rotate=args.rotate)
+        attack(args.port, args.kind, args.connections, args.seconds, rotate=args.rotate, sources=args.sources)
         return
     print("attack                       scrapes within 1 s (3.00+ = failed or over 3 s); RSS before ->")
     print("                             peak -> 10 s after; worst record() before -> during the attack")

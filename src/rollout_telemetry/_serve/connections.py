@@ -1,9 +1,13 @@
 """The connections an endpoint holds: which are admitted, which are evicted for a newcomer, and how many bytes
 of responses they may be writing at once.
 
-A client is counted by its *source* (an IPv4 address, an IPv6 /64), so one host cannot take every slot. A
-connection without a complete request may be evicted: for a newcomer from its own source at the source's
-cap, or for any newcomer once the server is full and it is old enough. The responses being written share
+A client is counted by its *source* (an IPv4 address, an IPv6 /64), so one host cannot take every slot. When
+a newcomer needs room (its source at its cap, or the server full), the first to go is a connection already
+answered (it is only draining what its client still sends); then an idle one: without a complete request,
+or waiting for its turn at a password check. A source gives up its own at any age; a full server gives up
+its oldest idle connection past ``EVICT_AFTER``, or else the oldest idle one of the source holding the most
+connections, if that is more than ``FAIR_SHARE``: a few addresses cannot hold every slot, while a client
+whose request is a round trip away is not evicted by a flood from many. The responses being written share
 ``MAX_OUTPUT``; the writes running longest are cut short to make room for the newest.
 """
 
@@ -14,15 +18,20 @@ import contextlib
 import ipaddress
 import socket
 import struct
+from collections.abc import Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 __all__ = [
     "EVICT_AFTER",
+    "FAIR_SHARE",
     "MAX_CONNECTIONS",
     "MAX_OUTPUT",
     "MAX_PER_SOURCE",
     "Connection",
     "Connections",
+    "evictable",
+    "serving",
     "source_of",
 ]
 
@@ -36,6 +45,8 @@ takes a round trip or a TLS handshake to arrive."""
 MAX_OUTPUT = 32 * 1024 * 1024
 """Bytes of responses being written at once, counted per response; beyond, the longest-running writes
 are cut short (their connections reset) to make room for the newest."""
+FAIR_SHARE = MAX_CONNECTIONS // 16
+"""Connections a source may hold on a full server before its young idle ones may be evicted for others."""
 _RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() resets the connection
 
 
@@ -69,41 +80,42 @@ class Connection:
 
 
 class Connections:
-    """The connections held, by source, with those still waiting for a request and those writing a response.
+    """The connections held, by source: those idle (no request yet, or waiting for a password check's turn),
+    those answered and draining, and those writing a response.
 
     Touched only on the event loop's thread. Each dict keeps its connections oldest first.
     """
 
     def __init__(self) -> None:
         self._held: dict[Connection, None] = {}
-        self._waiting: dict[Connection, None] = {}  # no complete request yet: may be evicted
+        self._idle: dict[Connection, None] = {}  # may be evicted once the answered are gone
+        self._answered: dict[Connection, None] = {}  # the first to be evicted
         self._by_source: dict[str, dict[Connection, None]] = {}
         self._writing: dict[Connection, None] = {}
         self._output = 0
+
+    def __contains__(self, connection: Connection) -> bool:
+        """Whether the connection is held (admitted, not yet evicted or released)."""
+        return connection in self._held
 
     def admit(self, connection: Connection) -> bool:
         """Hold a newcomer, closing an idle connection for it if need be; False if there is no room."""
         if not self._make_room(connection.source, connection.opened):
             return False
         self._held[connection] = None
-        self._waiting[connection] = None
+        self._idle[connection] = None
         self._by_source.setdefault(connection.source, {})[connection] = None
         return True
 
     def _make_room(self, source: str, now: float) -> bool:
-        """Whether a newcomer from ``source`` may be held, closing an idle connection for it if need be.
-
-        A source at its cap gives up its own oldest idle connection, whatever its age (it competes only
-        with itself). A full server gives up its oldest idle connection only past ``EVICT_AFTER``: a client
-        whose request is a round trip or a TLS handshake away is not evicted by a flood of newcomers.
-        """
+        """Whether a newcomer from ``source`` may be held, closing a connection for it if need be."""
         mine = self._by_source.get(source, {})
-        if len(mine) >= MAX_PER_SOURCE:
-            victim = next((c for c in mine if c in self._waiting), None)
+        if len(mine) >= MAX_PER_SOURCE:  # it competes only with itself: its own, at any age
+            victim = next((c for c in mine if c in self._answered), None) or next(
+                (c for c in mine if c in self._idle), None
+            )
         elif len(self._held) >= MAX_CONNECTIONS:
-            victim = next(iter(self._waiting), None)
-            if victim is not None and now - victim.opened < EVICT_AFTER:
-                victim = None
+            victim = next(iter(self._answered), None) or self._idle_victim(now)
         else:
             return True
         if victim is None:
@@ -111,9 +123,31 @@ class Connections:
         self._drop(victim)
         return True
 
+    def _idle_victim(self, now: float) -> Connection | None:
+        """On a full server: the oldest idle connection past ``EVICT_AFTER``, else the oldest idle one of the
+        source holding the most connections if that is more than ``FAIR_SHARE``."""
+        oldest = next(iter(self._idle), None)
+        if oldest is None or now - oldest.opened >= EVICT_AFTER:
+            return oldest
+        heaviest = max(self._by_source.values(), key=len)
+        if len(heaviest) <= FAIR_SHARE:
+            return None
+        return next((c for c in heaviest if c in self._idle), None)
+
     def stop_waiting(self, connection: Connection) -> None:
-        """The connection has its request, or will have none: it is not idle, so it cannot be evicted."""
-        self._waiting.pop(connection, None)
+        """The connection has its request (or its turn), or will have none: it is busy, not evictable."""
+        self._idle.pop(connection, None)
+
+    def wait(self, connection: Connection) -> None:
+        """The connection waits with nothing in hand (its turn at a password check): it may be evicted."""
+        if connection in self._held:
+            self._idle[connection] = None
+
+    def answered(self, connection: Connection) -> None:
+        """The connection's response is written: it is the first to go when room is needed."""
+        if connection in self._held:
+            self._idle.pop(connection, None)
+            self._answered[connection] = None
 
     def _drop(self, connection: Connection) -> None:
         """Close a connection now: it leaves every count at once; its task, cancelled, closes the socket
@@ -135,7 +169,8 @@ class Connections:
 
     def _untrack(self, connection: Connection) -> None:
         self._held.pop(connection, None)
-        self._waiting.pop(connection, None)
+        self._idle.pop(connection, None)
+        self._answered.pop(connection, None)
         mine = self._by_source.get(connection.source)
         if mine is not None:
             mine.pop(connection, None)
@@ -162,3 +197,30 @@ class Connections:
             del self._writing[connection]
             self._output -= connection.output
             connection.output = 0
+
+
+_serving: ContextVar[tuple[Connections, Connection] | None] = ContextVar(
+    "rollout_telemetry_serving", default=None
+)
+
+
+def serving(connections: Connections, connection: Connection) -> None:
+    """Name the connection the calling task serves (called first thing in the connection's own task)."""
+    _serving.set((connections, connection))
+
+
+@contextlib.contextmanager
+def evictable() -> Iterator[None]:
+    """While inside, the connection the calling task serves waits with nothing in hand: it may be evicted
+    (its task cancelled) for a newcomer, as a connection without a request may. Outside a served connection's
+    task it does nothing."""
+    current = _serving.get()
+    if current is None:
+        yield
+        return
+    connections, connection = current
+    connections.wait(connection)
+    try:
+        yield
+    finally:
+        connections.stop_waiting(connection)

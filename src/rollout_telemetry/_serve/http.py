@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from rollout_telemetry._serve.connections import Connection, Connections, source_of
+from rollout_telemetry._serve.connections import Connection, Connections, serving, source_of
 from rollout_telemetry._serve.messages import Handler, Request, Response, read_request
 from rollout_telemetry._serve.streams import RECV_SIZE, PlainStream, TlsStream
 from rollout_telemetry._serve.workers import Busy
@@ -159,6 +159,7 @@ class HttpServer:
         self._connections.release(connection)
 
     async def _serve_connection(self, connection: Connection) -> None:
+        serving(self._connections, connection)
         try:
             stream: PlainStream = PlainStream(self._loop, connection.sock)
             if self._tls is not None:
@@ -181,7 +182,7 @@ class HttpServer:
     async def _exchange(self, connection: Connection, stream: PlainStream) -> bool:
         """Read one request and write its response; False if no request came."""
         received = await read_request(stream, connection.address)
-        self._connections.stop_waiting(connection)  # from here on it is not idle: it cannot be evicted
+        self._connections.stop_waiting(connection)  # it has its request: busy, not evictable
         if received is None:
             return False
         if isinstance(received, Request):
@@ -190,6 +191,7 @@ class HttpServer:
         else:
             response, head_only = received, False
         await self._write(connection, stream, response, head_only=head_only)
+        self._connections.answered(connection)  # from here on it only drains: the first to go for room
         return True
 
     async def _answer(self, request: Request) -> Response:

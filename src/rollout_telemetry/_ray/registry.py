@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CALL_TIMEOUT",
     "REGISTRY_NAME",
+    "START_TIMEOUT",
     "TargetRegistryActor",
     "refusals",
     "registry_url",
@@ -43,6 +44,9 @@ REGISTRY_NAME = "rollout-telemetry-targets"
 """The name of the registry actor in its namespace."""
 CALL_TIMEOUT = 30.0
 """Seconds a call to the registry, or its removal once killed, may take."""
+START_TIMEOUT = 120.0
+"""Seconds the registry actor may take to start: a worker process of its own, which on a busy node takes
+tens of seconds to start and import Ray."""
 
 _Handle = Any  # a ray _Handle of TargetRegistryActor; Ray's generic stubs do not type remote calls
 
@@ -150,7 +154,7 @@ def start_registry(
     auth: BasicAuth | None = None,
     max_targets: int = MAX_TARGETS,
 ) -> _Handle:
-    """Return the namespace's registry actor, creating it on this node if there is none.
+    """Return the namespace's registry actor once it has started, creating it on this node if there is none.
 
     Call it from the driver before the workers start to choose the discovery port (``port=9460`` gives a
     URL to paste into the scrape config) or a ``file_sd_path``; otherwise the first ``serve_on_ray`` creates
@@ -171,6 +175,7 @@ def start_registry(
 
     Raises:
         ConfigError: a TLS file cannot be loaded.
+        ray.exceptions.GetTimeoutError: the registry did not start within ``START_TIMEOUT``.
     """
     if tls is not None:
         tls.context()  # a wrong file is named here, not in the actor's log
@@ -196,6 +201,8 @@ def start_registry(
         auth=auth,
         max_targets=max_targets,
     )
+    # Started (or found) before it is handed out, so that no call's CALL_TIMEOUT is spent on its start.
+    ray.get(handle.url.remote(), timeout=START_TIMEOUT)
     return handle
 
 

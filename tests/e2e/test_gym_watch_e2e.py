@@ -5,12 +5,17 @@ The command line's reading and its one-line errors are in tests/test_gym_watch.p
 
 from __future__ import annotations
 
+import json
+import os
 import signal
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
+from rollout_telemetry._sources.gym import PASSED_ON
 from tests.support import stop_process, wait_until
 
 PYTHON = sys.executable
@@ -22,8 +27,8 @@ FAKE_GYM = textwrap.dedent(
     got = []
     def on_signal(signum, frame):
         got.append(signum)
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
+    for name in ("SIGHUP", "SIGINT", "SIGQUIT", "SIGTERM", "SIGUSR1", "SIGUSR2"):
+        signal.signal(getattr(signal, name), on_signal)
     with open(out, "w") as f:
         f.write(json.dumps({"reward": 1.0, "agent_ref": {"name": "a"}, "_ng_task_index": 0,
                             "_ng_rollout_index": 0}) + "\\n")
@@ -41,9 +46,13 @@ FAKE_GYM = textwrap.dedent(
 )
 
 
-def test_ctrl_c_is_passed_on_once_and_the_status_is_the_childs(tmp_path: Path) -> None:
-    """SIGINT to the watch reaches the child exactly once; the report follows, the exit status is the child's
-    (7), and a line says how it ended."""
+@pytest.mark.parametrize("signum", PASSED_ON, ids=[s.name for s in PASSED_ON])
+def test_a_signal_is_passed_on_once_and_the_status_is_the_childs(
+    tmp_path: Path, signum: signal.Signals
+) -> None:
+    """Ctrl-C, or any signal that would have ended the watch (SIGHUP, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2),
+    reaches the child exactly once; the report follows, the exit status is the child's (7), and a line says
+    how it ended."""
     script = tmp_path / "fake_gym.py"
     script.write_text(FAKE_GYM)
     output = tmp_path / "out.jsonl"
@@ -60,11 +69,89 @@ def test_ctrl_c_is_passed_on_once_and_the_status_is_the_childs(tmp_path: Path) -
         # which it says with the ready file.
         ready = tmp_path / "out.jsonl.ready"
         wait_until(ready.exists, timeout=30, what="the fake Gym to install its signal handlers")
-        watch.send_signal(signal.SIGINT)
+        watch.send_signal(signum)
         stdout, stderr = watch.communicate(timeout=20)
     finally:
         stop_process(watch, timeout=15)
     assert watch.returncode == 7, stderr.decode()
-    assert (tmp_path / "out.jsonl.signals").read_text() == f"[{int(signal.SIGINT)}]"
+    assert (tmp_path / "out.jsonl.signals").read_text() == f"[{int(signum)}]"
     assert b'"agents"' in stdout
     assert "rollout-telemetry gym: Gym exited with status 7" in stderr.decode()
+
+
+# A Gym that starts a server of its own in its process group (as Gym starts its servers and Ray), says both
+# process ids, and runs until a signal ends it.
+FAKE_GYM_WITH_A_SERVER = textwrap.dedent(
+    """
+    import json, subprocess, sys, time
+    out = sys.argv[sys.argv.index("--output") + 1]
+    server = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    open(out + ".pids", "w").write(json.dumps([0, server.pid]))
+    time.sleep(600)
+    """
+)
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` is a process that has not ended (a zombie has ended)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _gym_with_a_server(tmp_path: Path) -> tuple[list[str], Path]:
+    script = tmp_path / "fake_gym.py"
+    script.write_text(FAKE_GYM_WITH_A_SERVER)
+    output = tmp_path / "out.jsonl"
+    argv = ["gym", "--port", "0", "--", PYTHON, str(script), "--output", str(output)]
+    return [PYTHON, "-m", "rollout_telemetry", *argv], tmp_path / "out.jsonl.pids"
+
+
+def _gym_processes(pids_file: Path, watch_pid: int) -> list[int]:
+    """The fake Gym's process and its server's, once it has said them."""
+    wait_until(pids_file.exists, timeout=30, what="the fake Gym to start its server")
+    wait_until(lambda: pids_file.read_text().endswith("]"), timeout=10, what="the process ids")
+    server = json.loads(pids_file.read_text())[1]
+    children = Path(f"/proc/{watch_pid}/task/{watch_pid}/children").read_text().split()
+    return [int(pid) for pid in children] + [server]
+
+
+def test_no_gym_process_outlives_a_watch_killed_with_sigkill(tmp_path: Path) -> None:
+    """SIGKILL to the watch (no handler runs): Gym and the server it started end too, at once, not left
+    running under PID 1; the guard that ended them ends as well."""
+    command, pids_file = _gym_with_a_server(tmp_path)
+    watch = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp_path)
+    try:
+        processes = _gym_processes(pids_file, watch.pid)
+        assert len(processes) == 3  # Gym, the guard, Gym's server
+        watch.kill()
+        watch.wait(timeout=10)
+        wait_until(lambda: not any(_alive(pid) for pid in processes), timeout=10, what="Gym to end")
+    finally:
+        stop_process(watch, timeout=15)
+
+
+def test_a_hang_up_of_the_terminal_ends_gym(tmp_path: Path) -> None:
+    """The terminal closed (a real pseudo-terminal hung up: the kernel sends SIGHUP to the watch, whose
+    terminal it is, not to Gym's own process group): Gym and its server end, as they would have without
+    the watch; the watch ends with Gym's status."""
+    command, pids_file = _gym_with_a_server(tmp_path)
+    controller, terminal = os.openpty()
+    try:
+        # setsid --ctty: the watch leads a session whose controlling terminal is this pseudo-terminal.
+        watch = subprocess.Popen(
+            ["setsid", "--ctty", *command], stdin=terminal, stdout=terminal, stderr=terminal, cwd=tmp_path
+        )
+    finally:
+        os.close(terminal)
+    try:
+        processes = _gym_processes(pids_file, watch.pid)
+        os.close(controller)  # the hang-up
+        controller = -1
+        assert watch.wait(timeout=20) == 128 + signal.SIGHUP
+        wait_until(lambda: not any(_alive(pid) for pid in processes), timeout=10, what="Gym to end")
+    finally:
+        if controller >= 0:
+            os.close(controller)
+        stop_process(watch, timeout=15)

@@ -7,11 +7,13 @@ assembles the parser, sets up logging, and turns what a command raises into one 
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import os
+import signal
 import sys
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Protocol, TextIO
 
 from rollout_telemetry._cli import demo, gym, hash_password, options, ray_targets, report, serve, top
 from rollout_telemetry._cli.args import OneLineParser
@@ -87,9 +89,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:  # the reader of stdout went away (`| head`): nothing more to say to it
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's last flush does not fail again
+        _silence(sys.stdout)
         return 141
+    except OSError as exc:
+        if exc.errno != errno.EIO:
+            raise
+        # The terminal hung up (it was closed): nothing more can be said to it; ended as a hang-up ends a
+        # command (what `rollout-telemetry gym` passed on to Gym meanwhile).
+        _silence(sys.stdout, sys.stderr)
+        return 128 + signal.SIGHUP
+
+
+def _silence(*streams: TextIO) -> None:
+    """Point the streams at /dev/null, so that the interpreter's last flush does not fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    for stream in streams:
+        os.dup2(devnull, stream.fileno())
 
 
 def _main(argv: Sequence[str] | None) -> int:

@@ -7,7 +7,13 @@ so whatever is there at start is not read until Gym writes it; a resumed run app
 from their start.
 
 The child runs in a process group of its own, so the terminal's Ctrl-C reaches this process alone; each
-SIGINT or SIGTERM is passed on to the child's group once, as the terminal would have, and Gym is waited for.
+signal that would end this process (a hang-up, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2) is passed on to the
+child's group once, as the terminal would have, and Gym is waited for. Whatever ends this process, Gym ends
+with it: a guard process, in a session of its own, holds a pipe from this one, and when the pipe closes
+without this process saying Gym has ended (SIGKILL, a crash: no handler ran), it stops Gym's group as this
+process would have. A pipe rather than Linux's parent-death signal: that signal reaches the one child, not
+the servers and Ray processes in its group, and setting it needs code run between fork and exec, which is
+unsafe in a process with threads.
 """
 
 from __future__ import annotations
@@ -17,7 +23,9 @@ import os
 import shutil
 import signal
 import subprocess
-from collections.abc import Sequence
+import sys
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -25,13 +33,18 @@ from typing import Any
 
 from rollout_telemetry.errors import ConfigError
 
-__all__ = ["GymCommand", "GymProcess", "describe_status", "exit_status"]
+__all__ = ["GRACE", "PASSED_ON", "GymCommand", "GymProcess", "describe_status", "exit_status", "guard"]
 
 _OUTPUT_FLAGS = ("--output", "-o")
 _OUTPUT_KEY = "output_jsonl_fpath"
 _RESUME_FLAG = "--resume"
 _RESUME_KEY = "resume_from_cache"
 _TRUE = ("true", "1", "yes")
+PASSED_ON = (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
+"""The signals that would end this process: each is passed on to Gym's group, and Gym is waited for."""
+GRACE = 30.0
+"""Seconds Gym has to end after SIGTERM when its watcher ends first, before its group is killed."""
+_ENDED = b"ended"  # what the watcher tells its guard once Gym has ended: nothing is left to stop
 
 
 def _hydra(argument: str, key: str) -> str | None:
@@ -105,27 +118,78 @@ def describe_status(status: int) -> str:
     return f"Gym exited with status {status}"
 
 
+def _stop_group(group: int, running: Callable[[], bool]) -> None:
+    """SIGTERM to a process group; SIGKILL if ``running()`` still holds after ``GRACE`` seconds."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(group, signal.SIGTERM)
+    deadline = time.monotonic() + GRACE
+    while running() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if running():
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(group, signal.SIGKILL)
+
+
+def _group_exists(group: int) -> bool:
+    try:
+        os.killpg(group, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def guard() -> None:
+    """The guard process's work (``python -c``, the group as its argument): wait for the watcher's pipe to
+    close; unless the watcher said Gym had ended, stop Gym's group."""
+    group = int(sys.argv[1])
+    for signum in PASSED_ON:  # the watcher's signals are its own to pass on; this one waits for its pipe
+        signal.signal(signum, signal.SIG_IGN)
+    if sys.stdin.buffer.read() != _ENDED:
+        _stop_group(group, lambda: _group_exists(group))
+
+
+_GUARD = "from rollout_telemetry._sources.gym import guard; guard()"
+
+
 class GymProcess:
-    """The Gym command as a child in a process group of its own; SIGINT and SIGTERM passed on to it."""
+    """The Gym command as a child in a process group of its own; the signals that would end this process
+    passed on to it, and a guard that stops it if this process ends without a handler running."""
 
     def __init__(self, command: GymCommand) -> None:
         self.command = command
         self._process: subprocess.Popen[bytes] | None = None
+        self._guard: subprocess.Popen[bytes] | None = None
+        self._early: list[int] = []  # signals received before the child's id was known
         self._previous: dict[int, Any] = {}  # the handlers to put back
 
     def __enter__(self) -> GymProcess:
-        for signum in (signal.SIGINT, signal.SIGTERM):
+        for signum in PASSED_ON:
             self._previous[signum] = signal.signal(signum, self._forward)
         try:
-            self._process = subprocess.Popen(self.command.argv, process_group=0)
+            process = subprocess.Popen(self.command.argv, process_group=0)
+            try:
+                self._guard = subprocess.Popen(
+                    [sys.executable, "-c", _GUARD, str(process.pid)],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.DEVNULL,
+                    start_new_session=True,  # no terminal's signal reaches it
+                )
+            finally:
+                self._process = process
         except BaseException:
-            self._restore()
+            self.__exit__()
             raise
+        for early in self._early:  # a Ctrl-C in the instant before the child's id was known
+            self._forward(early, None)
         return self
 
     def _forward(self, signum: int, frame: FrameType | None) -> None:
         process = self._process
-        if process is not None and process.poll() is None:
+        if process is None:
+            self._early.append(signum)
+        elif process.poll() is None:
             with contextlib.suppress(ProcessLookupError):  # it has just ended
                 os.killpg(process.pid, signum)
 
@@ -140,20 +204,16 @@ class GymProcess:
         assert self._process is not None
         return self._process.pid
 
-    def _restore(self) -> None:
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
-        self._previous.clear()
-
     def __exit__(self, *exc: object) -> None:
         try:
             process = self._process
             if process is not None and process.poll() is None:  # this process is ending first: stop Gym
-                self._forward(signal.SIGTERM, None)
-                try:
-                    process.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    os.killpg(process.pid, signal.SIGKILL)
-                    process.wait()
+                _stop_group(process.pid, lambda: process.poll() is None)
+                process.wait()
         finally:
-            self._restore()
+            for number, handler in self._previous.items():
+                signal.signal(number, handler)
+            self._previous.clear()
+            if self._guard is not None:
+                with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+                    self._guard.communicate(_ENDED, timeout=5)

@@ -31,9 +31,9 @@ def add_parser(commands: argparse._SubParsersAction[OneLineParser]) -> None:
             "Run a NeMo Gym command (everything after --) as a child process, follow the rollout files "
             "it writes (its --output, with the failures sidecar and the materialized inputs) from its first "
             "row, and serve /metrics and /rollouts meanwhile. Ctrl-C, SIGTERM, a hang-up and every other "
-            "signal that would end this command are passed on to Gym, which is waited for; if this command is "
-            "killed, Gym is stopped all the same. Then the report is printed and the exit status is Gym's. "
-            "Without --resume "
+            "signal that would end this command are passed on to Gym, which is waited for; if this command "
+            "is killed, Gym is stopped all the same. Then the report is printed and the exit status is "
+            "Gym's. Without --resume "
             "in the Gym command, files left at the output path by an earlier run are not read: Gym replaces "
             "them."
         ),

@@ -6,13 +6,16 @@ tests/test_faults.py.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
 import threading
+import time
 import urllib.request
 from pathlib import Path
 
@@ -148,3 +151,80 @@ def test_recording_in_a_forked_child() -> None:
             thread.join()
     assert [os.waitstatus_to_exitcode(status) for status in statuses] == [0]
     assert telemetry.snapshot().agent("child") is None  # the child's counts stayed in the child
+
+
+class _DrippingCollector:
+    """An OTLP/HTTP endpoint on 127.0.0.1 that reads each request and answers a byte a second, never done."""
+
+    def __init__(self) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.requests = 0
+        self._stop = threading.Event()
+        self._clients: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                client, _ = self.listener.accept()
+                self._clients.append(client)
+                threading.Thread(target=self._drip, args=(client,), daemon=True).start()
+
+    def _drip(self, client: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            client.recv(1 << 16)
+            self.requests += 1
+            for byte in b"HTTP/1.1 200 OK\r\n":
+                client.send(bytes([byte]))
+                if self._stop.wait(1):
+                    return
+
+    def close(self) -> None:
+        self._stop.set()
+        self.listener.close()
+        for client in self._clients:
+            client.close()
+
+
+def test_a_dripping_otlp_collector_cannot_hold_the_exit() -> None:
+    """An OTLP collector answering one byte a second: SIGTERM to `demo --otlp-endpoint` ends it within
+    FLUSH_SECONDS plus a second (the SDK's own exit hook waited 30 s), the line at exit counts the spans
+    never sent (it said 0), and no traceback follows."""
+    from rollout_telemetry._cli.otlp import FLUSH_SECONDS
+
+    collector = _DrippingCollector()
+    port = free_port()
+    process = _start(
+        [
+            "demo",
+            "--rate",
+            "200",
+            "--port",
+            str(port),
+            "--otlp-endpoint",
+            f"http://127.0.0.1:{collector.port}",
+        ]
+    )
+    try:
+        _wait_serving(process)
+        wait_until(lambda: collector.requests >= 1, timeout=30, what="an export to reach the collector")
+        wait_until(lambda: _scrape_completed(port) >= 100, timeout=30, what="100 completed rollouts")
+        process.send_signal(signal.SIGTERM)
+        asked = time.monotonic()
+        output, _ = process.communicate(timeout=40)
+        took = time.monotonic() - asked
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+        collector.close()
+    assert process.returncode == 0, output
+    # The flush's bound, and the rest of the exit (the server's thread, a line on stderr) with a margin.
+    assert took < FLUSH_SECONDS + 1.5, f"{took:.1f} s from SIGTERM to exit"
+    unsent = re.search(
+        r"demo: (\d+) spans could not be sent to .*\((\d+) unsent when it stopped waiting", output
+    )
+    assert unsent is not None, output
+    assert int(unsent[1]) >= int(unsent[2]) >= 100
+    assert "Traceback" not in output

@@ -23,8 +23,9 @@ if TYPE_CHECKING:
 
 __all__ = ["FLUSH_SECONDS", "OTLP", "add_otlp_option", "otlp_export"]
 
-FLUSH_SECONDS = 3.0
-"""The longest a command waits at exit for an OTLP endpoint to take what is pending."""
+FLUSH_SECONDS = 2.0
+"""The longest a command waits at exit for an OTLP endpoint to take what is pending (it ends within a second
+more)."""
 
 
 def add_otlp_option(parser: argparse.ArgumentParser, what: str) -> None:
@@ -63,11 +64,20 @@ class OTLP:
     def shutdown(self) -> None:
         """Flush and stop the export, waiting at most ``FLUSH_SECONDS``; say on stderr what was not sent."""
         finished = self.export.shutdown(timeout=FLUSH_SECONDS)
-        lost = self.export.span_stats.failed + self.export.span_stats.dropped
-        if lost or not finished:
+        stats = self.export.span_stats
+        unsent = 0 if finished else stats.pending
+        lost = stats.failed + stats.dropped + unsent
+        if lost:
+            # What the flush still does goes unsaid: it ends with the process, as its spans do.
+            logging.getLogger("opentelemetry").setLevel(logging.CRITICAL)
+            logging.getLogger("urllib3").setLevel(logging.CRITICAL)
             print(
                 f"rollout-telemetry {self.command}: {lost} spans could not be sent to {self.endpoint}"
-                + ("" if finished else f" (stopped waiting after {FLUSH_SECONDS:g} s)"),
+                + (
+                    ""
+                    if finished
+                    else f" ({unsent} unsent when it stopped waiting after {FLUSH_SECONDS:g} s)"
+                ),
                 file=sys.stderr,
             )
 

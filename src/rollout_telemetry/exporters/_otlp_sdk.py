@@ -97,6 +97,7 @@ class _Waiting:
         self._capacity = capacity
         self._lock = threading.Lock()
         self._count = 0
+        self.exporting = 0
         self.dropped = 0
 
     def enter(self) -> bool:
@@ -112,6 +113,18 @@ class _Waiting:
         """``count`` spans were taken out of the queue and handed to the exporter."""
         with self._lock:
             self._count -= count
+            self.exporting += count
+
+    def settled(self, count: int) -> None:
+        """The exporter is done with ``count`` spans (exported or failed)."""
+        with self._lock:
+            self.exporting -= count
+
+    @property
+    def pending(self) -> int:
+        """Spans waiting in the queue or in an export in progress."""
+        with self._lock:
+            return self._count + self.exporting
 
 
 class BoundedSpanProcessor(SpanProcessor):
@@ -155,7 +168,10 @@ class _Handing(SpanExporter):
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         self._waiting.leave(len(spans))
-        return self._inner.export(spans)
+        try:
+            return self._inner.export(spans)
+        finally:
+            self._waiting.settled(len(spans))
 
     def shutdown(self) -> None:
         self._inner.shutdown()
@@ -200,3 +216,7 @@ class SpanPipeline:
         counts = self._sdk()
         counts["dropped"] += self._waiting.dropped
         return counts
+
+    def pending(self) -> int:
+        """Spans ended but not settled: waiting for export or in an export in progress."""
+        return self._waiting.pending

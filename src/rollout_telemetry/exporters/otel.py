@@ -13,9 +13,10 @@ imported only here, where they are used.
 
 from __future__ import annotations
 
+import atexit
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import metrics
@@ -207,10 +208,14 @@ class SpanExportStats:
 
     Args:
         read_counts: returns the counts by result (``exported``, ``failed``, ``dropped``).
+        read_pending: returns how many spans wait for export or are being exported now (none if not given).
     """
 
-    def __init__(self, read_counts: Callable[[], Mapping[str, int]]) -> None:
+    def __init__(
+        self, read_counts: Callable[[], Mapping[str, int]], read_pending: Callable[[], int] | None = None
+    ) -> None:
         self._read = read_counts
+        self._read_pending = read_pending
 
     def counts(self) -> dict[str, int]:
         """The counts by result: exported, failed, dropped."""
@@ -232,33 +237,56 @@ class SpanExportStats:
         """Spans never sent: the export queue was full (or export had been shut down)."""
         return self.counts()["dropped"]
 
+    @property
+    def pending(self) -> int:
+        """Spans ended but not settled yet: waiting in the queue, or in an export still in progress."""
+        return 0 if self._read_pending is None else self._read_pending()
+
     def collector(self, const_labels: Mapping[str, str] | None = None) -> Collector:
         """A prometheus_client collector publishing ``rollout_telemetry_spans_total{result}``."""
         return SpanStatsCollector(self.counts, const_labels)
 
 
+EXIT_FLUSH_SECONDS = 2.0
+"""The longest the process waits at exit for the export's pending data if ``shutdown()`` was not called."""
+
+
 @dataclass(frozen=True, slots=True)
 class OTLPExport:
-    """SDK providers that export over OTLP/HTTP; call ``shutdown()`` to flush and stop them."""
+    """SDK providers that export over OTLP/HTTP; call ``shutdown()`` to flush and stop them.
+
+    At exit, if ``shutdown()`` was never called, what is pending is flushed for at most
+    ``EXIT_FLUSH_SECONDS`` (the SDK's own exit hook, which waits up to 30 s for a slow endpoint, is off).
+    """
 
     tracer_provider: SDKTracerProvider
     meter_provider: SDKMeterProvider
     span_stats: SpanExportStats
+    _stopping: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    _stopped: threading.Event = field(default_factory=threading.Event, repr=False, compare=False)
 
     def shutdown(self, timeout: float | None = None) -> bool:
         """Flush what is pending and stop both providers; return whether that finished.
 
         With ``timeout`` (seconds) it waits at most that long: an endpoint that is down or slow cannot hold
-        the process at exit (the flush goes on in a daemon thread, which ends with the process).
+        the process at exit (the flush goes on in a daemon thread, which ends with the process). Called
+        again, it waits for the same flush.
         """
-        if timeout is None:
+        if self._stopping.acquire(blocking=False):  # the first call starts the flush; never released
+            threading.Thread(target=self._stop, name="rollout-telemetry-otlp-flush", daemon=True).start()
+        return self._stopped.wait(timeout)
+
+    def _stop(self) -> None:
+        try:
             self.tracer_provider.shutdown()
             self.meter_provider.shutdown()
-            return True
-        flushing = threading.Thread(target=self.shutdown, name="rollout-telemetry-otlp-flush", daemon=True)
-        flushing.start()
-        flushing.join(timeout)
-        return not flushing.is_alive()
+        finally:
+            self._stopped.set()
+
+    def at_exit(self) -> None:
+        """The process is ending: flush for at most ``EXIT_FLUSH_SECONDS``, unless ``shutdown()`` was."""
+        if not self._stopping.locked():
+            self.shutdown(EXIT_FLUSH_SECONDS)
 
 
 def otlp_providers(
@@ -293,7 +321,7 @@ def otlp_providers(
     base = endpoint.rstrip("/")
     extra: dict[str, Any] = {"timeout": timeout_seconds, "headers": dict(headers or {})}
     resource = Resource.create({"service.name": service_name})
-    tracer_provider = SDKTracerProvider(resource=resource)
+    tracer_provider = SDKTracerProvider(resource=resource, shutdown_on_exit=False)
     spans = SpanPipeline(
         f"{base}/v1/traces",
         timeout_seconds=timeout_seconds,
@@ -305,5 +333,7 @@ def otlp_providers(
         OTLPMetricExporter(endpoint=f"{base}/v1/metrics", **extra),
         export_interval_millis=export_interval_millis,
     )
-    meter_provider = SDKMeterProvider(resource=resource, metric_readers=[reader])
-    return OTLPExport(tracer_provider, meter_provider, SpanExportStats(spans.counts))
+    meter_provider = SDKMeterProvider(resource=resource, metric_readers=[reader], shutdown_on_exit=False)
+    export = OTLPExport(tracer_provider, meter_provider, SpanExportStats(spans.counts, spans.pending))
+    atexit.register(export.at_exit)
+    return export

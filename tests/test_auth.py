@@ -11,13 +11,7 @@ from typing import Any
 
 import pytest
 
-from rollout_telemetry._serve.auth import (
-    MAX_VERIFIED,
-    MAX_WAITING_PER_SOURCE,
-    Authenticator,
-    PasswordChecks,
-    Verdict,
-)
+from rollout_telemetry._serve.auth import MAX_VERIFIED, Authenticator, PasswordChecks, Verdict
 from rollout_telemetry._serve.credentials import BasicAuth, credentials, hash_password
 from rollout_telemetry.errors import ConfigError
 from tests.support import FakeClock
@@ -231,33 +225,3 @@ def test_a_wrong_user_costs_the_same_scrypt(monkeypatch: pytest.MonkeyPatch) -> 
     assert not AUTH.check(_header("prometheus", "guess"))
     assert AUTH.check(_header("prometheus", PASSWORD))
     assert len(calls) == 3
-
-
-def test_one_source_waits_for_at_most_its_share_of_turns(clock: FakeClock) -> None:
-    """With the thread busy, a source's attempts beyond MAX_WAITING_PER_SOURCE take no place in the line: each
-    is LIMITED after the whole wait (on the loop's fake clock: a guesser is not answered sooner than one in
-    the line), never checked."""
-    held = _Held(clock)
-    checks = PasswordChecks(held, threads=1, wait=0.25)
-
-    async def run() -> tuple[list[Verdict], float]:
-        first = asyncio.ensure_future(checks.check("h", "a"))
-        await asyncio.sleep(0)  # its first step hands "a" to the thread
-        assert held.checking.get(timeout=10) == "a"
-        asked = clock()
-        attempts = [asyncio.ensure_future(checks.check("h", "a")) for _ in range(MAX_WAITING_PER_SOURCE + 3)]
-        await asyncio.sleep(0)
-        in_line = sum(len(line) for line in checks._queues.values())
-        beyond = await asyncio.gather(*attempts[MAX_WAITING_PER_SOURCE:])
-        waited = clock() - asked
-        held.release.release()
-        await asyncio.gather(first, *attempts)
-        assert in_line == MAX_WAITING_PER_SOURCE
-        return list(beyond), waited
-
-    try:
-        beyond, waited = run_virtual(run(), clock)
-    finally:
-        checks.close()
-    assert (beyond, waited) == ([Verdict.LIMITED] * 3, 0.25)
-    assert held.order == ["a"]

@@ -15,8 +15,9 @@ holds in front of it:
 ``PasswordChecks`` runs what is left on threads of its own (``AUTH_THREADS``), never those that render, in a
 fair order: one source after another (a source is an IPv4 address or an IPv6 /64), oldest first within
 one. An attempt that has not had its turn within ``AUTH_WAIT`` seconds is refused (429), having held a
-connection but no thread; at most ``MAX_WAITING_PER_SOURCE`` of one source wait in the line (one beyond
-has no turn at all), and a connection waiting may be evicted for a newcomer, as an idle one may. The
+connection but no thread, and that connection may be evicted for a newcomer, as an idle one may (so a
+source's waiting attempts are bounded by its connections, ``MAX_PER_SOURCE``). No shorter line per source:
+a restarted scraper sharing its address with guessers must keep its place in that address's line. The
 threads bound the guesses of every address together, however many there are.
 
 Whether the user name exists does not change the work done: every attempt that reaches scrypt runs it.
@@ -46,7 +47,6 @@ __all__ = [
     "MAX_REFUSED",
     "MAX_SOURCES",
     "MAX_VERIFIED",
-    "MAX_WAITING_PER_SOURCE",
     "Authenticator",
     "PasswordChecks",
     "Verdict",
@@ -66,10 +66,6 @@ AUTH_THREADS = 2
 """Threads that check passwords with scrypt, apart from those that render: every guess shares them."""
 AUTH_WAIT = 4.0
 """Seconds an attempt may wait for its turn at a password check before it is answered 429."""
-MAX_WAITING_PER_SOURCE = 16
-"""Attempts of one source that may wait for a turn at once; one beyond never has a turn: after
-``AUTH_WAIT`` it is answered 429, as one that waited in the line would be (so a guesser learns nothing
-sooner and is not sped up), holding meanwhile an evictable connection."""
 
 
 class Verdict(StrEnum):
@@ -217,13 +213,8 @@ class PasswordChecks:
             self._free -= 1
             self._authenticator.take_attempt(source)
         else:
-            waiting = self._queues.setdefault(source, deque())
-            if len(waiting) >= MAX_WAITING_PER_SOURCE:  # no place in the line: never a turn, as slow to say
-                with evictable():
-                    await asyncio.sleep(self._wait)
-                return Verdict.LIMITED
             turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            waiting.append(turn)
+            self._queues.setdefault(source, deque()).append(turn)
             try:
                 with evictable():  # waiting holds nothing: the connection may go for a newcomer
                     async with asyncio.timeout(self._wait):

@@ -209,3 +209,10 @@ def own_ray_folder() -> Iterator[str]:
     paths must fit in 107 bytes."""
     with tempfile.TemporaryDirectory(prefix="ray-", dir="/tmp", ignore_cleanup_errors=True) as folder:
         yield folder
+
+
+def ray_environment(folder: str) -> dict[str, str]:
+    """The environment a Ray started by a test runs with: ``folder`` (``own_ray_folder``) as its own, and
+    120 s for a node to start where Ray allows 30 s: on a 2-core machine with one core kept busy, NeMo Gym's
+    Ray and a docs example's took longer and failed to start."""
+    return {"RAY_TMPDIR": folder, "RAY_raylet_start_wait_time_s": "120"}

@@ -24,7 +24,7 @@ import yaml
 
 from rollout_telemetry._cli.main import _parser
 from tests.conftest import held_alone
-from tests.support import own_ray_folder
+from tests.support import own_ray_folder, ray_environment
 
 ROOT = Path(__file__).parent.parent
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -69,8 +69,7 @@ def _succeeds(command: list[str], cwd: Path) -> None:
     """``command`` run in ``cwd`` exits 0 with no traceback (a Ray it starts is its own; the documented
     default ports it may serve on are its own while it runs)."""
     with held_alone("documented-ports"), own_ray_folder() as ray_folder:
-        # Ray's own wait for its node to start (30 s) is too short on a loaded machine: 120 s.
-        env = {**os.environ, "RAY_TMPDIR": ray_folder, "RAY_raylet_start_wait_time_s": "120"}
+        env = {**os.environ, **ray_environment(ray_folder)}
         result = subprocess.run(
             command, cwd=cwd, env=env,
             capture_output=True, text=True, timeout=SNIPPET_LIMIT, check=False,

@@ -26,7 +26,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from tests.support import own_ray_folder
+from tests.support import own_ray_folder, ray_environment
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -170,7 +170,7 @@ class GymServers:
         """The environment Gym runs in: its venv first on PATH, a Ray folder of its own (Gym's servers and its
         client join Gym's Ray, never another test's)."""
         path = f"{self.venv / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"
-        return {**os.environ, "PATH": path, "RAY_TMPDIR": self.ray_folder}
+        return {**os.environ, "PATH": path, **ray_environment(self.ray_folder)}
 
     def _prepare(self) -> None:
         # Gym looks for a server's venv at <uv_venv_dir, default the cwd>/<type>/<name>/.venv, and for a

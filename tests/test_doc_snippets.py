@@ -68,8 +68,7 @@ SNIPPET_LIMIT = 150
 def _succeeds(command: list[str], cwd: Path) -> None:
     """``command`` run in ``cwd`` exits 0 with no traceback (a Ray it starts is its own; the documented
     default ports it may serve on are its own while it runs)."""
-    # The ports and the start of a Ray (tests/gym/harness.py says why) are its own while it runs.
-    with held_alone("documented-ports"), held_alone("ray-start"), own_ray_folder() as ray_folder:
+    with held_alone("documented-ports"), own_ray_folder() as ray_folder:
         env = {**os.environ, **ray_environment(ray_folder)}
         result = subprocess.run(
             command, cwd=cwd, env=env,

@@ -45,7 +45,6 @@ from rollout_telemetry.ray import (
     stop_registry,
     target_groups,
 )
-from tests.conftest import held_alone
 from tests.e2e.ray_worker import RUN, RolloutWorker, serve_labelled
 from tests.support import own_ray_folder, ray_environment
 
@@ -81,15 +80,13 @@ def cluster() -> Iterator[RayCluster]:
         for name, value in ray_environment(folder).items():
             patch.setenv(name, value)
         started = time.monotonic()
-        with held_alone("ray-start"):  # no other test's Ray starts meanwhile (tests/gym/harness.py says why)
-            cluster = Cluster(
-                initialize_head=True,
-                head_node_args={"num_cpus": 1, "object_store_memory": STORE, "include_dashboard": False},
-            )
+        cluster = Cluster(
+            initialize_head=True,
+            head_node_args={"num_cpus": 1, "object_store_memory": STORE, "include_dashboard": False},
+        )
         try:
-            with held_alone("ray-start"):
-                cluster.add_node(num_cpus=1, object_store_memory=STORE)
-                cluster.wait_for_nodes(timeout=60)
+            cluster.add_node(num_cpus=1, object_store_memory=STORE)
+            cluster.wait_for_nodes(timeout=60)
             ray.init(address=cluster.address, namespace=NAMESPACE, log_to_driver=False)
             nodes = sorted(n["NodeID"] for n in ray.nodes() if n["Alive"])  # type: ignore[no-untyped-call]
             assert len(nodes) == 2

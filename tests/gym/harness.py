@@ -26,7 +26,6 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import held_alone
 from tests.support import own_ray_folder, ray_environment
 
 HERE = Path(__file__).resolve().parent
@@ -196,24 +195,21 @@ class GymServers:
             f"++head_server.port={self.head_port}",
         ]  # fmt: skip
         self.log = self.log_path.open("wb")
-        # No other Ray of a test starts meanwhile: two starting at once on one machine may race for the same
-        # free ports (Gym's raylet once never came up, with 120 s to do so, on an idle machine).
-        with held_alone("ray-start"):
-            self.process = subprocess.Popen(
-                command,
-                cwd=self.workdir,
-                env=self.environ(),
-                stdout=self.log,
-                stderr=subprocess.STDOUT,
-                process_group=0,
-            )
-            deadline = time.monotonic() + 300
-            while time.monotonic() < deadline:
-                if _READY in self.log_path.read_text(errors="replace"):
-                    return self
-                if self.process.poll() is not None:
-                    break
-                time.sleep(0.5)
+        self.process = subprocess.Popen(
+            command,
+            cwd=self.workdir,
+            env=self.environ(),
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            process_group=0,
+        )
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            if _READY in self.log_path.read_text(errors="replace"):
+                return self
+            if self.process.poll() is not None:
+                break
+            time.sleep(0.5)
         tail = self.log_path.read_text(errors="replace")[-3000:]
         self.__exit__()
         raise AssertionError(f"gym env start did not get ready:\n{tail}")

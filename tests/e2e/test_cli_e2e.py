@@ -58,12 +58,18 @@ def test_ctrl_c_in_report_exits_130_quietly(tmp_path: Path, terminal: bool) -> N
     env = {
         k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE")
     }
-    process = subprocess.Popen(
-        [*COMMAND, "report", str(main), "--format", "json"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env={**env, "FORCE_COLOR": "1"} if terminal else env,
-    )
+    # A step run in the background of a script inherits SIGINT ignored, and so would report: it gets Python's
+    # handler here, which exec resets to the default.
+    inherited = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        process = subprocess.Popen(
+            [*COMMAND, "report", str(main), "--format", "json"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env={**env, "FORCE_COLOR": "1"} if terminal else env,
+        )
+    finally:
+        signal.signal(signal.SIGINT, inherited)
     try:
         wait_until(
             lambda: _holds_open(process.pid, main) or process.poll() is not None, timeout=30, what="reading"

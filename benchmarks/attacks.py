@@ -578,7 +578,9 @@ def full_registry() -> TargetRegistry:
 
 
 def _take_hold(attack: Attack, descriptors: int) -> None:
-    """Wait until the attack holds connections here (up to 30 s), or a second for one that holds none."""
+    """Wait until the attack holds half the connections it can here, or holds no more for 2 s (the server
+    closes them as fast as they come: TLS connections idle after their handshake), up to 30 s; a second for
+    an attack that holds none."""
     from rollout_telemetry._serve.server import MAX_CONNECTIONS, MAX_PER_SOURCE
 
     if not attack.holds:
@@ -586,9 +588,15 @@ def _take_hold(attack: Attack, descriptors: int) -> None:
         return
     most = MAX_CONNECTIONS if attack.rotate else MAX_PER_SOURCE * max(attack.sources, 1)
     held = min(attack.connections, most, MAX_CONNECTIONS) // 2
-    deadline = time.monotonic() + 30
-    while open_descriptors() < descriptors + held and time.monotonic() < deadline:
+    started = time.monotonic()
+    most_seen, rose = open_descriptors(), started
+    while most_seen < descriptors + held and time.monotonic() - started < 30:
         time.sleep(0.1)
+        now, count = time.monotonic(), open_descriptors()
+        if count > most_seen:
+            most_seen, rose = count, now
+        elif now - rose >= 2:
+            return
 
 
 def _first_success(target: Target, within: float) -> float | None:

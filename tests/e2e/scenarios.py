@@ -10,6 +10,10 @@ Nothing here is left to chance or to the machine's speed:
 - each cause is far past its alert's threshold (a share of 0.8 against 0.5, of 0.25 against 0.2 of the
   groups, 3 times the output length against 1.5), so a window of few rollouts on a busy machine still
   crosses it;
+- an alert on the machine rather than the run (``MACHINE_ALERTS``: the event loop waking late) is collected
+  only for the scenario that causes it: a healthy demo's loop on a shared machine at load 10 wakes 0.1 s late
+  too (it fired so in the truncation and cleanup_leak scenarios of a CI run). ``promtool test rules`` tests
+  its logic exactly, the ``loop_lag`` scenario its wiring;
 - an alert needs, after its cause, at most the shortened window to fill (10 s), ``for:`` (2 s), a scrape
   and an evaluation interval (1 s each): 14 s; each test's ``WATCH`` keeps watching past that, and says
   how long the cause stays visible to its comparison (a drop against 12 s before, for instance).
@@ -19,7 +23,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -28,6 +32,9 @@ from tests.e2e.prometheus import RULES, Prometheus
 
 NO_LOSSES = ("--masked", "0", "--failed", "0", "--omitted", "0")
 """The demo's arguments for a run that loses no rollout but by its scenario's cause."""
+MACHINE_ALERTS = frozenset({"RolloutEventLoopLag"})
+"""Alerts that the machine's load raises as well as a scenario's cause: collected only for ``machine_bound``
+runs (``fired_alerts``)."""
 OUTLAST = 120.0
 """Seconds a demo runs past its watch: the test stops it, so it never ends (and its series never go stale)
 while it is watched, however long the demos started after it took to start."""
@@ -80,10 +87,13 @@ def fired_alerts(
     demos: Mapping[str, Sequence[str]],
     rules: str,
     seconds: float,
+    *,
     check: Callable[[Prometheus], None] | None = None,
+    machine_bound: Collection[str] = (),
 ) -> dict[str, set[str]]:
     """Run one demo per run name (its arguments), scraped by one Prometheus with ``rules``, for ``seconds``;
     return the alerts that fired for each run. ``check`` is called with Prometheus before it stops.
+    ``MACHINE_ALERTS`` are collected for the ``machine_bound`` runs only (the ones whose cause they are).
 
     Alerts without a run label (a target down while the demos start) are no run's and are not collected.
     """
@@ -98,8 +108,9 @@ def fired_alerts(
         while time.monotonic() - started < seconds:
             for alert in prometheus.query('ALERTS{alertstate="firing"}'):
                 run = alert["metric"].get("run")
-                if run in fired:
-                    fired[run].add(alert["metric"]["alertname"])
+                name = alert["metric"]["alertname"]
+                if run in fired and (name not in MACHINE_ALERTS or run in machine_bound):
+                    fired[run].add(name)
             time.sleep(0.5)
         if check is not None:
             check(prometheus)

@@ -44,5 +44,5 @@ def test_each_scenario_fires_exactly_its_alert(tmp_path: Path) -> None:
             for family in ("rollout_tokens_total", "rollout_truncated_total", "rollout_groups_total"):
                 assert prometheus.query(f'{family}{{run="{scenario}"}}'), (scenario, family)
 
-    fired = fired_alerts(tmp_path, demos, short_rules(), DROP_AFTER + WATCH, every_cause_visible)
+    fired = fired_alerts(tmp_path, demos, short_rules(), DROP_AFTER + WATCH, check=every_cause_visible)
     assert fired == EXPECTED

@@ -40,9 +40,16 @@ def tier_of(path: Path) -> str:
     return TIERS.get(relative.parts[0], "unit") if len(relative.parts) > 1 else "unit"
 
 
+LONGEST = ("gym/test_gym_run.py", "e2e/test_ray_e2e.py")
+"""The modules that take longest on their worker (5-6 minutes measured for each beside the others): first."""
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark each test with its folder's tier (a tier marker written by hand is an error), and put the longest
-    tiers first, so parallel workers start the tests that mostly wait before the many short ones."""
+    """Mark each test with its folder's tier (a tier marker written by hand is an error), and order them for
+    the parallel workers (which take modules in this order: ``--no-loadscope-reorder``): the longest modules
+    first, then the longest tiers, so the tests that mostly wait start before the many short ones, and the
+    ``alone`` tests last, in a row, when the others are done (taking the machine mid-run, they wait for the
+    longest test in progress, every other worker idle)."""
     tiers: dict[pytest.Item, str] = {}
     for item in items:
         tier = tiers[item] = tier_of(item.path)
@@ -52,7 +59,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             raise pytest.UsageError(msg)
         item.add_marker(tier)
     order = {"gym": 0, "slow": 1, "e2e": 2, "unit": 3}
-    items.sort(key=lambda item: order[tiers[item]])
+
+    def rank(item: pytest.Item) -> tuple[bool, int, int]:
+        module = item.path.resolve().relative_to(TESTS.resolve()).as_posix()
+        first = LONGEST.index(module) if module in LONGEST else len(LONGEST)
+        return _alone(item), first, order[tiers[item]]
+
+    items.sort(key=rank)
 
 
 @contextlib.contextmanager
@@ -91,10 +104,56 @@ def held_alone(resource: str, folder: Path = MACHINE) -> Iterator[None]:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
+class Shares:
+    """The machine shares one process's tests hold, in turn: an ``alone`` test's hold is kept for the next
+    test when it is ``alone`` too, so a module of them takes the machine once. Given up between them, the gate
+    went to the other workers' tests, and each attack waited again for the longest of them to end."""
+
+    def __init__(self, folder: Path = MACHINE) -> None:
+        self.folder = folder
+        self._alone: contextlib.ExitStack | None = None
+
+    @contextlib.contextmanager
+    def hold(self, alone: bool, *, keep: bool = False) -> Iterator[None]:
+        """Hold a share for a test, the machine if ``alone``; ``keep`` it held after (the next is alone)."""
+        if not alone:
+            self.release()
+            with machine_share(False, self.folder):
+                yield
+            return
+        if self._alone is None:
+            stack = contextlib.ExitStack()
+            stack.enter_context(machine_share(True, self.folder))
+            self._alone = stack
+        try:
+            yield
+        finally:
+            if not keep:
+                self.release()
+
+    @property
+    def holds_alone(self) -> bool:
+        """Whether the machine is held, alone, for this process's tests."""
+        return self._alone is not None
+
+    def release(self) -> None:
+        """Give the machine back if it is held alone."""
+        stack, self._alone = self._alone, None
+        if stack is not None:
+            stack.close()
+
+
+_SHARES = Shares()
+
+
+def _alone(item: pytest.Item | None) -> bool:
+    return item is not None and item.get_closest_marker("alone") is not None
+
+
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
-def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
     """Each test runs holding its share of the machine (its time limit starts once it has it)."""
-    with machine_share(item.get_closest_marker("alone") is not None):
+    with _SHARES.hold(_alone(item), keep=_alone(nextitem)):
         yield
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import TESTS, TIERS, machine_share, tier_of
+from tests.conftest import TESTS, TIERS, Shares, machine_share, tier_of
 
 WALL_CLOCK = frozenset(
     {"sleep", "monotonic", "monotonic_ns", "perf_counter", "perf_counter_ns", "time", "time_ns"}
@@ -113,4 +113,27 @@ def test_a_test_shares_the_machine_and_an_alone_test_has_it_to_itself(tmp_path: 
         assert not _free(gate, fcntl.LOCK_EX)
         assert not _free(room, fcntl.LOCK_SH)
     assert _free(gate, fcntl.LOCK_EX)
+    assert _free(room, fcntl.LOCK_EX)
+
+
+def test_alone_tests_in_a_row_take_the_machine_once(tmp_path: Path) -> None:
+    """An alone test followed by another keeps the machine between them (no other test can take the gate);
+    the last of the row, or a shared test after it, gives it back."""
+    gate, room = tmp_path / "gate", tmp_path / "room"
+    shares = Shares(tmp_path)
+    with shares.hold(alone=True, keep=True):
+        assert not _free(gate, fcntl.LOCK_EX)
+    assert shares.holds_alone
+    assert not _free(gate, fcntl.LOCK_EX)
+    assert not _free(room, fcntl.LOCK_SH)
+    with shares.hold(alone=True, keep=False):
+        assert not _free(room, fcntl.LOCK_SH)
+    assert not shares.holds_alone
+    assert _free(gate, fcntl.LOCK_EX)
+    with shares.hold(alone=True, keep=True):
+        pass
+    with shares.hold(alone=False):
+        assert not shares.holds_alone
+        assert _free(gate, fcntl.LOCK_EX)
+        assert not _free(room, fcntl.LOCK_EX)
     assert _free(room, fcntl.LOCK_EX)

@@ -9,7 +9,8 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -209,6 +210,18 @@ def own_ray_folder() -> Iterator[str]:
     paths must fit in 107 bytes."""
     with tempfile.TemporaryDirectory(prefix="ray-", dir="/tmp", ignore_cleanup_errors=True) as folder:
         yield folder
+
+
+def ray_log_tails(folder: str, names: Sequence[str] = ("gcs_server.out", "raylet.out", "raylet.err")) -> str:
+    """The ends of the logs of the newest Ray session in ``folder`` (``own_ray_folder``): what a test that saw
+    Ray fail to start says, since the folder goes with the test."""
+    logs = Path(folder) / "ray" / "session_latest" / "logs"
+    parts = []
+    for name in names:
+        path = logs / name
+        if path.is_file():
+            parts.append(f"--- {path.name}:\n{path.read_text(errors='replace')[-2000:]}")
+    return "\n".join(parts) or f"(no Ray logs under {logs})"
 
 
 def ray_environment(folder: str) -> dict[str, str]:

@@ -26,7 +26,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from tests.support import own_ray_folder, ray_environment
+from tests.support import own_ray_folder, ray_environment, ray_log_tails
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -211,8 +211,9 @@ class GymServers:
                 break
             time.sleep(0.5)
         tail = self.log_path.read_text(errors="replace")[-3000:]
+        ray_logs = ray_log_tails(self.ray_folder)
         self.__exit__()
-        raise AssertionError(f"gym env start did not get ready:\n{tail}")
+        raise AssertionError(f"gym env start did not get ready:\n{tail}\n{ray_logs}")
 
     def __exit__(self, *exc: object) -> None:
         if self.process is not None:

@@ -26,8 +26,8 @@ from rollout_telemetry._cli.main import _parser
 from tests.conftest import held_alone
 from tests.support import own_ray_folder, ray_environment
 
-ROOT = Path(__file__).parent.parent
-FIXTURES = Path(__file__).parent / "fixtures"
+ROOT = Path(__file__).parent.parent.parent
+FIXTURES = ROOT / "tests" / "fixtures"
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 BLOCK = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
 STUBS = """

@@ -1,4 +1,7 @@
-"""The real NeMo Gym, started once per test session: its venv, the fake policy model and its servers."""
+"""The real NeMo Gym, started once for the module that runs it: its venv, the fake policy model and its
+servers. Module-scoped, not session-scoped: their teardown (Gym's servers and its Ray ending, up to a
+minute on a busy machine) then counts against the last Gym test's time limit, not against whichever
+unrelated test the worker ran last (a 60 s OTLP test timed out so in a CI run)."""
 
 from __future__ import annotations
 
@@ -11,16 +14,16 @@ import pytest
 from tests.gym.harness import FakeModel, GymServers, GymUnavailable, gym_venv
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def gym_model(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeModel]:
-    """The fake policy model, for the whole session."""
+    """The fake policy model, for the module."""
     with FakeModel(tmp_path_factory.mktemp("fake-model") / "model.log") as model:
         yield model
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def gym(tmp_path_factory: pytest.TempPathFactory, gym_model: FakeModel) -> Iterator[GymServers]:
-    """NeMo Gym's servers (both environments) against the fake model, for the whole session.
+    """NeMo Gym's servers (both environments) against the fake model, for the module.
 
     Without a Python >= 3.12 to make its venv the tests are skipped, except in CI (``CI=true``), where a
     missing Gym is a failure: they must run there.

@@ -64,6 +64,7 @@ class Attack:
     scraper_source: str = "127.0.0.1"
     scraper_delay: float = 0.0  # seconds from connect to request: a remote Prometheus, a TLS handshake away
     padding_mb: float = 0.0  # a larger exposition
+    scraper_rate: float = 0.0  # bytes a second the scraper reads at (0: as fast as it can)
     in_flight: int = 0  # rollouts in flight on the server (/rollouts lists up to 1,000 of them)
     endpoint: str = "/metrics"  # or "/targets": service discovery's, with a full registry (MAX_TARGETS)
 
@@ -90,6 +91,12 @@ ATTACKS = {
     "reconnect-flood-2000": Attack("idle", 2000, tls=True, scraper_source="127.0.0.2", scraper_delay=0.1),
     "tls-churn-400": Attack("tls-idle", 400, tls=True, rotate=True),
     "non-readers-600": Attack("non-reader", 600, rotate=True, padding_mb=2.5, holds=False),
+    # Responses that fill the output cap (10): non-readers at 300 a second beside a scraper reading at
+    # 10 MB/s, and readers of an exposition larger than the cap beside a scraper: neither scrape is cut.
+    "non-readers-300/s-5MB-10MB/s-reader": Attack(
+        "flood-non-reader", 600, rotate=True, padding_mb=5, holds=False, scraper_rate=10 * MB
+    ),
+    "metrics-readers-4-40MB": Attack("metrics-reader", 4, padding_mb=40, holds=False),
     # Service discovery (9): a thread per connection under a slowloris, /targets built for every reader.
     # Five addresses together hold more than every slot: answered and lingering, or waiting for a password
     # check's turn.
@@ -155,10 +162,13 @@ BEHAVIOURS = {
         lifetime=1.0,
         silent=True,
     ),
+    "flood-non-reader": _Behaviour(
+        b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", read_per_second=0, lifetime=12.0, pace=300
+    ),
     "tls-handshake": _Behaviour(PARTIAL_CLIENT_HELLO),
     "tls-idle": _Behaviour(tls=True),
 }
-REQUESTERS = ("wrong-password", "rollouts-reader", "filtered-reader", "targets-reader")
+REQUESTERS = ("wrong-password", "rollouts-reader", "filtered-reader", "targets-reader", "metrics-reader")
 KINDS = (*BEHAVIOURS, "tls-request", *REQUESTERS)
 
 
@@ -319,6 +329,8 @@ def _request_of(kind: str, client: int, attempt: int) -> tuple[str, dict[str, st
         return "/metrics", {"Authorization": f"Basic {token}"}
     if kind == "rollouts-reader":
         return "/rollouts?limit=1000", {}
+    if kind == "metrics-reader":  # the whole exposition, as a second Prometheus would
+        return "/metrics", {}
     if kind == "targets-reader":  # with the password, as often as answered: a full /targets each time
         token = base64.b64encode(f"prometheus:{PASSWORD}".encode()).decode()
         return "/targets", {"Authorization": f"Basic {token}"}
@@ -534,7 +546,7 @@ class Target:
         path = path or self.attack.endpoint
         request = f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n".encode() + self._authorization + b"\r\n"
         started = time.monotonic()
-        reply = b""
+        reply = bytearray()
         try:
             with socket.create_connection(
                 ("127.0.0.1", self.server.port),
@@ -549,8 +561,11 @@ class Target:
                 )
                 with sock:
                     sock.sendall(request)
+                    rate = self.attack.scraper_rate
                     while time.monotonic() - started < timeout and (chunk := sock.recv(65536)):
                         reply += chunk
+                        if rate:  # no faster than the rate: wait until what was read is due
+                            time.sleep(max(0.0, started + len(reply) / rate - time.monotonic()))
         except OSError:
             return None
         elapsed = time.monotonic() - started

@@ -1,5 +1,7 @@
-"""Which connection goes when a newcomer needs room: the answered first, then the idle, a few addresses
-never holding every slot, a client whose request is on its way never evicted by a flood from many."""
+"""Which connection goes when a newcomer needs room: the answered first, then stalled writes, then the idle,
+a few addresses never holding every slot, a client whose request is on its way never evicted by a flood from
+many; and which write is cut when response bodies fill ``MAX_OUTPUT``: a stalled one, never one in
+progress."""
 
 from __future__ import annotations
 
@@ -13,7 +15,9 @@ from rollout_telemetry._serve.connections import (
     EVICT_AFTER,
     FAIR_SHARE,
     MAX_CONNECTIONS,
+    MAX_OUTPUT,
     MAX_PER_SOURCE,
+    STALLED_AFTER,
     Connection,
     Connections,
     evictable,
@@ -121,3 +125,72 @@ def test_a_connection_waiting_for_a_password_checks_turn_may_be_evicted(sockets:
     asyncio.run(wait_for_a_turn(admitted))
     assert admitted == [True, False]
     assert _still_held(connections, held) == set(range(MAX_CONNECTIONS - 1))
+
+
+def _writer(connections: Connections, sockets: list[socket.socket], source: str = "127.0.0.1") -> Connection:
+    connection = _connection(sockets, source)
+    assert connections.admit(connection)
+    connections.stop_waiting(connection)
+    return connection
+
+
+def test_a_body_written_to_many_clients_counts_once(sockets: list[socket.socket]) -> None:
+    """Two hundred clients given one rendering of a third of the cap hold it once: a second body of the
+    same size still fits beside it; a third of just over the rest does not, and every write goes on."""
+    connections = Connections()
+    shared, other = bytes(MAX_OUTPUT // 3), bytes(MAX_OUTPUT // 3)
+    writers = [_writer(connections, sockets, f"127.0.1.{1 + i}") for i in range(200)]
+    assert all(connections.start_output(writer, shared, now=0.0) for writer in writers)
+    second = _writer(connections, sockets)
+    assert connections.start_output(second, other, now=0.0)
+    third = _writer(connections, sockets)
+    assert not connections.start_output(third, bytes(MAX_OUTPUT - 2 * (MAX_OUTPUT // 3) + 1), now=0.0)
+    assert all(writer in connections for writer in [*writers, second])
+    for writer in writers:  # the shared body is released by its last writer only
+        connections.end_output(writer)
+    assert connections.start_output(third, bytes(MAX_OUTPUT // 3), now=0.0)
+
+
+def test_a_new_body_cuts_a_stalled_write_never_one_in_progress(sockets: list[socket.socket]) -> None:
+    """Bodies filling the cap: a new one cuts the write whose client has taken nothing for STALLED_AFTER
+    (the stalled longest first), never a write whose client took a byte since; with none stalled, the
+    newcomer is refused and every write in progress goes on."""
+    connections = Connections()
+    half = MAX_OUTPUT // 2
+    stalled, reading = _writer(connections, sockets), _writer(connections, sockets)
+    assert connections.start_output(stalled, bytes(half), now=0.0)
+    assert connections.start_output(reading, bytes(half), now=0.0)
+    reading.progressed = 5.0  # its client took a byte at 5 s; the other's none since 0 s
+    newcomer = _writer(connections, sockets)
+    assert connections.start_output(newcomer, bytes(half), now=5.0)
+    assert stalled not in connections
+    assert stalled.cut
+    assert reading in connections
+    late = _writer(connections, sockets)
+    assert not connections.start_output(late, bytes(half), now=5.0 + STALLED_AFTER / 2)
+    assert reading in connections
+    assert newcomer in connections
+
+
+def test_one_body_larger_than_the_cap_is_written_alone(sockets: list[socket.socket]) -> None:
+    """A body over the cap is written when nothing else is, and refuses others meanwhile."""
+    connections = Connections()
+    big, small = _writer(connections, sockets), _writer(connections, sockets)
+    assert connections.start_output(big, bytes(MAX_OUTPUT + 1), now=0.0)
+    assert not connections.start_output(small, b"x", now=0.0)
+    connections.end_output(big)
+    assert connections.start_output(small, b"x", now=0.0)
+
+
+def test_a_stalled_write_goes_before_an_idle_connection(sockets: list[socket.socket]) -> None:
+    """On a full table, a write stalled for EVICT_AFTER goes for a newcomer before any idle connection."""
+    connections = Connections()
+    held = _fill(
+        connections, sockets, [f"127.0.{1 + i // 250}.{1 + i % 250}" for i in range(MAX_CONNECTIONS)]
+    )
+    writer = held[5]
+    connections.stop_waiting(writer)
+    assert connections.start_output(writer, b"body", now=0.0)
+    assert connections.admit(_connection(sockets, "127.0.9.9", opened=EVICT_AFTER))
+    assert _still_held(connections, held) == set(range(MAX_CONNECTIONS)) - {5}
+    assert writer.cut

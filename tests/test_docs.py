@@ -104,6 +104,7 @@ def test_the_security_section_states_each_bound_as_built() -> None:
         "MAX_QUEUED": str(server.MAX_QUEUED),
         "MAX_READS_QUEUED": str(server.MAX_READS_QUEUED),
         "MAX_OUTPUT": f"{server.MAX_OUTPUT // (1 << 20)} MiB",
+        "STALLED_AFTER": seconds(server.STALLED_AFTER),
         "WRITE_TIMEOUT": seconds(server.WRITE_TIMEOUT),
     }
     for name, value in rows.items():

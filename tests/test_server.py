@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry, Counter, Metric
 from prometheus_client.core import CounterMetricFamily
 
 from rollout_telemetry import RolloutTelemetry, ServeError
-from rollout_telemetry._serve.server import MetricsServer
+from rollout_telemetry._serve.server import READ_INTERVAL, MetricsServer, _Shared
 from rollout_telemetry._serve.workers import Busy, Workers
 from tests.support import FakeClock, raw_request, sample_names, samples
 
@@ -317,3 +317,36 @@ def test_rollouts_lists_each_rollouts_state_and_heartbeat_age(clock: FakeClock) 
     assert seen == [(0, "retrying", "admission", 10.0, 2, 10.0), (1, "terminal", "agent", 2.0, None, 2.0)]
     for context in (waiting, done):
         context.__exit__(None, None, None)
+
+
+def test_a_rendering_is_shared_while_it_is_written_and_never_after(clock: FakeClock) -> None:
+    """A finished rendering is given to whoever asks while it is still being written to a client, within
+    READ_INTERVAL of its making; once written, or past that, the next asker gets a rendering of its own
+    (so a scrape after another never reads what the first did)."""
+    workers = Workers(1)
+    written: set[int] = set()
+    shared: _Shared[str, bytes] = _Shared(
+        workers, 0, clock, held=lambda body: id(body) in written, held_for=READ_INTERVAL
+    )
+    made: list[bytes] = []
+
+    def render() -> bytes:
+        made.append(f"rendering {len(made)}".encode())
+        return made[-1]
+
+    async def scrapes() -> list[bytes]:
+        first = await shared.get("metrics", render)
+        written.add(id(first))  # a slow client is still reading it
+        beside = await shared.get("metrics", render)
+        clock.advance(READ_INTERVAL)
+        late = await shared.get("metrics", render)  # too old to share, though still being written
+        written.clear()
+        after = await shared.get("metrics", render)  # nobody is reading the last: made afresh
+        return [first, beside, late, after]
+
+    try:
+        got = asyncio.run(scrapes())
+    finally:
+        workers.close()
+    assert got == [b"rendering 0", b"rendering 0", b"rendering 1", b"rendering 2"]
+    assert got[0] is got[1]

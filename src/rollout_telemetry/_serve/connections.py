@@ -7,8 +7,13 @@ answered (it is only draining what its client still sends); then an idle one: wi
 or waiting for its turn at a password check. A source gives up its own at any age; a full server gives up
 its oldest idle connection past ``EVICT_AFTER``, or else the oldest idle one of the source holding the most
 connections, if that is more than ``FAIR_SHARE``: a few addresses cannot hold every slot, while a client
-whose request is a round trip away is not evicted by a flood from many. The responses being written share
-``MAX_OUTPUT``; the writes running longest are cut short to make room for the newest.
+whose request is a round trip away is not evicted by a flood from many; a write that has stalled (its client
+reads nothing) for ``EVICT_AFTER`` goes before the idle.
+
+The responses being written share ``MAX_OUTPUT``, counted by the bodies they hold: one rendering written to
+many clients counts once. A new body that would not fit first cuts short the writes stalled longest (no
+byte taken by their client for ``STALLED_AFTER``); a write that progresses, a scrape in progress, is never
+cut, and the newcomer is told to come back (503) instead.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ __all__ = [
     "MAX_CONNECTIONS",
     "MAX_OUTPUT",
     "MAX_PER_SOURCE",
+    "STALLED_AFTER",
     "Connection",
     "Connections",
     "evictable",
@@ -43,8 +49,10 @@ EVICT_AFTER = 1.0
 """Seconds a connection is safe from eviction by a newcomer to a full server: a remote client's request
 takes a round trip or a TLS handshake to arrive."""
 MAX_OUTPUT = 32 * 1024 * 1024
-"""Bytes of responses being written at once, counted per response; beyond, the longest-running writes
-are cut short (their connections reset) to make room for the newest."""
+"""Bytes of response bodies being written at once, each body once however many clients it is written to;
+beyond, stalled writes are cut short (their connections reset), and failing that a newcomer is refused."""
+STALLED_AFTER = 0.5
+"""Seconds without a byte taken by its client after which a write counts as stalled, to be cut for room."""
 FAIR_SHARE = MAX_CONNECTIONS // 16
 """Connections a source may hold on a full server before its young idle ones may be evicted for others."""
 _RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() resets the connection
@@ -75,7 +83,8 @@ class Connection:
     source: str
     opened: float
     task: asyncio.Task[None] | None = None
-    output: int = 0  # bytes of the response being written, counted against MAX_OUTPUT
+    body: bytes | None = None  # the response body being written, counted against MAX_OUTPUT
+    progressed: float = 0.0  # when its client last took a byte of the response (or it began)
     cut: bool = False  # its response was cut short: reset, not closed
 
 
@@ -92,6 +101,7 @@ class Connections:
         self._answered: dict[Connection, None] = {}  # the first to be evicted
         self._by_source: dict[str, dict[Connection, None]] = {}
         self._writing: dict[Connection, None] = {}
+        self._bodies: dict[int, tuple[int, int]] = {}  # id of a body being written: its size, its writers
         self._output = 0
 
     def __contains__(self, connection: Connection) -> bool:
@@ -111,11 +121,15 @@ class Connections:
         """Whether a newcomer from ``source`` may be held, closing a connection for it if need be."""
         mine = self._by_source.get(source, {})
         if len(mine) >= MAX_PER_SOURCE:  # it competes only with itself: its own, at any age
-            victim = next((c for c in mine if c in self._answered), None) or next(
-                (c for c in mine if c in self._idle), None
+            victim = (
+                next((c for c in mine if c in self._answered), None)
+                or self._stalled(now, EVICT_AFTER, among=mine)
+                or next((c for c in mine if c in self._idle), None)
             )
         elif len(self._held) >= MAX_CONNECTIONS:
-            victim = next(iter(self._answered), None) or self._idle_victim(now)
+            victim = (
+                next(iter(self._answered), None) or self._stalled(now, EVICT_AFTER) or self._idle_victim(now)
+            )
         else:
             return True
         if victim is None:
@@ -133,6 +147,14 @@ class Connections:
         if len(heaviest) <= FAIR_SHARE:
             return None
         return next((c for c in heaviest if c in self._idle), None)
+
+    def _stalled(
+        self, now: float, after: float, among: dict[Connection, None] | None = None
+    ) -> Connection | None:
+        """The write stalled longest, if its client has taken nothing for ``after`` seconds."""
+        writes = self._writing if among is None else (c for c in among if c in self._writing)
+        stalled = min(writes, key=lambda c: c.progressed, default=None)
+        return stalled if stalled is not None and now - stalled.progressed >= after else None
 
     def stop_waiting(self, connection: Connection) -> None:
         """The connection has its request (or its turn), or will have none: it is busy, not evictable."""
@@ -178,25 +200,45 @@ class Connections:
                 del self._by_source[connection.source]
         self.end_output(connection)
 
-    def start_output(self, connection: Connection, size: int) -> None:
-        """Count ``size`` bytes against ``MAX_OUTPUT``, first cutting short the longest-running writes
-        while the newest would not fit (one response larger than the cap is written alone).
+    def start_output(self, connection: Connection, body: bytes, now: float) -> bool:
+        """Count ``body`` against ``MAX_OUTPUT`` while it is written to the connection; False if it does not
+        fit even once the stalled writes are cut short (the caller refuses the request instead).
 
-        A client that reads its response promptly is done in milliseconds: those still writing when room
-        is needed are the ones that read slowest, or not at all (or the kernel's buffers are full).
+        A body already being written to another client costs nothing more. A new one that would not fit
+        cuts the writes stalled longest (``STALLED_AFTER``) until it does; a write whose client is taking
+        it is never cut. One body larger than the cap is written when nothing else is.
         """
-        while self._output + size > MAX_OUTPUT and self._writing:
-            self._drop(next(iter(self._writing)))
-        connection.output = size
+        size = len(body)
+        held = self._bodies.get(id(body))
+        if held is None:
+            while self._output + size > MAX_OUTPUT and (victim := self._stalled(now, STALLED_AFTER)):
+                self._drop(victim)
+            if self._output + size > MAX_OUTPUT and self._output:
+                return False
+            self._output += size
+        self._bodies[id(body)] = (size, 1 + (held[1] if held is not None else 0))
+        connection.body = body
+        connection.progressed = now
         self._writing[connection] = None
-        self._output += size
+        return True
+
+    def writing(self, body: bytes) -> bool:
+        """Whether ``body`` (this very object) is being written to a connection."""
+        return id(body) in self._bodies
 
     def end_output(self, connection: Connection) -> None:
-        """The connection's response is written: its bytes no longer count against ``MAX_OUTPUT``."""
-        if connection in self._writing:
-            del self._writing[connection]
-            self._output -= connection.output
-            connection.output = 0
+        """The connection's response is written: its body no longer counts against ``MAX_OUTPUT`` (once no
+        other write holds it)."""
+        if connection not in self._writing:
+            return
+        del self._writing[connection]
+        body, connection.body = connection.body, None
+        assert body is not None
+        size, writers = self._bodies.pop(id(body))
+        if writers > 1:
+            self._bodies[id(body)] = (size, writers - 1)
+        else:
+            self._output -= size
 
 
 _serving: ContextVar[tuple[Connections, Connection] | None] = ContextVar(

@@ -83,7 +83,8 @@ class ThrottledLog:
 class HttpServer:
     """Serve ``handler`` on a bound, listening socket from an event loop in a thread of its own.
 
-    ``clock`` is the monotonic clock a connection's age is read from, for eviction (a test injects one).
+    ``clock`` is the monotonic clock a connection's age is read from, for eviction (a test injects one);
+    ``connections`` the table of connections, for a handler that asks it what is being written.
     """
 
     def __init__(
@@ -93,6 +94,7 @@ class HttpServer:
         *,
         tls: ssl.SSLContext | None,
         clock: Callable[[], float] = time.monotonic,
+        connections: Connections | None = None,
     ) -> None:
         listener.setblocking(False)
         self._clock = clock
@@ -102,7 +104,7 @@ class HttpServer:
         self._log = ThrottledLog()
         self._loop = asyncio.new_event_loop()
         self._loop.set_exception_handler(self._loop_error)
-        self._connections = Connections()  # touched only on the loop's thread
+        self._connections = connections or Connections()  # touched only on the loop's thread
         self._tasks: set[asyncio.Task[None]] = set()  # evicted ones too, until they end
         self._stopping = asyncio.Event()
         self._thread = threading.Thread(target=self._run, name="rollout-telemetry-http", daemon=True)
@@ -161,14 +163,15 @@ class HttpServer:
     async def _serve_connection(self, connection: Connection) -> None:
         serving(self._connections, connection)
         try:
-            stream: PlainStream = PlainStream(self._loop, connection.sock)
+            progressed = functools.partial(self._progressed, connection)
+            stream: PlainStream = PlainStream(self._loop, connection.sock, progressed)
             if self._tls is not None:
                 async with asyncio.timeout(HANDSHAKE_TIMEOUT):
                     # No TLS state until the client sends something: OpenSSL's allocations for each of a
                     # flood of idle connections, freed as they go, left glibc's heap fragmented and large.
                     if not (hello := await self._loop.sock_recv(connection.sock, RECV_SIZE)):
                         return
-                    stream = TlsStream(self._loop, connection.sock, self._tls, hello)
+                    stream = TlsStream(self._loop, connection.sock, progressed, self._tls, hello)
                     await stream.handshake()
             if await self._exchange(connection, stream):
                 # Answered: the response was let go of on return, so a lingering client holds none of it.
@@ -178,6 +181,9 @@ class HttpServer:
             _log.debug("connection from %s closed: %r", connection.address, exc)
         except Exception as exc:
             self._log(logging.ERROR, "error serving a connection: %r", exc)
+
+    def _progressed(self, connection: Connection) -> None:
+        connection.progressed = self._clock()
 
     async def _exchange(self, connection: Connection, stream: PlainStream) -> bool:
         """Read one request and write its response; False if no request came."""
@@ -209,10 +215,13 @@ class HttpServer:
         """Write the response within ``WRITE_TIMEOUT`` (TLS: and close_notify).
 
         The body is sent from the response's own bytes (often one rendering shared by many scrapes), never
-        copied per connection; what it may hold is counted against ``MAX_OUTPUT`` until it is sent.
+        copied per connection; it is counted against ``MAX_OUTPUT`` until it is sent. A body that does not
+        fit is not sent: the client is told to come back (503), and no write in progress is cut for it.
         """
         body = b"" if head_only else response.body
-        self._connections.start_output(connection, len(body))
+        if not self._connections.start_output(connection, body, self._clock()):
+            response, body = _BUSY, _BUSY.body
+            self._connections.start_output(connection, body, self._clock())
         async with asyncio.timeout(WRITE_TIMEOUT):
             head = response.head()
             if len(body) <= RECV_SIZE:

@@ -26,7 +26,14 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from rollout_telemetry._serve.connections import EVICT_AFTER, MAX_CONNECTIONS, MAX_OUTPUT, MAX_PER_SOURCE
+from rollout_telemetry._serve.connections import (
+    EVICT_AFTER,
+    MAX_CONNECTIONS,
+    MAX_OUTPUT,
+    MAX_PER_SOURCE,
+    STALLED_AFTER,
+    Connections,
+)
 from rollout_telemetry._serve.credentials import BasicAuth, hash_password
 from rollout_telemetry._serve.http import HANDSHAKE_TIMEOUT, LISTEN_BACKLOG, WRITE_TIMEOUT, HttpServer
 from rollout_telemetry._serve.messages import HEAD_TIMEOUT, IDLE_TIMEOUT, MAX_HEAD, Request, Response
@@ -50,6 +57,7 @@ __all__ = [
     "MAX_READS_QUEUED",
     "MAX_ROLLOUTS_LIMIT",
     "READ_INTERVAL",
+    "STALLED_AFTER",
     "WRITE_TIMEOUT",
     "BasicAuth",
     "MetricsServer",
@@ -118,18 +126,28 @@ V = TypeVar("V")
 
 class _Shared(Generic[K, V]):
     """Results of slow work on ``workers``, by key: whoever asks for a key while its work runs shares it,
-    and, with ``fresh_for`` > 0, so does whoever asks within that many seconds after it began.
+    and, with ``fresh_for`` > 0, so does whoever asks within that many seconds after it began; with ``held``,
+    so does whoever asks while ``held(result)`` (its bytes are still being written to a client), within
+    ``held_for`` seconds after it began.
 
-    Lives on the event loop. Entries are forgotten once stale, so it holds at most what was asked for in
-    the last ``fresh_for`` seconds.
+    Lives on the event loop. Entries are forgotten once stale (a held one ``held_for`` after it is made),
+    so it holds at most what was asked for in the last ``fresh_for`` or ``held_for`` seconds.
     """
 
     def __init__(
-        self, workers: Workers, fresh_for: float, clock: Callable[[], float] = time.monotonic
+        self,
+        workers: Workers,
+        fresh_for: float,
+        clock: Callable[[], float] = time.monotonic,
+        *,
+        held: Callable[[V], bool] | None = None,
+        held_for: float = 0.0,
     ) -> None:
         self._workers = workers
         self._fresh_for = fresh_for
         self._clock = clock
+        self._held = held
+        self._held_for = held_for
         self._entries: dict[K, tuple[float, asyncio.Future[V]]] = {}  # oldest first
 
     async def get(self, key: K, work: Callable[[], V]) -> V:
@@ -142,21 +160,35 @@ class _Shared(Generic[K, V]):
         while self._entries:  # forget what is stale, oldest first
             oldest = next(iter(self._entries))
             began, future = self._entries[oldest]
-            if not future.done() or now - began < self._fresh_for:
+            if not future.done() or now - began < max(self._fresh_for, self._held_for):
                 break
             del self._entries[oldest]
         entry = self._entries.get(key)
-        if entry is None or (entry[1].done() and now - entry[0] >= self._fresh_for):
+        if entry is None or (entry[1].done() and not self._shared(now, *entry)):
             entry = (now, self._workers.run(work))
             self._entries.pop(key, None)
             self._entries[key] = entry
             if self._fresh_for <= 0:
-                entry[1].add_done_callback(lambda done: self._forget(key, done))
+                entry[1].add_done_callback(functools.partial(self._done, key, now))
         return await asyncio.shield(entry[1])
 
-    def _forget(self, key: K, future: asyncio.Future[V]) -> None:
+    def _shared(self, now: float, began: float, future: asyncio.Future[V]) -> bool:
+        """Whether a finished result may still be shared."""
+        if now - began < self._fresh_for:
+            return True
+        if self._held is None or now - began >= self._held_for or future.cancelled() or future.exception():
+            return False
+        return self._held(future.result())
+
+    def _done(self, key: K, began: float, future: asyncio.Future[V]) -> None:
+        if self._held is None:
+            self._forget(key, began)
+        else:  # shared while held, then let go of (the timer holds no reference to the result)
+            asyncio.get_running_loop().call_later(self._held_for, self._forget, key, began)
+
+    def _forget(self, key: K, began: float) -> None:
         entry = self._entries.get(key)
-        if entry is not None and entry[1] is future:
+        if entry is not None and entry[0] == began and entry[1].done():
             del self._entries[key]
 
 
@@ -180,8 +212,10 @@ class _Families(Collector):
 class _Endpoint:
     """What is answered: ``/metrics`` and ``/rollouts`` (behind auth, if any), ``/healthz``, 404 and 405.
 
-    The full exposition is rendered afresh for each scrape (those asking at the same time share one) on
-    the render threads. ``/rollouts`` and ``/metrics?name[]=`` are shared for ``READ_INTERVAL`` on a
+    The full exposition is rendered afresh for each scrape on the render threads; those asking while it is
+    rendered, or while it is still being written to another client (within ``READ_INTERVAL`` of its
+    rendering), share it: one body in memory, however many read it at once (``writing`` says whether a body
+    is still being written). ``/rollouts`` and ``/metrics?name[]=`` are shared for ``READ_INTERVAL`` on a
     thread of their own: one collection of the registry and one listing of the rollouts in flight per
     interval, whatever the readers ask, so many readers cost what one does and never delay a scrape.
     """
@@ -193,11 +227,15 @@ class _Endpoint:
         workers: Workers,
         reads: Workers,
         rollouts: Callable[[int], Mapping[str, object]] | None = None,
+        *,
+        writing: Callable[[bytes], bool] = lambda body: False,
     ) -> None:
         self._registry = registry
         self._rollouts = rollouts
         self._gate = gate
-        self._renderings: _Shared[_Rendering, tuple[bytes, str]] = _Shared(workers, 0)
+        self._renderings: _Shared[_Rendering, tuple[bytes, str]] = _Shared(
+            workers, 0, held=lambda rendering: writing(rendering[0]), held_for=READ_INTERVAL
+        )
         self._collections: _Shared[str, list[Metric]] = _Shared(reads, READ_INTERVAL)
         self._filtered: _Shared[_Rendering, tuple[bytes, str]] = _Shared(reads, READ_INTERVAL)
         self._listings: _Shared[str, tuple[bytes, list[bytes]]] = _Shared(reads, READ_INTERVAL)
@@ -293,8 +331,11 @@ class MetricsServer:
         self._workers = Workers(threads)
         self._reads = Workers(1, max_queued=MAX_READS_QUEUED)
         self._gate = Gate(auth) if auth is not None else None
-        endpoint = _Endpoint(registry, self._gate, self._workers, self._reads, rollouts)
-        self._http = HttpServer(listener, endpoint, tls=context)
+        connections = Connections()  # the endpoint shares a rendering while it is being written
+        endpoint = _Endpoint(
+            registry, self._gate, self._workers, self._reads, rollouts, writing=connections.writing
+        )
+        self._http = HttpServer(listener, endpoint, tls=context, connections=connections)
 
     @property
     def url(self) -> str:

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import socket
 import ssl
+from collections.abc import Callable
 
 RECV_SIZE = 16 * 1024
 """Bytes asked of the socket per read."""
@@ -22,11 +23,14 @@ _TLS_RECORD = 16 * 1024  # the largest TLS record's plaintext: one record is enc
 
 
 class PlainStream:
-    """A plain TCP stream."""
+    """A plain TCP stream; ``progressed`` is called each time the client takes some of what is sent."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, sock: socket.socket) -> None:
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, sock: socket.socket, progressed: Callable[[], None]
+    ) -> None:
         self._loop = loop
         self._sock = sock
+        self._progressed = progressed
 
     async def recv(self, size: int = RECV_SIZE) -> bytes:
         """Up to ``size`` bytes; empty when the client has closed."""
@@ -34,7 +38,27 @@ class PlainStream:
 
     async def send(self, data: bytes | memoryview) -> None:
         """Send all of ``data`` (a slow client makes this wait; nothing is copied meanwhile)."""
-        await self._loop.sock_sendall(self._sock, data)
+        await self._sendall(data)
+
+    async def _sendall(self, data: bytes | memoryview) -> None:
+        """``loop.sock_sendall``, saying each time the socket took some: as much as it takes per call, from
+        a view of ``data``, waiting for the socket to be writable in between."""
+        view = memoryview(data)
+        while view:
+            try:
+                sent = self._sock.send(view)
+            except (BlockingIOError, InterruptedError):
+                sent = 0
+            if sent:
+                view = view[sent:]
+                self._progressed()
+                continue
+            writable = self._loop.create_future()
+            self._loop.add_writer(self._sock, writable.set_result, None)
+            try:
+                await writable
+            finally:
+                self._loop.remove_writer(self._sock)
 
     async def finish(self) -> None:
         """Nothing to say before the close on plain TCP."""
@@ -44,10 +68,15 @@ class TlsStream(PlainStream):
     """A TLS stream: an ``ssl.SSLObject`` between the socket and the caller."""
 
     def __init__(
-        self, loop: asyncio.AbstractEventLoop, sock: socket.socket, context: ssl.SSLContext, received: bytes
+        self,
+        loop: asyncio.AbstractEventLoop,
+        sock: socket.socket,
+        progressed: Callable[[], None],
+        context: ssl.SSLContext,
+        received: bytes,
     ) -> None:
         """A server's side of TLS on ``sock``, whose client has sent ``received`` so far."""
-        super().__init__(loop, sock)
+        super().__init__(loop, sock, progressed)
         self._incoming = ssl.MemoryBIO()
         self._outgoing = ssl.MemoryBIO()
         self._incoming.write(received)
@@ -106,4 +135,4 @@ class TlsStream(PlainStream):
 
     async def _flush(self) -> None:
         if ciphertext := self._outgoing.read():
-            await self._loop.sock_sendall(self._sock, ciphertext)
+            await self._sendall(ciphertext)

@@ -161,6 +161,21 @@ def wait(condition: Any, *, timeout: float, what: str) -> float:
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
+def niceness() -> int:
+    """The calling process's niceness."""
+    return os.nice(0)
+
+
+def test_the_clusters_workers_run_at_the_tests_priority(cluster: RayCluster) -> None:
+    """Ray's workers run at the test's niceness, not Ray's default of 15: below any other busy process (CI's
+    niced steps among them), an actor took minutes to start."""
+    remote = ray.remote(num_cpus=0)(niceness)
+    places = [NodeAffinitySchedulingStrategy(node, soft=False) for node in cluster.nodes]
+    assert ray.get([remote.options(scheduling_strategy=p).remote() for p in places], timeout=120) == [
+        os.nice(0)
+    ] * len(places)
+
+
 @pytest.mark.parametrize("discovery", ["http_sd", "file_sd"])
 def test_actors_on_two_nodes_are_discovered_and_summed_exactly(
     cluster: RayCluster, tmp_path: Path, discovery: str

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -16,6 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from rollout_telemetry import RolloutTelemetry
 from rollout_telemetry._contract.outcome import classify
 from rollout_telemetry._store.account import InFlight
+from rollout_telemetry.errors import ConfigError
 from rollout_telemetry.exporters._exposition import encode
 from tests.support import FakeClock
 
@@ -58,6 +59,10 @@ _step = st.one_of(
     st.tuples(st.just("end"), _reward, st.booleans(), _kind, st.booleans()),
     st.tuples(st.just("advance"), st.sampled_from((0.1, 3.0, 700.0))),
     st.tuples(st.just("scrape")),
+    # declared reward ranges, below zero among them: such a histogram publishes no _sum (nor _count)
+    st.tuples(
+        st.just("declare"), _agent, st.sampled_from(((0.0, 1.0), (-1.0, 1.0), (-0.2, 1.0), (-3.0, -1.0)))
+    ),
 )
 
 
@@ -104,6 +109,9 @@ class _Run:
                 self.clock.advance(seconds)
             case ("scrape",):
                 self.compare()
+            case ("declare", str(agent), (float(lowest), float(highest))):
+                with suppress(ConfigError):  # refused once measured under another range
+                    telemetry.declare_reward_range(agent, reward_range=(lowest, highest))
 
     def compare(self) -> None:
         registry = self.telemetry.registry

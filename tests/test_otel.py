@@ -496,3 +496,18 @@ def test_otel_series_attributes_are_made_once(clock: FakeClock) -> None:
         assert second[series].attributes is observation.attributes
     failed = ("rollout_failed", (("agent", "math"), ("failure_kind", "session_lost"), ("run", "r")))
     assert (first[failed].value, second[failed].value) == (1, 2)
+
+
+def test_a_reward_histogram_below_zero_reaches_opentelemetry_without_a_sum() -> None:
+    """Buckets below zero: the sum could fall, so no ``_sum`` counter is observed; count and buckets are."""
+    reader = InMemoryMetricReader()
+    telemetry = RolloutTelemetry()
+    instrument_meter(telemetry, MeterProvider(metric_readers=[reader]))
+    telemetry.declare_reward_range("math", reward_range=(-1, 1))
+    telemetry.record("math", {"reward": -1.0})
+    telemetry.record("math", {"reward": 0.5})
+    points = {(name, attrs.get("le")): v for name, attrs, v in _points(reader) if "measured_reward" in name}
+    assert ("rollout_measured_reward_sum", None) not in points
+    assert points[("rollout_measured_reward_count", None)] == 2
+    assert points[("rollout_measured_reward_bucket", "-1.0")] == 1
+    assert points[("rollout_measured_reward_bucket", "+Inf")] == 2

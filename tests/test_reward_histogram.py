@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import pytest
+from prometheus_client.openmetrics import parser as openmetrics_parser
 
 from rollout_telemetry import RolloutTelemetry
 from rollout_telemetry._contract.reward_range import reward_bounds
+from rollout_telemetry.exporters._exposition import encode
 from tests.support import exposition, sample_names, samples
+
+OPENMETRICS = "application/openmetrics-text; version=1.0.0"
 
 
 def _buckets(telemetry: RolloutTelemetry, agent: str = "math") -> dict[str, float]:
@@ -85,3 +89,32 @@ def test_the_range_is_declared_before_the_first_reward(telemetry: RolloutTelemet
         telemetry.declare_reward_range("math", reward_range=(0, 2))
     telemetry.record_failure("code", "session_lost")
     telemetry.declare_reward_range("code", reward_range=(0, 2))  # a failure is no measured reward
+
+
+def test_a_range_below_zero_publishes_buckets_but_no_sum(telemetry: RolloutTelemetry) -> None:
+    """Buckets below zero: neither format carries ``_sum`` (nor ``_count``, as prometheus_client writes it),
+    so prometheus_client's strict OpenMetrics parser reads the whole scrape; a range from zero keeps both."""
+    telemetry.declare_reward_range("code", reward_range=(-1, 1))
+    telemetry.declare_reward_range("math", reward_range=(0, 1))
+    for reward in (-0.9, 0.5, 1.0):
+        telemetry.record("code", {"reward": reward})
+        telemetry.record("math", {"reward": abs(reward)})
+    for accept in ("", OPENMETRICS):
+        text = encode(telemetry.registry, accept)[0].decode()
+        agents = {
+            suffix: {line.split('agent="')[1].split('"')[0] for line in text.splitlines() if suffix in line}
+            for suffix in (
+                "rollout_measured_reward_bucket{",
+                "rollout_measured_reward_sum{",
+                "_reward_count{",
+            )
+        }
+        assert agents == {
+            "rollout_measured_reward_bucket{": {"code", "math"},
+            "rollout_measured_reward_sum{": {"math"},
+            "_reward_count{": {"math"},
+        }, accept
+    strict = encode(telemetry.registry, OPENMETRICS)[0].decode()
+    families = {f.name: f for f in openmetrics_parser.text_string_to_metric_families(strict)}  # type: ignore[no-untyped-call]
+    code = [s for s in families["rollout_measured_reward"].samples if s.labels["agent"] == "code"]
+    assert [s.value for s in code if s.labels["le"] in ("-0.8", "0.6", "+Inf")] == [1, 2, 3]

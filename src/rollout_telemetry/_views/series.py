@@ -11,7 +11,7 @@ set.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +40,7 @@ __all__ = [
     "PUBLISHED",
     "Histogram",
     "duration_buckets",
+    "monotonic_sum",
     "published",
     "reward_buckets",
 ]
@@ -362,7 +363,8 @@ REWARD_HISTOGRAM: Family[AccountSnapshot] = Family(
     "per agent with a declared reward range (declare_reward_range), once it has a measured reward",
     "Rewards of measured rollouts (unmasked, with a reward) in ten equal buckets of the agent's declared "
     "reward range, the lowest reward its own bucket: the shape a mean hides (bimodal, collapsing to one "
-    "end). Masked rewards are not measurements and are left out.",
+    "end). Masked rewards are not measurements and are left out. A range below zero publishes no _sum "
+    "and no _count (OpenMetrics forbids a sum beside negative buckets); the le=+Inf bucket is the count.",
     _each(lambda a: a.measured_sum if a.reward_bounds is not None and a.measured else None),
 )  # fmt: skip
 
@@ -490,6 +492,17 @@ def reward_buckets(agent: AgentSnapshot) -> list[tuple[str, float]]:
     return _cumulative((*(repr(bound) for bound in bounds), "+Inf"), agent.reward_buckets)
 
 
+def monotonic_sum(bounds: Sequence[float] | None, total: float) -> float | None:
+    """The ``_sum`` of a histogram with these bucket bounds: ``None`` (not published) when one is below zero.
+
+    OpenMetrics 1.0 forbids a sum beside negative buckets: a sum of values below zero can fall, and
+    ``rate()`` reads a fall as a counter reset; a strict parser (prometheus_client's) then rejects the whole
+    scrape. Such a histogram has no ``_count`` either, as prometheus_client writes it: the count is its
+    ``le="+Inf"`` bucket.
+    """
+    return None if bounds and min(bounds) < 0 else total
+
+
 @dataclass(frozen=True, slots=True)
 class Histogram:
     """A histogram of the account: its family, and per agent its cumulative buckets, sum and count."""
@@ -498,8 +511,9 @@ class Histogram:
     has: Callable[[AgentSnapshot], bool]
     """Whether the agent has this histogram."""
     buckets: Callable[[AgentSnapshot], list[tuple[str, float]]]
-    total: Callable[[AgentSnapshot], float]
-    """The sum of the observed values (the ``_sum`` series)."""
+    total: Callable[[AgentSnapshot], float | None]
+    """The sum of the observed values (the ``_sum`` series); ``None`` where it is not published
+    (``monotonic_sum``)."""
     count: Callable[[AgentSnapshot], float]
     exemplars: Callable[[AgentSnapshot], Mapping[int, tuple[str, str, float]]] = lambda _: {}
     """(trace id, span id, value) of the latest observation with a span, by bucket index."""
@@ -519,7 +533,7 @@ def _observed(
         family,
         lambda a: value(a) is not None,
         buckets,
-        lambda a: 0.0 if (o := value(a)) is None else o.total,
+        lambda a: 0.0 if (o := value(a)) is None else monotonic_sum(o.bounds, o.total),
         lambda a: 0 if (o := value(a)) is None else o.count,
     )
 
@@ -537,7 +551,7 @@ HISTOGRAM_VIEWS: tuple[Histogram, ...] = (
         REWARD_HISTOGRAM,
         lambda a: a.reward_bounds is not None and a.measured > 0,
         reward_buckets,
-        lambda a: a.measured_sum,
+        lambda a: monotonic_sum(a.reward_bounds, a.measured_sum),
         lambda a: a.measured,
     ),
     Histogram(

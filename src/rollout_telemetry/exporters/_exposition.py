@@ -90,10 +90,11 @@ class Layout:
         self,
         labels: tuple[str, ...],
         buckets: Iterable[tuple[str, float]],
-        total: float,
+        total: float | None,
         exemplars: Mapping[int, tuple[str, str, float]],
     ) -> str:
-        """One series of a histogram: its cumulative ``(le, count)`` buckets, then ``_count`` and ``_sum``."""
+        """One series of a histogram: its cumulative ``(le, count)`` buckets, then ``_count`` and ``_sum``
+        unless ``total`` is ``None`` (as prometheus_client leaves both out: ``series.monotonic_sum``)."""
         values = (*self._const, *labels)
         bucket, name = self._bucket, self.name
         out: list[str] = []
@@ -102,6 +103,8 @@ class Layout:
             line = f"{name}_bucket{bucket((*values, bound))} {floatToGoString(count)}"
             trace = exemplars.get(index) if self._exemplary else None
             out.append(f"{line}{_exemplar(trace[:2], trace[2])}\n" if trace is not None else line + "\n")
+        if total is None:
+            return "".join(out)
         plain = self._plain(values)
         out.append(f"{name}_count{plain} {floatToGoString(count)}\n")
         out.append(f"{name}_sum{plain} {floatToGoString(total)}\n")

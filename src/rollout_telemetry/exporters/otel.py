@@ -132,10 +132,16 @@ def _buckets(view: Histogram, agent: AgentSnapshot) -> Iterator[tuple[tuple[str,
         yield (bound,), count
 
 
+def _total(view: Histogram, agent: AgentSnapshot) -> Iterator[tuple[tuple[str, ...], float]]:
+    total = view.total(agent)
+    if total is not None:  # not beside negative buckets: it would not be a counter (series.monotonic_sum)
+        yield (), total
+
+
 # The OpenTelemetry API has no asynchronous histogram (only observable counters, up-down counters and
 # gauges), so each histogram the account keeps is published as counters, as Prometheus spells it.
 _HISTOGRAM_PARTS: tuple[tuple[str, str | None, str, tuple[str, ...], _Part], ...] = (
-    ("sum", None, "The sum of the observed values", (), lambda view, a: (((), view.total(a)),)),
+    ("sum", None, "The sum of the observed values", (), _total),
     ("count", "{rollout}", "The number of observations", (), lambda view, a: (((), view.count(a)),)),
     ("bucket", "{rollout}", "Observations at most the le bound, cumulative as in Prometheus", ("le",),
      _buckets),

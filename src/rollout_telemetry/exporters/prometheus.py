@@ -48,9 +48,11 @@ __all__ = [
 
 S = TypeVar("S")
 
-HistogramSeries = tuple[tuple[str, ...], list[tuple[str, float]], float, Mapping[int, tuple[str, str, float]]]
-"""One series of a histogram: its labels, cumulative ``(le, count)`` buckets, sum, and latest trace (trace
-id, span id, value) by bucket index."""
+HistogramSeries = tuple[
+    tuple[str, ...], list[tuple[str, float]], float | None, Mapping[int, tuple[str, str, float]]
+]
+"""One series of a histogram: its labels, cumulative ``(le, count)`` buckets, sum (``None``: not published),
+and latest trace (trace id, span id, value) by bucket index."""
 
 _TYPES: dict[str, type[CounterMetricFamily] | type[GaugeMetricFamily] | type[HistogramMetricFamily]] = {
     "counter": CounterMetricFamily,

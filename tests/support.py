@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -212,6 +213,10 @@ def own_ray_folder() -> Iterator[str]:
         yield folder
 
 
+_RAY_ERROR = re.compile(r"^\[[^\]]* [CEF] \d+ \d+\]|Check failed")
+"""A Ray log line of severity error, critical or fatal."""
+
+
 def ray_log_tails(folder: str, names: Sequence[str] = ("gcs_server.out", "raylet.out", "raylet.err")) -> str:
     """The ends of the logs of the newest Ray session in ``folder`` (``own_ray_folder``): what a test that saw
     Ray fail to start says, since the folder goes with the test."""
@@ -220,7 +225,10 @@ def ray_log_tails(folder: str, names: Sequence[str] = ("gcs_server.out", "raylet
     for name in names:
         path = logs / name
         if path.is_file():
-            parts.append(f"--- {path.name}:\n{path.read_text(errors='replace')[-2000:]}")
+            text = path.read_text(errors="replace")
+            # a crash's cause precedes its stack trace, which alone fills the tail
+            fatal = [line for line in text.splitlines() if _RAY_ERROR.search(line)]
+            parts.append(f"--- {path.name}:\n" + "".join(f"{line}\n" for line in fatal[:10]) + text[-2000:])
     return "\n".join(parts) or f"(no Ray logs under {logs})"
 
 

@@ -44,6 +44,7 @@ _SERVER_DIRS = (
     "environment_servers/legacy_agent",
 )
 _READY = "servers ready!"
+_RAY_STARTUP_TIMEOUT = "The current node timed out during startup"
 """What ``gym env start`` prints once every server answers (``All 7 / 7 servers ready!``)."""
 
 
@@ -185,7 +186,22 @@ class GymServers:
                 link.symlink_to(self.venv)
 
     def __enter__(self) -> GymServers:
+        """Start Gym's servers; once more if Gym's own ``ray.init()`` timed out (Ray's raylet died during
+        startup in about one unloaded CI run in three, cause not found: the second start has a new Ray)."""
         self._prepare()
+        for attempt in (1, 2):
+            failure = self._start()
+            if failure is None:
+                return self
+            if attempt == 1 and _RAY_STARTUP_TIMEOUT in failure:
+                print(f"gym env start: Ray did not start, starting again:\n{failure}", file=sys.stderr)
+                continue
+            raise AssertionError(f"gym env start did not get ready:\n{failure}")
+        raise AssertionError("unreachable")
+
+    def _start(self) -> str | None:
+        """Start ``gym env start`` in a Ray folder of its own; ``None`` once ready, else what it printed and
+        Ray's logs (everything it started stopped)."""
         self.ray_folder = self._folders.enter_context(own_ray_folder())
         command = [
             str(self.venv / "bin" / "gym"), "env", "start",
@@ -206,14 +222,15 @@ class GymServers:
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
             if _READY in self.log_path.read_text(errors="replace"):
-                return self
+                return None
             if self.process.poll() is not None:
                 break
             time.sleep(0.5)
         tail = self.log_path.read_text(errors="replace")[-3000:]
         ray_logs = ray_log_tails(self.ray_folder)
         self.__exit__()
-        raise AssertionError(f"gym env start did not get ready:\n{tail}\n{ray_logs}")
+        self.process = None
+        return f"{tail}\n{ray_logs}"
 
     def __exit__(self, *exc: object) -> None:
         if self.process is not None:

@@ -238,4 +238,11 @@ def ray_environment(folder: str) -> dict[str, str]:
     a docs example's took longer and failed to start); and its workers at the test's priority. Ray starts
     them at nice 15, below CI's niced steps (nice 10): beside six busy loops four actors were not ready after
     5 minutes, and at nice 0 in 24 s (CI failed so, actors not ready within 120 s)."""
-    return {"RAY_TMPDIR": folder, "RAY_raylet_start_wait_time_s": "120", "RAY_worker_niceness": "0"}
+    return {
+        "RAY_TMPDIR": folder,
+        "RAY_raylet_start_wait_time_s": "120",
+        "RAY_worker_niceness": "0",
+        # the raylet waits for its agents: Gym's raylet died "Timed out waiting for file ...metrics_agent"
+        # 50 s after its start in two unloaded CI runs (the agent is a Python process importing Ray)
+        "RAY_agent_register_timeout_ms": "300000",
+    }

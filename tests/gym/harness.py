@@ -219,13 +219,18 @@ class GymServers:
             stderr=subprocess.STDOUT,
             process_group=0,
         )
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            if _READY in self.log_path.read_text(errors="replace"):
-                return None
-            if self.process.poll() is not None:
-                break
-            time.sleep(0.5)
+        try:  # a test's time limit may end the wait: nothing it started outlives it
+            deadline = time.monotonic() + 300
+            while time.monotonic() < deadline:
+                if _READY in self.log_path.read_text(errors="replace"):
+                    return None
+                if self.process.poll() is not None:
+                    break
+                time.sleep(0.5)
+        except BaseException:
+            self.__exit__()
+            self.process = None
+            raise
         tail = self.log_path.read_text(errors="replace")[-3000:]
         ray_logs = ray_log_tails(self.ray_folder)
         self.__exit__()

@@ -242,7 +242,4 @@ def ray_environment(folder: str) -> dict[str, str]:
         "RAY_TMPDIR": folder,
         "RAY_raylet_start_wait_time_s": "120",
         "RAY_worker_niceness": "0",
-        # the raylet waits for its agents: Gym's raylet died "Timed out waiting for file ...metrics_agent"
-        # 50 s after its start in two unloaded CI runs (the agent is a Python process importing Ray)
-        "RAY_agent_register_timeout_ms": "300000",
     }

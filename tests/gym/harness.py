@@ -193,7 +193,7 @@ class GymServers:
             failure = self._start()
             if failure is None:
                 return self
-            if attempt == 1 and _RAY_STARTUP_TIMEOUT in failure:
+            if attempt == 1 and (_RAY_STARTUP_TIMEOUT in failure or "Check failed" in failure):
                 print(f"gym env start: Ray did not start, starting again:\n{failure}", file=sys.stderr)
                 continue
             raise AssertionError(f"gym env start did not get ready:\n{failure}")
@@ -224,8 +224,8 @@ class GymServers:
             while time.monotonic() < deadline:
                 if _READY in self.log_path.read_text(errors="replace"):
                     return None
-                if self.process.poll() is not None:
-                    break
+                if self.process.poll() is not None or _raylet_died(self.ray_folder):
+                    break  # a dead raylet: Gym's ray.init() would wait out its 120 s for nothing
                 time.sleep(0.5)
         except BaseException:
             self.__exit__()
@@ -389,3 +389,12 @@ class Watch:
         )
         report: dict[str, Any] = json.loads(text[start:])
         return report
+
+
+def _raylet_died(ray_folder: str) -> bool:
+    """Whether the raylet of the newest Ray session in ``ray_folder`` failed a check (and so ended)."""
+    log = Path(ray_folder) / "ray" / "session_latest" / "logs" / "raylet.out"
+    try:
+        return "Check failed" in log.read_text(errors="replace")
+    except OSError:
+        return False

@@ -33,8 +33,9 @@ from tests.gym.oracle import (
 )
 from tests.support import samples, stop_process, wait_until
 
-# The first test starts Gym's servers (about a minute; two on a loaded machine) and a run takes up to two.
-pytestmark = pytest.mark.timeout(420)
+# The first test starts Gym's servers (about a minute; two on a loaded machine; once more if Ray's raylet dies
+# at its start, tests/gym/harness.py) and a run takes up to two.
+pytestmark = pytest.mark.timeout(600)
 
 TROUBLED = {"humidity": ["fail", "call"], "tonight": ["answer", "call"]}
 """The test environment's plan: task 2 fails every other first try (routed to the sidecar), task 3 alternates

@@ -213,14 +213,29 @@ def own_ray_folder() -> Iterator[str]:
         yield folder
 
 
-_RAY_ERROR = re.compile(r"^\[[^\]]* [CEF] \d+ \d+\]|Check failed")
+RAY_CHECK_FAILED = "Check failed"
+"""What a Ray process's log says when it ends on a failed internal check."""
+_RAY_ERROR = re.compile(rf"^\[[^\]]* [CEF] \d+ \d+\]|{RAY_CHECK_FAILED}")
 """A Ray log line of severity error, critical or fatal."""
+
+
+def _ray_logs(folder: str) -> Path:
+    return Path(folder) / "ray" / "session_latest" / "logs"
+
+
+def raylet_died(folder: str) -> bool:
+    """Whether the raylet of the newest Ray session in ``folder`` (``own_ray_folder``) failed a check, and so
+    ended."""
+    try:
+        return RAY_CHECK_FAILED in (_ray_logs(folder) / "raylet.out").read_text(errors="replace")
+    except OSError:
+        return False
 
 
 def ray_log_tails(folder: str, names: Sequence[str] = ("gcs_server.out", "raylet.out", "raylet.err")) -> str:
     """The ends of the logs of the newest Ray session in ``folder`` (``own_ray_folder``): what a test that saw
     Ray fail to start says, since the folder goes with the test."""
-    logs = Path(folder) / "ray" / "session_latest" / "logs"
+    logs = _ray_logs(folder)
     parts = []
     for name in names:
         path = logs / name

@@ -14,6 +14,8 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import os
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,6 +33,13 @@ MACHINE = (
 """Where the tests of every run of this checkout (parallel workers, other interpreters) share the machine."""
 TIERS = {"e2e": "e2e", "gym": "gym", "slow": "slow"}
 """The folder under tests/ that holds each tier but ``unit`` (tests/ itself)."""
+
+# The Python processes the tests start (pytest's workers, the exporter, Ray's workers, NeMo Gym's servers and
+# commands) keep the modules they compile, so the next one loads them: where the environment forbids it
+# (PYTHONDONTWRITEBYTECODE), each compiled every module it imported from source, every time (12 of the 20 s a
+# NeMo Gym command took, docs/development.md).
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
 ALL_TIERS = ("unit", *TIERS.values())
 
 

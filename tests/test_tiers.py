@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import ast
 import fcntl
+import os
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import TESTS, TIERS, Shares, machine_share, tier_of
+from tests.conftest import ALONE_NICENESS, TESTS, TIERS, Shares, machine_share, tier_of
 
 WALL_CLOCK = frozenset(
     {"sleep", "monotonic", "monotonic_ns", "perf_counter", "perf_counter_ns", "time", "time_ns"}
@@ -137,3 +138,18 @@ def test_alone_tests_in_a_row_take_the_machine_once(tmp_path: Path) -> None:
         assert _free(gate, fcntl.LOCK_EX)
         assert not _free(room, fcntl.LOCK_EX)
     assert _free(room, fcntl.LOCK_EX)
+
+
+def test_an_alone_test_runs_ahead_of_the_machines_other_processes(tmp_path: Path) -> None:
+    """While the machine is held alone, the test's thread (and what it starts) runs at ``ALONE_NICENESS``
+    where the machine allows it, and at its own priority again once the machine is given back."""
+    before = os.getpriority(os.PRIO_PROCESS, 0)
+    allowed = os.geteuid() == 0
+    shares = Shares(tmp_path)
+    with shares.hold(alone=True, keep=True):
+        assert os.getpriority(os.PRIO_PROCESS, 0) == (ALONE_NICENESS if allowed else before)
+    with shares.hold(alone=True):  # the row's last: still ahead while it runs
+        assert os.getpriority(os.PRIO_PROCESS, 0) == (ALONE_NICENESS if allowed else before)
+    assert os.getpriority(os.PRIO_PROCESS, 0) == before
+    with shares.hold(alone=False):
+        assert os.getpriority(os.PRIO_PROCESS, 0) == before

@@ -33,6 +33,7 @@ MACHINE = (
 """Where the tests of every run of this checkout (parallel workers, other interpreters) share the machine."""
 TIERS = {"e2e": "e2e", "gym": "gym", "slow": "slow"}
 """The folder under tests/ that holds each tier but ``unit`` (tests/ itself)."""
+ALL_TIERS = ("unit", *TIERS.values())
 
 # The Python processes the tests start (pytest's workers, the exporter, Ray's workers, NeMo Gym's servers and
 # commands) keep the modules they compile, so the next one loads them: where the environment forbids it
@@ -40,7 +41,6 @@ TIERS = {"e2e": "e2e", "gym": "gym", "slow": "slow"}
 # NeMo Gym command took, docs/development.md).
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 sys.dont_write_bytecode = False
-ALL_TIERS = ("unit", *TIERS.values())
 
 
 def tier_of(path: Path) -> str:

@@ -17,7 +17,10 @@ from rollout_telemetry._serve.connections import (
     MAX_CONNECTIONS,
     MAX_OUTPUT,
     MAX_PER_SOURCE,
+    MAX_READERS,
+    READER_BODY,
     STALLED_AFTER,
+    STALLED_BRIEFLY,
     Connection,
     Connections,
     evictable,
@@ -170,6 +173,83 @@ def test_a_new_body_cuts_a_stalled_write_never_one_in_progress(sockets: list[soc
     assert not connections.start_output(late, bytes(half), now=5.0 + STALLED_AFTER / 2)
     assert reading in connections
     assert newcomer in connections
+
+
+def _made_a_reader(connections: Connections, sockets: list[socket.socket], source: str) -> None:
+    """A client of ``source`` takes a body of READER_BODY whole, and its connection ends."""
+    before = _writer(connections, sockets, source)
+    assert connections.start_output(before, bytes(READER_BODY), now=0.0)
+    connections.end_output(before, taken=True)
+    connections.release(before)
+
+
+def test_a_readers_body_cuts_briefly_stalled_writes_of_others(sockets: list[socket.socket]) -> None:
+    """Clients that never read, arriving faster than STALLED_AFTER, fill the cap with writes stalled for less:
+    a newcomer whose source took a large body whole before (a scraper) cuts those stalled for STALLED_BRIEFLY,
+    stalled longest first, never another reader's; a source that never took one is refused, as before."""
+    connections = Connections()
+    _made_a_reader(connections, sockets, "127.0.0.1")
+    _made_a_reader(connections, sockets, "10.0.0.9")
+    quarter = MAX_OUTPUT // 4
+    floods = [_writer(connections, sockets, f"127.1.0.{1 + i}") for i in range(3)]
+    reader = _writer(connections, sockets, "10.0.0.9")  # another reader, stalled as long as the floods
+    for i, writer in enumerate([*floods, reader]):
+        assert connections.start_output(writer, bytes(quarter), now=i * 0.01)
+    now = 0.03 + STALLED_BRIEFLY
+    stranger = _writer(connections, sockets, "127.2.0.1")
+    assert not connections.start_output(stranger, bytes(quarter), now=now)
+    scraper = _writer(connections, sockets, "127.0.0.1")
+    assert connections.start_output(scraper, bytes(quarter), now=now)
+    assert _still_held(connections, floods) == {1, 2}  # the one stalled longest went
+    assert floods[0].cut
+    assert reader in connections
+    second = _writer(connections, sockets, "127.0.0.1")
+    assert connections.start_output(second, bytes(2 * quarter), now=now)  # two more go, not the reader
+    assert _still_held(connections, floods) == set()
+    assert reader in connections
+    third = _writer(connections, sockets, "127.0.0.1")
+    assert not connections.start_output(third, bytes(quarter), now=now)  # only readers left, none stalled
+
+
+def test_a_large_body_taken_whole_makes_a_reader_and_a_cut_write_unmakes_it(
+    sockets: list[socket.socket],
+) -> None:
+    """A reader is made by a body of READER_BODY or more taken whole, not by a small one (a health check) nor
+    one abandoned; its write cut as stalled makes it a reader no more; the latest MAX_READERS are kept."""
+    connections = Connections()
+    half = MAX_OUTPUT // 2
+
+    def is_reader(source: str, now: float) -> bool:
+        """Whether a body from ``source`` cuts a write stalled for STALLED_BRIEFLY (then ends both)."""
+        flood = _writer(connections, sockets, "127.9.9.9")
+        assert connections.start_output(flood, bytes(half + 1), now=now)
+        newcomer = _writer(connections, sockets, source)
+        fits = connections.start_output(newcomer, bytes(half), now=now + STALLED_BRIEFLY)
+        for connection in (flood, newcomer):
+            connections.release(connection)
+        return fits
+
+    small = _writer(connections, sockets, "10.0.0.1")
+    assert connections.start_output(small, bytes(READER_BODY - 1), now=0.0)
+    connections.end_output(small, taken=True)
+    abandoned = _writer(connections, sockets, "10.0.0.2")
+    assert connections.start_output(abandoned, bytes(READER_BODY), now=0.0)
+    connections.end_output(abandoned)
+    _made_a_reader(connections, sockets, "10.0.0.3")
+    assert [is_reader(f"10.0.0.{i}", 0.0) for i in (1, 2, 3)] == [False, False, True]
+
+    reader = _writer(connections, sockets, "10.0.0.3")
+    assert connections.start_output(reader, bytes(half + 1), now=1.0)
+    newcomer = _writer(connections, sockets, "10.0.0.4")
+    assert connections.start_output(newcomer, bytes(half), now=1.0 + STALLED_AFTER)  # cuts the reader's
+    assert reader.cut
+    connections.release(newcomer)
+    assert not is_reader("10.0.0.3", 2.0)
+
+    for i in range(MAX_READERS + 1):
+        _made_a_reader(connections, sockets, f"10.1.{i // 250}.{i % 250}")
+    assert not is_reader("10.1.0.0", 3.0)  # the first, forgotten
+    assert is_reader("10.1.0.1", 3.0)
 
 
 def test_one_body_larger_than_the_cap_is_written_alone(sockets: list[socket.socket]) -> None:

@@ -13,7 +13,11 @@ reads nothing) for ``EVICT_AFTER`` goes before the idle.
 The responses being written share ``MAX_OUTPUT``, counted by the bodies they hold: one rendering written to
 many clients counts once. A new body that would not fit first cuts short the writes stalled longest (no
 byte taken by their client for ``STALLED_AFTER``); a write that progresses, a scrape in progress, is never
-cut, and the newcomer is told to come back (503) instead.
+cut, and the newcomer is told to come back (503) instead. A newcomer whose source is a *reader* (its client
+took the whole of a large response before, ``READER_BODY``) may also cut writes of sources that are not,
+stalled for only ``STALLED_BRIEFLY``: clients that never read, arriving faster than their writes stall for
+``STALLED_AFTER``, would otherwise keep the cap full and a scraper out. A source whose write is cut as
+stalled is a reader no more.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import contextlib
 import ipaddress
 import socket
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
 
@@ -33,7 +37,10 @@ __all__ = [
     "MAX_CONNECTIONS",
     "MAX_OUTPUT",
     "MAX_PER_SOURCE",
+    "MAX_READERS",
+    "READER_BODY",
     "STALLED_AFTER",
+    "STALLED_BRIEFLY",
     "Connection",
     "Connections",
     "evictable",
@@ -53,6 +60,14 @@ MAX_OUTPUT = 32 * 1024 * 1024
 beyond, stalled writes are cut short (their connections reset), and failing that a newcomer is refused."""
 STALLED_AFTER = 0.5
 """Seconds without a byte taken by its client after which a write counts as stalled, to be cut for room."""
+STALLED_BRIEFLY = 0.1
+"""Seconds without a byte taken after which a write of a source that is not a reader may be cut for a
+reader's new body."""
+READER_BODY = 64 * 1024
+"""Bytes of a response body a client must take whole for its source to count as a reader: more than a
+health check or a refusal, so a reader has paid for what it asks room for."""
+MAX_READERS = 4096
+"""Reader sources remembered, the latest kept."""
 FAIR_SHARE = MAX_CONNECTIONS // 16
 """Connections a source may hold on a full server before its young idle ones may be evicted for others."""
 _RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() resets the connection
@@ -103,6 +118,7 @@ class Connections:
         self._writing: dict[Connection, None] = {}
         self._bodies: dict[int, tuple[int, int]] = {}  # id of a body being written: its size, its writers
         self._output = 0
+        self._readers: dict[str, None] = {}  # sources whose client took a large body whole, latest last
 
     def __contains__(self, connection: Connection) -> bool:
         """Whether the connection is held (admitted, not yet evicted or released)."""
@@ -149,12 +165,28 @@ class Connections:
         return next((c for c in heaviest if c in self._idle), None)
 
     def _stalled(
-        self, now: float, after: float, among: dict[Connection, None] | None = None
+        self, now: float, after: float, among: Iterable[Connection] | None = None
     ) -> Connection | None:
         """The write stalled longest, if its client has taken nothing for ``after`` seconds."""
         writes = self._writing if among is None else (c for c in among if c in self._writing)
         stalled = min(writes, key=lambda c: c.progressed, default=None)
         return stalled if stalled is not None and now - stalled.progressed >= after else None
+
+    def _cut_for(self, size: int, now: float, reader: bool) -> None:
+        """Cut stalled writes until ``size`` more bytes fit: stalled for ``STALLED_AFTER``, and for a
+        reader's body also those of other sources stalled for ``STALLED_BRIEFLY``."""
+        while self._output + size > MAX_OUTPUT and (victim := self._stalled(now, STALLED_AFTER)):
+            self._drop(victim)
+        while (
+            reader
+            and self._output + size > MAX_OUTPUT
+            and (
+                victim := self._stalled(
+                    now, STALLED_BRIEFLY, (c for c in self._writing if c.source not in self._readers)
+                )
+            )
+        ):
+            self._drop(victim)
 
     def stop_waiting(self, connection: Connection) -> None:
         """The connection has its request (or its turn), or will have none: it is busy, not evictable."""
@@ -173,8 +205,11 @@ class Connections:
 
     def _drop(self, connection: Connection) -> None:
         """Close a connection now: it leaves every count at once; its task, cancelled, closes the socket
-        once its pending reads and writes have let go of it (the descriptor may be reused at once)."""
+        once its pending reads and writes have let go of it (the descriptor may be reused at once). A write
+        cut so makes its source a reader no more."""
         connection.cut = connection in self._writing
+        if connection.cut:
+            self._readers.pop(connection.source, None)
         self._untrack(connection)
         if connection.task is not None:
             connection.task.cancel()
@@ -211,8 +246,7 @@ class Connections:
         size = len(body)
         held = self._bodies.get(id(body))
         if held is None:
-            while self._output + size > MAX_OUTPUT and (victim := self._stalled(now, STALLED_AFTER)):
-                self._drop(victim)
+            self._cut_for(size, now, connection.source in self._readers)
             if self._output + size > MAX_OUTPUT and self._output:
                 return False
             self._output += size
@@ -226,14 +260,20 @@ class Connections:
         """Whether ``body`` (this very object) is being written to a connection."""
         return id(body) in self._bodies
 
-    def end_output(self, connection: Connection) -> None:
-        """The connection's response is written: its body no longer counts against ``MAX_OUTPUT`` (once no
-        other write holds it)."""
+    def end_output(self, connection: Connection, *, taken: bool = False) -> None:
+        """The connection's response is written (``taken``: its client took it whole) or abandoned: its body
+        no longer counts against ``MAX_OUTPUT`` (once no other write holds it). A client that took a body of
+        ``READER_BODY`` or more makes its source a reader."""
         if connection not in self._writing:
             return
         del self._writing[connection]
         body, connection.body = connection.body, None
         assert body is not None
+        if taken and len(body) >= READER_BODY:
+            self._readers.pop(connection.source, None)
+            self._readers[connection.source] = None
+            if len(self._readers) > MAX_READERS:
+                del self._readers[next(iter(self._readers))]
         size, writers = self._bodies.pop(id(body))
         if writers > 1:
             self._bodies[id(body)] = (size, writers - 1)

@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from prometheus_client import generate_latest
 
 from rollout_telemetry import Disposition, RolloutTelemetry
@@ -24,8 +26,10 @@ from rollout_telemetry._cli.main import main
 from rollout_telemetry._contract.generation import MAX_TOKENS
 from rollout_telemetry._contract.outcome import classify
 from rollout_telemetry._sources.follow import RunFiles, RunFollower
+from rollout_telemetry._sources.gym_rows import _DECODER, MAX_FIELD, decode_row
 from rollout_telemetry._sources.tail import Tail
 from rollout_telemetry._store.coverage import Coverage
+from rollout_telemetry.errors import Rejection
 
 ROW = {"reward": 1.0, "agent_ref": {"name": "a"}}
 
@@ -141,6 +145,80 @@ def _traced(work: Any) -> int:
         return tracemalloc.get_traced_memory()[0] - before
     finally:
         tracemalloc.stop()
+
+
+_EMPTIES = "[" + "[]," * (2 << 20) + "[]]"  # 6 MiB of empty arrays: 1 GB as Python lists
+_HUGE_OBJECT = "{" + ",".join(f'"k{i}":[]' for i in range(400_000)) + "}"
+
+
+def _row(**fields: str) -> str:
+    """A row from its fields' JSON texts."""
+    return "{" + ", ".join(f'"{name}": {text}' for name, text in fields.items()) + "}"
+
+
+@pytest.mark.parametrize(
+    ("row", "read"),
+    [
+        (_row(reward=_EMPTIES, agent_ref='{"name": "a"}'), lambda row: row.reward == []),
+        (_row(reward="1", ng_perf=_HUGE_OBJECT), lambda row: row.perf == {}),
+        (_row(reward="1", agent_ref=_HUGE_OBJECT), lambda row: row.agent_ref == {}),
+        (_row(reward="1", ng_trajectory=_EMPTIES), lambda row: row.trajectory == []),
+        (_row(reward="1", response=_EMPTIES), lambda row: row.response == []),
+        (
+            _row(reward="1", response=_row(status='"completed"', usage=_HUGE_OBJECT, output="[]")),
+            lambda row: row.response.usage == {} and row.response.status == "completed",
+        ),
+    ],
+    ids=["reward", "ng_perf", "agent_ref", "ng_trajectory", "response", "response.usage"],
+)
+def test_a_huge_array_or_object_in_a_read_field_is_read_empty_at_no_cost(row: str, read: Any) -> None:
+    """One 60 MiB row whose reward was an array of empty arrays took 1.6 GB: a read field over MAX_FIELD that
+    is an array or an object is read as an empty one of its kind (as wrong a value, at no cost); what else
+    the row says is read as before."""
+    line = row.encode()
+    tracemalloc.start()
+    try:
+        decoded = decode_row(line)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < len(line) // 4, f"{peak} B allocated for a line of {len(line)} B"
+    assert read(decoded)
+    assert decoded.reward in ([], 1)
+
+
+_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=12,
+)
+_READ = ["reward", "mask_sample", "failure_kind", "failure_reason", "response", "_ng_task_index",
+         "_ng_rollout_index", "_ng_attempt_index", "agent_ref", "_ng_environment_server", "ng_perf",
+         "ng_trajectory", "_ng_failure_record", "_ng_omitted", "_ng_rollout_id"]  # fmt: skip
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    fields=st.dictionaries(st.sampled_from(_READ), _VALUES, max_size=8),
+    usage=st.none() | _VALUES,
+    padding=st.integers(MAX_FIELD, 2 * MAX_FIELD),
+)
+def test_a_long_line_is_read_as_the_whole_line_decoder_reads_it(
+    fields: dict[str, Any], usage: Any, padding: int
+) -> None:
+    """A line longer than MAX_FIELD whose read fields are each shorter (a real row's long response) is read
+    field by field, and gives the row the one-pass decoder gives."""
+    if usage is not None:
+        fields["response"] = {"status": "completed", "usage": usage, "output": ["x" * padding]}
+    line = json.dumps({**fields, "responses_create_params": "p" * padding}).encode()
+    assert len(line) > MAX_FIELD
+    try:
+        expected = _DECODER.decode(line)
+    except Exception:  # a value the schema refuses: both refuse it
+        with pytest.raises(Rejection):
+            decode_row(line)
+        return
+    assert decode_row(line) == expected
 
 
 def test_huge_agent_names_are_not_kept_in_caches() -> None:

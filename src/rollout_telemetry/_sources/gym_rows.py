@@ -4,6 +4,12 @@ Rows carry large fields (``response``, ``responses_create_params``) that telemet
 line is decoded with msgspec against a schema of the few fields read: the big ones are skipped while
 parsing instead of being built into Python objects and thrown away. A line that is not a row raises a
 ``Rejection`` naming the reason.
+
+A field that is read is built whole, and a JSON array or object costs far more as Python objects than as
+text: one 60 MiB row whose ``reward`` was an array of empty arrays took 1.6 GB. So in a line longer than
+``MAX_FIELD`` (only such a line can hold such a field) the fields are first found unparsed, and a read field
+longer than ``MAX_FIELD`` that is an array or an object is read as an empty one of its kind: as wrong a
+value as it was (a reward that is no number, no usable ``ng_perf``), at no cost.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from rollout_telemetry._contract.outcome import Classified, Disposition, absent
 from rollout_telemetry.errors import OutcomeError, Rejection
 
 __all__ = [
+    "MAX_FIELD",
     "MAX_LATENCY_MS",
     "NO_RESULT_CLASSES",
     "Row",
@@ -34,6 +41,8 @@ __all__ = [
     "row_perf_counts",
 ]
 
+MAX_FIELD = 64 * 1024
+"""Bytes of a read field's JSON past which an array or an object is not built (``decode_row``)."""
 _MAX_RECOVERY = 1024
 """Places a torn line is tried at for the whole row after it (see ``recover_row``)."""
 
@@ -45,6 +54,9 @@ class _ModelResponse(msgspec.Struct, forbid_unknown_fields=False, gc=False):
     status: Any = None
     incomplete_details: Any = None
     usage: Any = None
+
+
+_Response = _ModelResponse | str | int | float | bool | list[Any] | None
 
 
 class Row(msgspec.Struct, forbid_unknown_fields=False, gc=False):
@@ -60,7 +72,7 @@ class Row(msgspec.Struct, forbid_unknown_fields=False, gc=False):
     failure_kind: Any = None
     failure_reason: Any = None
     # Not a Responses API object (a string, say): the row is still read, with no usage or truncation.
-    response: _ModelResponse | str | int | float | bool | list[Any] | None = None
+    response: _Response = None
     task_index: Any = msgspec.field(default=None, name="_ng_task_index")
     rollout_index: Any = msgspec.field(default=None, name="_ng_rollout_index")
     attempt_index: Any = msgspec.field(default=None, name="_ng_attempt_index")
@@ -82,6 +94,58 @@ class Row(msgspec.Struct, forbid_unknown_fields=False, gc=False):
 
 
 _DECODER = msgspec.json.Decoder(Row)
+
+
+def _unparsed(name: str, struct: type[msgspec.Struct], response: Any = msgspec.Raw) -> type[msgspec.Struct]:
+    """``struct`` with every field left as its JSON text (``msgspec.Raw``): found, not built; its
+    ``response`` (if it has one) typed ``response``."""
+    fields = [
+        (
+            field.name,
+            response if field.name == "response" else msgspec.Raw,
+            msgspec.field(default=None, name=field.encode_name),
+        )
+        for field in msgspec.structs.fields(struct)
+    ]
+    return msgspec.defstruct(name, fields, forbid_unknown_fields=False, gc=False)
+
+
+_UnparsedResponse = _unparsed("_UnparsedResponse", _ModelResponse)
+# A row's response found in the same pass as its other fields, when it is not an array (an array of any
+# length as Python objects costs what this avoids: such a row is read again with the response unparsed).
+_UNPARSED_ROW = msgspec.json.Decoder(
+    _unparsed("_UnparsedRow", Row, _UnparsedResponse | str | int | float | bool | None)
+)
+_UNPARSED_ROW_OF_ARRAY = msgspec.json.Decoder(_unparsed("_UnparsedRowOfArray", Row))
+_EMPTY = {ord("["): list, ord("{"): dict}
+
+
+def _bounded(raw: msgspec.Raw | None) -> Any:
+    """A field's value from its JSON text: an array or an object longer than ``MAX_FIELD``, empty."""
+    if raw is None:
+        return None
+    text = memoryview(raw)
+    if len(text) > MAX_FIELD and (empty := _EMPTY.get(text[0])) is not None:
+        return empty()
+    return msgspec.json.decode(text)
+
+
+def _bounded_row(line: bytes | memoryview) -> Row:
+    """The row of a line longer than ``MAX_FIELD``, each read field ``_bounded``."""
+    try:
+        unparsed = _UNPARSED_ROW.decode(line)
+    except msgspec.ValidationError:  # the response is an array
+        unparsed = _UNPARSED_ROW_OF_ARRAY.decode(line)
+    fields = {name: getattr(unparsed, name) for name in Row.__struct_fields__}
+    response = fields.pop("response")
+    if isinstance(response, _UnparsedResponse):
+        response = _ModelResponse(
+            **{name: _bounded(getattr(response, name)) for name in _ModelResponse.__struct_fields__}
+        )
+    elif isinstance(response, msgspec.Raw):
+        response = _bounded(response)
+    return Row(response=response, **{name: _bounded(value) for name, value in fields.items()})
+
 
 NO_RESULT_CLASSES = frozenset(
     {
@@ -110,7 +174,7 @@ def decode_row(line: bytes | memoryview) -> Row:
         Rejection: the line is not JSON (``malformed_json``) or not an object (``not_an_object``).
     """
     try:
-        return _DECODER.decode(line)
+        return _DECODER.decode(line) if len(line) <= MAX_FIELD else _bounded_row(line)
     except msgspec.ValidationError as exc:
         if "Expected `object`" in str(exc):
             raise Rejection("not_an_object", "the line is JSON but not an object") from exc

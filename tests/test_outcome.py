@@ -11,7 +11,8 @@ import pytest
 from pydantic import BaseModel, ValidationError
 
 from rollout_telemetry._contract.labels import label_value
-from rollout_telemetry._contract.outcome import Disposition, VerifyResponse, absent, check_outcome, outcome_of
+from rollout_telemetry._contract.outcome import Disposition, absent, check_outcome, outcome_of
+from rollout_telemetry._contract.verify_response import VerifyResponse
 from rollout_telemetry.errors import OutcomeError
 
 

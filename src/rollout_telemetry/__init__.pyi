@@ -4,7 +4,8 @@ The public API, written once: ``__init__.py`` loads each name from here on first
 ``import rollout_telemetry.failure_kinds`` (the vocabulary, for data tooling) pulls in nothing heavy.
 """
 
-from ._contract.outcome import Disposition, Outcome, VerifyResponse, outcome_of
+from ._contract.outcome import Disposition, Outcome, outcome_of
+from ._contract.verify_response import VerifyResponse
 from ._recording.lifecycle import RolloutContext
 from ._recording.telemetry import RolloutTelemetry
 from ._serve.credentials import BasicAuth, hash_password

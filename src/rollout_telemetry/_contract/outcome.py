@@ -26,8 +26,6 @@ from dataclasses import dataclass
 from decimal import Decimal
 from enum import StrEnum
 
-from pydantic import BaseModel, ConfigDict, model_validator
-
 from rollout_telemetry._contract.generation import Generation, check_generation
 from rollout_telemetry.errors import OutcomeError
 
@@ -38,7 +36,6 @@ __all__ = [
     "Classified",
     "Disposition",
     "Outcome",
-    "VerifyResponse",
     "absent",
     "check_outcome",
     "classify",
@@ -144,41 +141,6 @@ def check_outcome(  # noqa: PLR0912, PLR0917 - one rule per field, the fields as
 
 def _out_of_range(reward: object) -> OutcomeError:
     return OutcomeError("reward", f"must be a finite number within +-{MAX_REWARD:g}, got {reward!r:.40}")
-
-
-class VerifyResponse(BaseModel):
-    """What a verify response carries; extra fields are allowed and kept.
-
-    Use it at a boundary where input arrives as data (a JSONL row, a request body). ``record()`` reads
-    plain dicts and objects directly, applying the same checks without building a model.
-    """
-
-    model_config = ConfigDict(extra="allow", frozen=True)
-
-    reward: float | None = None
-    mask_sample: bool = False
-    failure_kind: str | None = None
-    failure_reason: str | None = None
-
-    @model_validator(mode="before")
-    @classmethod
-    def _checked(cls, data: object) -> object:
-        if not isinstance(data, Mapping):
-            return data  # pydantic refuses what is not a mapping
-        disposition, reward, kind, reason, _ = check_outcome(
-            None,
-            data.get("reward"),
-            data.get("mask_sample"),
-            data.get("failure_kind"),
-            data.get("failure_reason"),
-        )
-        checked = {
-            "reward": reward,
-            "mask_sample": disposition is _MASKED,
-            "failure_kind": kind,
-            "failure_reason": reason,
-        }
-        return {**data, **checked}
 
 
 @dataclass(frozen=True, slots=True)

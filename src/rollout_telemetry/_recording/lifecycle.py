@@ -21,7 +21,6 @@ detached, and the rollout's slot is freed when its block exits.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
@@ -57,20 +56,21 @@ __all__ = [
 NO_OUTCOME = "rollout_telemetry:no_outcome"
 """The failure kind of a rollout block left without complete(), fail() or omit()."""
 
-EXCEPTION_KINDS: Mapping[type[BaseException], str] = {
-    asyncio.CancelledError: failure_kinds.CANCELLED,
-    TimeoutError: failure_kinds.AGENT_TIMEOUT,
-    KeyboardInterrupt: failure_kinds.SHUTDOWN,
-    SystemExit: failure_kinds.SHUTDOWN,
-    ConnectionError: failure_kinds.TRANSPORT_PEER_DROP,
+EXCEPTION_KINDS: Mapping[str, str] = {
+    "asyncio.exceptions.CancelledError": failure_kinds.CANCELLED,
+    "builtins.TimeoutError": failure_kinds.AGENT_TIMEOUT,
+    "builtins.KeyboardInterrupt": failure_kinds.SHUTDOWN,
+    "builtins.SystemExit": failure_kinds.SHUTDOWN,
+    "builtins.ConnectionError": failure_kinds.TRANSPORT_PEER_DROP,
 }
-"""Exception types (matched along the MRO) and the failure kind an escaping one records."""
+"""Exception types by module and name (matched along the MRO; by name, so that recording does not import
+asyncio), and the failure kind an escaping one records."""
 
 
 def kind_of_exception(exc: BaseException) -> str:
     """The failure kind an exception escaping a rollout block records."""
     for cls in type(exc).__mro__:
-        kind = EXCEPTION_KINDS.get(cls)
+        kind = EXCEPTION_KINDS.get(f"{cls.__module__}.{cls.__qualname__}")
         if kind is not None:
             return kind
     return failure_kinds.AGENT_RUN_ERROR

@@ -8,17 +8,19 @@ per read.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 from prometheus_client.registry import CollectorRegistry
 
 from rollout_telemetry._recording.stalls import Stalls
-from rollout_telemetry._serve.credentials import BasicAuth
-from rollout_telemetry._serve.push import push_registry
-from rollout_telemetry._serve.server import MetricsServer, TLSConfig
 from rollout_telemetry._store.account import Account
 from rollout_telemetry._store.coverage import CoverageSnapshot
 from rollout_telemetry._store.snapshot import AccountSnapshot
 from rollout_telemetry._views.progress import coverage_metrics, expected_rollouts, progress_metrics
+
+if TYPE_CHECKING:  # the server and the push are imported when used: recording needs neither
+    from rollout_telemetry._serve.credentials import BasicAuth
+    from rollout_telemetry._serve.server import MetricsServer, TLSConfig
 
 __all__ = ["Reading"]
 
@@ -89,6 +91,8 @@ class Reading:
         Raises:
             ServeError: the port is taken or the host cannot be bound.
         """
+        from rollout_telemetry._serve.server import MetricsServer
+
         return MetricsServer(
             self.registry,
             port=port,
@@ -117,4 +121,6 @@ class Reading:
         Raises:
             PushError: the gateway cannot be reached, timed out or refused the push; the message names it.
         """
+        from rollout_telemetry._serve.push import push_registry
+
         push_registry(self.registry, gateway, job, grouping_key, replace, timeout)

@@ -14,12 +14,13 @@ Nothing here raises into the run: a failure stops the sampler, counted by the te
 
 from __future__ import annotations
 
-import asyncio
 import gc
+import sys
 import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING
 
 from prometheus_client.gc_collector import GCCollector
 from prometheus_client.metrics_core import Metric
@@ -30,6 +31,9 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from rollout_telemetry._store.runtime import Runtime
 from rollout_telemetry.errors import ConfigError
 
+if TYPE_CHECKING:
+    import asyncio
+
 __all__ = [
     "DEFAULT_LAG_INTERVAL",
     "LoopLag",
@@ -38,6 +42,14 @@ __all__ = [
     "unwatch_gc",
     "watch_gc",
 ]
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    """The event loop running in this thread, if any: none before asyncio is imported (nor is asyncio
+    imported here for it: a run without asyncio never loads it)."""
+    module = sys.modules.get("asyncio")
+    return None if module is None else module._get_running_loop()  # no exception without a loop
+
 
 DEFAULT_LAG_INTERVAL = 0.25
 """Seconds between two wakes of the event-loop lag sampler, unless told otherwise."""
@@ -113,7 +125,7 @@ class LoopLag:
 
     def entered(self) -> None:
         """A rollout block is entered: watch the running loop, if any, unless it is watched already."""
-        loop = asyncio._get_running_loop()  # no exception without a loop, unlike get_running_loop()
+        loop = _running_loop()  # no exception without a loop, unlike get_running_loop()
         if loop is None or self._last() is loop:
             return
         self.watch(loop)
@@ -128,7 +140,7 @@ class LoopLag:
         """
         seconds = self._interval if interval is None else _checked(interval)
         if loop is None:
-            loop = asyncio._get_running_loop()
+            loop = _running_loop()
             if loop is None:
                 msg = "watch_event_loop() without a loop must be called on a running event loop"
                 raise ConfigError(msg)
@@ -139,7 +151,7 @@ class LoopLag:
             watch = self._watches.get(loop)
             if watch is None or not watch.running:
                 watch = self._watches[loop] = LoopWatch(loop, self._runtime, seconds)
-                if asyncio._get_running_loop() is loop:
+                if _running_loop() is loop:
                     watch._start()
                 else:
                     loop.call_soon_threadsafe(watch._start)

@@ -18,15 +18,16 @@ import time
 import weakref
 from collections.abc import Callable, Mapping
 
-from rollout_telemetry._serve.server import MAX_ROLLOUTS_LIMIT
 from rollout_telemetry._store.account import Account
 from rollout_telemetry._store.names import Names
 from rollout_telemetry.errors import ConfigError
 
-__all__ = ["DEFAULT_STALL_AFTER", "Stalls", "stall_bound"]
+__all__ = ["DEFAULT_STALL_AFTER", "MAX_ROLLOUTS_LIMIT", "Stalls", "stall_bound"]
 
 _log = logging.getLogger("rollout_telemetry")
 
+MAX_ROLLOUTS_LIMIT = 1000
+"""The most rollouts in flight one listing gives (``GET /rollouts?limit=`` may ask for)."""
 DEFAULT_STALL_AFTER = 600.0
 """Seconds in flight after which a rollout counts as stalled, unless told otherwise."""
 

@@ -7,7 +7,6 @@ into the collector (unless ``strict=True``): bad input is logged once per cause 
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -57,8 +56,9 @@ from rollout_telemetry.exporters.prometheus import (
 from rollout_telemetry.failure_kinds import KindValidator
 
 if TYPE_CHECKING:
-    from opentelemetry.trace import TracerProvider
+    import asyncio
 
+    from opentelemetry.trace import TracerProvider
 
 __all__ = ["RolloutTelemetry"]
 

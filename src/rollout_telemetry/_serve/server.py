@@ -26,6 +26,7 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from rollout_telemetry._recording.stalls import MAX_ROLLOUTS_LIMIT
 from rollout_telemetry._serve.connections import (
     EVICT_AFTER,
     MAX_CONNECTIONS,
@@ -69,8 +70,6 @@ _Rendering = tuple[str, tuple[str, ...], bool]  # Accept's choice, name[] filter
 
 DEFAULT_ROLLOUTS_LIMIT = 100
 """Rollouts ``GET /rollouts`` lists unless ``?limit=`` says otherwise."""
-MAX_ROLLOUTS_LIMIT = 1000
-"""The most rollouts ``?limit=`` may ask for."""
 READ_INTERVAL = 1.0
 """Seconds one listing of ``/rollouts`` and one collection for ``/metrics?name[]=`` are shared for."""
 MAX_READS_QUEUED = 64

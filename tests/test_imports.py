@@ -58,3 +58,21 @@ def test_each_part_is_imported_when_used() -> None:
     )
     assert "rollout_telemetry._serve.server" in served
     assert "asyncio" in served  # the server's event loop
+
+
+def test_the_command_lines_help_and_a_wrong_flag_load_nothing_a_command_needs() -> None:
+    """``--help`` and an argument error are answered before anything a command runs is imported: no
+    telemetry, server, file source or simulation, and neither prometheus_client nor asyncio."""
+    for argv in (["--help"], ["serve", "--port", "no"], ["demo", "--help"]):
+        code = (
+            "import sys, json\n"
+            "from rollout_telemetry._cli.main import main\n"
+            f"main({argv!r})\n"
+            "heavy = ('asyncio', 'prometheus_client', 'rollout_telemetry._recording.telemetry', "
+            "'rollout_telemetry._serve', 'rollout_telemetry._sources', 'rollout_telemetry._cli.simulation')\n"
+            "print(json.dumps(sorted(m for m in sys.modules if m.startswith(heavy))), file=sys.stderr)\n"
+        )
+        result = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=60
+        )
+        assert json.loads(result.stderr.strip().splitlines()[-1]) == [], argv

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
+from typing import TYPE_CHECKING
 
 from rollout_telemetry._cli import options
 from rollout_telemetry._cli.args import (
@@ -15,9 +15,10 @@ from rollout_telemetry._cli.args import (
     share,
 )
 from rollout_telemetry._cli.otlp import add_otlp_option, otlp_export
-from rollout_telemetry._cli.process import freeze_the_heap, install_sigterm, interrupt_on_sigterm
-from rollout_telemetry._cli.simulation import SCENARIOS, DemoConfig, run_demo, summary_lines
-from rollout_telemetry._recording.telemetry import RolloutTelemetry
+from rollout_telemetry._cli.scenarios import SCENARIOS
+
+if TYPE_CHECKING:
+    import asyncio
 
 __all__ = ["NAME", "add_parser", "run"]
 
@@ -126,6 +127,12 @@ def add_parser(commands: argparse._SubParsersAction[OneLineParser]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the simulation until ``--duration`` ends, or Ctrl-C/SIGTERM; then print the last summary."""
+    import asyncio
+
+    from rollout_telemetry._cli.process import freeze_the_heap, install_sigterm, interrupt_on_sigterm
+    from rollout_telemetry._cli.simulation import DemoConfig, run_demo, summary_lines
+    from rollout_telemetry._recording.telemetry import RolloutTelemetry
+
     config = DemoConfig(
         agents=tuple(a.strip() for a in args.agents.split(",") if a.strip()),
         rate=args.rate,

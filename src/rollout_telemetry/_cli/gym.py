@@ -12,10 +12,6 @@ import time
 
 from rollout_telemetry._cli import options
 from rollout_telemetry._cli.args import OneLineParser, at_least, non_negative
-from rollout_telemetry._cli.process import interrupt_on_sigterm
-from rollout_telemetry._cli.report import print_report
-from rollout_telemetry._recording.telemetry import RolloutTelemetry
-from rollout_telemetry._sources.gym import GymCommand, GymProcess, describe_status
 
 __all__ = ["NAME", "add_parser", "run"]
 
@@ -63,6 +59,11 @@ def add_parser(commands: argparse._SubParsersAction[OneLineParser]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run Gym's command to its end while serving its rollouts; print the report; return Gym's exit status."""
+    from rollout_telemetry._cli.process import interrupt_on_sigterm
+    from rollout_telemetry._cli.report import print_report
+    from rollout_telemetry._recording.telemetry import RolloutTelemetry
+    from rollout_telemetry._sources.gym import GymCommand, GymProcess, describe_status
+
     command = GymCommand.parse(args.gym_command)  # every input checked before anything starts
     options.check_run_file(command.output, "--output ")
     security = options.endpoint_security(args)

@@ -7,7 +7,6 @@ import sys
 
 from rollout_telemetry._cli import options
 from rollout_telemetry._cli.args import OneLineParser
-from rollout_telemetry._serve.credentials import hash_password
 
 __all__ = ["NAME", "add_parser", "run"]
 
@@ -25,6 +24,8 @@ def add_parser(commands: argparse._SubParsersAction[OneLineParser]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Read the password (a prompt on a terminal, else stdin's first line) and print its hash; 2 if empty."""
+    from rollout_telemetry._serve.credentials import hash_password
+
     if sys.stdin.isatty():
         import getpass
 

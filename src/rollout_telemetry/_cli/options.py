@@ -10,15 +10,16 @@ import os
 import sys
 from pathlib import Path
 from stat import S_ISDIR, S_ISREG
+from typing import TYPE_CHECKING
 
 from rollout_telemetry._cli.args import at_least_one, port, readable_file
-from rollout_telemetry._recording.telemetry import RolloutTelemetry
-from rollout_telemetry._serve.credentials import BasicAuth
-from rollout_telemetry._serve.server import MetricsServer, TLSConfig
-from rollout_telemetry._sources.file_kind import check_json_lines
-from rollout_telemetry._sources.follow import RunFiles, RunFollower
-from rollout_telemetry._store.coverage import DEFAULT_MAX_ATTEMPTS
 from rollout_telemetry.errors import ConfigError
+
+if TYPE_CHECKING:  # what the options make is imported when it is made: --help and a wrong flag need none
+    from rollout_telemetry._recording.telemetry import RolloutTelemetry
+    from rollout_telemetry._serve.credentials import BasicAuth
+    from rollout_telemetry._serve.server import MetricsServer, TLSConfig
+    from rollout_telemetry._sources.follow import RunFollower
 
 __all__ = [
     "add_logging_options",
@@ -155,6 +156,8 @@ def check_run_file(path: Path, what: str, *, must_exist: bool = False) -> None:
     if not os.access(path, os.R_OK):
         msg = f"{what}{path} cannot be read (permissions)"
         raise ConfigError(msg)
+    from rollout_telemetry._sources.file_kind import check_json_lines
+
     check_json_lines(path, what)
 
 
@@ -164,6 +167,8 @@ def _default_max_attempts() -> int:
     try:
         return at_least_one(text)
     except argparse.ArgumentTypeError:
+        from rollout_telemetry._store.coverage import DEFAULT_MAX_ATTEMPTS
+
         return DEFAULT_MAX_ATTEMPTS
 
 
@@ -177,6 +182,8 @@ def run_follower(
 ) -> RunFollower:
     """A follower of the run whose main file is ``path``, as the ``add_run_files()`` flags say; with ``spans``
     each rollout it counts is also a span."""
+    from rollout_telemetry._sources.follow import RunFiles, RunFollower
+
     failures, inputs = getattr(args, "failures", None), getattr(args, "inputs", None)
     files = RunFiles.from_main(path, failures=failures, inputs=inputs)
     max_attempts = args.max_attempts or _default_max_attempts()
@@ -204,6 +211,9 @@ def endpoint_security(args: argparse.Namespace) -> tuple[TLSConfig | None, Basic
     Raises:
         ConfigError: flags that do not go together, or a file that cannot be used.
     """
+    from rollout_telemetry._serve.credentials import BasicAuth
+    from rollout_telemetry._serve.server import TLSConfig
+
     tls = None
     if args.tls_client_ca and not (args.tls_cert and args.tls_key):
         msg = "--tls-client-ca needs --tls-cert and --tls-key (the server's own certificate and key)"

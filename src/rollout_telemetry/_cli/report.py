@@ -9,15 +9,15 @@ import os
 import sys
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rollout_telemetry._cli import options
 from rollout_telemetry._cli.args import OneLineParser
-from rollout_telemetry._recording.telemetry import RolloutTelemetry
-from rollout_telemetry._sources.file_kind import SIDECAR_SUFFIXES, check_main_file
-from rollout_telemetry._sources.follow import RunFollower
-from rollout_telemetry._views.report import build_report, render_table
 from rollout_telemetry.errors import ConfigError, RolloutTelemetryError
+
+if TYPE_CHECKING:
+    from rollout_telemetry._recording.telemetry import RolloutTelemetry
+    from rollout_telemetry._sources.follow import RunFollower
 
 __all__ = ["NAME", "add_parser", "main_files", "print_report", "run", "show_report"]
 
@@ -90,6 +90,8 @@ def main_files(given: list[str]) -> list[Path]:
     Raises:
         ConfigError: a glob that matches no file.
     """
+    from rollout_telemetry._sources.file_kind import SIDECAR_SUFFIXES
+
     paths: list[Path] = []
     for text in given:
         if not Path(text).exists() and glob.has_magic(text):
@@ -117,6 +119,9 @@ def _read(args: argparse.Namespace, path: Path) -> dict[str, Any] | None:
     Raises:
         ConfigError: the file is missing, not a run's main output, or not JSON Lines.
     """
+    from rollout_telemetry._recording.telemetry import RolloutTelemetry
+    from rollout_telemetry._sources.file_kind import check_main_file
+
     check_main_file(path)
     options.check_run_file(path, "", must_exist=True)
     telemetry = RolloutTelemetry()
@@ -135,6 +140,8 @@ def _read(args: argparse.Namespace, path: Path) -> dict[str, Any] | None:
 
 
 def _report(telemetry: RolloutTelemetry, follower: RunFollower) -> dict[str, Any]:
+    from rollout_telemetry._views.report import build_report
+
     return build_report(telemetry.snapshot(), follower.coverage.snapshot(), telemetry.groups.snapshot())
 
 
@@ -145,6 +152,8 @@ def print_report(telemetry: RolloutTelemetry, follower: RunFollower, output_form
 
 def show_report(report: dict[str, Any], output_format: str, *, heading: str | None = None) -> None:
     """Print a report, as a table (as wide as the terminal, under ``heading`` if given) or as JSON."""
+    from rollout_telemetry._views.report import render_table
+
     if output_format == "json":
         print(json.dumps(report, indent=2, sort_keys=False), flush=True)
         return

@@ -9,9 +9,6 @@ from pathlib import Path
 from rollout_telemetry._cli import options
 from rollout_telemetry._cli.args import OneLineParser, at_least
 from rollout_telemetry._cli.otlp import add_otlp_option, otlp_export
-from rollout_telemetry._cli.process import freeze_the_heap, install_sigterm
-from rollout_telemetry._recording.telemetry import RolloutTelemetry
-from rollout_telemetry._sources.file_kind import check_main_file
 from rollout_telemetry.errors import ConfigError
 
 __all__ = ["NAME", "add_parser", "run"]
@@ -46,6 +43,10 @@ def add_parser(commands: argparse._SubParsersAction[OneLineParser]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Serve the run's counters and coverage until Ctrl-C/SIGTERM; then say how many outcomes were read."""
+    from rollout_telemetry._cli.process import freeze_the_heap, install_sigterm
+    from rollout_telemetry._recording.telemetry import RolloutTelemetry
+    from rollout_telemetry._sources.file_kind import check_main_file
+
     if (args.path is None) == (args.follow is None):
         msg = "give the run's main output once: serve PATH (or serve --follow PATH)"
         raise ConfigError(msg)

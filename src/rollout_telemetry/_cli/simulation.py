@@ -56,9 +56,16 @@ import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Any
 
 from rollout_telemetry import failure_kinds
+from rollout_telemetry._cli.scenarios import (
+    DROP_SCENARIOS,
+    RECOVERY_SCENARIOS,
+    SCENARIOS,
+    SIGNAL_SCENARIOS,
+    Scenario,
+)
 from rollout_telemetry._recording.lifecycle import RolloutContext
 from rollout_telemetry._recording.telemetry import RolloutTelemetry
 from rollout_telemetry._store.coverage import DEFAULT_MAX_ATTEMPTS
@@ -75,17 +82,6 @@ __all__ = [
     "summary_lines",
 ]
 
-Scenario = Literal[
-    "healthy", "infrastructure", "truncation", "policy", "contaminated", "too_hard", "too_easy", "hollow",
-    "length_drift", "retries_exhausted", "loop_lag", "cleanup_leak", "slow_rollouts",
-]  # fmt: skip
-DROP_SCENARIOS: tuple[Scenario, ...] = ("healthy", "infrastructure", "truncation", "policy")
-"""The scenarios of a reward drop, one per cause."""
-SIGNAL_SCENARIOS: tuple[Scenario, ...] = ("contaminated", "too_hard", "too_easy", "hollow", "length_drift")
-"""The scenarios of an unsound training signal."""
-RECOVERY_SCENARIOS: tuple[Scenario, ...] = ("retries_exhausted", "loop_lag", "cleanup_leak", "slow_rollouts")
-"""The scenarios of a collection that does not recover, or a collector that stalls its own rollouts."""
-SCENARIOS: tuple[Scenario, ...] = DROP_SCENARIOS + SIGNAL_SCENARIOS + RECOVERY_SCENARIOS
 
 _MASK_KINDS = (failure_kinds.JUDGE_FAILED, failure_kinds.JUDGE_UNPARSEABLE, failure_kinds.VERIFIER_ERROR)
 _FAIL_KINDS = (

@@ -11,8 +11,6 @@ from pathlib import Path
 
 from rollout_telemetry._cli import options
 from rollout_telemetry._cli.args import OneLineParser, at_least, readable_file
-from rollout_telemetry._recording.telemetry import RolloutTelemetry
-from rollout_telemetry._sources.file_kind import check_main_file
 
 __all__ = ["NAME", "add_parser", "run"]
 
@@ -64,6 +62,8 @@ def run(args: argparse.Namespace) -> int:
         Source,
     )
     from rollout_telemetry._cli.top_terminal import run_top
+    from rollout_telemetry._recording.telemetry import RolloutTelemetry
+    from rollout_telemetry._sources.file_kind import check_main_file
 
     sources: list[Source] = []
     if args.follow:

@@ -26,7 +26,7 @@ from rollout_telemetry._cli.main import main
 from rollout_telemetry._contract.generation import MAX_TOKENS
 from rollout_telemetry._contract.outcome import classify
 from rollout_telemetry._sources.follow import RunFiles, RunFollower
-from rollout_telemetry._sources.gym_rows import _DECODER, MAX_FIELD, decode_row
+from rollout_telemetry._sources.gym_rows import _DECODER, MAX_FIELD, decode_row, recover_row
 from rollout_telemetry._sources.tail import Tail
 from rollout_telemetry._store.coverage import Coverage
 from rollout_telemetry.errors import Rejection
@@ -185,6 +185,35 @@ def test_a_huge_array_or_object_in_a_read_field_is_read_empty_at_no_cost(row: st
     assert peak < len(line) // 4, f"{peak} B allocated for a line of {len(line)} B"
     assert read(decoded)
     assert decoded.reward in ([], 1)
+
+
+def test_a_torn_line_before_a_huge_field_is_recovered_at_no_cost() -> None:
+    """A torn start before a whole row is recovered with the same bound as any line (it used the one-pass
+    decoder, and built the huge field whole)."""
+    line = ('{"rew' + _row(reward=_EMPTIES, agent_ref='{"name": "a"}')).encode()
+    with pytest.raises(Rejection):
+        decode_row(line)
+    tracemalloc.start()
+    try:
+        recovered = recover_row(line)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert recovered is not None
+    assert recovered[1].reward == []
+    assert peak < len(line) // 4, f"{peak} B allocated for a line of {len(line)} B"
+
+
+def test_a_repeated_response_key_in_a_long_line_reads_the_last_one_as_a_model_response() -> None:
+    """The last of a repeated key counts, as in the one-pass decoder, whatever the first one was."""
+    line = _row(
+        response="[1]",
+        **{"response ": "0"},  # a key of its own, to make room for the repeat below
+    )
+    line = line.replace('"response ": 0', '"response": {"status": "completed", "usage": {"input_tokens": 3}}')
+    line = line[:-1] + f', "pad": "{"p" * MAX_FIELD}"}}'
+    assert decode_row(line.encode()) == _DECODER.decode(line.encode())
+    assert decode_row(line.encode()).response.usage == {"input_tokens": 3}
 
 
 _VALUES = st.recursive(

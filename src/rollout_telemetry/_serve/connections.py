@@ -173,11 +173,13 @@ class Connections:
         stalled = min(writes, key=lambda c: c.progressed, default=None)
         return stalled if stalled is not None and now - stalled.progressed >= after else None
 
-    def _cut_for(self, size: int, now: float, reader: bool) -> None:
-        """Cut stalled writes until ``size`` more bytes fit: stalled for ``STALLED_AFTER``, and for a
-        reader's body also those of other sources stalled for ``STALLED_BRIEFLY``."""
+    def _cut_for(self, size: int, now: float, source: str) -> None:
+        """Cut stalled writes until ``size`` more bytes fit: stalled for ``STALLED_AFTER``, and for the body
+        of a reader ``source`` (still one after those cuts) also those of other sources stalled for
+        ``STALLED_BRIEFLY``."""
         while self._output + size > MAX_OUTPUT and (victim := self._stalled(now, STALLED_AFTER)):
             self._drop(victim)
+        reader = source in self._readers
         while (
             reader
             and self._output + size > MAX_OUTPUT
@@ -247,7 +249,7 @@ class Connections:
         size = len(body)
         held = self._bodies.get(id(body))
         if held is None:
-            self._cut_for(size, now, connection.source in self._readers)
+            self._cut_for(size, now, connection.source)
             if self._output + size > MAX_OUTPUT and self._output:
                 return False
             self._output += size

@@ -117,6 +117,7 @@ _UNPARSED_ROW = msgspec.json.Decoder(
     _unparsed("_UnparsedRow", Row, _UnparsedResponse | str | int | float | bool | None)
 )
 _UNPARSED_ROW_OF_ARRAY = msgspec.json.Decoder(_unparsed("_UnparsedRowOfArray", Row))
+_UNPARSED_RESPONSE = msgspec.json.Decoder(_UnparsedResponse)
 _EMPTY = {ord("["): list, ord("{"): dict}
 
 
@@ -130,6 +131,18 @@ def _bounded(raw: msgspec.Raw | None) -> Any:
     return msgspec.json.decode(text)
 
 
+def _model(unparsed: msgspec.Struct) -> _ModelResponse:
+    """The model response whose fields were found unparsed, each ``_bounded``."""
+    return _ModelResponse(
+        **{name: _bounded(getattr(unparsed, name)) for name in _ModelResponse.__struct_fields__}
+    )
+
+
+def _decode(line: bytes | memoryview) -> Row:
+    """The row of a line: in one pass, or field by field past ``MAX_FIELD`` (``_bounded_row``)."""
+    return _DECODER.decode(line) if len(line) <= MAX_FIELD else _bounded_row(line)
+
+
 def _bounded_row(line: bytes | memoryview) -> Row:
     """The row of a line longer than ``MAX_FIELD``, each read field ``_bounded``."""
     try:
@@ -139,11 +152,13 @@ def _bounded_row(line: bytes | memoryview) -> Row:
     fields = {name: getattr(unparsed, name) for name in Row.__struct_fields__}
     response = fields.pop("response")
     if isinstance(response, _UnparsedResponse):
-        response = _ModelResponse(
-            **{name: _bounded(getattr(response, name)) for name in _ModelResponse.__struct_fields__}
+        response = _model(response)
+    elif isinstance(response, msgspec.Raw):  # an array, or a later repeat of the key (the last one counts)
+        response = (
+            _model(_UNPARSED_RESPONSE.decode(response))
+            if memoryview(response)[0] == ord("{")
+            else _bounded(response)
         )
-    elif isinstance(response, msgspec.Raw):
-        response = _bounded(response)
     return Row(response=response, **{name: _bounded(value) for name, value in fields.items()})
 
 
@@ -174,7 +189,7 @@ def decode_row(line: bytes | memoryview) -> Row:
         Rejection: the line is not JSON (``malformed_json``) or not an object (``not_an_object``).
     """
     try:
-        return _DECODER.decode(line) if len(line) <= MAX_FIELD else _bounded_row(line)
+        return _decode(line)
     except msgspec.ValidationError as exc:
         if "Expected `object`" in str(exc):
             raise Rejection("not_an_object", "the line is JSON but not an object") from exc
@@ -198,7 +213,7 @@ def recover_row(line: bytes | memoryview) -> tuple[int, Row] | None:
         if start < 0:
             break
         try:
-            return start, _DECODER.decode(view[start:])
+            return start, _decode(view[start:])
         except Exception:  # as in decode_row: whatever the decoder raises, this is not the row
             start = data.find(b'{"', start + 1)
     return None

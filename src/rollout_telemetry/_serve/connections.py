@@ -81,14 +81,12 @@ def source_of(address: str) -> str:
     if ":" not in address:  # IPv4, as a socket gives it: its own source (ipaddress took 68 us a connection)
         return address
     try:
-        ip = ipaddress.ip_address(address.partition("%")[0])
+        ip = ipaddress.IPv6Address(address.partition("%")[0])
     except ValueError:
         return address
-    if isinstance(ip, ipaddress.IPv6Address):
-        if ip.ipv4_mapped is not None:
-            return str(ip.ipv4_mapped)
-        return str(ipaddress.IPv6Network((ip, 64), strict=False))
-    return str(ip)
+    if ip.ipv4_mapped is not None:
+        return str(ip.ipv4_mapped)
+    return str(ipaddress.IPv6Network((ip, 64), strict=False))
 
 
 @dataclass(eq=False, slots=True)

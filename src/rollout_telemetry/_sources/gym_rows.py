@@ -56,7 +56,8 @@ class _ModelResponse(msgspec.Struct, forbid_unknown_fields=False, gc=False):
     usage: Any = None
 
 
-_Response = _ModelResponse | str | int | float | bool | list[Any] | None
+_Scalar = str | int | float | bool | None
+_Response = _ModelResponse | _Scalar | list[Any]
 
 
 class Row(msgspec.Struct, forbid_unknown_fields=False, gc=False):
@@ -113,9 +114,7 @@ def _unparsed(name: str, struct: type[msgspec.Struct], response: Any = msgspec.R
 _UnparsedResponse = _unparsed("_UnparsedResponse", _ModelResponse)
 # A row's response found in the same pass as its other fields, when it is not an array (an array of any
 # length as Python objects costs what this avoids: such a row is read again with the response unparsed).
-_UNPARSED_ROW = msgspec.json.Decoder(
-    _unparsed("_UnparsedRow", Row, _UnparsedResponse | str | int | float | bool | None)
-)
+_UNPARSED_ROW = msgspec.json.Decoder(_unparsed("_UnparsedRow", Row, _UnparsedResponse | _Scalar))
 _UNPARSED_ROW_OF_ARRAY = msgspec.json.Decoder(_unparsed("_UnparsedRowOfArray", Row))
 _UNPARSED_RESPONSE = msgspec.json.Decoder(_UnparsedResponse)
 _EMPTY = {ord("["): list, ord("{"): dict}

@@ -17,19 +17,27 @@ NOT_FOR_RECORDING = (
     "rollout_telemetry._serve",
     "rollout_telemetry._sources",
 )
+NOT_FOR_HELP = (
+    "asyncio",
+    "prometheus_client",
+    "rollout_telemetry._cli.simulation",
+    "rollout_telemetry._recording.telemetry",
+    "rollout_telemetry._serve",
+    "rollout_telemetry._sources",
+)
 
 
-def _loaded_after(code: str) -> list[str]:
-    """The modules of NOT_FOR_RECORDING (or under them) loaded by a fresh interpreter after ``code``."""
+def _loaded_after(code: str, modules: tuple[str, ...] = NOT_FOR_RECORDING) -> list[str]:
+    """The ``modules`` (or modules under them) loaded by a fresh interpreter after ``code``."""
     probe = (
         f"import json, sys\n{code}\n"
         f"print(json.dumps(sorted(m for m in sys.modules if any(m == p or m.startswith(p + '.') "
-        f"for p in {NOT_FOR_RECORDING!r}))))\n"
+        f"for p in {modules!r}))))\n"
     )
     result = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
     )
-    loaded: list[str] = json.loads(result.stdout)
+    loaded: list[str] = json.loads(result.stdout.strip().splitlines()[-1])  # after what ``code`` printed
     return loaded
 
 
@@ -64,15 +72,5 @@ def test_the_command_lines_help_and_a_wrong_flag_load_nothing_a_command_needs() 
     """``--help`` and an argument error are answered before anything a command runs is imported: no
     telemetry, server, file source or simulation, and neither prometheus_client nor asyncio."""
     for argv in (["--help"], ["serve", "--port", "no"], ["demo", "--help"]):
-        code = (
-            "import sys, json\n"
-            "from rollout_telemetry._cli.main import main\n"
-            f"main({argv!r})\n"
-            "heavy = ('asyncio', 'prometheus_client', 'rollout_telemetry._recording.telemetry', "
-            "'rollout_telemetry._serve', 'rollout_telemetry._sources', 'rollout_telemetry._cli.simulation')\n"
-            "print(json.dumps(sorted(m for m in sys.modules if m.startswith(heavy))), file=sys.stderr)\n"
-        )
-        result = subprocess.run(
-            [sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=60
-        )
-        assert json.loads(result.stderr.strip().splitlines()[-1]) == [], argv
+        code = f"from rollout_telemetry._cli.main import main\nmain({argv!r})"
+        assert _loaded_after(code, NOT_FOR_HELP) == [], argv

@@ -125,7 +125,7 @@ class LoopLag:
 
     def entered(self) -> None:
         """A rollout block is entered: watch the running loop, if any, unless it is watched already."""
-        loop = _running_loop()  # no exception without a loop, unlike get_running_loop()
+        loop = _running_loop()
         if loop is None or self._last() is loop:
             return
         self.watch(loop)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from docs import generate
 
-from rollout_telemetry._serve import auth, discovery, server
+from rollout_telemetry._serve import auth, connections, discovery, http, server
 
 ROOT = Path(__file__).parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -106,6 +106,7 @@ def test_the_security_section_states_each_bound_as_built() -> None:
         "MAX_OUTPUT": f"{server.MAX_OUTPUT // (1 << 20)} MiB",
         "STALLED_AFTER": seconds(server.STALLED_AFTER),
         "WRITE_TIMEOUT": seconds(server.WRITE_TIMEOUT),
+        "ACCEPT_BATCH": str(http.ACCEPT_BATCH),
     }
     for name, value in rows.items():
         row = next(line for line in SECURITY.splitlines() if f"(`{name}`)" in line)
@@ -124,6 +125,10 @@ def test_the_security_section_states_each_bound_as_built() -> None:
         f"{auth.AUTH_THREADS} check passwords",
         f"shares for {server.READ_INTERVAL:g} s",
         f"may be up to {server.READ_INTERVAL:g} s old",
+        f"`READER_BODY`, {connections.READER_BODY // 1024} KiB",
+        f"`MAX_READERS`, {connections.MAX_READERS:,}",
+        f"`STALLED_BRIEFLY` ({connections.STALLED_BRIEFLY:g} s)",
+        f"`STALLED_AFTER`, {connections.STALLED_AFTER:g} s",
     ]
     flat = " ".join((SECURITY + LIFECYCLE).split())  # phrases may wrap across lines; /rollouts is a guide
     for phrase in prose:

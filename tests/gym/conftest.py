@@ -40,7 +40,8 @@ def gym(tmp_path_factory: pytest.TempPathFactory, gym_model: FakeModel) -> Itera
 
 @pytest.fixture
 def workdir(gym: GymServers, request: pytest.FixtureRequest) -> Path:
-    """An output folder of this test's own, inside Gym's work directory (where Gym runs)."""
-    folder: Path = gym.workdir / "runs" / request.node.name
+    """An output folder of this test's own, inside Gym's work directory (where Gym runs); named without a
+    parametrized test's brackets, which Gym's command line (Hydra overrides) would read as a list."""
+    folder: Path = gym.workdir / "runs" / request.node.name.replace("[", "-").replace("]", "")
     folder.mkdir(parents=True, exist_ok=True)
     return folder

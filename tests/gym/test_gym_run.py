@@ -19,9 +19,18 @@ from pathlib import Path
 
 import pytest
 
+from rollout_telemetry._sources.gym import GRACE
 from tests.e2e.dashboard import followed_run_panels
 from tests.e2e.prometheus import Prometheus
-from tests.gym.harness import EXAMPLE_AGENT, TEST_AGENT, TEST_TASKS, FakeModel, GymServers, Watch
+from tests.gym.harness import (
+    EXAMPLE_AGENT,
+    TEST_AGENT,
+    TEST_TASKS,
+    FakeModel,
+    GymServers,
+    Watch,
+    descendants,
+)
 from tests.gym.oracle import (
     GymRun,
     Samples,
@@ -264,9 +273,9 @@ def test_a_fresh_run_over_an_old_one(
     check_exposition(watch.scrapes[-1][2], run)
 
 
-def test_ctrl_c_stops_gym_and_reports(gym: GymServers, gym_model: FakeModel, workdir: Path) -> None:
-    """Ctrl-C on the watch reaches Gym once (it runs in its own process group); Gym stops, the report of what
-    it wrote is printed, and the exit status is Gym's (NeMo Gym 0.7.0 ends on Ctrl-C by SIGSEGV)."""
+def _watch_mid_run(gym: GymServers, gym_model: FakeModel, workdir: Path) -> tuple[Watch, GymRun]:
+    """A watch of a troubled Gym run at the test's environment, once two outcomes are served (Gym is still
+    running then: 24 rollouts, two at a time, each turn of the model 0.5 s)."""
     gym_model.plan(TROUBLED, delay=0.5)
     run = GymRun(workdir / "rollouts.jsonl", workdir / "gym-metrics.jsonl")
     command = gym.eval_command(
@@ -274,6 +283,13 @@ def test_ctrl_c_stops_gym_and_reports(gym: GymServers, gym_model: FakeModel, wor
     )
     watch = _watch(gym, command)
     _wait_for_outcomes(watch, 2)
+    return watch, run
+
+
+def test_ctrl_c_stops_gym_and_reports(gym: GymServers, gym_model: FakeModel, workdir: Path) -> None:
+    """Ctrl-C on the watch reaches Gym once (it runs in its own process group); Gym stops, the report of what
+    it wrote is printed, and the exit status is Gym's (NeMo Gym 0.7.0 ends on Ctrl-C by SIGSEGV)."""
+    watch, run = _watch_mid_run(gym, gym_model, workdir)
     assert watch.process is not None
     watch.process.send_signal(signal.SIGINT)
     status = watch.wait(timeout=120)
@@ -285,6 +301,34 @@ def test_ctrl_c_stops_gym_and_reports(gym: GymServers, gym_model: FakeModel, wor
     figures = expected_from_files(run)[TEST_AGENT]
     assert figures.unknown > 0  # stopped before the end
     check_report(watch.report(), run, gym_progress=False, gym_finished=False)
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` is a process that has not ended (a zombie has ended)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGHUP], ids=["SIGKILL", "SIGHUP"])
+def test_no_gym_process_outlives_its_watch(
+    gym: GymServers, gym_model: FakeModel, workdir: Path, signum: signal.Signals
+) -> None:
+    """The watch ended mid-run by SIGKILL (no handler of its own runs) or by the hang-up a closed terminal
+    sends: the real Gym command and every process it started end too, none left running under PID 1; Gym's
+    servers, which the watch did not start, keep running."""
+    watch, _ = _watch_mid_run(gym, gym_model, workdir)
+    assert watch.process is not None
+    started = list(descendants(watch.process.pid))  # Gym, what it started, and the guard
+    assert watch.gym_pid() in started, started
+    assert len(started) >= 2, started  # the guard too
+    servers = list(descendants(gym.process.pid)) if gym.process is not None else []
+    watch.process.send_signal(signum)
+    watch.wait(timeout=60)
+    # After SIGKILL the guard gives Gym GRACE seconds to end on SIGTERM before it kills Gym's group.
+    wait_until(lambda: not any(_alive(pid) for pid in started), timeout=GRACE + 15, what="Gym to end")
+    assert all(_alive(pid) for pid in servers)
 
 
 def _get(url: str) -> str | None:

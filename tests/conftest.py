@@ -17,7 +17,7 @@ import hashlib
 import os
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -135,33 +135,20 @@ def ahead_of_the_rest() -> Iterator[None]:
         os.setpriority(os.PRIO_PROCESS, 0, before)
 
 
-def _at_idle_priority() -> bool:
-    """Whether this process runs at Linux's idle priority (``SCHED_IDLE``)."""
-    return sys.platform == "linux" and os.sched_getscheduler(0) == os.SCHED_IDLE
-
-
 class Shares:
     """The machine shares one process's tests hold, in turn: an ``alone`` test's hold is kept for the next
     test when it is ``alone`` too, so a module of them takes the machine once. Given up between them, the gate
     went to the other workers' tests, and each attack waited again for the longest of them to end."""
 
-    def __init__(self, folder: Path = MACHINE, *, idle: Callable[[], bool] | None = None) -> None:
+    def __init__(self, folder: Path = MACHINE) -> None:
         self.folder = folder
-        self._idle = idle or _at_idle_priority  # whether this process runs at Linux's idle priority
         self._alone: contextlib.ExitStack | None = None
 
     @contextlib.contextmanager
     def hold(self, alone: bool, *, keep: bool = False) -> Iterator[None]:
-        """Hold a share for a test, the machine if ``alone``; ``keep`` it held after (the next is alone).
-
-        A process at Linux's idle priority (``SCHED_IDLE``: CI's unit tiers on the other interpreters) holds
-        no share: it runs on the cycles no other process wants, beside an ``alone`` test too, which it takes
-        nothing from (it waited for the attacks before, every other core idle)."""
+        """Hold a share for a test, the machine if ``alone``; ``keep`` it held after (the next is alone)."""
         if not alone:
             self.release()
-            if self._idle():
-                yield
-                return
             with machine_share(False, self.folder):
                 yield
             return

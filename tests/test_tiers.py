@@ -121,7 +121,7 @@ def test_alone_tests_in_a_row_take_the_machine_once(tmp_path: Path) -> None:
     """An alone test followed by another keeps the machine between them (no other test can take the gate);
     the last of the row, or a shared test after it, gives it back."""
     gate, room = tmp_path / "gate", tmp_path / "room"
-    shares = Shares(tmp_path, idle=lambda: False)
+    shares = Shares(tmp_path)
     with shares.hold(alone=True, keep=True):
         assert not _free(gate, fcntl.LOCK_EX)
     assert shares.holds_alone
@@ -145,7 +145,7 @@ def test_an_alone_test_runs_ahead_of_the_machines_other_processes(tmp_path: Path
     where the machine allows it, and at its own priority again once the machine is given back."""
     before = os.getpriority(os.PRIO_PROCESS, 0)
     allowed = os.geteuid() == 0
-    shares = Shares(tmp_path, idle=lambda: False)
+    shares = Shares(tmp_path)
     with shares.hold(alone=True, keep=True):
         assert os.getpriority(os.PRIO_PROCESS, 0) == (ALONE_NICENESS if allowed else before)
     with shares.hold(alone=True):  # the row's last: still ahead while it runs
@@ -153,15 +153,3 @@ def test_an_alone_test_runs_ahead_of_the_machines_other_processes(tmp_path: Path
     assert os.getpriority(os.PRIO_PROCESS, 0) == before
     with shares.hold(alone=False):
         assert os.getpriority(os.PRIO_PROCESS, 0) == before
-
-
-def test_a_test_at_idle_priority_holds_no_share(tmp_path: Path) -> None:
-    """A process at Linux's idle priority (CI's unit tiers on the other interpreters) runs its tests without
-    a share: beside an alone test, which it takes no cycle from, and without keeping one from starting."""
-    alone = Shares(tmp_path, idle=lambda: False)
-    idle = Shares(tmp_path, idle=lambda: True)
-    with alone.hold(alone=True), idle.hold(alone=False):
-        assert not idle.holds_alone
-    with idle.hold(alone=False):
-        assert _free(tmp_path / "gate", fcntl.LOCK_EX)
-        assert _free(tmp_path / "room", fcntl.LOCK_EX)

@@ -16,6 +16,8 @@ baseline.
 
 The attacks named ``targets-...`` are on service discovery's ``GET /targets`` (the same HTTP stack, a full
 registry behind basic auth) and scrape that.
+
+``OPEN`` holds the attacks found and not yet held: the driver runs them with the others, the tests do not.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the attacker child imports nothing of the package
+    from rollout_telemetry import RolloutTelemetry
     from rollout_telemetry._serve.discovery import DiscoveryServer, TargetRegistry
     from rollout_telemetry._serve.server import MetricsServer
 
@@ -69,6 +72,7 @@ class Attack:
     scraper_rate: float = 0.0  # bytes a second the scraper reads at (0: as fast as it can)
     in_flight: int = 0  # rollouts in flight on the server (/rollouts lists up to 1,000 of them)
     endpoint: str = "/metrics"  # or "/targets": service discovery's, with a full registry (MAX_TARGETS)
+    at_the_caps: bool = False  # every agent, failure kind and stage the cardinality caps admit, long labels
 
 
 ATTACKS = {
@@ -107,6 +111,18 @@ ATTACKS = {
     "wrong-password-5x128": Attack("wrong-password", 640, auth=True, sources=5, holds=False),
     "targets-slowloris-1000": Attack("slowloris", 1000, auth=True, endpoint="/targets"),
     "targets-readers-64": Attack("targets-reader", 64, auth=True, holds=False, endpoint="/targets"),
+}
+
+OPEN = {
+    # Found and not yet held (issue 41): the driver runs them (--only), tests/slow/test_attacks.py does not.
+    # Non-readers at 600 a second beside a scraper reading at 50 MB/s: 3 of 5 scrapes within 1 s.
+    "non-readers-600/s-2.5MB-50MB/s-reader": Attack(
+        "flood-non-reader-600", 1200, rotate=True, padding_mb=2.5, holds=False, scraper_rate=50 * MB
+    ),
+    # Readers of the largest exposition the cardinality caps allow (256 agents with 64 failure kinds and 64
+    # stages each, every label 128 four-byte characters: 112 MB, over MAX_OUTPUT): a scrape that needs a new
+    # rendering while another reader's write of the last one is in progress gets 503 (4 of 5 within 1 s).
+    "metrics-readers-4-at-the-caps": Attack("metrics-reader", 4, holds=False, at_the_caps=True),
 }
 
 
@@ -168,6 +184,9 @@ BEHAVIOURS = {
     ),
     "flood-non-reader": _Behaviour(
         b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", read_per_second=0, lifetime=12.0, pace=300
+    ),
+    "flood-non-reader-600": _Behaviour(
+        b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", read_per_second=0, lifetime=12.0, pace=600
     ),
     "tls-handshake": _Behaviour(PARTIAL_CLIENT_HELLO),
     "tls-idle": _Behaviour(tls=True),
@@ -458,6 +477,34 @@ class _Padding:
         yield self._family
 
 
+def fill_to_the_caps(telemetry: RolloutTelemetry) -> None:
+    """Record into every agent, failure kind and stage the default cardinality caps admit (256 agents, 64
+    kinds and 64 stages each), each label the longest allowed (128 characters) of four-byte characters, each
+    kind failed, masked and omitted: the largest exposition the caps allow."""
+    import logging
+
+    from rollout_telemetry._contract.labels import MAX_LABEL_LENGTH
+    from rollout_telemetry._store.names import DEFAULT_MAX_AGENTS, DEFAULT_MAX_KINDS_PER_AGENT
+
+    wide = "\U0001d51e"  # four bytes in UTF-8
+    logger = logging.getLogger("rollout_telemetry")
+    level = logger.level
+    logger.setLevel(logging.ERROR)  # each kind and stage is unregistered: 16,384 warnings
+    try:
+        for a in range(DEFAULT_MAX_AGENTS):
+            agent = f"{a:03d}" + wide * (MAX_LABEL_LENGTH - 3)
+            for k in range(DEFAULT_MAX_KINDS_PER_AGENT):
+                kind = f"k{k:02d}_" + wide * (MAX_LABEL_LENGTH - 4)
+                telemetry.record(agent, {"reward": 0.0, "mask_sample": True, "failure_kind": kind})
+                telemetry.record_failure(agent, failure_kind=kind)
+                telemetry.record_omission(agent, failure_kind=kind)
+                with telemetry.rollout(agent, task_index=k, rollout_index=0) as rollout:
+                    rollout.stage(f"s{k:02d}:" + wide * (MAX_LABEL_LENGTH - 4))
+                    rollout.complete({"reward": 1.0})
+    finally:
+        logger.setLevel(level)
+
+
 class _Sampler:
     """A thread that records a rollout every 2 ms (timing each call) and samples RSS (keeping its peak)."""
 
@@ -532,6 +579,8 @@ class Target:
         self.telemetry.record("math", {"reward": 1.0})
         if attack.padding_mb:
             self.telemetry.registry.register(_Padding(attack.padding_mb))  # type: ignore[arg-type]
+        if attack.at_the_caps:
+            fill_to_the_caps(self.telemetry)
         self._stack = ExitStack()
         for i in range(attack.in_flight):
             self._stack.enter_context(self.telemetry.rollout("browser", task_index=i, rollout_index=0))
@@ -720,7 +769,9 @@ def main() -> None:
     one.add_argument("--rotate", action="store_true", help="each connection from another 127/8 address")
     one.add_argument("--sources", type=int, default=0, help="connections spread over 127.0.0.2 and on")
     parser.add_argument("--scrapes", type=int, default=5, help="authorised scrapes during each attack")
-    parser.add_argument("--only", nargs="*", choices=sorted(ATTACKS), help="run only these attacks")
+    parser.add_argument(
+        "--only", nargs="*", choices=sorted({**ATTACKS, **OPEN}), help="run only these (OPEN ones too)"
+    )
     args = parser.parse_args()
     if args.command == "attack":
         attack(args.port, args.kind, args.connections, args.seconds, rotate=args.rotate, sources=args.sources)
@@ -728,8 +779,9 @@ def main() -> None:
     print("attack                       scrapes within 1 s (3.00+ = failed or over 3 s); RSS before ->")
     print("                             peak -> 10 s after; worst record() before -> during the attack")
     with tempfile.TemporaryDirectory() as folder:
-        for name in args.only or list(ATTACKS):
-            print(run_attack(ATTACKS[name], Path(folder), scrapes=args.scrapes).line(name), flush=True)
+        every = {**ATTACKS, **OPEN}
+        for name in args.only or list(every):
+            print(run_attack(every[name], Path(folder), scrapes=args.scrapes).line(name), flush=True)
 
 
 if __name__ == "__main__":

@@ -123,6 +123,9 @@ OPEN = {
     # stages each, every label 128 four-byte characters: 112 MB, over MAX_OUTPUT): a scrape that needs a new
     # rendering while another reader's write of the last one is in progress gets 503 (4 of 5 within 1 s).
     "metrics-readers-4-at-the-caps": Attack("metrics-reader", 4, holds=False, at_the_caps=True),
+    # Readers of /rollouts and of their own name[] filters at once, 10,000 rollouts in flight: every scrape
+    # answers, but record()'s worst call is 30 to 140 ms (the listing and the stage counts walk every slot).
+    "rollouts-and-filtered-readers-50": Attack("mixed-reader", 50, holds=False, in_flight=10_000),
 }
 
 
@@ -191,7 +194,14 @@ BEHAVIOURS = {
     "tls-handshake": _Behaviour(PARTIAL_CLIENT_HELLO),
     "tls-idle": _Behaviour(tls=True),
 }
-REQUESTERS = ("wrong-password", "rollouts-reader", "filtered-reader", "targets-reader", "metrics-reader")
+REQUESTERS = (
+    "wrong-password",
+    "rollouts-reader",
+    "filtered-reader",
+    "mixed-reader",
+    "targets-reader",
+    "metrics-reader",
+)
 KINDS = (*BEHAVIOURS, "tls-request", *REQUESTERS)
 
 
@@ -372,6 +382,8 @@ def _request_of(kind: str, client: int, attempt: int) -> tuple[str, dict[str, st
         return "/metrics", {"Authorization": f"Basic {token}"}
     if kind == "rollouts-reader":
         return "/rollouts?limit=1000", {}
+    if kind == "mixed-reader":  # half the clients read /rollouts, half their own filter
+        return _request_of("rollouts-reader" if client % 2 else "filtered-reader", client, attempt)
     if kind == "metrics-reader":  # the whole exposition, as a second Prometheus would
         return "/metrics", {}
     if kind == "targets-reader":  # with the password, as often as answered: a full /targets each time

@@ -52,10 +52,8 @@ LISTEN_BACKLOG = 4096
 the queue is full the kernel drops a new client's SYN and the client retries after 1 s, then 3 s: with 128,
 under a slowloris of 1,000 reopened connections, 2 of 5 authorised reads of ``/targets`` took over 1 s."""
 ACCEPT_BATCH = 64
-"""Connections accepted from the kernel's queue at each turn of the event loop. At one a turn, with turns
-that also write to hundreds of connections, the queue grew faster than it was served: a scraper waited in it
-0.5 to 1.1 s behind 300 clients a second that never read (``benchmarks/attacks.py``); at 64 a turn, none of
-its scrapes took longer than its reading (0.48 s at 10 MB/s)."""
+"""Connections accepted from the kernel's queue at each turn of the event loop: at one a turn, turns that
+also write to hundreds of connections served the queue slower than it grew (docs/guides/security.md)."""
 HANDSHAKE_TIMEOUT = 2.0
 """Seconds a TLS handshake may take."""
 WRITE_TIMEOUT = 10.0

@@ -737,7 +737,7 @@ def run_attack(
     try:
         for _ in range(3):  # warm: the threads exist and have rendered (a verified scraper: verified)
             target.scrape(path=None if attack.verified else "/healthz")
-        time.sleep(0.25)  # the server has closed the warm scrapes' connections (each closed by its client)
+        time.sleep(1)
         base = (open_descriptors(), threading.active_count())
         record_before, _ = sampler.reset()
         baseline_rss = rss()

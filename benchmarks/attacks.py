@@ -39,7 +39,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -167,6 +167,9 @@ class _Behaviour:
     silent: bool = False  # once the server has said all it will (its end closed), stay: never close
 
 
+_FLOOD = _Behaviour(  # a client that never reads, 300 new ones a second
+    b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", read_per_second=0, lifetime=12.0, pace=300
+)
 BEHAVIOURS = {
     "slowloris": _Behaviour(b"G", b"ET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n" + b"X-Pad: a\r\n" * 1000),
     "idle": _Behaviour(),
@@ -185,12 +188,8 @@ BEHAVIOURS = {
         lifetime=1.0,
         silent=True,
     ),
-    "flood-non-reader": _Behaviour(
-        b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", read_per_second=0, lifetime=12.0, pace=300
-    ),
-    "flood-non-reader-600": _Behaviour(
-        b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", read_per_second=0, lifetime=12.0, pace=600
-    ),
+    "flood-non-reader": _FLOOD,
+    "flood-non-reader-600": replace(_FLOOD, pace=600),
     "tls-handshake": _Behaviour(PARTIAL_CLIENT_HELLO),
     "tls-idle": _Behaviour(tls=True),
 }
@@ -781,9 +780,8 @@ def main() -> None:
     one.add_argument("--rotate", action="store_true", help="each connection from another 127/8 address")
     one.add_argument("--sources", type=int, default=0, help="connections spread over 127.0.0.2 and on")
     parser.add_argument("--scrapes", type=int, default=5, help="authorised scrapes during each attack")
-    parser.add_argument(
-        "--only", nargs="*", choices=sorted({**ATTACKS, **OPEN}), help="run only these (OPEN ones too)"
-    )
+    every = {**ATTACKS, **OPEN}
+    parser.add_argument("--only", nargs="*", choices=sorted(every), help="run only these (OPEN ones too)")
     args = parser.parse_args()
     if args.command == "attack":
         attack(args.port, args.kind, args.connections, args.seconds, rotate=args.rotate, sources=args.sources)
@@ -791,7 +789,6 @@ def main() -> None:
     print("attack                       scrapes within 1 s (3.00+ = failed or over 3 s); RSS before ->")
     print("                             peak -> 10 s after; worst record() before -> during the attack")
     with tempfile.TemporaryDirectory() as folder:
-        every = {**ATTACKS, **OPEN}
         for name in args.only or list(every):
             print(run_attack(every[name], Path(folder), scrapes=args.scrapes).line(name), flush=True)
 

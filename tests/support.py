@@ -108,6 +108,14 @@ def free_port() -> int:
         return port
 
 
+def alive(pid: int) -> bool:
+    """Whether ``pid`` is a process that has not ended (a zombie has ended)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def wait_until(condition: Callable[[], bool], *, timeout: float, what: str) -> None:
     """Poll ``condition`` every 0.1 s until it holds; fail naming ``what`` after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout

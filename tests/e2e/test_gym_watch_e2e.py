@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from rollout_telemetry._sources.gym import PASSED_ON
-from tests.support import stop_process, wait_until
+from tests.support import alive, stop_process, wait_until
 
 PYTHON = sys.executable
 
@@ -92,14 +92,6 @@ FAKE_GYM_WITH_A_SERVER = textwrap.dedent(
 )
 
 
-def _alive(pid: int) -> bool:
-    """Whether ``pid`` is a process that has not ended (a zombie has ended)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 def _gym_with_a_server(tmp_path: Path) -> tuple[list[str], Path]:
     script = tmp_path / "fake_gym.py"
     script.write_text(FAKE_GYM_WITH_A_SERVER)
@@ -127,7 +119,7 @@ def test_no_gym_process_outlives_a_watch_killed_with_sigkill(tmp_path: Path) -> 
         assert len(processes) == 3  # Gym, the guard, Gym's server
         watch.kill()
         watch.wait(timeout=10)
-        wait_until(lambda: not any(_alive(pid) for pid in processes), timeout=10, what="Gym to end")
+        wait_until(lambda: not any(alive(pid) for pid in processes), timeout=10, what="Gym to end")
     finally:
         stop_process(watch, timeout=15)
 
@@ -150,7 +142,7 @@ def test_a_hang_up_of_the_terminal_ends_gym(tmp_path: Path) -> None:
         os.close(controller)  # the hang-up
         controller = -1
         assert watch.wait(timeout=20) == 128 + signal.SIGHUP
-        wait_until(lambda: not any(_alive(pid) for pid in processes), timeout=10, what="Gym to end")
+        wait_until(lambda: not any(alive(pid) for pid in processes), timeout=10, what="Gym to end")
     finally:
         if controller >= 0:
             os.close(controller)

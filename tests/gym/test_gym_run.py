@@ -40,7 +40,7 @@ from tests.gym.oracle import (
     expected_from_files,
     gym_progress_of_the_files,
 )
-from tests.support import samples, stop_process, wait_until
+from tests.support import alive, samples, stop_process, wait_until
 
 # The first test starts Gym's servers (about a minute; two on a loaded machine; once more if Ray's raylet dies
 # at its start, tests/gym/harness.py) and a run takes up to two.
@@ -303,14 +303,6 @@ def test_ctrl_c_stops_gym_and_reports(gym: GymServers, gym_model: FakeModel, wor
     check_report(watch.report(), run, gym_progress=False, gym_finished=False)
 
 
-def _alive(pid: int) -> bool:
-    """Whether ``pid`` is a process that has not ended (a zombie has ended)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 @pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGHUP], ids=["SIGKILL", "SIGHUP"])
 def test_no_gym_process_outlives_its_watch(
     gym: GymServers, gym_model: FakeModel, workdir: Path, signum: signal.Signals
@@ -323,12 +315,13 @@ def test_no_gym_process_outlives_its_watch(
     started = list(descendants(watch.process.pid))  # Gym, what it started, and the guard
     assert watch.gym_pid() in started, started
     assert len(started) >= 2, started  # the guard too
-    servers = list(descendants(gym.process.pid)) if gym.process is not None else []
+    assert gym.process is not None
+    servers = list(descendants(gym.process.pid))
     watch.process.send_signal(signum)
     watch.wait(timeout=60)
     # After SIGKILL the guard gives Gym GRACE seconds to end on SIGTERM before it kills Gym's group.
-    wait_until(lambda: not any(_alive(pid) for pid in started), timeout=GRACE + 15, what="Gym to end")
-    assert all(_alive(pid) for pid in servers)
+    wait_until(lambda: not any(alive(pid) for pid in started), timeout=GRACE + 15, what="Gym to end")
+    assert all(alive(pid) for pid in servers)
 
 
 def _get(url: str) -> str | None:

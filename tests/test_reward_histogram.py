@@ -36,19 +36,20 @@ def test_no_histogram_without_a_declared_range(telemetry: RolloutTelemetry) -> N
 def test_measured_rewards_fill_cumulative_buckets(telemetry: RolloutTelemetry) -> None:
     """Each measured reward counts in the first bucket whose bound is at or above it; masked ones not."""
     telemetry.declare_reward_range("math", reward_range=(0.0, 1.0))
-    rewards = [0.0, 0.0, 0.3, 0.30000000000000004, 0.95, 1.0, 1.0, 1.0, -0.5, 7.0]
+    rewards = [0.0, 0.0, 0.3, 0.30000000000000004, 0.95, 1.0, 1.0, 1.0, 7.0]
     for reward in rewards:
         telemetry.record("math", {"reward": reward})
     telemetry.record("math", {"reward": 0.5, "mask_sample": True})
     telemetry.record("math", {"reward": None})
     buckets = _buckets(telemetry)
-    # By hand: <= 0 holds 0, 0, -0.5; 0.3 holds 0.3 exactly; 0.30000000000000004 goes to 0.4; 0.95 to 1.0.
-    assert buckets["0.0"] == 3
-    assert buckets["0.3"] == 4
-    assert buckets["0.4"] == 5
-    assert buckets["0.9"] == 5
-    assert buckets["1.0"] == 9
-    assert buckets["+Inf"] == 10
+    # By hand: <= 0 holds 0, 0 (a reward below zero: test_a_reward_below_zero_under_a_range_from_zero_...);
+    # 0.3 holds 0.3 exactly; 0.30000000000000004 goes to 0.4; 0.95 to 1.0.
+    assert buckets["0.0"] == 2
+    assert buckets["0.3"] == 3
+    assert buckets["0.4"] == 4
+    assert buckets["0.9"] == 4
+    assert buckets["1.0"] == 8
+    assert buckets["+Inf"] == 9
     text = exposition(telemetry.registry)
     parsed = samples(text)
     count = next(v for (name, labels), v in parsed.items() if name == "rollout_measured_reward_count")
@@ -118,3 +119,25 @@ def test_a_range_below_zero_publishes_buckets_but_no_sum(telemetry: RolloutTelem
     families = {f.name: f for f in openmetrics_parser.text_string_to_metric_families(strict)}  # type: ignore[no-untyped-call]
     code = [s for s in families["rollout_measured_reward"].samples if s.labels["agent"] == "code"]
     assert [s.value for s in code if s.labels["le"] in ("-0.8", "0.6", "+Inf")] == [1, 2, 3]
+
+
+def test_a_reward_below_zero_under_a_range_from_zero_takes_the_sum_away(telemetry: RolloutTelemetry) -> None:
+    """A reward under its declared range [0, 1] (-1): the sum could fall, so neither format carries ``_sum``
+    nor ``_count`` from then on; the reward is in the lowest bucket and the strict parser reads the scrape
+    (it rejected ``_sum`` -1.0)."""
+    telemetry.declare_reward_range("math", reward_range=(0, 1))
+    telemetry.record("math", {"reward": 0.5})
+    assert "rollout_measured_reward_sum" in samples_of(telemetry)
+    telemetry.record("math", {"reward": -1.0})
+    for accept in ("", OPENMETRICS):
+        text = encode(telemetry.registry, accept)[0].decode()
+        assert "rollout_measured_reward_sum{" not in text
+        assert "rollout_measured_reward_count{" not in text
+    strict = encode(telemetry.registry, OPENMETRICS)[0].decode()
+    families = {f.name: f for f in openmetrics_parser.text_string_to_metric_families(strict)}  # type: ignore[no-untyped-call]
+    buckets = {s.labels["le"]: s.value for s in families["rollout_measured_reward"].samples}
+    assert (buckets["0.0"], buckets["0.5"], buckets["+Inf"]) == (1, 2, 2)
+
+
+def samples_of(telemetry: RolloutTelemetry) -> set[str]:
+    return {name for name, _ in samples(exposition(telemetry.registry))}

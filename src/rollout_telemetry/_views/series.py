@@ -363,8 +363,9 @@ REWARD_HISTOGRAM: Family[AccountSnapshot] = Family(
     "per agent with a declared reward range (declare_reward_range), once it has a measured reward",
     "Rewards of measured rollouts (unmasked, with a reward) in ten equal buckets of the agent's declared "
     "reward range, the lowest reward its own bucket: the shape a mean hides (bimodal, collapsing to one "
-    "end). Masked rewards are not measurements and are left out. A range below zero publishes no _sum "
-    "and no _count (OpenMetrics forbids a sum beside negative buckets); the le=+Inf bucket is the count.",
+    "end). Masked rewards are not measurements and are left out. A range below zero, or a reward below "
+    "zero under a range that is not, publishes no _sum and no _count (OpenMetrics forbids a sum that can "
+    "fall); the le=+Inf bucket is the count.",
     _each(lambda a: a.measured_sum if a.reward_bounds is not None and a.measured else None),
 )  # fmt: skip
 
@@ -492,15 +493,17 @@ def reward_buckets(agent: AgentSnapshot) -> list[tuple[str, float]]:
     return _cumulative((*(repr(bound) for bound in bounds), "+Inf"), agent.reward_buckets)
 
 
-def monotonic_sum(bounds: Sequence[float] | None, total: float) -> float | None:
-    """The ``_sum`` of a histogram with these bucket bounds: ``None`` (not published) when one is below zero.
+def monotonic_sum(bounds: Sequence[float] | None, total: float, below_zero: float = 0.0) -> float | None:
+    """The ``_sum`` of a histogram with these bucket bounds: ``None`` (not published) when one is below zero,
+    or when values below zero were observed (``below_zero``: their sum's magnitude; a reward under its
+    declared range, say).
 
-    OpenMetrics 1.0 forbids a sum beside negative buckets: a sum of values below zero can fall, and
-    ``rate()`` reads a fall as a counter reset; a strict parser (prometheus_client's) then rejects the whole
-    scrape. Such a histogram has no ``_count`` either, as prometheus_client writes it: the count is its
-    ``le="+Inf"`` bucket.
+    OpenMetrics 1.0 forbids a sum beside negative buckets, and a negative sum: a sum of values below zero can
+    fall, and ``rate()`` reads a fall as a counter reset; a strict parser (prometheus_client's) then rejects
+    the whole scrape. Such a histogram has no ``_count`` either, as prometheus_client writes it: the count is
+    its ``le="+Inf"`` bucket.
     """
-    return None if bounds and min(bounds) < 0 else total
+    return None if (bounds and min(bounds) < 0) or below_zero else total
 
 
 @dataclass(frozen=True, slots=True)
@@ -551,7 +554,7 @@ HISTOGRAM_VIEWS: tuple[Histogram, ...] = (
         REWARD_HISTOGRAM,
         lambda a: a.reward_bounds is not None and a.measured > 0,
         reward_buckets,
-        lambda a: monotonic_sum(a.reward_bounds, a.measured_sum),
+        lambda a: monotonic_sum(a.reward_bounds, a.measured_sum, a.measured_negative),
         lambda a: a.measured,
     ),
     Histogram(

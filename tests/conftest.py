@@ -21,10 +21,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 from opentelemetry import trace
 
 from rollout_telemetry import RolloutTelemetry
-from tests.support import FakeClock
+from tests.support import DEFAULT_EXAMPLES, INTERPRETERS_PROFILE, FakeClock
 
 TESTS = Path(__file__).parent
 MACHINE = (
@@ -41,6 +42,10 @@ ALL_TIERS = ("unit", *TIERS.values())
 # NeMo Gym command took, docs/development.md).
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 sys.dont_write_bytecode = False
+
+
+# Loaded by ``--hypothesis-profile interpreters`` (.ci/run's unit tier on 3.12 and 3.13): support.examples.
+settings.register_profile(INTERPRETERS_PROFILE, max_examples=DEFAULT_EXAMPLES // 3)
 
 
 def tier_of(path: Path) -> str:

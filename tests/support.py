@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from hypothesis import settings
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
@@ -25,6 +26,19 @@ if TYPE_CHECKING:
     from rollout_telemetry import RolloutTelemetry
 
 Labels = frozenset[tuple[str, str]]
+
+INTERPRETERS_PROFILE = "interpreters"
+"""The Hypothesis profile of CI's unit tier on the other interpreters (``--hypothesis-profile``; registered by
+tests/conftest.py): a third of the random examples (``examples``)."""
+DEFAULT_EXAMPLES = 100
+"""Hypothesis' own ``max_examples``, the default profile's."""
+
+
+def examples(count: int) -> int:
+    """``count`` random examples for a property test under the default profile, in proportion under another:
+    a third (at least one) under ``INTERPRETERS_PROFILE``, where the unit tier proves that the interpreter
+    runs the code; the README's test command proves each property at its full count."""
+    return max(1, round(count * settings().max_examples / DEFAULT_EXAMPLES))  # the active profile's
 
 
 class FakeClock:

@@ -10,12 +10,13 @@ from hypothesis import strategies as st
 from rollout_telemetry import RolloutTelemetry
 from rollout_telemetry._contract.identity import MAX_ROLLOUT_INDEX
 from rollout_telemetry._store.blocks import Blocks
+from tests.support import examples
 
 _TASKS = st.integers(0, 40) | st.integers(0, 2**40)
 _ROLLOUTS = st.integers(0, 80) | st.integers(0, MAX_ROLLOUT_INDEX)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.lists(st.tuples(_TASKS, _ROLLOUTS), max_size=120))
 def test_every_member_is_found_where_it_was_put(members: list[tuple[int, int]]) -> None:
     """Members put in any order, dense or far apart, keep their values through every block's growth;

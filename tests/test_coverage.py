@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from rollout_telemetry import Disposition
 from rollout_telemetry._store.coverage import Coverage
 from rollout_telemetry._views.progress import coverage_metrics
+from tests.support import examples
 
 MEASURED, MASKED, FAILED = Disposition.MEASURED, Disposition.MASKED, Disposition.FAILED
 UNSCORED = Disposition.UNSCORED
@@ -265,7 +266,7 @@ def _check_against_model(coverage: Coverage, steps: list[Step]) -> None:
             assert agent.unknown is None
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(expected=expected, rows=rows, split=st.integers(0, 60))
 def test_coverage_matches_an_independent_account_at_every_moment(
     expected: list[Identity], rows: list[Row], split: int

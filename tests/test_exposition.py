@@ -19,7 +19,7 @@ from rollout_telemetry._contract.outcome import classify
 from rollout_telemetry._store.account import InFlight
 from rollout_telemetry.errors import ConfigError
 from rollout_telemetry.exporters._exposition import encode
-from tests.support import FakeClock
+from tests.support import FakeClock, examples
 
 OPENMETRICS = "application/openmetrics-text; version=1.0.0"
 ENCODERS: dict[str, Callable[[CollectorRegistry], bytes]] = {
@@ -133,7 +133,7 @@ def _sample_lines(text: str) -> int:
 
 # 150 runs of up to 40 steps, each compared in three formats: 57 s in an unloaded CI run
 @pytest.mark.timeout(300)
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(
     const=st.dictionaries(st.sampled_from(("run", "zone", "b", "zz")), _text, max_size=3),
     max_agents=st.sampled_from((3, 100)),

@@ -25,6 +25,7 @@ from rollout_telemetry._cli.main import main
 from rollout_telemetry._sources.follow import RunFiles, RunFollower
 from rollout_telemetry._store.coverage import Coverage
 from rollout_telemetry._views.report import build_report
+from tests.support import examples
 
 GYM = Path(__file__).parent / "fixtures" / "gym"
 FILES = ("run_materialized_inputs.jsonl", "run.jsonl", "run_failures.jsonl")
@@ -116,7 +117,7 @@ def _lines(name: str) -> list[str]:
     return (GYM / name).read_text().splitlines(keepends=True)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), polls=st.integers(1, 30))
 def test_any_interleaving_of_appends_gives_the_same_report(
     tmp_path_factory: pytest.TempPathFactory, seed: int, polls: int

@@ -25,7 +25,7 @@ from rollout_telemetry._cli.simulation import DemoConfig, run_demo
 from rollout_telemetry._sources.follow import RunFiles, RunFollower
 from rollout_telemetry._views.report import build_report
 from rollout_telemetry.errors import ConfigError, OutcomeError
-from tests.support import FakeClock, exposition, samples, value
+from tests.support import FakeClock, examples, exposition, samples, value
 from tests.virtual_loop import idle, run_virtual
 
 AGENTS = ("math", "code")
@@ -99,7 +99,7 @@ def _keys(telemetry: RolloutTelemetry) -> dict[str, float]:
     return keys
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(expected_work, events)
 def test_the_hook_api_and_the_files_fill_one_account(
     expected: dict[str, set[tuple[int, int]]], sequence: list[Event]
@@ -428,7 +428,7 @@ def _recovery_series(telemetry: RolloutTelemetry) -> dict[tuple[str, frozenset[t
     }
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(st.lists(st.tuples(event, STAGE_GIVEN, DELIVERY_GIVEN), max_size=40))
 def test_the_hook_api_and_the_files_agree_on_attempts_exhaustion_and_stages(
     sequence: list[tuple[Event, str | None, str | None]],

@@ -30,6 +30,7 @@ from rollout_telemetry._sources.gym_rows import _DECODER, MAX_FIELD, decode_row,
 from rollout_telemetry._sources.tail import Tail
 from rollout_telemetry._store.coverage import Coverage
 from rollout_telemetry.errors import Rejection
+from tests.support import examples
 
 ROW = {"reward": 1.0, "agent_ref": {"name": "a"}}
 
@@ -227,7 +228,7 @@ _READ = ["reward", "mask_sample", "failure_kind", "failure_reason", "response", 
          "ng_trajectory", "_ng_failure_record", "_ng_omitted", "_ng_rollout_id"]  # fmt: skip
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(
     fields=st.dictionaries(st.sampled_from(_READ), _VALUES, max_size=8),
     usage=st.none() | _VALUES,

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rollout_telemetry import Disposition, RolloutTelemetry, VerifyResponse
-from tests.support import FakeClock
+from tests.support import FakeClock, examples
 
 AGENTS = st.sampled_from(["math", "code", "browser"])
 BAD_AGENTS = st.sampled_from(["", None, 3, b"x", ("t",), ["unhashable"]])
@@ -79,7 +79,7 @@ def _expected(path: str, args: tuple[Any, ...]) -> Disposition:
     return Disposition.UNSCORED if response["reward"] is None else Disposition.MEASURED
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(sequence=st.lists(calls(), max_size=40))
 def test_no_call_raises_and_valid_calls_are_counted_exactly(
     sequence: list[tuple[str, bool, tuple[Any, ...]]],

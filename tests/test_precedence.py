@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from rollout_telemetry import Disposition, RolloutTelemetry
 from rollout_telemetry._contract.outcome import Classified, absent, classify
 from rollout_telemetry._store.coverage import Coverage
+from tests.support import examples
 
 REACHED = (Disposition.MEASURED, Disposition.MASKED, Disposition.UNSCORED)
 
@@ -42,7 +43,7 @@ def _outcome(disposition: Disposition, reward: float) -> Classified:
     return classify({"reward": reward, "mask_sample": disposition is Disposition.MASKED})
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(rows)
 def test_coverage_and_groups_keep_the_same_row(sequence: list[tuple[int, Disposition]]) -> None:
     """Rows of one rollout in any order: coverage's disposition is the model's standing row's, and the

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rollout_telemetry import RolloutTelemetry
-from tests.support import FakeClock
+from tests.support import FakeClock, examples
 
 
 def test_one_good_and_one_judge_masked(telemetry: RolloutTelemetry, clock: FakeClock) -> None:
@@ -167,7 +167,7 @@ def _gym_keys(tally: dict[str, Tally], expected: dict[str, int]) -> dict[str, fl
     return want
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(operations=operations, expected=st.dictionaries(st.sampled_from(["a", "b"]), st.integers(0, 60)))
 def test_progress_keys_follow_gyms_rules_over_random_runs(
     operations: list[tuple[str, str, float]], expected: dict[str, int]

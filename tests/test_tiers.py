@@ -9,8 +9,10 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from tests.conftest import ALONE_NICENESS, TESTS, TIERS, Shares, machine_share, tier_of
+from tests.support import INTERPRETERS_PROFILE, examples
 
 WALL_CLOCK = frozenset(
     {"sleep", "monotonic", "monotonic_ns", "perf_counter", "perf_counter_ns", "time", "time_ns"}
@@ -153,3 +155,42 @@ def test_an_alone_test_runs_ahead_of_the_machines_other_processes(tmp_path: Path
     assert os.getpriority(os.PRIO_PROCESS, 0) == before
     with shares.hold(alone=False):
         assert os.getpriority(os.PRIO_PROCESS, 0) == before
+
+
+def fixed_example_counts(source: str) -> list[str]:
+    """Each ``settings(max_examples=...)`` in ``source`` not given by ``tests.support.examples``, as
+    ``line: count``."""
+    return [
+        f"{keyword.value.lineno}: {ast.unparse(keyword.value)}"
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "settings"
+        for keyword in node.keywords
+        if keyword.arg == "max_examples"
+        and not (
+            isinstance(keyword.value, ast.Call)
+            and isinstance(keyword.value.func, ast.Name)
+            and keyword.value.func.id == "examples"
+        )
+    ]
+
+
+@pytest.mark.parametrize("path", sorted(TESTS.rglob("*.py")), ids=lambda path: str(path.relative_to(TESTS)))
+def test_every_property_test_counts_its_examples_through_the_profile(path: Path) -> None:
+    """A property test's ``max_examples`` is ``examples(n)``: n under the default Hypothesis profile, a third
+    under CI's ``interpreters`` profile, never a fixed count that a profile cannot scale."""
+    assert fixed_example_counts(path.read_text()) == []
+
+
+def test_the_interpreters_profile_takes_a_third_of_the_examples() -> None:
+    """``examples`` follows the active profile: the count given under the default, a third (at least one)
+    under ``interpreters``; and the check above finds a fixed count."""
+    assert fixed_example_counts("@settings(max_examples=300)\ndef f(): ...") == ["1: 300"]
+    assert fixed_example_counts("@settings(max_examples=examples(300))\ndef f(): ...") == []
+    before = settings.get_current_profile_name()
+    try:
+        settings.load_profile("default")
+        assert (examples(300), examples(60)) == (300, 60)
+        settings.load_profile(INTERPRETERS_PROFILE)
+        assert (examples(300), examples(60), examples(1)) == (99, 20, 1)
+    finally:
+        settings.load_profile(before)

@@ -8,8 +8,10 @@ collector would). While the attack runs, an authorised scrape is made every 0.5 
 answered or gave up at 3 s); a scraper "restarted" has not been verified before the attack, and its first
 scrape may take up to 5 s. Per attack: how many scrapes answered within 1 s, the worst latency, this
 process's RSS before the attack, at its peak and 10 s after the attacker stopped, the worst ``record()``
-call before and during the attack, and how long file descriptors and threads took to return to their
-baseline.
+call before and during the attack, the longest pause of this process's garbage collector during it, and how
+long file descriptors and threads took to return to their baseline. What this process held before the
+attack is left out of the collector's full collections (``gc.freeze``), as the exporter's command line does
+at start (``freeze_the_heap``): a test worker's heap from the tests before is not the server's.
 
     .venv/bin/python benchmarks/attacks.py [--scrapes 5] [--only slowloris-8 wrong-password-64]
     .venv/bin/python benchmarks/attacks.py attack slowloris --port 9464 --connections 8 [--seconds 30]
@@ -25,6 +27,7 @@ from __future__ import annotations
 import argparse
 import base64
 import functools
+import gc
 import http.client
 import os
 import selectors
@@ -559,6 +562,7 @@ class Outcome:
     recovered: float | None  # seconds until fds and threads were back to their baseline
     verified_after: float | None = None  # a restarted scraper: seconds until its first 200
     threads_during: int = 0  # threads while the attack held its connections (no thread per connection)
+    gc_pause: float = 0.0  # seconds: the garbage collector's longest pause during the attack
 
     @property
     def held(self) -> int:
@@ -575,8 +579,30 @@ class Outcome:
             f"{name:28} {self.held}/{len(self.latencies)} within 1 s, worst {worst:5.2f} s"
             f"{'+' if worst >= 3 else ' '}{verified}; RSS {before:4.0f} -> peak {peak:4.0f}"
             f" -> {after:4.0f} MB after; record() worst {self.worst_record[0] * 1000:5.1f}"
-            f" -> {self.worst_record[1] * 1000:6.1f} ms; fds/threads back in {back}"
+            f" -> {self.worst_record[1] * 1000:6.1f} ms; GC pause {self.gc_pause * 1000:5.1f} ms;"
+            f" fds/threads back in {back}"
         )
+
+
+class _Pauses:
+    """The garbage collector's longest pause (every thread stops for it) while inside."""
+
+    def __init__(self) -> None:
+        self.longest = 0.0
+        self._began = 0.0
+
+    def _callback(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._began = time.perf_counter()
+        else:
+            self.longest = max(self.longest, time.perf_counter() - self._began)
+
+    def __enter__(self) -> _Pauses:
+        gc.callbacks.append(self._callback)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self._callback)
 
 
 class Target:
@@ -731,8 +757,11 @@ def run_attack(
 ) -> Outcome:
     """Run one attack against a fresh server; ``settle`` seconds after it (or, ``early``, as soon as
     descriptors, threads and RSS are back) measure what it left."""
+    gc.collect()
+    gc.freeze()
     target = Target(attack, folder)
     sampler = _Sampler(lambda: target.telemetry.record("math", {"reward": 1.0}))
+    pauses = _Pauses()
     try:
         for _ in range(3):  # warm: the threads exist and have rendered (a verified scraper: verified)
             target.scrape(path=None if attack.verified else "/healthz")
@@ -742,7 +771,7 @@ def run_attack(
         baseline_rss = rss()
         latencies: list[float | None] = []
         verified_after = None
-        with attacker(target.server.port, attack):
+        with pauses, attacker(target.server.port, attack):
             _take_hold(attack, base[0])
             if not attack.verified:
                 verified_after = _first_success(target, within=5)
@@ -761,10 +790,12 @@ def run_attack(
             recovered,
             verified_after,
             threads_during,
+            pauses.longest,
         )
     finally:
         sampler.stop()
         target.close()
+        gc.unfreeze()
 
 
 def main() -> None:

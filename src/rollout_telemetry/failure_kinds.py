@@ -8,8 +8,8 @@ accepted silently, as are NeMo Gym's failure classes (``GYM_FAILURE_CLASSES``), 
 file carries. Any other unregistered name is logged as a warning once per name and passed through unchanged:
 a kind is never rejected.
 
-This module imports only the standard library, so data tooling can use the vocabulary without pulling in
-prometheus_client, OpenTelemetry or pydantic.
+This module imports only the standard library (and ``_fork``, which does too), so data tooling can use the
+vocabulary without pulling in prometheus_client, OpenTelemetry or pydantic.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import logging
 import re
 from typing import Final
 
-from rollout_telemetry._store import fork as _fork
+from rollout_telemetry import _fork
 
 __all__ = [
     "ADMISSION",

@@ -15,11 +15,11 @@ import logging
 from collections.abc import Callable
 from typing import TypeVar
 
+from rollout_telemetry import _fork
 from rollout_telemetry._contract.failure_where import Where
 from rollout_telemetry._contract.generation import Generation, truncation_cause
 from rollout_telemetry._contract.outcome import Classified, Disposition
 from rollout_telemetry._contract.reward_range import RewardRange, reward_bounds
-from rollout_telemetry._store import fork as _fork
 from rollout_telemetry._store.agent import DURATION_BUCKETS, AgentCopy, AgentState, Cell
 from rollout_telemetry._store.flights import (
     CANCELLED,

@@ -39,9 +39,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from rollout_telemetry import _fork
 from rollout_telemetry._contract.identity import check_identity, rank, supersedes
 from rollout_telemetry._contract.outcome import REACHED_OUTPUT, Disposition
-from rollout_telemetry._store import fork as _fork
 from rollout_telemetry._store.blocks import Blocks
 from rollout_telemetry._store.names import Names
 from rollout_telemetry._store.reads import read_locked

@@ -23,6 +23,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from rollout_telemetry import _fork
 from rollout_telemetry._contract.group_state import (
     CONTAMINABLE,
     DEFAULT_MIN_VALID,
@@ -41,7 +42,6 @@ from rollout_telemetry._contract.reward_range import (
     check_reward_range,
     uniform_at,
 )
-from rollout_telemetry._store import fork as _fork
 from rollout_telemetry._store.blocks import Blocks
 from rollout_telemetry._store.names import Names
 from rollout_telemetry._store.reads import read_locked

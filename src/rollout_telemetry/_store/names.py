@@ -12,9 +12,9 @@ business, so asking twice never counts twice.
 
 from __future__ import annotations
 
+from rollout_telemetry import _fork
 from rollout_telemetry._contract.labels import MAX_LABEL_LENGTH, label_value
 from rollout_telemetry._contract.outcome import Disposition
-from rollout_telemetry._store import fork as _fork
 from rollout_telemetry.errors import ConfigError, OutcomeError
 from rollout_telemetry.failure_kinds import OTHER, STAGES, UNSPECIFIED, KindValidator
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from rollout_telemetry._store import fork as _fork
+from rollout_telemetry import _fork
 from rollout_telemetry.errors import Rejection
 
 __all__ = ["INTERNAL_ERROR", "Rejections"]

@@ -30,7 +30,7 @@ Labels = frozenset[tuple[str, str]]
 INTERPRETERS_PROFILE = "interpreters"
 """The Hypothesis profile of CI's unit tier on the other interpreters (``--hypothesis-profile``; registered by
 tests/conftest.py): a third of the random examples (``examples``)."""
-DEFAULT_EXAMPLES = 100
+DEFAULT_EXAMPLES = settings.get_profile("default").max_examples
 """Hypothesis' own ``max_examples``, the default profile's."""
 
 

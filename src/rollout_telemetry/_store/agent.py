@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rollout_telemetry._contract.outcome import ABSENT, Disposition
-from rollout_telemetry._store.flights import Flights, StageCounts
+from rollout_telemetry._store.flights import Flights, Taken
 from rollout_telemetry._store.observed import Observations, Observed
 from rollout_telemetry._store.recovery import Recovery, RecoverySnapshot
 from rollout_telemetry._store.snapshot import AgentSnapshot
@@ -91,7 +91,7 @@ class AgentState:
 
     def copy(self, now: float, slow_after: float | None) -> AgentCopy:
         """Copy what a snapshot needs at ``now``; called under the account lock."""
-        flights, waits = self.flights.by_stage(now, slow_after), self.flights.waits.copy()
+        flights, waits = self.flights.taken(now, slow_after), self.flights.waits.copy()
         return AgentCopy(
             label=self.label,
             cells=[(d, c.kinds.copy(), c.positive, c.negative, c.unrewarded) for d, c in self.cells.items()],
@@ -110,7 +110,7 @@ class AgentState:
             evaluated=self.evaluated,
             findings=self.findings.copy(),
             recovery=None if self.recovery is None else self.recovery.copy(),
-            offered=len(self.flights.offers),  # after by_stage: the withdrawn offers taken back (reclaim)
+            offered=len(self.flights.offers),  # after taken(): the withdrawn offers taken back (reclaim)
             withdrawn=self.flights.withdrawals,
             admission_wait=waits if waits.count else None,
             cleanup_durations=self.cleanup_durations.copy() if self.cleanup_durations.count else None,
@@ -131,8 +131,8 @@ class AgentCopy:
     cells: list[CellCopy]
     labels: dict[str | int | None, str]
     lifecycle: bool
-    flights: StageCounts
-    """The rollouts whose block has not exited, counted (``Flights.by_stage``)."""
+    flights: Taken
+    """The rollouts whose block has not exited, copied (``Flights.taken``) and counted after the lock."""
     stalls: dict[str, int]
     exemplars: dict[tuple[Disposition, str | None], tuple[str, str]]
     bucket_exemplars: dict[int, tuple[str, str, float]]
@@ -155,7 +155,7 @@ class AgentCopy:
     def snapshot(self) -> AgentSnapshot:
         """Derive the agent's snapshot: totals, sums and counts by label; outside the lock."""
         labels = self.labels
-        flights = self.flights
+        flights = self.flights.counts()
         kinds: dict[Disposition, dict[str, int]] = {}
         totals: dict[Disposition, int] = {}
         unrewarded: dict[Disposition, int] = {}

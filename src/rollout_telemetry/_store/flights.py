@@ -4,7 +4,8 @@ The lifecycle API takes a slot when a rollout's block starts; counting its outco
 makes the rollout ``terminal`` in the same step, and the slot is free again once the block exits
 (``Account.release``). Slots are reused, so starting and finishing allocate nothing. The stall rule (in
 flight longer than its agent's ``stall_after``) and the state of a rollout (``state_of``) are applied here,
-once each. Only touched under the account's lock, but for two thread-safe queues (``collections.deque``)
+once each. Only touched under the account's lock, but for the states seen (which only grow, see ``Taken``)
+and two thread-safe queues (``collections.deque``)
 that spare a rollout two lock round trips: a context offered and not entered yet puts a mark in ``offers``,
 and a block that exits puts its slot in ``exited``; whatever holds the lock next takes the slots back
 (``reclaim``) before it reads or takes one, so no reader ever sees an exited rollout.
@@ -15,7 +16,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Protocol
+from typing import Protocol, cast
 
 from rollout_telemetry._store.observed import FOLD_AT, WAIT_BUCKETS, Observations
 from rollout_telemetry.failure_kinds import ADMISSION, AGENT
@@ -32,6 +33,7 @@ __all__ = [
     "RolloutState",
     "Slot",
     "StageCounts",
+    "Taken",
     "state_of",
 ]
 
@@ -61,9 +63,12 @@ _PUBLISHED = tuple(reversed(RolloutState))  # the order of the published series:
 class Flight(Protocol):
     """What began a rollout in flight (the lifecycle's rollout context): read for ``/rollouts``."""
 
-    task_index: int | None
-    rollout_index: int | None
-    attempt: int | None
+    @property
+    def task_index(self) -> int | None: ...
+    @property
+    def rollout_index(self) -> int | None: ...
+    @property
+    def attempt(self) -> int | None: ...
 
     @property
     def span_ids(self) -> tuple[str, str] | None:
@@ -142,18 +147,19 @@ class Slot:
             self.waiting = None
 
 
-def state_of(slot: Slot, now: float, slow_after: float | None) -> RolloutState:
-    """The state of the rollout in a taken slot: the one place the states' precedence is applied."""
-    flags = slot.flags
+def state_of(
+    flags: int, start: float, flight: Flight | None, now: float, slow_after: float | None
+) -> RolloutState:
+    """The state of a rollout in flight from its slot's flags, start and what began it: the one place the
+    states' precedence is applied."""
     if flags & TERMINAL:
         return _TERMINAL
     if flags & CANCELLED:
         return _CANCELLED
     if flags & STALLED:
         return _STALLED
-    if slow_after is not None and slot.start is not None and now - slot.start > slow_after:
+    if slow_after is not None and now - start > slow_after:
         return _SLOW
-    flight = slot.flight
     if flight is not None and flight.attempt:
         return _RETRYING
     return _ACTIVE
@@ -161,7 +167,7 @@ def state_of(slot: Slot, now: float, slow_after: float | None) -> RolloutState:
 
 @dataclass(frozen=True, slots=True)
 class StageCounts:
-    """What ``Flights.by_stage`` counts: of the rollouts without an outcome, by stage, how many, how many
+    """What ``Taken.counts`` gives: of the rollouts without an outcome, by stage, how many, how many
     stalled and the oldest start; every taken slot by (stage, state); and ``resident`` (every taken slot)
     and ``active`` (without an outcome, not cancelled, past stage ``admission``)."""
 
@@ -262,43 +268,118 @@ class Flights:
             found.append((slot.stage, slot.flight, now - start))
         return found
 
-    def live(
-        self, now: float, slow_after: float | None
-    ) -> list[tuple[float, str, Flight | None, bool, RolloutState, float]]:
-        """(start, stage, what began it, stalled, state, last heartbeat) of each taken slot."""
+    def taken(self, now: float, slow_after: float | None) -> Taken:
+        """Copy the taken slots under the account's lock, a column a field: copies and no rule applied, and a
+        handful of objects for the garbage collector however many rollouts are in flight. ``Taken`` counts
+        them after the lock is released."""
         self.reclaim()
-        return [
-            (s.start, s.stage, s.flight, bool(s.flags & STALLED), state_of(s, now, slow_after), s.beat)
-            for s in self.slots
-            if s.start is not None
-        ]
+        slots = [s for s in self.slots if s.start is not None]
+        return Taken(
+            cast(list[float], [s.start for s in slots]),  # a taken slot has its start
+            [s.stage for s in slots],
+            [s.flags for s in slots],
+            [s.flight for s in slots],
+            [s.beat for s in slots],
+            now=now,
+            slow_after=slow_after,
+            stage_labels=frozenset(self.stage_labels),
+            seen=self.states_seen,
+        )
 
-    def by_stage(self, now: float, slow_after: float | None) -> StageCounts:
-        """The counts of the taken slots at ``now`` (every stage seen: 0; see ``StageCounts``); a state seen
-        for the first time is published from then on (``states_seen``)."""
-        self.reclaim()
+
+class Taken:
+    """One agent's taken slots at ``now`` (the ``i``-th slot's fields at index ``i`` of each column), copied
+    under the account's lock (``Flights.taken``) and counted after it is released: a scrape holds the lock for
+    the copy, never for the walk that applies the rules.
+
+    Two copies are equal when their counts are (``StageCounts``), so a snapshot can reuse what it derived
+    from an equal copy. Counting adds the states seen for the first time to the agent's ``states_seen``
+    (shared with the ``Flights``; it only grows, a set update at a time): they are published from then on.
+    """
+
+    __slots__ = (
+        "_counts",
+        "_seen",
+        "beats",
+        "flags",
+        "flights",
+        "now",
+        "slow_after",
+        "stage_labels",
+        "stages",
+        "starts",
+    )
+
+    def __init__(
+        self,
+        starts: list[float],
+        stages: list[str],
+        flags: list[int],
+        flights: list[Flight | None],
+        beats: list[float],
+        *,
+        now: float,
+        slow_after: float | None,
+        stage_labels: frozenset[str],
+        seen: set[RolloutState],
+    ) -> None:
+        self.starts = starts
+        self.stages = stages
+        self.flags = flags
+        self.flights = flights
+        self.beats = beats  # last heartbeats
+        self.now = now
+        self.slow_after = slow_after
+        self.stage_labels = stage_labels
+        self._seen = seen
+        self._counts: StageCounts | None = None
+
+    def state(self, i: int) -> RolloutState:
+        """The state of the ``i``-th slot at ``now``."""
+        return state_of(self.flags[i], self.starts[i], self.flights[i], self.now, self.slow_after)
+
+    def without_outcome(self) -> int:
+        """How many of the rollouts have no outcome counted (are not ``terminal``)."""
+        return sum(1 for flags in self.flags if not flags & TERMINAL)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Taken) and self.counts() == other.counts()
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def counts(self) -> StageCounts:
+        """The counts of the slots (every stage seen: 0; see ``StageCounts``), made once."""
+        if self._counts is None:
+            self._counts = self._count()
+        return self._counts
+
+    def _count(self) -> StageCounts:
+        now, slow_after = self.now, self.slow_after
         in_flight = dict.fromkeys(self.stage_labels, 0)
         stalled = dict.fromkeys(self.stage_labels, 0)
         oldest: dict[str, float] = {}
-        states: dict[tuple[str, str], int] = {}
-        resident = active = 0
-        for slot in self.slots:
-            start = slot.start
-            if start is not None:
-                resident += 1
-                stage = slot.stage
-                state = state_of(slot, now, slow_after)
-                key = (stage, state.value)
-                states[key] = states.get(key, 0) + 1
-                self.states_seen.add(state)
-                if state is _TERMINAL:
-                    continue
-                active += state is not _CANCELLED and stage != ADMISSION
-                in_flight[stage] = in_flight.get(stage, 0) + 1
-                stalled[stage] = stalled.get(stage, 0) + bool(slot.flags & STALLED)
-                if start < oldest.get(stage, start + 1.0):
-                    oldest[stage] = start
+        states: dict[tuple[str, RolloutState], int] = {}
+        active = 0
+        for start, stage, flags, flight in zip(
+            self.starts, self.stages, self.flags, self.flights, strict=True
+        ):
+            state = state_of(flags, start, flight, now, slow_after)
+            key = (stage, state)
+            states[key] = states.get(key, 0) + 1
+            if state is _TERMINAL:
+                continue
+            active += state is not _CANCELLED and stage != ADMISSION
+            in_flight[stage] = in_flight.get(stage, 0) + 1
+            stalled[stage] = stalled.get(stage, 0) + bool(flags & STALLED)
+            if start < oldest.get(stage, start + 1.0):
+                oldest[stage] = start
+        found = {state for _, state in states}
+        seen = self._seen
+        if not found <= seen:
+            seen |= found  # one C-level update: concurrent counts only ever add
         # Every stage seen by every state seen (active first): 0 when none is there.
-        seen = [state.value for state in _PUBLISHED if state in self.states_seen]
-        states = {(stage, state): states.get((stage, state), 0) for stage in in_flight for state in seen}
-        return StageCounts(in_flight, stalled, oldest, states, resident, active)
+        published = [state for state in _PUBLISHED if state in seen]
+        by_state = {
+            (stage, state.value): states.get((stage, state), 0) for stage in in_flight for state in published
+        }
+        return StageCounts(in_flight, stalled, oldest, by_state, len(self.starts), active)

@@ -179,9 +179,14 @@ def raw_request(port: int, request: bytes, *, source: str = "127.0.0.1") -> tupl
     """
     with socket.create_connection(("127.0.0.1", port), timeout=10, source_address=(source, 0)) as sock:
         sock.sendall(request)
-        reply = b""
-        while chunk := sock.recv(65536):
-            reply += chunk
+        return read_reply(sock)
+
+
+def read_reply(sock: socket.socket) -> tuple[int, dict[str, str], bytes]:
+    """The status, the headers (lower-case names) and the body of the reply on ``sock``, read to its close."""
+    reply = b""
+    while chunk := sock.recv(65536):
+        reply += chunk
     head, _, body = reply.partition(b"\r\n\r\n")
     status_line, *lines = head.decode("latin-1").split("\r\n")
     headers = {name.lower(): value.strip() for name, _, value in (line.partition(":") for line in lines)}

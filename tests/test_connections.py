@@ -274,3 +274,20 @@ def test_a_stalled_write_goes_before_an_idle_connection(sockets: list[socket.soc
     assert connections.admit(_connection(sockets, "127.0.9.9", opened=EVICT_AFTER))
     assert _still_held(connections, held) == set(range(MAX_CONNECTIONS)) - {5}
     assert writer.cut
+
+
+def test_one_body_waits_for_room_at_a_time_and_is_shared_meanwhile() -> None:
+    """A body waiting for room counts as being written (a scrape asking for the same exposition shares it);
+    a second body may wait with it only if it is the same object; once none waits, another may."""
+    connections = Connections()
+    waiting, other = bytes(8), bytes(8)
+    with connections.waiting_for_room(waiting) as first:
+        assert first
+        assert connections.writing(waiting)
+        with connections.waiting_for_room(waiting) as same, connections.waiting_for_room(other) as second:
+            assert (same, second) == (True, False)
+        assert connections.writing(waiting)
+        assert not connections.writing(other)
+    assert not connections.writing(waiting)
+    with connections.waiting_for_room(other) as then:
+        assert then

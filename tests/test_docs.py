@@ -128,6 +128,7 @@ def test_the_security_section_states_each_bound_as_built() -> None:
         f"`READER_BODY`, {connections.READER_BODY // 1024} KiB",
         f"`MAX_READERS`, {connections.MAX_READERS:,}",
         f"`STALLED_BRIEFLY` ({connections.STALLED_BRIEFLY:g} s)",
+        f"`ROOM_WAIT` ({connections.ROOM_WAIT:g} s;",
         f"`STALLED_AFTER`, {connections.STALLED_AFTER:g} s",
     ]
     flat = " ".join((SECURITY + LIFECYCLE).split())  # phrases may wrap across lines; /rollouts is a guide

@@ -6,6 +6,7 @@ import contextlib
 import socket
 import ssl
 import struct
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,11 +23,12 @@ from rollout_telemetry._serve.server import (
     LISTEN_BACKLOG,
     MAX_CONNECTIONS,
     MAX_HEAD,
+    MAX_OUTPUT,
     MAX_PER_SOURCE,
     WRITE_TIMEOUT,
 )
 from rollout_telemetry._serve.serving import bind
-from tests.support import FakeClock, held, raw_request, rss
+from tests.support import FakeClock, held, raw_request, read_reply, rss
 
 MB = 1 << 20
 
@@ -250,6 +252,37 @@ def test_a_full_server_evicts_only_connections_idle_past_evict_after(clock: Fake
     finally:
         for connection in [*oldest_first, *newcomers]:
             connection.close()
+        server.stop()
+
+
+def test_a_body_larger_than_the_cap_waits_for_the_write_in_progress(recorded: RolloutTelemetry) -> None:
+    """A new body that does not fit the output cap while a client is taking another (each larger than the cap,
+    each one of its own) waits for that write to end and is then written whole: no 503, nothing cut."""
+    size = MAX_OUTPUT + 1
+    asked = [threading.Event(), threading.Event()]
+
+    async def larger_than_the_cap(request: Request) -> Response:
+        asked[int(request.path == "/second")].set()
+        return Response(200, (("Content-Type", "text/plain"),), bytes(size))
+
+    listener = bind("127.0.0.1", 0, 1, what="the output cap test")
+    server = HttpServer(listener, larger_than_the_cap, tls=None)
+    port = listener.getsockname()[1]
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as first:
+            first.sendall(b"GET /first HTTP/1.1\r\n\r\n")
+            reply = first.recv(65536)  # its write is in progress
+            assert reply.startswith(b"HTTP/1.1 200 ")
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as second:
+                second.sendall(b"GET /second HTTP/1.1\r\n\r\n")
+                assert asked[1].wait(timeout=10)  # its body is made: it now needs room
+                while chunk := first.recv(1 << 20):
+                    reply += chunk
+                assert reply.endswith(bytes(1024))
+                assert len(reply.partition(b"\r\n\r\n")[2]) == size
+                status, _, body = read_reply(second)
+        assert (status, len(body)) == (200, size)
+    finally:
         server.stop()
 
 

@@ -13,11 +13,12 @@ reads nothing) for ``EVICT_AFTER`` goes before the idle.
 The responses being written share ``MAX_OUTPUT``, counted by the bodies they hold: one rendering written to
 many clients counts once. A new body that would not fit first cuts short the writes stalled longest (no
 byte taken by their client for ``STALLED_AFTER``); a write that progresses, a scrape in progress, is never
-cut, and the newcomer is told to come back (503) instead. A newcomer whose source is a *reader* (its client
-took the whole of a large response before, ``READER_BODY``) may also cut writes of sources that are not,
-stalled for only ``STALLED_BRIEFLY``: clients that never read, arriving faster than their writes stall for
-``STALLED_AFTER``, would otherwise keep the cap full and a scraper out. A source whose write is cut as
-stalled is a reader no more.
+cut: the newcomer waits for room instead, up to ``ROOM_WAIT`` (then it is told to come back, 503). One body
+waits at a time, shared by whoever asks for the same exposition meanwhile. A newcomer whose source is a
+*reader* (its client took the whole of a large response before, ``READER_BODY``) may also cut writes of
+sources that are not, stalled for only ``STALLED_BRIEFLY``: clients that never read, arriving faster than
+their writes stall for ``STALLED_AFTER``, would otherwise keep the cap full and a scraper out. A source
+whose write is cut as stalled is a reader no more.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ __all__ = [
     "MAX_PER_SOURCE",
     "MAX_READERS",
     "READER_BODY",
+    "ROOM_WAIT",
     "STALLED_AFTER",
     "STALLED_BRIEFLY",
     "Connection",
@@ -66,6 +68,9 @@ reader's new body."""
 READER_BODY = 64 * 1024
 """Bytes of a response body a client must take whole for its source to count as a reader: more than a
 health check or a refusal, so a reader has paid for what it asks room for."""
+ROOM_WAIT = 1.0
+"""Seconds a body that does not fit ``MAX_OUTPUT`` waits for writes to end or stall before its client is
+told to come back (503): a scrape that comes while a reader takes a body larger than the cap follows it."""
 MAX_READERS = 4096
 """Reader sources remembered, the latest kept."""
 FAIR_SHARE = MAX_CONNECTIONS // 16
@@ -119,6 +124,8 @@ class Connections:
         self._bodies: dict[int, tuple[int, int]] = {}  # id of a body being written: its size, its writers
         self._output = 0
         self._readers: dict[str, None] = {}  # sources whose client took a large body whole, latest last
+        self._waiting: dict[int, int] = {}  # id of the one body waiting for room: how many wait with it
+        self._freed: set[asyncio.Future[None]] = set()  # woken when a body stops counting (freed)
 
     def __contains__(self, connection: Connection) -> bool:
         """Whether the connection is held (admitted, not yet evicted or released)."""
@@ -258,8 +265,35 @@ class Connections:
         return True
 
     def writing(self, body: bytes) -> bool:
-        """Whether ``body`` (this very object) is being written to a connection."""
-        return id(body) in self._bodies
+        """Whether ``body`` (this very object) is being written to a connection, or waits for room to be."""
+        return id(body) in self._bodies or id(body) in self._waiting
+
+    @contextlib.contextmanager
+    def waiting_for_room(self, body: bytes) -> Iterator[bool]:
+        """While inside, ``body`` waits for room (``writing`` says so: a scrape asking for the same exposition
+        meanwhile shares it); yields False if another body waits already (the caller refuses at once)."""
+        key = id(body)
+        if self._waiting and key not in self._waiting:
+            yield False
+            return
+        self._waiting[key] = self._waiting.get(key, 0) + 1
+        try:
+            yield True
+        finally:
+            if waiters := self._waiting.pop(key) - 1:
+                self._waiting[key] = waiters
+
+    async def freed(self, timeout: float) -> None:
+        """Return once a body being written stops counting against ``MAX_OUTPUT``, or after ``timeout``
+        seconds."""
+        future = asyncio.get_running_loop().create_future()
+        self._freed.add(future)
+        try:
+            await asyncio.wait_for(future, timeout)
+        except TimeoutError:
+            pass
+        finally:
+            self._freed.discard(future)
 
     def end_output(self, connection: Connection, *, taken: bool = False) -> None:
         """The connection's response is written (``taken``: its client took it whole) or abandoned: its body
@@ -280,6 +314,9 @@ class Connections:
             self._bodies[id(body)] = (size, writers - 1)
         else:
             self._output -= size
+            for future in self._freed:
+                if not future.done():
+                    future.set_result(None)
 
 
 _serving: ContextVar[tuple[Connections, Connection] | None] = ContextVar(

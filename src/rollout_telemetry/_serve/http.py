@@ -30,7 +30,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from rollout_telemetry._serve.connections import Connection, Connections, serving, source_of
+from rollout_telemetry._serve.connections import (
+    ROOM_WAIT,
+    STALLED_BRIEFLY,
+    Connection,
+    Connections,
+    serving,
+    source_of,
+)
 from rollout_telemetry._serve.messages import Handler, Request, Response, read_request
 from rollout_telemetry._serve.streams import RECV_SIZE, PlainStream, TlsStream
 from rollout_telemetry._serve.workers import Busy
@@ -233,10 +240,11 @@ class HttpServer:
 
         The body is sent from the response's own bytes (often one rendering shared by many scrapes), never
         copied per connection; it is counted against ``MAX_OUTPUT`` until it is sent. A body that does not
-        fit is not sent: the client is told to come back (503), and no write in progress is cut for it.
+        fit waits for room up to ``ROOM_WAIT``; if there is none by then it is not sent: the client is told
+        to come back (503), and no write in progress is cut for it.
         """
         body = b"" if head_only else response.body
-        if not self._connections.start_output(connection, body, self._clock()):
+        if not await self._room(connection, body):
             response, body = _BUSY, _BUSY.body
             self._connections.start_output(connection, body, self._clock())
         async with asyncio.timeout(WRITE_TIMEOUT):
@@ -248,6 +256,20 @@ class HttpServer:
                 await stream.send(body)
             await stream.finish()
         self._connections.end_output(connection, taken=True)
+
+    async def _room(self, connection: Connection, body: bytes) -> bool:
+        """Count ``body`` against ``MAX_OUTPUT`` for the connection, waiting up to ``ROOM_WAIT`` for writes to
+        end or stall if it does not fit (one body waits at a time); False if it still does not."""
+        connections = self._connections
+        if connections.start_output(connection, body, self._clock()):
+            return True
+        deadline = self._clock() + ROOM_WAIT
+        with connections.waiting_for_room(body) as waits:
+            while waits and (left := deadline - self._clock()) > 0:
+                await connections.freed(min(left, STALLED_BRIEFLY))  # or a write stalled meanwhile
+                if connections.start_output(connection, body, self._clock()):
+                    return True
+        return False
 
 
 _BUSY = Response(

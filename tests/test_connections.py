@@ -291,3 +291,25 @@ def test_one_body_waits_for_room_at_a_time_and_is_shared_meanwhile() -> None:
     assert not connections.writing(waiting)
     with connections.waiting_for_room(other) as then:
         assert then
+
+
+def test_a_reader_is_admitted_in_place_of_a_briefly_stalled_write_of_a_stranger(
+    sockets: list[socket.socket],
+) -> None:
+    """Every slot taken by clients of many addresses that never read, their writes stalled for less than
+    EVICT_AFTER: a newcomer from an address that is a reader takes the slot of the write stalled longest once
+    it has stalled for STALLED_BRIEFLY; a newcomer from any other address is refused."""
+    connections = Connections()
+    _made_a_reader(connections, sockets, "127.0.0.1")
+    floods = [_connection(sockets, f"127.1.{i // 250}.{1 + i % 250}") for i in range(MAX_CONNECTIONS)]
+    for i, flood in enumerate(floods):
+        assert connections.admit(flood)
+        connections.stop_waiting(flood)
+        assert connections.start_output(flood, bytes(8), now=i * 0.0001)
+    now = STALLED_BRIEFLY + MAX_CONNECTIONS * 0.0001
+    assert not connections.admit(_connection(sockets, "127.2.0.1", opened=now))
+    assert not connections.admit(_connection(sockets, "127.0.0.1", opened=STALLED_BRIEFLY / 2))
+    scraper = _connection(sockets, "127.0.0.1", opened=now)
+    assert connections.admit(scraper)
+    assert _still_held(connections, floods) == set(range(1, MAX_CONNECTIONS))  # the one stalled longest
+    assert floods[0].cut

@@ -8,7 +8,9 @@ or waiting for its turn at a password check. A source gives up its own at any ag
 its oldest idle connection past ``EVICT_AFTER``, or else the oldest idle one of the source holding the most
 connections, if that is more than ``FAIR_SHARE``: a few addresses cannot hold every slot, while a client
 whose request is a round trip away is not evicted by a flood from many; a write that has stalled (its client
-reads nothing) for ``EVICT_AFTER`` goes before the idle.
+reads nothing) for ``EVICT_AFTER`` goes before the idle, and for a newcomer from a *reader* (below) so does
+a write of a source that is not one stalled for ``STALLED_BRIEFLY``: clients that never read, arriving faster
+than their writes stall for ``EVICT_AFTER``, would otherwise hold every slot and keep a scraper out.
 
 The responses being written share ``MAX_OUTPUT``, counted by the bodies they hold: one rendering written to
 many clients counts once. A new body that would not fit first cuts short the writes stalled longest (no
@@ -150,7 +152,10 @@ class Connections:
             victim = answered or stalled or next((c for c in mine if c in self._idle), None)
         elif len(self._held) >= MAX_CONNECTIONS:
             victim = (
-                next(iter(self._answered), None) or self._stalled(now, EVICT_AFTER) or self._idle_victim(now)
+                next(iter(self._answered), None)
+                or self._stalled(now, EVICT_AFTER)
+                or self._stalled_for_reader(source, now)
+                or self._idle_victim(now)
             )
         else:
             return True
@@ -184,17 +189,17 @@ class Connections:
         ``STALLED_BRIEFLY``."""
         while self._output + size > MAX_OUTPUT and (victim := self._stalled(now, STALLED_AFTER)):
             self._drop(victim)
-        reader = source in self._readers
-        while (
-            reader
-            and self._output + size > MAX_OUTPUT
-            and (
-                victim := self._stalled(
-                    now, STALLED_BRIEFLY, (c for c in self._writing if c.source not in self._readers)
-                )
-            )
-        ):
+        while self._output + size > MAX_OUTPUT and (victim := self._stalled_for_reader(source, now)):
             self._drop(victim)
+
+    def _stalled_for_reader(self, source: str, now: float) -> Connection | None:
+        """For a newcomer from a reader ``source``: the write stalled longest of a source not a reader, if it
+        has stalled for ``STALLED_BRIEFLY``."""
+        if source not in self._readers or not self._writing:
+            return None
+        return self._stalled(
+            now, STALLED_BRIEFLY, (c for c in self._writing if c.source not in self._readers)
+        )
 
     def stop_waiting(self, connection: Connection) -> None:
         """The connection has its request (or its turn), or will have none: it is busy, not evictable."""

@@ -22,18 +22,20 @@ def gym_model(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeModel]:
 
 
 @pytest.fixture(scope="module")
-def gym(tmp_path_factory: pytest.TempPathFactory, gym_model: FakeModel) -> Iterator[GymServers]:
-    """NeMo Gym's servers (both environments) against the fake model, for the module.
-
-    Without a Python >= 3.12 to make its venv the tests are skipped, except in CI (``CI=true``), where a
-    missing Gym is a failure: they must run there.
-    """
+def venv() -> Path:
+    """NeMo Gym's venv. Without a Python >= 3.12 to make it the tests are skipped, except in CI (``CI=true``),
+    where a missing Gym is a failure: they must run there."""
     try:
-        venv = gym_venv()
+        return gym_venv()
     except GymUnavailable as exc:
         if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
             pytest.fail(f"NeMo Gym is needed in CI: {exc}")
         pytest.skip(f"NeMo Gym cannot be set up here: {exc}")
+
+
+@pytest.fixture(scope="module")
+def gym(tmp_path_factory: pytest.TempPathFactory, venv: Path, gym_model: FakeModel) -> Iterator[GymServers]:
+    """NeMo Gym's servers (both environments) against the fake model, for the module."""
     with GymServers(venv, tmp_path_factory.mktemp("gym"), gym_model) as servers:
         yield servers
 

@@ -143,6 +143,41 @@ class FakeModel:
         self.log.close()
 
 
+def prepare_workdir(workdir: Path, venv: Path) -> None:
+    """Make ``workdir`` a place Gym's servers start from: this project's test environment copied in, and each
+    server's venv a link to the Gym venv."""
+    # Gym looks for a server's venv at <uv_venv_dir, default the cwd>/<type>/<name>/.venv, and for a server's
+    # folder under the cwd before its own install.
+    shutil.copytree(HERE / "servers" / "resources_servers", workdir / "resources_servers", dirs_exist_ok=True)
+    for folder in _SERVER_DIRS:
+        (workdir / folder).mkdir(parents=True, exist_ok=True)
+        link = workdir / folder / ".venv"
+        if not link.exists():
+            link.symlink_to(venv)
+
+
+def gym_environ(venv: Path, ray_folder: str) -> dict[str, str]:
+    """The environment Gym runs in: its venv first on PATH, a Ray folder of its own (``own_ray_folder``)."""
+    path = f"{venv / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"
+    return {**os.environ, "PATH": path, **ray_environment(ray_folder)}
+
+
+def processes_in(ray_folder: str) -> list[int]:
+    """The processes whose environment names ``ray_folder`` as their Ray folder: whatever was started in a
+    ``gym_environ`` with it, the Ray daemons and workers that end reparented to PID 1 among them (Linux
+    ``/proc``; a process that ends meanwhile is passed over)."""
+    marker = f"RAY_TMPDIR={ray_folder}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if marker in (entry / "environ").read_bytes().split(b"\0"):
+                    found.append(int(entry.name))
+            except OSError:
+                pass
+    return found
+
+
 class GymServers:
     """``gym env start`` with both environments against the fake model, in a work directory of its own."""
 
@@ -169,27 +204,14 @@ class GymServers:
         )
 
     def environ(self) -> dict[str, str]:
-        """The environment Gym runs in: its venv first on PATH, a Ray folder of its own (Gym's servers and its
-        client join Gym's Ray, never another test's)."""
-        path = f"{self.venv / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"
-        return {**os.environ, "PATH": path, **ray_environment(self.ray_folder)}
-
-    def _prepare(self) -> None:
-        # Gym looks for a server's venv at <uv_venv_dir, default the cwd>/<type>/<name>/.venv, and for a
-        # server's folder under the cwd before its own install: the test environment is copied here.
-        shutil.copytree(
-            HERE / "servers" / "resources_servers", self.workdir / "resources_servers", dirs_exist_ok=True
-        )
-        for folder in _SERVER_DIRS:
-            (self.workdir / folder).mkdir(parents=True, exist_ok=True)
-            link = self.workdir / folder / ".venv"
-            if not link.exists():
-                link.symlink_to(self.venv)
+        """The environment Gym runs in (``gym_environ``): Gym's servers and its client join Gym's Ray, never
+        another test's."""
+        return gym_environ(self.venv, self.ray_folder)
 
     def __enter__(self) -> GymServers:
         """Start Gym's servers; once more if Gym's Ray did not start (its raylet died waiting for its
         metrics agent's port file in three of this machine's CI runs: the second start has a new Ray)."""
-        self._prepare()
+        prepare_workdir(self.workdir, self.venv)
         failure = self._start()
         if failure is not None and (_RAY_STARTUP_TIMEOUT in failure or RAY_CHECK_FAILED in failure):
             print(f"gym env start: Ray did not start, starting again:\n{failure}", file=sys.stderr)

@@ -139,11 +139,11 @@ def _events(text: str) -> float:
     )
 
 
-def _wait_for_outcomes(watch: Watch, count: int) -> None:
+def _wait_for_outcomes(watch: Watch, count: int, *, timeout: float = 120) -> None:
     """Until the watch has served ``count`` rollout outcomes (Gym is still running then)."""
     wait_until(
         lambda: bool(watch.scrapes) and _events(watch.scrapes[-1][2]) >= count,
-        timeout=120,
+        timeout=timeout,
         what=f"{count} rollouts",
     )
 

@@ -1,0 +1,82 @@
+"""NeMo Gym collecting with servers of its own under the watch: ``gym eval run`` without ``--no-serve`` starts
+its servers and its Ray cluster itself, so ending the watch must end all of them.
+
+A module of its own (not tests/gym/test_gym_run.py's servers): its Gym starts and ends with the test, and
+runs on another worker than that module's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from rollout_telemetry._sources.gym import GRACE
+from tests.gym.harness import (
+    TEST_AGENT,
+    FakeModel,
+    Watch,
+    descendants,
+    gym_environ,
+    prepare_workdir,
+    processes_in,
+)
+from tests.gym.test_gym_run import _wait_for_outcomes
+from tests.support import alive, free_port, own_ray_folder, wait_until
+
+# Gym's servers and its Ray start within the run: about a minute, two or more on a loaded machine.
+pytestmark = pytest.mark.timeout(600)
+
+
+def test_no_process_of_a_serving_gym_outlives_its_watch(
+    venv: Path, gym_model: FakeModel, tmp_path: Path
+) -> None:
+    """The watch of a Gym that serves its own environment, ended mid-run by SIGKILL (no handler of its own
+    runs: its guard stops Gym's group): Gym, its servers and every process of its Ray cluster (the daemons
+    that end reparented to PID 1 among them) end too. A hang-up is passed on by the same code as for a Gym
+    without servers (tests/gym/test_gym_run.py)."""
+    prepare_workdir(tmp_path, venv)
+    gym_model.plan({}, delay=0.2)
+    with own_ray_folder() as ray_folder, contextlib.ExitStack() as cleanup:
+        command = [
+            str(venv / "bin" / "gym"), "eval", "run",
+            "--resources-server", "rt_weather", "--model-type", "openai_model", "--model", "fake",
+            "--model-url", gym_model.url, "--model-api-key", "dummy",
+            # Serving, Gym runs a split of the environment's datasets, never an --input of the user's.
+            "--agent", TEST_AGENT, "--split", "validation", "--output", str(tmp_path / "rollouts.jsonl"),
+            "--num-repeats", "16", "--concurrency", "2",
+            "+skip_venv_if_present=true", f"++head_server.port={free_port()}",
+        ]  # fmt: skip
+        cleanup.callback(_kill_all, ray_folder)  # a failed test leaves nothing running either
+        watch = Watch(command, tmp_path, gym_environ(venv, ray_folder)).start()
+        assert watch.process is not None
+        _wait_for_outcomes(watch, 2, timeout=300)
+        started = set(descendants(watch.process.pid)) | set(processes_in(ray_folder))
+        started.discard(watch.process.pid)
+        commands = {pid: _command(pid) for pid in started}
+        assert any("raylet" in line for line in commands.values()), commands  # Gym started its own Ray
+        assert sum("app.py" in line for line in commands.values()) >= 3, commands  # and its servers
+        watch.process.send_signal(signal.SIGKILL)
+        watch.wait(timeout=60)
+        # After SIGKILL the guard gives Gym GRACE seconds to end on SIGTERM before it kills Gym's group; Ray's
+        # daemons then end on their own once their parent is gone.
+        wait_until(
+            lambda: not processes_in(ray_folder) and not any(alive(pid) for pid in started),
+            timeout=GRACE + 60,
+            what="every process of the serving Gym to end",
+        )
+
+
+def _command(pid: int) -> str:
+    with contextlib.suppress(OSError):
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    return ""
+
+
+def _kill_all(ray_folder: str) -> None:
+    for pid in processes_in(ray_folder):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)

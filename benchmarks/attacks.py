@@ -18,8 +18,6 @@ at start (``freeze_the_heap``): a test worker's heap from the tests before is no
 
 The attacks named ``targets-...`` are on service discovery's ``GET /targets`` (the same HTTP stack, a full
 registry behind basic auth) and scrape that.
-
-``OPEN`` holds the attacks found and not yet held: the driver runs them with the others, the tests do not.
 """
 
 from __future__ import annotations
@@ -107,6 +105,15 @@ ATTACKS = {
         "flood-non-reader", 600, rotate=True, padding_mb=5, holds=False, scraper_rate=10 * MB
     ),
     "metrics-readers-4-40MB": Attack("metrics-reader", 4, padding_mb=40, holds=False),
+    # Non-readers at 600 a second beside a scraper reading at 50 MB/s: every slot held by a write stalled for
+    # less than EVICT_AFTER, a reader takes the slot of one stalled for STALLED_BRIEFLY.
+    "non-readers-600/s-2.5MB-50MB/s-reader": Attack(
+        "flood-non-reader-600", 1200, rotate=True, padding_mb=2.5, holds=False, scraper_rate=50 * MB
+    ),
+    # Readers of the largest exposition the cardinality caps allow (256 agents with 64 failure kinds and 64
+    # stages each, every label 128 four-byte characters: 112 MB, over MAX_OUTPUT): a scrape that needs a new
+    # rendering while another reader's write of the last one is in progress waits for room (ROOM_WAIT).
+    "metrics-readers-4-at-the-caps": Attack("metrics-reader", 4, holds=False, at_the_caps=True),
     # Service discovery (9): a thread per connection under a slowloris, /targets built for every reader.
     # Five addresses together hold more than every slot: answered and lingering, or waiting for a password
     # check's turn.
@@ -115,18 +122,6 @@ ATTACKS = {
     "wrong-password-5x128": Attack("wrong-password", 640, auth=True, sources=5, holds=False),
     "targets-slowloris-1000": Attack("slowloris", 1000, auth=True, endpoint="/targets"),
     "targets-readers-64": Attack("targets-reader", 64, auth=True, holds=False, endpoint="/targets"),
-}
-
-OPEN = {
-    # Found and not yet held (issue 41): the driver runs them (--only), tests/slow/test_attacks.py does not.
-    # Non-readers at 600 a second beside a scraper reading at 50 MB/s: 3 of 5 scrapes within 1 s.
-    "non-readers-600/s-2.5MB-50MB/s-reader": Attack(
-        "flood-non-reader-600", 1200, rotate=True, padding_mb=2.5, holds=False, scraper_rate=50 * MB
-    ),
-    # Readers of the largest exposition the cardinality caps allow (256 agents with 64 failure kinds and 64
-    # stages each, every label 128 four-byte characters: 112 MB, over MAX_OUTPUT): a scrape that needs a new
-    # rendering while another reader's write of the last one is in progress gets 503 (4 of 5 within 1 s).
-    "metrics-readers-4-at-the-caps": Attack("metrics-reader", 4, holds=False, at_the_caps=True),
 }
 
 
@@ -809,8 +804,7 @@ def main() -> None:
     one.add_argument("--rotate", action="store_true", help="each connection from another 127/8 address")
     one.add_argument("--sources", type=int, default=0, help="connections spread over 127.0.0.2 and on")
     parser.add_argument("--scrapes", type=int, default=5, help="authorised scrapes during each attack")
-    every = {**ATTACKS, **OPEN}
-    parser.add_argument("--only", nargs="*", choices=sorted(every), help="run only these (OPEN ones too)")
+    parser.add_argument("--only", nargs="*", choices=sorted(ATTACKS), help="run only these")
     args = parser.parse_args()
     if args.command == "attack":
         attack(args.port, args.kind, args.connections, args.seconds, rotate=args.rotate, sources=args.sources)
@@ -818,8 +812,8 @@ def main() -> None:
     print("attack                       scrapes within 1 s (3.00+ = failed or over 3 s); RSS before ->")
     print("                             peak -> 10 s after; worst record() before -> during the attack")
     with tempfile.TemporaryDirectory() as folder:
-        for name in args.only or list(every):
-            print(run_attack(every[name], Path(folder), scrapes=args.scrapes).line(name), flush=True)
+        for name in args.only or list(ATTACKS):
+            print(run_attack(ATTACKS[name], Path(folder), scrapes=args.scrapes).line(name), flush=True)
 
 
 if __name__ == "__main__":

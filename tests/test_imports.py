@@ -21,7 +21,7 @@ NOT_FOR_HELP = (
     "asyncio",
     "prometheus_client",
     "rollout_telemetry._cli.simulation",
-    "rollout_telemetry._recording.telemetry",
+    "rollout_telemetry._facade.telemetry",
     "rollout_telemetry._serve",
     "rollout_telemetry._sources",
 )

@@ -22,7 +22,7 @@ from rollout_telemetry._cli.top_sources import (
     parse_metrics,
     parse_rollouts,
 )
-from rollout_telemetry._recording.telemetry import RolloutTelemetry
+from rollout_telemetry._facade.telemetry import RolloutTelemetry
 from rollout_telemetry._serve.server import BasicAuth, TLSConfig, hash_password
 from rollout_telemetry._sources.follow import RunFiles, RunFollower
 from tests.support import FakeClock, exposition, free_port

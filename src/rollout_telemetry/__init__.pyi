@@ -6,8 +6,8 @@ The public API, written once: ``__init__.py`` loads each name from here on first
 
 from ._contract.outcome import Disposition, Outcome, outcome_of
 from ._contract.verify_response import VerifyResponse
+from ._facade.telemetry import RolloutTelemetry
 from ._recording.lifecycle import RolloutContext
-from ._recording.telemetry import RolloutTelemetry
 from ._serve.credentials import BasicAuth, hash_password
 from ._serve.server import MetricsServer, TLSConfig
 from ._store.snapshot import AccountSnapshot, AgentSnapshot

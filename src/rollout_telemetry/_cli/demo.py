@@ -131,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
 
     from rollout_telemetry._cli.process import freeze_the_heap, install_sigterm, interrupt_on_sigterm
     from rollout_telemetry._cli.simulation import DemoConfig, run_demo, summary_lines
-    from rollout_telemetry._recording.telemetry import RolloutTelemetry
+    from rollout_telemetry._facade.telemetry import RolloutTelemetry
 
     config = DemoConfig(
         agents=tuple(a.strip() for a in args.agents.split(",") if a.strip()),

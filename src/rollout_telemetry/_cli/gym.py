@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     """Run Gym's command to its end while serving its rollouts; print the report; return Gym's exit status."""
     from rollout_telemetry._cli.process import interrupt_on_sigterm
     from rollout_telemetry._cli.report import print_report
-    from rollout_telemetry._recording.telemetry import RolloutTelemetry
+    from rollout_telemetry._facade.telemetry import RolloutTelemetry
     from rollout_telemetry._sources.gym import GymCommand, GymProcess, describe_status
 
     command = GymCommand.parse(args.gym_command)  # every input checked before anything starts

@@ -16,7 +16,7 @@ from rollout_telemetry._cli.args import at_least_one, port, readable_file
 from rollout_telemetry.errors import ConfigError
 
 if TYPE_CHECKING:  # what the options make is imported when it is made: --help and a wrong flag need none
-    from rollout_telemetry._recording.telemetry import RolloutTelemetry
+    from rollout_telemetry._facade.telemetry import RolloutTelemetry
     from rollout_telemetry._serve.credentials import BasicAuth
     from rollout_telemetry._serve.server import MetricsServer, TLSConfig
     from rollout_telemetry._sources.follow import RunFollower

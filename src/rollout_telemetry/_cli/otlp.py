@@ -18,7 +18,7 @@ from rollout_telemetry._cli.args import url
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
 
-    from rollout_telemetry._recording.telemetry import RolloutTelemetry
+    from rollout_telemetry._facade.telemetry import RolloutTelemetry
     from rollout_telemetry.exporters.otel import OTLPExport
 
 __all__ = ["FLUSH_SECONDS", "OTLP", "add_otlp_option", "otlp_export"]

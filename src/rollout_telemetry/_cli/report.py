@@ -16,7 +16,7 @@ from rollout_telemetry._cli.args import OneLineParser
 from rollout_telemetry.errors import ConfigError, RolloutTelemetryError
 
 if TYPE_CHECKING:
-    from rollout_telemetry._recording.telemetry import RolloutTelemetry
+    from rollout_telemetry._facade.telemetry import RolloutTelemetry
     from rollout_telemetry._sources.follow import RunFollower
 
 __all__ = ["NAME", "add_parser", "main_files", "print_report", "run", "show_report"]
@@ -119,7 +119,7 @@ def _read(args: argparse.Namespace, path: Path) -> dict[str, Any] | None:
     Raises:
         ConfigError: the file is missing, not a run's main output, or not JSON Lines.
     """
-    from rollout_telemetry._recording.telemetry import RolloutTelemetry
+    from rollout_telemetry._facade.telemetry import RolloutTelemetry
     from rollout_telemetry._sources.file_kind import check_main_file
 
     check_main_file(path)

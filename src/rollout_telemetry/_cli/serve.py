@@ -44,7 +44,7 @@ def add_parser(commands: argparse._SubParsersAction[OneLineParser]) -> None:
 def run(args: argparse.Namespace) -> int:
     """Serve the run's counters and coverage until Ctrl-C/SIGTERM; then say how many outcomes were read."""
     from rollout_telemetry._cli.process import freeze_the_heap, install_sigterm
-    from rollout_telemetry._recording.telemetry import RolloutTelemetry
+    from rollout_telemetry._facade.telemetry import RolloutTelemetry
     from rollout_telemetry._sources.file_kind import check_main_file
 
     if (args.path is None) == (args.follow is None):

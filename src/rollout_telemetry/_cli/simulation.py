@@ -66,8 +66,8 @@ from rollout_telemetry._cli.scenarios import (
     SIGNAL_SCENARIOS,
     Scenario,
 )
+from rollout_telemetry._facade.telemetry import RolloutTelemetry
 from rollout_telemetry._recording.lifecycle import RolloutContext
-from rollout_telemetry._recording.telemetry import RolloutTelemetry
 from rollout_telemetry._store.coverage import DEFAULT_MAX_ATTEMPTS
 from rollout_telemetry.errors import ConfigError
 

@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
         Source,
     )
     from rollout_telemetry._cli.top_terminal import run_top
-    from rollout_telemetry._recording.telemetry import RolloutTelemetry
+    from rollout_telemetry._facade.telemetry import RolloutTelemetry
     from rollout_telemetry._sources.file_kind import check_main_file
 
     sources: list[Source] = []

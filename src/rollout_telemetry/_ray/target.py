@@ -17,7 +17,7 @@ from rollout_telemetry.errors import RefusalReason, TargetRefused
 
 if TYPE_CHECKING:
     from rollout_telemetry import BasicAuth, MetricsServer, TLSConfig
-    from rollout_telemetry._recording.telemetry import RolloutTelemetry
+    from rollout_telemetry._facade.telemetry import RolloutTelemetry
 
 __all__ = ["RayTarget", "serve_on_ray"]
 

@@ -1,1 +1,2 @@
-"""The recording facade users hold (RolloutTelemetry), the rollout lifecycle, and spans."""
+"""What recording a rollout takes beside the account: its lifecycle, spans, stalls, output writes, the runtime
+sampler and the rollout log."""

@@ -26,12 +26,12 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 from rollout_telemetry._contract.failure_where import Where
 from rollout_telemetry._contract.health import findings
 from rollout_telemetry._contract.outcome import Classified, classify
 from rollout_telemetry._recording.spans import Attributes, recovery_attributes
-from rollout_telemetry._recording.telemetry import RolloutTelemetry
 from rollout_telemetry._sources.gym_rows import (
     NO_RESULT_CLASSES,
     Row,
@@ -50,6 +50,9 @@ from rollout_telemetry._sources.run_files import RunFiles
 from rollout_telemetry._sources.tail import MAX_LINE, Tail
 from rollout_telemetry._store.coverage import DEFAULT_MAX_ATTEMPTS
 from rollout_telemetry.errors import Rejection
+
+if TYPE_CHECKING:  # the facade hands itself to the follower: it sits above the sources
+    from rollout_telemetry._facade.telemetry import RolloutTelemetry
 
 __all__ = ["MAX_LINE", "NO_RESULT_CLASSES", "RunFiles", "RunFollower"]
 

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.metrics import MeterProvider as SDKMeterProvider
     from opentelemetry.sdk.trace import TracerProvider as SDKTracerProvider
 
-    from rollout_telemetry._recording.telemetry import RolloutTelemetry
+    from rollout_telemetry._facade.telemetry import RolloutTelemetry
 
 __all__ = ["OTLPExport", "SpanExportStats", "instrument_meter", "otlp_providers"]
 

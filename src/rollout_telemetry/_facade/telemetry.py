@@ -25,10 +25,10 @@ from rollout_telemetry._contract.outcome import (
     check_outcome,
     classify,
 )
-from rollout_telemetry._recording.expected import ExpectedWork
+from rollout_telemetry._facade.expected import ExpectedWork
+from rollout_telemetry._facade.reading import Reading
 from rollout_telemetry._recording.lifecycle import Cleanup, OfferedContext, RolloutContext, Shared
 from rollout_telemetry._recording.output import OutputWrite
-from rollout_telemetry._recording.reading import Reading
 from rollout_telemetry._recording.rollout_log import INFO, ROLLOUTS, log_outcome
 from rollout_telemetry._recording.runtime import (
     DEFAULT_LAG_INTERVAL,

@@ -1,0 +1,1 @@
+"""The object users hold (RolloutTelemetry): it composes the layers below, none of which reaches up to it."""

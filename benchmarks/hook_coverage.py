@@ -5,8 +5,8 @@ identities are new: a repeated identity would be a duplicate, refused):
 
 - ``plain``: ``record(agent, row)``, no identity (the common call), timed twice for the A/A ratio (the noise);
 - ``identity``: ``record(agent, row, task, rollout)`` with no expected work declared (groups only, if sized);
-- ``coverage``: the same once ``expect_tasks`` declared the run's work, so each outcome is also weighed in the
-  coverage account and its group;
+- ``coverage``: the same once ``expect(tasks=...)`` declared the run's work, so each outcome is also weighed
+  in the coverage account and its group;
 - ``coverage+attempt``: as ``coverage``, with ``attempt=0`` given.
 
 Every statement draws its identity from the same iterator, so the drawing costs the same in each. Ratios are
@@ -43,7 +43,7 @@ def _names(statement: str, calls: int) -> dict[str, object]:
     """A fresh telemetry for one timing, its expected work declared (untimed) when the statement needs it."""
     telemetry = RolloutTelemetry(run="bench")
     if statement.startswith("coverage"):
-        telemetry.expect_tasks("math_agent", tasks=calls // GROUP + 1, rollouts_per_task=GROUP)
+        telemetry.expect("math_agent", tasks=calls // GROUP + 1, rollouts_per_task=GROUP)
     ids = iter([(number // GROUP, number % GROUP) for number in range(calls)])
     return {"record": telemetry.record, "ids": ids, **ROWS}
 

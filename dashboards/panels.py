@@ -209,7 +209,7 @@ COVERAGE_GAUGES: tuple[CoverageGauge, ...] = (
 DONE = 'disposition!="unknown"'
 """Every disposition but unknown: the rollouts seen."""
 NOT_FOLLOWED = (
-    "No coverage: follow the run's files (serve --follow) or declare its expected work (expect_tasks)"
+    "No coverage: follow the run's files (serve --follow) or declare its expected work (expect(tasks=...))"
 )
 DISPOSITION_COLORS = (
     ("measured", "green"),
@@ -554,7 +554,7 @@ WHY = Row(
     ),
 )
 
-NO_RANGE = "No reward range declared: declare_reward_range turns the histogram on"
+NO_RANGE = "No reward range declared: expect(reward_range=...) turns the histogram on"
 QUANTILES = (0.1, 0.5, 0.9)
 
 
@@ -591,7 +591,8 @@ SIGNAL = Row(
             "Uniform groups: too hard, too easy",
             "Share (0-1) of completed groups uniform at the lowest reward of the agent's declared range "
             "(too hard: RolloutGroupsTooHard) and at the highest (too easy: RolloutGroupsTooEasy), each "
-            f"firing above {UNIFORM_END_HIGH:g}. The range is [0, 1] unless declared (declare_reward_range).",
+            f"firing above {UNIFORM_END_HIGH:g}. The range is [0, 1] unless declared "
+            "(expect(reward_range=...)).",
             "percentunit",
             (
                 Query(uniform_share(AGENTS, "lowest"), "{{agent}} too hard"),

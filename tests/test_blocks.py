@@ -42,7 +42,7 @@ def test_a_large_rollout_index_costs_no_more_than_a_small_one() -> None:
     few kilobytes, not by the index (a block as large as the index was 42 MB here)."""
     telemetry = RolloutTelemetry()
     telemetry.cover()
-    telemetry.declare_groups("math", group_size=4)
+    telemetry.expect("math", group_size=4)
     telemetry.record("math", {"reward": 1.0}, task_index=0, rollout_index=0)
     tracemalloc.start()
     try:
@@ -62,7 +62,7 @@ def test_a_dense_run_stays_in_blocks() -> None:
     what their slots do (12 bytes each in the coverage account, 16 in the groups), not a dict entry each."""
     telemetry = RolloutTelemetry()
     telemetry.cover()
-    telemetry.declare_groups("math", group_size=256)
+    telemetry.expect("math", group_size=256)
     tracemalloc.start()
     try:
         for task in range(64):

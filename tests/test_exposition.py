@@ -112,7 +112,7 @@ class _Run:
                 self.compare()
             case ("declare", str(agent), (float(lowest), float(highest))):
                 with suppress(ConfigError):  # refused once measured under another range
-                    telemetry.declare_reward_range(agent, reward_range=(lowest, highest))
+                    telemetry.expect(agent, reward_range=(lowest, highest))
 
     def compare(self) -> None:
         registry = self.telemetry.registry

@@ -50,7 +50,7 @@ def test_min_valid_per_group_moves_the_insufficient_line() -> None:
 
 def test_every_state_through_the_facade(telemetry: RolloutTelemetry) -> None:
     """Members recorded with record(), record_failure() and the lifecycle form groups of the declared size."""
-    telemetry.declare_groups("math", group_size=2)
+    telemetry.expect("math", group_size=2)
     telemetry.record("math", {"reward": 1.0}, task_index=0, rollout_index=0)
     telemetry.record("math", {"reward": 0.0}, task_index=0, rollout_index=1)  # valid
     telemetry.record("math", {"reward": 1.0}, task_index=1, rollout_index=0)
@@ -79,7 +79,7 @@ def test_every_state_through_the_facade(telemetry: RolloutTelemetry) -> None:
 def test_degraded_needs_enough_valid_members_that_differ() -> None:
     """Three valid members of four, rewards differing, one failed: degraded."""
     telemetry = RolloutTelemetry()
-    telemetry.expect("code", 8, group_size=4)
+    telemetry.expect("code", rollouts=8, group_size=4)
     for index, reward in enumerate((1.0, 0.0, 0.5)):
         telemetry.record("code", {"reward": reward}, task_index=7, rollout_index=index)
     telemetry.record_failure("code", "transport_timeout", task_index=7, rollout_index=3)
@@ -89,7 +89,7 @@ def test_degraded_needs_enough_valid_members_that_differ() -> None:
 def test_groups_appear_only_once_one_completes(telemetry: RolloutTelemetry) -> None:
     """No family before a group completes, and none for agents without a group size."""
     telemetry.record("math", {"reward": 1.0}, task_index=0, rollout_index=0)
-    telemetry.declare_groups("math", group_size=2)
+    telemetry.expect("math", group_size=2)
     telemetry.record("math", {"reward": 1.0}, task_index=1, rollout_index=0)
     assert "rollout_groups_total" not in sample_names(exposition(telemetry.registry))
     assert telemetry.groups.snapshot().agents == ()
@@ -97,7 +97,7 @@ def test_groups_appear_only_once_one_completes(telemetry: RolloutTelemetry) -> N
 
 def test_a_retried_member_replaces_its_earlier_attempt(telemetry: RolloutTelemetry) -> None:
     """A failed member retried before its group completes is replaced: the group is judged on the retry."""
-    telemetry.declare_groups("math", group_size=3)
+    telemetry.expect("math", group_size=3)
     telemetry.record_failure("math", "session_lost", task_index=0, rollout_index=0)
     telemetry.record("math", {"reward": 1.0}, task_index=0, rollout_index=0)  # the retry
     telemetry.record("math", {"reward": 0.0}, task_index=0, rollout_index=1)
@@ -109,7 +109,7 @@ def test_a_retried_member_replaces_its_earlier_attempt(telemetry: RolloutTelemet
 
 def test_a_group_never_completes_twice(telemetry: RolloutTelemetry) -> None:
     """A retry arriving after its group completed changes nothing; the outcome itself is still counted."""
-    telemetry.declare_groups("math", group_size=2)
+    telemetry.expect("math", group_size=2)
     telemetry.record("math", {"reward": 1.0}, task_index=0, rollout_index=0)
     telemetry.record_failure("math", "session_lost", task_index=0, rollout_index=1)
     telemetry.record("math", {"reward": 0.0}, task_index=0, rollout_index=1)  # late retry
@@ -124,7 +124,7 @@ def test_a_group_never_completes_twice(telemetry: RolloutTelemetry) -> None:
 def test_only_an_outcome_that_would_change_a_classified_group_is_late(telemetry: RolloutTelemetry) -> None:
     """After a group completes: an older attempt, or a newer one with the same disposition, changes nothing
     the group counts; a newer attempt that turns a failed member valid is late."""
-    telemetry.declare_groups("math", group_size=2)
+    telemetry.expect("math", group_size=2)
     telemetry.record("math", {"reward": 1.0}, task_index=0, rollout_index=0, attempt=1)
     telemetry.record_failure("math", "session_lost", task_index=0, rollout_index=1, attempt=0)
     assert "rollout_groups_late_outcomes_total" not in sample_names(exposition(telemetry.registry))
@@ -140,7 +140,7 @@ def test_deferred_groups_are_classified_from_their_final_outcomes() -> None:
     """Inside deferred(), a group whose member is retried after the others arrived is judged on the retry;
     a group still short of members stays open; a new run classifies the groups of the run that ended."""
     telemetry = RolloutTelemetry()
-    telemetry.declare_groups("math", group_size=2)
+    telemetry.expect("math", group_size=2)
     with telemetry.groups.deferred():
         telemetry.record("math", {"reward": 1.0}, task_index=0, rollout_index=0)
         telemetry.record_failure("math", "session_lost", task_index=0, rollout_index=1)
@@ -159,7 +159,7 @@ def test_deferred_groups_are_classified_from_their_final_outcomes() -> None:
 
 def test_bad_identity_is_rejected_and_the_outcome_still_counted(telemetry: RolloutTelemetry) -> None:
     """A task index that is not an integer >= 0 is rejected by field; the rollout is counted, in no group."""
-    telemetry.declare_groups("math", group_size=1)
+    telemetry.expect("math", group_size=1)
     telemetry.record("math", {"reward": 1.0}, task_index=-1, rollout_index=0)
     telemetry.record("math", {"reward": 1.0}, task_index=0, rollout_index="0")  # type: ignore[arg-type]
     text = exposition(telemetry.registry)
@@ -172,7 +172,7 @@ def test_bad_identity_is_rejected_and_the_outcome_still_counted(telemetry: Rollo
 def test_bad_group_size_is_refused(telemetry: RolloutTelemetry) -> None:
     """A group size must be an integer >= 1."""
     with pytest.raises(ValueError, match="group_size"):
-        telemetry.declare_groups("math", group_size=0)
+        telemetry.expect("math", group_size=0)
 
 
 def test_follow_mode_sizes_groups_from_the_materialized_inputs(
@@ -214,7 +214,7 @@ def test_follow_mode_sizes_groups_from_the_materialized_inputs(
 
 def test_an_earlier_attempt_arriving_late_does_not_replace_a_newer_one(telemetry: RolloutTelemetry) -> None:
     """Attempt 1 succeeded; the failure row of attempt 0 read after it leaves the member measured."""
-    telemetry.declare_groups("math", group_size=2)
+    telemetry.expect("math", group_size=2)
     telemetry.record_classified("math", classify({"reward": 1.0}), (0, 0), attempt=1)
     telemetry.record_classified("math", absent(Disposition.FAILED, "session_lost"), (0, 0), attempt=0)
     telemetry.record("math", {"reward": 0.0}, task_index=0, rollout_index=1)
@@ -261,7 +261,7 @@ def test_contaminated(rewards: list[float | None], expected: bool) -> None:
 
 def test_baselines_and_uniform_directions_through_the_facade(telemetry: RolloutTelemetry) -> None:
     """Six groups of three: contaminated ones by state, uniform ones by direction, members by disposition."""
-    telemetry.declare_groups("math", group_size=3)
+    telemetry.expect("math", group_size=3)
     groups: list[list[float | str]] = [
         [1.0, 0.0, "failed"],  # degraded, contaminated
         [1.0, 1.0, "masked"],  # uniform at the highest, contaminated
@@ -302,7 +302,7 @@ def test_baselines_and_uniform_directions_through_the_facade(telemetry: RolloutT
 
 def test_a_retried_member_leaves_no_contamination(telemetry: RolloutTelemetry) -> None:
     """A failure retried into a success before its group completes: a clean group, no new family at all."""
-    telemetry.declare_groups("math", group_size=2)
+    telemetry.expect("math", group_size=2)
     telemetry.record_failure("math", "session_lost", task_index=0, rollout_index=0)
     telemetry.record("math", {"reward": 1.0}, task_index=0, rollout_index=0)  # the retry
     telemetry.record("math", {"reward": 0.0}, task_index=0, rollout_index=1)
@@ -317,7 +317,7 @@ def test_a_retried_member_leaves_no_contamination(telemetry: RolloutTelemetry) -
 
 def test_a_retry_that_fails_again_counts_its_newest_attempt(telemetry: RolloutTelemetry) -> None:
     """Attempt 0 measured, attempt 1 failed: the member stands as failed, the baseline contaminated."""
-    telemetry.declare_groups("math", group_size=2)
+    telemetry.expect("math", group_size=2)
     telemetry.record_classified("math", classify({"reward": 1.0}), (0, 0), attempt=0)
     telemetry.record_classified("math", absent(Disposition.FAILED, "session_lost"), (0, 0), attempt=1)
     telemetry.record("math", {"reward": 0.0}, task_index=0, rollout_index=1)
@@ -327,8 +327,8 @@ def test_a_retry_that_fails_again_counts_its_newest_attempt(telemetry: RolloutTe
 
 def test_a_declared_reward_range_moves_the_ends(telemetry: RolloutTelemetry) -> None:
     """With rewards in [-1, 1], a uniform 0 is other, a uniform -1 the lowest and 2 (beyond) the highest."""
-    telemetry.declare_groups("math", group_size=2)
-    telemetry.declare_reward_range("math", reward_range=(-1, 1))
+    telemetry.expect("math", group_size=2)
+    telemetry.expect("math", reward_range=(-1, 1))
     for task, reward in enumerate((0.0, -1.0, 2.0)):
         for index in range(2):
             telemetry.record("math", {"reward": reward}, task_index=task, rollout_index=index)
@@ -341,4 +341,4 @@ def test_a_bad_reward_range_is_refused(
 ) -> None:
     """A range must be two finite numbers, the lowest below the highest."""
     with pytest.raises(ValueError, match="reward_range"):
-        telemetry.declare_reward_range("math", reward_range=reward_range)
+        telemetry.expect("math", reward_range=reward_range)

@@ -111,7 +111,7 @@ def test_no_trajectory_no_health_series(telemetry: RolloutTelemetry) -> None:
 
 def test_a_task_unhealthy_across_its_rollouts_counts_once(telemetry: RolloutTelemetry) -> None:
     """All three checked members unhealthy: one task; one healthy member, or one checked member: none."""
-    telemetry.declare_groups("math", group_size=3)
+    telemetry.expect("math", group_size=3)
     members: dict[int, list[dict[str, Any] | None]] = {
         0: [HOLLOW, HOLLOW, HOLLOW],  # consistently unhealthy
         1: [HOLLOW, HOLLOW, _trajectory()],  # one healthy repeat

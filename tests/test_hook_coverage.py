@@ -108,9 +108,12 @@ def test_the_hook_api_and_the_files_fill_one_account(
     hook API and through Gym's files: equal coverage, groups, counts and Gym keys, live and in report."""
     hook = RolloutTelemetry(clock=FakeClock())
     final = RolloutTelemetry(clock=FakeClock())  # each group classified from its final outcomes
+    for telemetry in (hook, final):
+        telemetry.cover()  # as a follower keeps one, whatever its inputs file holds
     for agent in AGENTS:
-        hook.expect_rollouts(agent, sorted(expected[agent]))
-        final.expect_rollouts(agent, sorted(expected[agent]))
+        if expected[agent]:  # an inputs file names only the agents it has rows of
+            hook.expect(agent, identities=sorted(expected[agent]))
+            final.expect(agent, identities=sorted(expected[agent]))
     with final.groups.deferred():
         for event in sequence:
             _record(hook, event)
@@ -168,10 +171,10 @@ def test_the_hook_api_and_the_files_fill_one_account(
 
 
 def test_expected_tasks_publish_the_run_families_and_gym_keys() -> None:
-    """expect_tasks declares tasks x rollouts: rollout_run_* and coverage/* keys count them, newest attempt
-    deciding, and reward_lower_bound divides by the rollouts still expected."""
+    """expect(tasks=...) declares tasks x rollouts: rollout_run_* and coverage/* keys count them, newest
+    attempt deciding, and reward_lower_bound divides by the rollouts still expected."""
     telemetry = RolloutTelemetry(run="r")
-    telemetry.expect_tasks("math", tasks=2, rollouts_per_task=2)
+    telemetry.expect("math", tasks=2, rollouts_per_task=2)
     telemetry.record_failure("math", "session_lost", task_index=0, rollout_index=0)
     telemetry.record("math", {"reward": 1.0}, 0, 0, attempt=1)  # the retry succeeds
     telemetry.record("math", {"reward": 0.0, "mask_sample": True}, 0, 1)
@@ -211,7 +214,7 @@ def test_a_repeated_success_is_a_counted_rejection_and_counted_once() -> None:
     """With expected work, the same identity and attempt reaching the output twice counts once and is
     rejected as duplicate_rollout; a rollout block's repeat still ends its flight."""
     telemetry = RolloutTelemetry()
-    telemetry.expect_tasks("math", tasks=1, rollouts_per_task=1)
+    telemetry.expect("math", tasks=1, rollouts_per_task=1)
     telemetry.record("math", {"reward": 1.0}, 0, 0)
     telemetry.record("math", {"reward": 0.5}, 0, 0, attempt=0)  # attempt 0 is the unstamped attempt
     with telemetry.rollout("math", task_index=0, rollout_index=0) as rollout:
@@ -231,7 +234,7 @@ def test_a_repeated_success_is_a_counted_rejection_and_counted_once() -> None:
 def test_rollout_blocks_feed_coverage_with_their_attempt() -> None:
     """rollout(task_index=, rollout_index=, attempt=) blocks: a failed attempt then its retry, one rollout."""
     telemetry = RolloutTelemetry()
-    telemetry.expect_tasks("math", tasks=1, rollouts_per_task=2)
+    telemetry.expect("math", tasks=1, rollouts_per_task=2)
     with telemetry.rollout("math", task_index=0, rollout_index=0, attempt=0) as rollout:
         rollout.fail("session_lost")
     assert telemetry.coverage_snapshot().agents[0].retryable == 1
@@ -247,7 +250,7 @@ def test_rollout_blocks_feed_coverage_with_their_attempt() -> None:
 def test_abandon_leaves_a_rollout_uncounted_and_unknown() -> None:
     """abandon() takes a rollout out of flight counted nowhere: unknown against the expected work."""
     telemetry = RolloutTelemetry()
-    telemetry.expect_tasks("math", tasks=1, rollouts_per_task=1)
+    telemetry.expect("math", tasks=1, rollouts_per_task=1)
     with telemetry.rollout("math", task_index=0, rollout_index=0) as rollout:
         rollout.abandon()
         rollout.complete({"reward": 1.0})  # too late: the rollout was abandoned
@@ -281,11 +284,11 @@ def test_bad_expected_work_is_refused() -> None:
     """A negative task count, a group of 0 and a second max_attempts are one-line errors."""
     telemetry = RolloutTelemetry()
     with pytest.raises(ConfigError, match="tasks"):
-        telemetry.expect_tasks("math", tasks=-1)
+        telemetry.expect("math", tasks=-1)
     with pytest.raises(ConfigError, match="rollouts_per_task"):
-        telemetry.expect_tasks("math", tasks=1, rollouts_per_task=0)
+        telemetry.expect("math", tasks=1, rollouts_per_task=0)
     with pytest.raises(OutcomeError, match="task_index"):
-        telemetry.expect_rollouts("math", [(-1, 0)])
+        telemetry.expect("math", identities=[(-1, 0)])
     telemetry.cover(max_attempts=3)
     with pytest.raises(ConfigError, match="3 attempts, not 5"):
         telemetry.cover(max_attempts=5)
@@ -296,7 +299,7 @@ def test_declared_work_keeps_the_account_kept_with_other_attempts(tmp_path: Path
     reading its inputs) goes to that account: expect_* never asks for the default 3 again."""
     telemetry = RolloutTelemetry()
     assert telemetry.cover(max_attempts=5).max_attempts == 5
-    telemetry.expect_tasks("math", tasks=2, rollouts_per_task=2)
+    telemetry.expect("math", tasks=2, rollouts_per_task=2)
     assert telemetry.cover().max_attempts == 5
     assert {a.agent: a.expected for a in telemetry.coverage_snapshot().agents} == {"math": 4}
 
@@ -348,7 +351,7 @@ def test_an_attempt_not_given_is_attempt_0_for_groups_too() -> None:
     """With expected work, a success without an attempt and a failure stamped attempt 0 are one attempt: the
     success stands in its group as in the coverage account (a valid group, not a degraded one)."""
     telemetry = RolloutTelemetry()
-    telemetry.expect_tasks("math", tasks=1, rollouts_per_task=2)
+    telemetry.expect("math", tasks=1, rollouts_per_task=2)
     telemetry.record("math", {"reward": 1.0}, 0, 0)
     telemetry.record_failure("math", "session_lost", task_index=0, rollout_index=0, attempt=0)
     telemetry.record("math", {"reward": 0.5}, 0, 1)

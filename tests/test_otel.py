@@ -402,7 +402,7 @@ def test_otel_publishes_tokens_truncation_and_groups(clock: FakeClock) -> None:
     reader = InMemoryMetricReader()
     telemetry = RolloutTelemetry(run="r", clock=clock)
     instrument_meter(telemetry, MeterProvider(metric_readers=[reader]))
-    telemetry.declare_groups("math", group_size=2)
+    telemetry.expect("math", group_size=2)
     response = {
         "usage": {"input_tokens": 5, "output_tokens": 7},
         "incomplete_details": {"reason": "max_output_tokens"},
@@ -445,7 +445,7 @@ def test_the_reward_histogram_reaches_opentelemetry() -> None:
     reader = InMemoryMetricReader()
     telemetry = RolloutTelemetry()
     instrument_meter(telemetry, MeterProvider(metric_readers=[reader]))
-    telemetry.declare_reward_range("math", reward_range=(0, 1))
+    telemetry.expect("math", reward_range=(0, 1))
     telemetry.record("math", {"reward": 1.0})
     telemetry.record("math", {"reward": 0.0})
     points = {(name, attrs.get("le")): v for name, attrs, v in _points(reader) if "measured_reward" in name}
@@ -503,7 +503,7 @@ def test_a_reward_histogram_below_zero_reaches_opentelemetry_without_a_sum() -> 
     reader = InMemoryMetricReader()
     telemetry = RolloutTelemetry()
     instrument_meter(telemetry, MeterProvider(metric_readers=[reader]))
-    telemetry.declare_reward_range("math", reward_range=(-1, 1))
+    telemetry.expect("math", reward_range=(-1, 1))
     telemetry.record("math", {"reward": -1.0})
     telemetry.record("math", {"reward": 0.5})
     points = {(name, attrs.get("le")): v for name, attrs, v in _points(reader) if "measured_reward" in name}

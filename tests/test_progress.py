@@ -176,7 +176,7 @@ def test_progress_keys_follow_gyms_rules_over_random_runs(
     clock = FakeClock()
     telemetry = RolloutTelemetry(clock=clock)
     for agent, count in expected.items():
-        telemetry.expect(agent, count)
+        telemetry.expect(agent, rollouts=count)
     for agent, what, reward in operations:
         if what == "failed":
             telemetry.record_failure(agent, "session_lost")

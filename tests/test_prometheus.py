@@ -117,7 +117,7 @@ def test_agent_with_only_failures_has_a_zero_completed_series(telemetry: Rollout
 
 def test_declared_agent_starts_at_zero(telemetry: RolloutTelemetry) -> None:
     """A declared agent publishes its always-present counters at 0 before its first rollout."""
-    telemetry.declare("math")
+    telemetry.expect("math")
     text = exposition(telemetry.registry)
     assert value(text, "rollout_completed_total", agent="math") == 0
     assert value(text, "rollout_reward_positive_total", agent="math") == 0

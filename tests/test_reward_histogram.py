@@ -35,7 +35,7 @@ def test_no_histogram_without_a_declared_range(telemetry: RolloutTelemetry) -> N
 
 def test_measured_rewards_fill_cumulative_buckets(telemetry: RolloutTelemetry) -> None:
     """Each measured reward counts in the first bucket whose bound is at or above it; masked ones not."""
-    telemetry.declare_reward_range("math", reward_range=(0.0, 1.0))
+    telemetry.expect("math", reward_range=(0.0, 1.0))
     rewards = [0.0, 0.0, 0.3, 0.30000000000000004, 0.95, 1.0, 1.0, 1.0, 7.0]
     for reward in rewards:
         telemetry.record("math", {"reward": reward})
@@ -60,7 +60,7 @@ def test_measured_rewards_fill_cumulative_buckets(telemetry: RolloutTelemetry) -
 
 def test_a_declared_range_sets_the_bucket_bounds(telemetry: RolloutTelemetry) -> None:
     """Rewards in [-1, 1]: the buckets step by 0.2 from -1."""
-    telemetry.declare_reward_range("code", reward_range=(-1, 1))
+    telemetry.expect("code", reward_range=(-1, 1))
     telemetry.record("code", {"reward": -0.9})
     buckets = _buckets(telemetry, "code")
     assert list(buckets) == [
@@ -83,20 +83,20 @@ def test_a_declared_range_sets_the_bucket_bounds(telemetry: RolloutTelemetry) ->
 
 def test_the_range_is_declared_before_the_first_reward(telemetry: RolloutTelemetry) -> None:
     """A new range after a measured reward is refused (the histogram would miss it); the same is a no-op."""
-    telemetry.declare_reward_range("math", reward_range=(0, 1))
+    telemetry.expect("math", reward_range=(0, 1))
     telemetry.record("math", {"reward": 1.0})
-    telemetry.declare_reward_range("math", reward_range=(0, 1))
+    telemetry.expect("math", reward_range=(0, 1))
     with pytest.raises(ValueError, match="before its first measured reward"):
-        telemetry.declare_reward_range("math", reward_range=(0, 2))
+        telemetry.expect("math", reward_range=(0, 2))
     telemetry.record_failure("code", "session_lost")
-    telemetry.declare_reward_range("code", reward_range=(0, 2))  # a failure is no measured reward
+    telemetry.expect("code", reward_range=(0, 2))  # a failure is no measured reward
 
 
 def test_a_range_below_zero_publishes_buckets_but_no_sum(telemetry: RolloutTelemetry) -> None:
     """Buckets below zero: neither format carries ``_sum`` (nor ``_count``, as prometheus_client writes it),
     so prometheus_client's strict OpenMetrics parser reads the whole scrape; a range from zero keeps both."""
-    telemetry.declare_reward_range("code", reward_range=(-1, 1))
-    telemetry.declare_reward_range("math", reward_range=(0, 1))
+    telemetry.expect("code", reward_range=(-1, 1))
+    telemetry.expect("math", reward_range=(0, 1))
     for reward in (-0.9, 0.5, 1.0):
         telemetry.record("code", {"reward": reward})
         telemetry.record("math", {"reward": abs(reward)})
@@ -125,7 +125,7 @@ def test_a_reward_below_zero_under_a_range_from_zero_takes_the_sum_away(telemetr
     """A reward under its declared range [0, 1] (-1): the sum could fall, so neither format carries ``_sum``
     nor ``_count`` from then on; the reward is in the lowest bucket and the strict parser reads the scrape
     (it rejected ``_sum`` -1.0)."""
-    telemetry.declare_reward_range("math", reward_range=(0, 1))
+    telemetry.expect("math", reward_range=(0, 1))
     telemetry.record("math", {"reward": 0.5})
     assert "rollout_measured_reward_sum" in sample_names(exposition(telemetry.registry))
     telemetry.record("math", {"reward": -1.0})

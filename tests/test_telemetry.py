@@ -139,7 +139,32 @@ def test_failure_reason_never_reaches_metrics(telemetry: RolloutTelemetry) -> No
 def test_expect_rejects_negative_counts(telemetry: RolloutTelemetry) -> None:
     """A negative expected count is a clear error."""
     with pytest.raises(ValueError, match=">= 0"):
-        telemetry.expect("a", -1)
+        telemetry.expect("a", rollouts=-1)
+
+
+def test_expect_declares_all_of_an_agents_work_in_one_call(telemetry: RolloutTelemetry) -> None:
+    """One call declares several agents' tasks, group size and reward range: each is published at zero, its
+    rollouts expected in the coverage account, its groups sized, its rewards histogrammed in the range."""
+    telemetry.expect("math", "code", tasks=3, rollouts_per_task=2, group_size=2, reward_range=(-1.0, 1.0))
+    text = exposition(telemetry.registry)
+    for agent in ("math", "code"):
+        assert value(text, "rollout_completed_total", agent=agent) == 0
+        assert value(text, "rollout_run_expected", agent=agent) == 6
+    telemetry.record("math", {"reward": -1.0}, 0, 0)
+    telemetry.record("math", {"reward": -1.0}, 0, 1)
+    text = exposition(telemetry.registry)
+    assert value(text, "rollout_groups_uniform_total", agent="math", reward="lowest") == 1
+    assert value(text, "rollout_measured_reward_bucket", agent="math", le="-1.0") == 2
+
+
+@pytest.mark.parametrize(
+    "work",
+    [{"rollouts": 4, "tasks": 2}, {"tasks": 2, "identities": [(0, 0)]}, {"rollouts": 1, "identities": []}],
+)
+def test_expect_takes_one_kind_of_expected_work(telemetry: RolloutTelemetry, work: dict[str, Any]) -> None:
+    """A count, tasks and identities are three ways to say the same thing: given together, a clear error."""
+    with pytest.raises(ValueError, match="at most one of rollouts, tasks and identities"):
+        telemetry.expect("a", **work)
 
 
 def test_a_failed_push_raises_push_error_naming_the_gateway(telemetry: RolloutTelemetry) -> None:

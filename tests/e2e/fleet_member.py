@@ -52,7 +52,7 @@ def record_all(telemetry: RolloutTelemetry, seed: int) -> None:
 def main() -> None:
     seed, port, port_range = (int(arg) for arg in sys.argv[1:4])
     telemetry = RolloutTelemetry(run="fleet")
-    telemetry.declare(*AGENTS)
+    telemetry.expect(*AGENTS)
     server = telemetry.serve(port=port, port_range=port_range)
     print(f"ready {server.port}", flush=True)
     for line in sys.stdin:

@@ -25,7 +25,7 @@ class RolloutWorker:
     def __init__(self, seed: int, namespace: str) -> None:
         self.seed = seed
         self.telemetry = RolloutTelemetry(run=RUN)
-        self.telemetry.declare(*fleet_member.AGENTS)
+        self.telemetry.expect(*fleet_member.AGENTS)
         self.target = serve_on_ray(self.telemetry, namespace=namespace)
 
     def where(self) -> dict[str, str]:

@@ -178,7 +178,7 @@ def run(args: argparse.Namespace) -> int:
         assert task is not None
         install_sigterm(lambda: _cancel(loop, task))
         if args.warmup > 0:
-            telemetry.declare(*config.agents)
+            telemetry.expect(*config.agents)
             await asyncio.sleep(args.warmup)
         await run_demo(telemetry, config, on_tick=tick, tick_seconds=args.summary_interval)
         if args.linger > 0:

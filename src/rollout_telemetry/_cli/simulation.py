@@ -353,16 +353,15 @@ def _expect(telemetry: RolloutTelemetry, config: DemoConfig, numbers: range) -> 
         agent, task, index = _member(number, config)
         by_agent.setdefault(agent, []).append((task, index))
     for agent, identities in by_agent.items():
-        telemetry.expect_rollouts(agent, identities)
+        telemetry.expect(agent, identities=identities)
 
 
 def _declare(telemetry: RolloutTelemetry, config: DemoConfig) -> int | None:
     """Declare the run's agents, groups, reward range and (with a duration) its expected work; return how many
     rollouts the run will start (``None``: until stopped)."""
-    telemetry.declare(*config.agents)  # counters exist from 0, so increase() sees every rollout
-    telemetry.declare_groups(*config.agents, group_size=config.group_size)
-    # The rewards' range: their histogram, and uniform groups at either end (easy tasks score the highest).
-    telemetry.declare_reward_range(*config.agents, reward_range=(config.lowest_reward, 1.0))
+    # Counters exist from 0, so increase() sees every rollout; the rewards' range: their histogram, and
+    # uniform groups at either end (easy tasks score the highest).
+    telemetry.expect(*config.agents, group_size=config.group_size, reward_range=(config.lowest_reward, 1.0))
     # With a duration, the run's rollouts are known before the first starts; without, task by task.
     planned = math.ceil(config.rate * config.duration) if config.duration > 0 else None
     if planned is not None:

@@ -7,7 +7,7 @@ recording paths (``telemetry``) count what happened; this says what was supposed
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from rollout_telemetry._contract.identity import MAX_ROLLOUT_INDEX
@@ -41,60 +41,76 @@ class ExpectedWork:
         if self._coverage is not None:
             self._coverage.new_run()
 
-    def declare(self, *agents: str) -> None:
-        """Publish ``agents`` with zero counts before their first rollout.
+    def expect(
+        self,
+        *agents: str,
+        rollouts: int | None = None,
+        tasks: int | None = None,
+        rollouts_per_task: int = 1,
+        identities: Iterable[tuple[int, int]] | None = None,
+        group_size: int | None = None,
+        reward_range: tuple[float, float] | None = None,
+    ) -> None:
+        """Declare what ``agents`` are expected to do; each is published with zero counts from now on, so
+        PromQL's ``increase()`` sees every rollout, the first included. The one way to declare expected work.
 
-        Counters that exist from 0 let PromQL's ``increase()`` see every rollout, the first included.
+        Args:
+            rollouts: how many rollouts each agent is expected to produce in all, when their identities are
+                not known (``reward_lower_bound``, Gym's ``progress/...`` keys).
+            tasks: tasks ``0 .. tasks - 1``, each with rollouts ``0 .. rollouts_per_task - 1``: the run's
+                coverage account weighs every outcome recorded with its ``task_index``, ``rollout_index``
+                and ``attempt`` against them (``rollout_run_*``), and each task's rollouts are its group.
+            rollouts_per_task: see ``tasks``.
+            identities: the (task index, rollout index) pairs expected, as NeMo Gym's materialized inputs
+                list them: as ``tasks``, for any set of identities.
+            group_size: each task has this many rollouts: outcomes recorded with a ``task_index`` and
+                ``rollout_index`` (``record``, ``rollout()``) form groups, classified once all members have
+                one.
+            reward_range: the lowest and highest reward the agents can get (default [0, 1]): a uniform
+                group's common reward at either end is counted as ``lowest`` (too hard) or ``highest`` (too
+                easy), anything else as ``other`` (``rollout_groups_uniform_total``), and their measured
+                rewards are histogrammed in ten buckets of the range (``rollout_measured_reward``). Declare it
+                before an agent's first reward.
+
+        Raises:
+            ConfigError: a count is not a whole number in its range, more than one of ``rollouts``, ``tasks``
+                and ``identities`` is given, the reward range is not two finite numbers, the lowest below the
+                highest, or an agent already has a measured reward under another range.
+            OutcomeError: an agent name or an identity is invalid (what came before it is declared).
         """
+        if sum(given is not None for given in (rollouts, tasks, identities)) > 1:
+            msg = "give at most one of rollouts, tasks and identities"
+            raise ConfigError(msg)
+        if rollouts is not None and (type(rollouts) is not int or rollouts < 0):
+            msg = f"rollouts must be an integer >= 0, got {rollouts!r}"
+            raise ConfigError(msg)
+        if tasks is not None:
+            identities = _tasks(tasks, rollouts_per_task)
+        checked = None if reward_range is None else check_reward_range(reward_range)
+        if identities is not None and len(agents) > 1:
+            identities = tuple(identities)  # walked once per agent
         for agent in agents:
             self._account.declare(agent)  # raises OutcomeError for an invalid agent
-
-    def expect(self, agent: str, count: int, *, group_size: int | None = None) -> None:
-        """Declare ``agent`` and how many rollouts it is expected to produce in total.
-
-        With ``group_size`` each of its tasks has that many rollouts: see ``declare_groups``.
-        """
-        if count < 0:
-            msg = f"expected count for {agent!r} must be >= 0, got {count}"
-            raise ConfigError(msg)
-        self.declare(agent)
-        self._expected[agent] = count
-        if group_size is not None:
-            self.declare_groups(agent, group_size=group_size)
-
-    def declare_groups(self, *agents: str, group_size: int) -> None:
-        """Each task of ``agents`` has ``group_size`` rollouts: outcomes recorded with a ``task_index`` and
-        ``rollout_index`` (``record``, ``rollout()``) form groups, classified once all members have one.
-
-        Raises:
-            ConfigError: ``group_size`` is not an integer from 1 to 65,535.
-        """
-        for agent in agents:
-            self.declare(agent)
-            self.groups.declare(agent, group_size)
-
-    def declare_reward_range(self, *agents: str, reward_range: tuple[float, float]) -> None:
-        """The lowest and highest reward ``agents`` can get (default [0, 1]): a uniform group's common reward
-        at either end is counted as ``lowest`` (too hard) or ``highest`` (too easy), anything else as
-        ``other`` (``rollout_groups_uniform_total``), and the agents' measured rewards are histogrammed in
-        ten buckets of the range (``rollout_measured_reward``). Declare it before an agent's first reward.
-
-        Raises:
-            ConfigError: the range is not two finite numbers, the lowest below the highest, or an agent
-                already has a measured reward under another range.
-        """
-        checked = check_reward_range(reward_range)
-        for agent in agents:
-            self._account.declare_range(agent, checked)
-            self.groups.declare_range(agent, checked)
+            if checked is not None:
+                self._account.declare_range(agent, checked)
+                self.groups.declare_range(agent, checked)
+            if group_size is not None:
+                self.groups.declare(agent, group_size)
+            if rollouts is not None:
+                self._expected[agent] = rollouts
+            if identities is not None:
+                coverage = self.cover()
+                for task_index, rollout_index in identities:
+                    coverage.expect(agent, task_index, rollout_index)
+                    self.groups.expect(agent, task_index, rollout_index)
 
     # -- the run's expected work: its coverage -------------------------------------------------------
 
     def cover(self, *, max_attempts: int | None = None) -> Coverage:
         """Keep the run's coverage account from now on (what became of each rollout identity); return it.
 
-        ``expect_tasks``, ``expect_rollouts`` and ``expect_inputs`` call it; a file follower does too. From
-        then on every outcome is weighed there, by its identity, the newest attempt deciding, and the
+        ``expect`` (with ``tasks`` or ``identities``) and ``expect_inputs`` call it; a file follower does too.
+        From then on every outcome is weighed there, by its identity, the newest attempt deciding, and the
         ``rollout_run_*`` families and Gym's ``coverage/...`` keys (``progress_metrics``) describe it.
 
         Args:
@@ -114,39 +130,6 @@ class ExpectedWork:
             raise ConfigError(msg)
         return coverage
 
-    def expect_rollouts(self, agent: str, identities: Iterable[tuple[int, int]]) -> None:
-        """Declare rollouts the run is expected to produce: ``identities`` of ``agent`` as (task index,
-        rollout index) pairs, as NeMo Gym's materialized inputs list them.
-
-        The rollouts not recorded yet are ``unknown`` in the coverage account (``rollout_run_rollouts``); each
-        task's expected rollouts are its group (``rollout_groups_total``).
-
-        Raises:
-            OutcomeError: the agent name or an identity is invalid (those before it are declared).
-        """
-        coverage = self.cover()
-        for task_index, rollout_index in identities:
-            coverage.expect(agent, task_index, rollout_index)
-            self.groups.expect(agent, task_index, rollout_index)
-
-    def expect_tasks(self, agent: str, tasks: int, rollouts_per_task: int = 1) -> None:
-        """Declare ``agent`` and its expected work: tasks ``0 .. tasks - 1``, each with rollouts ``0 ..
-        rollouts_per_task - 1`` (``expect_rollouts``). Record outcomes with their ``task_index``,
-        ``rollout_index`` and ``attempt`` to see what became of each.
-
-        Raises:
-            ConfigError: ``tasks`` is negative or ``rollouts_per_task`` is not from 1 to 65,535.
-        """
-        if type(tasks) is not int or tasks < 0:
-            msg = f"tasks must be an integer >= 0, got {tasks!r}"
-            raise ConfigError(msg)
-        if type(rollouts_per_task) is not int or not 1 <= rollouts_per_task <= MAX_ROLLOUT_INDEX + 1:
-            most = MAX_ROLLOUT_INDEX + 1
-            msg = f"rollouts_per_task must be an integer from 1 to {most}, got {rollouts_per_task!r}"
-            raise ConfigError(msg)
-        self.declare(agent)
-        self.expect_rollouts(agent, ((t, r) for t in range(tasks) for r in range(rollouts_per_task)))
-
     def expect_inputs(self, path: str | Path, *, agent: str | None = None) -> int:
         """Declare the expected work NeMo Gym materialized for a run (``<stem>_materialized_inputs.jsonl``).
 
@@ -157,10 +140,9 @@ class ExpectedWork:
         Raises:
             ConfigError: the file cannot be read.
         """
-        # Imported here: _sources imports the facade.
+        # Imported when used: recording loads no file source (tests/test_imports.py).
         from rollout_telemetry._sources.inputs import read_inputs
 
-        declared: set[str] = set()
         count = 0
         for number, expected in read_inputs(path, agent):
             if isinstance(expected, Rejection):
@@ -168,10 +150,7 @@ class ExpectedWork:
                 self.rejections.reject(located, source=str(path))
                 continue
             name, identity = expected
-            if name not in declared:
-                self.declare(name)
-                declared.add(name)
-            self.expect_rollouts(name, (identity,))
+            self.expect(name, identities=(identity,))
             count += 1
         return count
 
@@ -179,3 +158,15 @@ class ExpectedWork:
         """The run's coverage (``cover``) at one moment; no agent before expected work or followed files."""
         coverage = self._coverage
         return coverage.snapshot() if coverage is not None else CoverageSnapshot(agents=())
+
+
+def _tasks(tasks: int, rollouts_per_task: int) -> Iterator[tuple[int, int]]:
+    """The identities of ``tasks`` tasks of ``rollouts_per_task`` rollouts each, checked first."""
+    if type(tasks) is not int or tasks < 0:
+        msg = f"tasks must be an integer >= 0, got {tasks!r}"
+        raise ConfigError(msg)
+    if type(rollouts_per_task) is not int or not 1 <= rollouts_per_task <= MAX_ROLLOUT_INDEX + 1:
+        most = MAX_ROLLOUT_INDEX + 1
+        msg = f"rollouts_per_task must be an integer from 1 to {most}, got {rollouts_per_task!r}"
+        raise ConfigError(msg)
+    return ((t, r) for t in range(tasks) for r in range(rollouts_per_task))

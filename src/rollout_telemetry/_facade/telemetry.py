@@ -172,7 +172,7 @@ class RolloutTelemetry(ExpectedWork, Reading):
             self._account, self._settle, self.spans, self.rejections, clock, self._loop_entered, rollout_log
         )
         for agent, count in (expected or {}).items():
-            self.expect(agent, count)
+            self.expect(agent, rollouts=count)
 
     @property
     def strict(self) -> bool:
@@ -193,8 +193,8 @@ class RolloutTelemetry(ExpectedWork, Reading):
 
         ``mask_sample=True`` makes it masked, a missing or ``None`` reward makes it unscored, otherwise it
         is measured; ``response.usage`` and truncation are counted when present. With ``task_index`` and
-        ``rollout_index`` the rollout is a member of its task's group (see ``declare_groups``) and, once
-        expected work is declared (``expect_tasks``), of the run's coverage, where its newest ``attempt``
+        ``rollout_index`` the rollout is a member of its task's group (``expect``'s ``group_size``) and, once
+        expected work is declared (``expect``), of the run's coverage, where its newest ``attempt``
         decides (none given is attempt 0, as NeMo Gym's unstamped first attempt). Bad input is counted and
         logged (raised with ``strict=True``).
         """

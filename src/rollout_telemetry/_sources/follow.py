@@ -270,7 +270,7 @@ class RunFollower:
 
     def _input(self, row: Row) -> None:
         agent, identity = input_rollout(row, self.default_agent)
-        self.telemetry.expect_rollouts(agent, (identity,))
+        self.telemetry.expect(agent, identities=(identity,))
         self._input_agents.add(agent)
         for tail, number, waiting in self._waiting.pop(identity, ()):
             self._counted(tail, number, waiting, agent, identity)

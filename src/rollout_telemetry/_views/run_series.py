@@ -56,7 +56,7 @@ COVERAGE_FAMILIES: tuple[Family[CoverageSnapshot], ...] = (
     Family(
         "rollout_run_expected", "gauge", _AGENT, "{rollout}", _FOLLOW + ", once expected work is known",
         "Rollouts the run is expected to produce, from the materialized inputs or the hook API's "
-        "expect_tasks (plus any seen outside them): the sum of rollout_run_rollouts over dispositions.",
+        "expect(tasks=...) (plus any seen outside them): the sum of rollout_run_rollouts over dispositions.",
         _each(lambda a: a.expected),
     ),
     Family(
@@ -137,7 +137,7 @@ GROUP_FAMILIES: tuple[Family[GroupsSnapshot], ...] = (
         "rollout_groups_uniform_total", "counter", ("agent", "reward"), "{group}",
         "once a uniform group of the agent completes (lowest, highest and other then)",
         "Uniform groups by where their common reward lies in the agent's declared reward range (default "
-        "[0, 1], declare_reward_range): lowest (the task is too hard), highest (too easy) or other.",
+        "[0, 1], expect(reward_range=...)): lowest (the task is too hard), highest (too easy) or other.",
         _group_counts(lambda a: a.uniform.items(), lambda a: a.states["uniform"] > 0),
     ),
     Family(

@@ -360,7 +360,7 @@ DURATION_HISTOGRAM: Family[AccountSnapshot] = Family(
 
 REWARD_HISTOGRAM: Family[AccountSnapshot] = Family(
     "rollout_measured_reward", "histogram", _AGENT, "1",
-    "per agent with a declared reward range (declare_reward_range), once it has a measured reward",
+    "per agent with a declared reward range (expect(reward_range=...)), once it has a measured reward",
     "Rewards of measured rollouts (unmasked, with a reward) in ten equal buckets of the agent's declared "
     "reward range, the lowest reward its own bucket: the shape a mean hides (bimodal, collapsing to one "
     "end). Masked rewards are not measurements and are left out. A range below zero, or a reward below "

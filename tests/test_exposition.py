@@ -83,7 +83,7 @@ class _Run:
         self.spans = 0
 
     def step(self, step: tuple[object, ...]) -> None:
-        telemetry, account = self.telemetry, self.telemetry.account
+        telemetry, account = self.telemetry, self.telemetry._account  # the internal part the steps drive
         match step:
             case ("record", str(agent), reward, bool(masked), kind, usage):
                 row = {"reward": reward, "mask_sample": masked, "failure_kind": kind, "response": usage}

@@ -101,7 +101,7 @@ def test_a_handle_whose_slot_was_taken_again_writes_nothing(clock: FakeClock) ->
     """A heartbeat or stage through the handle of a rollout whose block exited (another thread, late) does
     not touch the rollout that took its slot since."""
     telemetry = RolloutTelemetry(clock=clock)
-    account = telemetry.account
+    account = telemetry._account  # the internal part: a handle outlives its block only here
     old = account.begin("a", clock())
     account.release(old)
     clock.advance(10.0)

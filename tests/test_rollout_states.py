@@ -53,7 +53,7 @@ def test_each_state_by_its_precedence(clock: FakeClock) -> None:
     telemetry = RolloutTelemetry(clock=clock, stall_after=100.0, slow_after=10.0)
     stalled = telemetry.rollout("a", task_index=0, rollout_index=0).__enter__()
     clock.advance(101.0)
-    assert telemetry.check_stalls() == 1
+    assert telemetry.snapshot().agent("a").stalls == {"agent": 1}  # type: ignore[union-attr]
     slow = telemetry.rollout(
         "a", task_index=1, rollout_index=0, attempt=1
     ).__enter__()  # a retry, and slow: slow wins

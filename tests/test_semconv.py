@@ -42,7 +42,7 @@ def _every_kind_of_span(clock: FakeClock, tmp_path: Path) -> tuple[ReadableSpan,
     telemetry, exporter = _traced(clock, redact_reason=str.upper)
     with telemetry.rollout("a", task_index=1, rollout_index=0, attempt=1) as rollout:
         clock.advance(11.0)
-        telemetry.check_stalls()
+        telemetry.snapshot()  # as a scrape does: stalls are checked
         rollout.complete({"reward": 1.0, "response": {"usage": USAGE}})
     with telemetry.rollout("a") as rollout:
         rollout.complete({"reward": 0.0, "response": {"incomplete_details": {"reason": "max_output_tokens"}}})

@@ -37,23 +37,12 @@ class Reading:
     _expected: dict[str, int]
     coverage_snapshot: Callable[[], CoverageSnapshot]  # ExpectedWork's
 
-    @property
-    def account(self) -> Account:
-        """The account every view reads."""
-        return self._account
-
     def snapshot(self) -> AccountSnapshot:
-        """A consistent copy of every count, after a check for rollouts that stalled since the last one."""
-        self.check_stalls()
+        """A consistent copy of every count, after a check for rollouts that stalled since the last one: each
+        is counted once in ``rollout_stalls_total``, gets a ``rollout.stalled`` event on its span and one
+        warning line naming it (a timer checks too while rollouts are tracked)."""
+        self._stalls.check()
         return self._account.snapshot()
-
-    def check_stalls(self) -> int:
-        """Flag the rollouts in flight longer than ``stall_after`` that were not flagged yet; return how many.
-
-        Each is counted once in ``rollout_stalls_total``, gets a ``rollout.stalled`` event on its span and one
-        warning line naming it. Runs at every scrape and on a timer while rollouts are tracked; never raises.
-        """
-        return self._stalls.check()
 
     def rollouts_in_flight(self, limit: int = 100) -> dict[str, object]:
         """The rollouts in flight, oldest first, as ``GET /rollouts`` serves them (``limit`` at most 1000).

@@ -174,11 +174,6 @@ class RolloutTelemetry(ExpectedWork, Reading):
         for agent, count in (expected or {}).items():
             self.expect(agent, rollouts=count)
 
-    @property
-    def strict(self) -> bool:
-        """Whether bad input raises to the caller instead of being counted and logged."""
-        return self.rejections.strict
-
     # -- recording ----------------------------------------------------------------------------------
 
     def record(

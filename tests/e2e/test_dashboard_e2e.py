@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.e2e.dashboard import FAILURE_PANELS, TRAJECTORY, dashboard_queries, followed_run_panels
+from tests.e2e.dashboard import FAILURE_PANELS, dashboard_queries, followed_run_panels
 from tests.e2e.processes import Exporter
 from tests.e2e.prometheus import RULES, Prometheus
 from tests.support import samples, wait_until
@@ -109,13 +109,11 @@ TROUBLED = ["--masked", "0.25", "--failed", "0.15", "--omitted", "0.05"]
 def _check(
     prometheus: Prometheus, account: dict[str, dict[str, float]], stamp: float, *, healthy: bool
 ) -> None:
-    # Every dashboard query returns at least one series, the coverage row's too (the demo declares its
-    # expected work); in a healthy run the failure panels read 0.
-    for title, expr, names in dashboard_queries():
+    # Every dashboard query returns at least one series, the coverage row's and the trajectory health ones
+    # too (the demo declares its expected work, and its rollouts carry a trajectory); in a healthy run the
+    # failure panels read 0.
+    for title, expr, _ in dashboard_queries():
         result = prometheus.query(expr, at=stamp)
-        if names & TRAJECTORY:  # no demo rollout carries a trajectory: the followed run's test covers those
-            assert not result, f"health panel {title!r} has data without trajectories: {result}"
-            continue
         assert result, f"panel {title!r} returned nothing for {expr}"
         if healthy and title in FAILURE_PANELS:
             assert all(float(r["value"][1]) == 0 for r in result), (title, result)
@@ -130,10 +128,8 @@ def _check(
     for name in rules:
         if healthy and name.startswith("agent_failure_kind:"):
             continue  # one series per failure kind: none exist in a healthy run
-        # Compared with 10 minutes ago: tests/slow/test_drop_scenarios.py runs those on shorter windows. The
-        # hollow share needs a trajectory, which no demo rollout has: promtool's tests and the followed run
-        # cover it.
-        if name.endswith("_10m") or name == "agent:rollout_hollow:ratio_rate5m":
+        # Compared with 10 minutes ago: tests/slow/test_drop_scenarios.py runs those on shorter windows.
+        if name.endswith("_10m"):
             continue
         assert prometheus.query(name), f"recording rule {name} produced nothing"
 
@@ -191,7 +187,7 @@ def _check(
 
 def _check_coverage(prometheus: Prometheus, final: str, stamp: float, *, healthy: bool) -> None:
     """The coverage row on the demo: every rollout it declared, decided; its retries counted."""
-    panels = followed_run_panels(prometheus, "e2e", stamp, lifecycle=True, declared=True)
+    panels = followed_run_panels(prometheus, "e2e", stamp, lifecycle=True, declared=True, trajectories=True)
     (bars,) = panels["Run progress by disposition"]
     for agent in DEMO_AGENTS:
         shares = {

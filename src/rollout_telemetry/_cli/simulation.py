@@ -2,8 +2,9 @@
 
 It drives the lifecycle API exactly as a collector would, so the exporter it feeds shows everything a real
 run shows: counts by failure kind, rewards (negative ones too), durations and in-flight work, token usage
-and truncated answers (each rollout completes with a Responses API ``response``), and groups: each task is
-``group_size`` rollouts, and a share of tasks is easy (every member scores 1: a uniform group).
+and truncated answers (each rollout completes with a Responses API ``response`` and its trajectory), and
+groups: each task is ``group_size`` rollouts, and a share of tasks is easy (every member scores 1: a uniform
+group).
 
 A ``scenario`` makes the reward fall after ``drop_after`` seconds for one cause, so each reward-drop alert
 can be seen firing:
@@ -26,7 +27,7 @@ The training-signal scenarios change what a trainer learns from, not (or not onl
   beside failed ones;
 - ``too_hard``: 80% of the tasks score the lowest reward on every member;
 - ``too_easy``: 80% of the tasks score the highest reward on every member;
-- ``hollow``: every rollout carries its trajectory, and 30% of them have a turn with no message or tool call;
+- ``hollow``: 30% of the rollouts' trajectories have a turn with no message or tool call (none before);
 - ``length_drift``: answers may get three times longer (under ``max_output_tokens``: about twice as long
   on average).
 
@@ -172,7 +173,7 @@ class _Phase:
     scale: float  # every reward multiplied by this (the policy getting worse)
     easy: float  # share of tasks whose members all score the highest reward
     hard: float = 0.0  # share of tasks whose members all score the lowest reward
-    hollow: float | None = None  # share of rollouts with a hollow turn; None: no trajectory at all
+    hollow: float = 0.0  # share of rollouts with a hollow turn (every completed rollout has a trajectory)
     length: float = 1.0  # answers this many times longer
     broken: float = 0.0  # share of rollouts that fail on every attempt
     terminal: float = 0.0  # share of rollouts that fail terminally, on their first attempt (never retried)
@@ -198,8 +199,6 @@ def _phases(config: DemoConfig) -> tuple[_Phase, _Phase]:
         "cleanup_leak": replace(before, leaked=0.3),
         "slow_rollouts": replace(before, slowdown=3.0),
     }.get(config.scenario or "healthy", before)
-    if config.scenario == "hollow":
-        before = replace(before, hollow=0.0)  # trajectories from the start, clean until the drop
     return before, after
 
 
@@ -333,9 +332,9 @@ def _outcome(  # noqa: PLR0917 - one call site
             "reward": reward,
             "response": _response(rng, config, truncated, phase.length),
         }
-        if phase.hollow is not None:  # the trajectory, as NeMo Gym writes it: one turn, hollow or not
-            answer = "" if rng.random() < phase.hollow else "the answer"
-            verify["ng_trajectory"] = {"turns": [{"turn_no": 1, "answer": answer}], "model_calls": []}
+        # The trajectory, as NeMo Gym writes it: one turn, hollow or not (every health panel has data).
+        answer = "" if phase.hollow and rng.random() < phase.hollow else "the answer"
+        verify["ng_trajectory"] = {"turns": [{"turn_no": 1, "answer": answer}], "model_calls": []}
         rollout.complete(verify)
 
 

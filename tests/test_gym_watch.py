@@ -64,6 +64,24 @@ def test_exit_statuses_are_reported_as_a_shell_does() -> None:
     assert describe_status(2) == "Gym exited with status 2"
 
 
+def test_an_end_after_an_interrupt_says_so_and_explains_gyms_crash() -> None:
+    """After a signal passed on, the line names it; Gym 0.7.0's SIGSEGV on an interrupt is said to be how it
+    ends, its files read whole; a SIGSEGV nobody asked for is only named."""
+    sigint = [signal.SIGINT]
+    assert (
+        describe_status(130, sigint)
+        == "Gym was ended by SIGINT (exit status 130) after SIGINT was passed on to it"
+    )
+    assert describe_status(139, sigint) == (
+        "Gym was ended by SIGSEGV (exit status 139) after SIGINT was passed on to it, as NeMo Gym 0.7.0 ends "
+        "when interrupted: the files it wrote are read to their end"
+    )
+    assert describe_status(139) == "Gym was ended by SIGSEGV (exit status 139)"
+    assert describe_status(1, [signal.SIGTERM, signal.SIGTERM]) == (
+        "Gym exited with status 1 after SIGTERM was passed on to it"
+    )
+
+
 def test_wrong_inputs_end_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     """The command's mistakes are one line on stderr and exit 2, before anything starts."""
     assert main(["gym"]) == 2

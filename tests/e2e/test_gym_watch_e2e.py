@@ -29,6 +29,8 @@ FAKE_GYM = textwrap.dedent(
         got.append(signum)
     for name in ("SIGHUP", "SIGINT", "SIGQUIT", "SIGTERM", "SIGUSR1", "SIGUSR2"):
         signal.signal(getattr(signal, name), on_signal)
+    print("the fake Gym's own output", flush=True)
+    time.sleep(0.5)  # Gym starts before it writes: its output does not exist for a while
     with open(out, "w") as f:
         f.write(json.dumps({"reward": 1.0, "agent_ref": {"name": "a"}, "_ng_task_index": 0,
                             "_ng_rollout_index": 0}) + "\\n")
@@ -52,7 +54,8 @@ def test_a_signal_is_passed_on_once_and_the_status_is_the_childs(
 ) -> None:
     """Ctrl-C, or any signal that would have ended the watch (SIGHUP, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2),
     reaches the child exactly once; the report follows, the exit status is the child's (7), and a line says
-    how it ended."""
+    how it ended. Standard output is the JSON report alone (Gym's own output goes to stderr), and the output
+    Gym has not created yet is awaited without a word."""
     script = tmp_path / "fake_gym.py"
     script.write_text(FAKE_GYM)
     output = tmp_path / "out.jsonl"
@@ -75,8 +78,11 @@ def test_a_signal_is_passed_on_once_and_the_status_is_the_childs(
         stop_process(watch, timeout=15)
     assert watch.returncode == 7, stderr.decode()
     assert (tmp_path / "out.jsonl.signals").read_text() == f"[{int(signum)}]"
-    assert b'"agents"' in stdout
-    assert "rollout-telemetry gym: Gym exited with status 7" in stderr.decode()
+    assert "agents" in json.loads(stdout)
+    said = stderr.decode()
+    assert f"rollout-telemetry gym: Gym exited with status 7 after {signum.name} was passed on to it" in said
+    assert "the fake Gym's own output" in said
+    assert "does not exist yet" not in said
 
 
 # A Gym that starts a server of its own in its process group (as Gym starts its servers and Ray), says both

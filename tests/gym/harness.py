@@ -421,11 +421,11 @@ class Watch:
         return status
 
     def report(self) -> dict[str, Any]:
-        """The JSON report printed at the end (Gym's own output goes to the same stdout before it)."""
-        text = self.stdout.decode(errors="replace")
-        start = text.rfind('{\n  "agents"')
-        assert start >= 0, (
-            f"no report in the output:\n{text[-2000:]}\n{self.stderr.decode(errors='replace')[-2000:]}"
-        )
-        report: dict[str, Any] = json.loads(text[start:])
+        """The JSON report printed at the end: standard output holds it alone (Gym's own output goes to
+        stderr)."""
+        try:
+            report: dict[str, Any] = json.loads(self.stdout)
+        except ValueError as exc:
+            stdout, stderr = (out.decode(errors="replace")[-2000:] for out in (self.stdout, self.stderr))
+            raise AssertionError(f"stdout is not the JSON report ({exc}):\n{stdout}\n{stderr}") from exc
         return report

@@ -288,16 +288,20 @@ def _watch_mid_run(gym: GymServers, gym_model: FakeModel, workdir: Path) -> tupl
 
 def test_ctrl_c_stops_gym_and_reports(gym: GymServers, gym_model: FakeModel, workdir: Path) -> None:
     """Ctrl-C on the watch reaches Gym once (it runs in its own process group); Gym stops, the report of what
-    it wrote is printed, and the exit status is Gym's (NeMo Gym 0.7.0 ends on Ctrl-C by SIGSEGV)."""
+    it wrote is printed, and the exit status is Gym's (NeMo Gym 0.7.0 ends on Ctrl-C by SIGSEGV, which the
+    line says is how it ends)."""
     watch, run = _watch_mid_run(gym, gym_model, workdir)
     assert watch.process is not None
     watch.process.send_signal(signal.SIGINT)
     status = watch.wait(timeout=120)
     stderr = watch.stderr.decode(errors="replace")
     line = next(line for line in stderr.splitlines() if line.startswith("rollout-telemetry gym: Gym "))
-    assert line.endswith(f"(exit status {status})") or line.endswith(f"status {status}"), (line, status)
+    assert f"status {status}" in line, (line, status)
+    assert "after SIGINT was passed on to it" in line, line
+    if status == 128 + signal.SIGSEGV:  # how Gym 0.7.0 ends: said to be so, not a crash to worry about
+        assert line.endswith("NeMo Gym 0.7.0 ends when interrupted: the files it wrote are read to their end")
     assert status != 0
-    assert "KeyboardInterrupt" in watch.stdout.decode(errors="replace") + stderr  # Gym got the Ctrl-C
+    assert "KeyboardInterrupt" in stderr  # Gym got the Ctrl-C (its output goes to the watch's stderr)
     figures = expected_from_files(run)[TEST_AGENT]
     assert figures.unknown > 0  # stopped before the end
     check_report(watch.report(), run, gym_progress=False, gym_finished=False)

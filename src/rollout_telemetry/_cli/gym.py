@@ -28,8 +28,8 @@ def add_parser(commands: argparse._SubParsersAction[OneLineParser]) -> None:
             "it writes (its --output, with the failures sidecar and the materialized inputs) from its first "
             "row, and serve /metrics and /rollouts meanwhile. Ctrl-C, SIGTERM, a hang-up and every other "
             "signal that would end this command are passed on to Gym, which is waited for; if this command "
-            "is killed, Gym is stopped all the same. Then the report is printed and the exit status is "
-            "Gym's. Without --resume "
+            "is killed, Gym is stopped all the same. Then the report is printed (on stdout, alone: Gym's "
+            "own output goes to stderr) and the exit status is Gym's. Without --resume "
             "in the Gym command, files left at the output path by an earlier run are not read: Gym replaces "
             "them."
         ),
@@ -69,7 +69,10 @@ def run(args: argparse.Namespace) -> int:
     security = options.endpoint_security(args)
     interrupt_on_sigterm()  # outside Gym's run (which passes it on to Gym): stop as Ctrl-C does
     telemetry = RolloutTelemetry(run=args.run)
-    follower = options.run_follower(args, command.output, telemetry, skip_existing=not command.resume)
+    # Gym creates its output: no word while it does not exist yet.
+    follower = options.run_follower(
+        args, command.output, telemetry, skip_existing=not command.resume, announce=False
+    )
     follower.poll()  # a resumed run's rows, before the first scrape
     server = options.serve_endpoint(telemetry, args, security)
     try:
@@ -81,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
         finally:
             follower.stop()
         if status:
-            print(f"rollout-telemetry gym: {describe_status(status)}", file=sys.stderr)
+            print(f"rollout-telemetry gym: {describe_status(status, gym.passed_on)}", file=sys.stderr)
         follower.read_all()  # what Gym wrote last
         follower.finish()
         if not follower.tells_of_a_run:

@@ -179,9 +179,10 @@ def run_follower(
     *,
     skip_existing: bool = False,
     spans: bool = False,
+    announce: bool = True,
 ) -> RunFollower:
     """A follower of the run whose main file is ``path``, as the ``add_run_files()`` flags say; with ``spans``
-    each rollout it counts is also a span."""
+    each rollout it counts is also a span; ``announce``: a main file that does not exist yet is said once."""
     from rollout_telemetry._sources.follow import RunFiles, RunFollower
 
     failures, inputs = getattr(args, "failures", None), getattr(args, "inputs", None)
@@ -195,6 +196,7 @@ def run_follower(
         default_agent=agent,
         skip_existing=skip_existing,
         spans=spans,
+        announce=announce,
     )
 
 

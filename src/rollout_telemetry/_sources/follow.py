@@ -89,6 +89,8 @@ class RunFollower:
             counted as ``line_too_long``.
         spans: make one span per counted rollout through the telemetry's span recorder (off by default).
         wall_clock: nanoseconds since the epoch, when a span's row is read.
+        announce: warn once that the main file is awaited while it does not exist (off for a caller that
+            starts what writes it).
     """
 
     def __init__(
@@ -102,6 +104,7 @@ class RunFollower:
         max_line: int = MAX_LINE,
         spans: bool = False,
         wall_clock: Callable[[], int] = time.time_ns,
+        announce: bool = True,
     ) -> None:
         self.telemetry = telemetry
         self.spans = spans
@@ -113,7 +116,7 @@ class RunFollower:
         self.max_line = max_line
         tail = functools.partial(Tail, skip_existing=skip_existing, max_line=max_line)
         self._inputs = tail(files.inputs) if files.inputs else None
-        self._main = tail(files.main, announce=True)
+        self._main = tail(files.main, announce=announce)
         self._failures = tail(files.failures) if files.failures else None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None

@@ -110,12 +110,33 @@ def exit_status(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
-def describe_status(status: int) -> str:
-    """One line on how the Gym command ended, from its shell exit status."""
+def describe_status(status: int, passed_on: Sequence[int] = ()) -> str:
+    """One line on how the Gym command ended, from its shell exit status and the signals passed on to it."""
+    told = ""
+    if passed_on:
+        names = ", ".join(dict.fromkeys(_signal_name(signum) for signum in passed_on))
+        told = f" after {names} was passed on to it"
     if status > 128:
-        with contextlib.suppress(ValueError):
-            return f"Gym was ended by {signal.Signals(status - 128).name} (exit status {status})"
-    return f"Gym exited with status {status}"
+        ended = f"Gym was ended by {_signal_name(status - 128)} (exit status {status}){told}"
+        if passed_on and status - 128 == signal.SIGSEGV:  # how NeMo Gym 0.7.0 ends when interrupted
+            ended += ", as NeMo Gym 0.7.0 ends when interrupted: the files it wrote are read to their end"
+        return ended
+    return f"Gym exited with status {status}{told}"
+
+
+def _stderr() -> int | None:
+    """This process's standard error, for a child's output; None (inherited) if it has no descriptor."""
+    try:
+        return sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
 
 
 def _stop_group(group: int, running: Callable[[], bool]) -> None:
@@ -162,13 +183,16 @@ class GymProcess:
         self._process: subprocess.Popen[bytes] | None = None
         self._guard: subprocess.Popen[bytes] | None = None
         self._early: list[int] = []  # signals received before the child's id was known
+        self.passed_on: list[int] = []
+        """The signals passed on to the child, in order."""
         self._previous: dict[int, Any] = {}  # the handlers to put back
 
     def __enter__(self) -> GymProcess:
         for signum in PASSED_ON:
             self._previous[signum] = signal.signal(signum, self._forward)
         try:
-            process = subprocess.Popen(self.command.argv, process_group=0)
+            # Gym's own output goes to stderr: stdout is the report's (``--format json`` is JSON alone).
+            process = subprocess.Popen(self.command.argv, process_group=0, stdout=_stderr())
             try:
                 self._guard = subprocess.Popen(
                     [sys.executable, "-c", _GUARD, str(process.pid)],
@@ -192,6 +216,7 @@ class GymProcess:
         elif process.poll() is None:
             with contextlib.suppress(ProcessLookupError):  # it has just ended
                 os.killpg(process.pid, signum)
+                self.passed_on.append(signum)
 
     def wait(self) -> int:
         """Wait for the child to end (signals received meanwhile are passed on); its exit status."""

@@ -13,8 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from rollout_telemetry import Disposition
+from rollout_telemetry._cli.gym import status_line
 from rollout_telemetry._cli.main import main
 from rollout_telemetry._sources.gym import GymCommand, describe_status, exit_status
+from rollout_telemetry._store.coverage import AgentCoverage, CoverageSnapshot
 from rollout_telemetry.errors import ConfigError
 
 PYTHON = sys.executable
@@ -90,3 +93,27 @@ def test_wrong_inputs_end_in_one_line(capsys: pytest.CaptureFixture[str]) -> Non
     assert len(lines) == 2
     assert lines[0].startswith("rollout-telemetry gym: give the Gym command after --")
     assert lines[1].startswith("rollout-telemetry gym: the Gym command names no output file")
+
+
+def _coverage(seen: dict[Disposition, int], expected: int | None) -> CoverageSnapshot:
+    zeros = dict.fromkeys(Disposition, 0)
+    agent = AgentCoverage("a", {**zeros, **seen}, expected, None, 0, 0, 0)
+    return CoverageSnapshot((agent,), expected_known=expected is not None)
+
+
+def test_the_status_line_says_done_of_expected_rate_time_left_failed_and_masked() -> None:
+    """Done of expected with its share, the rate per minute, the time left at that rate, failed and masked by
+    each rollout's newest attempt, the URL; without expected work, done and the rate alone."""
+    url = "http://127.0.0.1:9464/metrics"
+    seen = {Disposition.MEASURED: 40, Disposition.MASKED: 5, Disposition.FAILED: 3}
+    assert status_line(_coverage(seen, 96), 120.0, url) == (
+        f"48 of 96 rollouts done (50%), 24.0/min, about 2 min left; 3 failed, 5 masked; {url}"
+    )
+    assert (
+        status_line(_coverage(seen, None), 60.0, url)
+        == f"48 rollouts done, 48.0/min; 3 failed, 5 masked; {url}"
+    )
+    assert (
+        status_line(_coverage({}, 10), 0.0, url)
+        == f"0 of 10 rollouts done (0%), 0.0/min; 0 failed, 0 masked; {url}"
+    )

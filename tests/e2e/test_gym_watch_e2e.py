@@ -153,3 +153,48 @@ def test_a_hang_up_of_the_terminal_ends_gym(tmp_path: Path) -> None:
         if controller >= 0:
             os.close(controller)
         stop_process(watch, timeout=15)
+
+
+STEADY_GYM = textwrap.dedent(
+    """
+    import json, sys, time
+    out = sys.argv[sys.argv.index("--output") + 1]
+    stem = out.removesuffix(".jsonl")
+    with open(stem + "_materialized_inputs.jsonl", "w") as f:
+        for task in range(2):
+            for index in range(2):
+                f.write(json.dumps({"agent_ref": {"name": "a"}, "_ng_task_index": task,
+                                    "_ng_rollout_index": index}) + "\\n")
+    for task in range(2):
+        for index in range(2):
+            time.sleep(0.4)
+            with open(out, "a") as f:
+                f.write(json.dumps({"reward": 1.0, "agent_ref": {"name": "a"}, "_ng_task_index": task,
+                                    "_ng_rollout_index": index, "mask_sample": index == 1}) + "\\n")
+    """
+)
+
+
+def test_status_lines_while_gym_runs_and_the_end_served_a_while(tmp_path: Path) -> None:
+    """While Gym runs, a status line on stderr says the rollouts done of those expected, the rate, the masked
+    and failed so far and the URL; after it ends, the final state is served ``--linger`` s more, said."""
+    script = tmp_path / "steady_gym.py"
+    script.write_text(STEADY_GYM)
+    output = tmp_path / "out.jsonl"
+    argv = ["gym", "--port", "0", "--status-every", "0.2", "--linger", "0.5", "--format", "json"]
+    result = subprocess.run(
+        [PYTHON, "-m", "rollout_telemetry", *argv, "--", PYTHON, str(script), "--output", str(output)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["agents"]
+    status = [line for line in result.stderr.splitlines() if " rollouts done " in line]
+    assert status, result.stderr
+    assert all(line.startswith("rollout-telemetry gym: ") for line in status)
+    assert any(" of 4 rollouts done (" in line for line in status), status
+    assert all(line.endswith("/metrics") and " failed, " in line and " masked; " in line for line in status)
+    assert "serving the final state 0.5 s more, for a last scrape (Ctrl-C ends it now)" in result.stderr

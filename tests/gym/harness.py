@@ -334,7 +334,7 @@ class Watch:
         self.port = _free_port()
         self.argv = [
             sys.executable, "-m", "rollout_telemetry", "gym", "--port", str(self.port), "--format", "json",
-            "--poll-interval", str(poll_interval), *flags, "--", *command,
+            "--poll-interval", str(poll_interval), "--linger", "0", *flags, "--", *command,
         ]  # fmt: skip
         self.workdir = workdir
         self.environ = environ

@@ -8,14 +8,26 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
+import threading
 import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from rollout_telemetry._cli import options
 from rollout_telemetry._cli.args import OneLineParser, at_least, non_negative
+from rollout_telemetry._contract.outcome import Disposition
 
-__all__ = ["NAME", "add_parser", "run"]
+if TYPE_CHECKING:
+    from rollout_telemetry._sources.follow import RunFollower
+    from rollout_telemetry._store.coverage import CoverageSnapshot
+
+__all__ = ["LINGER", "NAME", "STATUS_EVERY", "add_parser", "run", "status_line"]
 
 NAME = "gym"
+LINGER = 20.0
+"""Seconds ``gym`` keeps serving after Gym ends unless told otherwise: a scraper every 15 s takes the end."""
+STATUS_EVERY = 10.0
+"""Seconds between two status lines unless told otherwise."""
 
 
 def add_parser(commands: argparse._SubParsersAction[OneLineParser]) -> None:
@@ -47,8 +59,18 @@ def add_parser(commands: argparse._SubParsersAction[OneLineParser]) -> None:
     gym.add_argument(
         "--linger",
         type=non_negative,
-        default=0.0,
-        help="keep serving this many seconds after Gym ends, for a last scrape (default: 0)",
+        default=LINGER,
+        help=(
+            f"keep serving this many seconds after Gym ends, for a scraper's last scrape; Ctrl-C ends it "
+            f"(default: {LINGER:g}, past Prometheus' usual 15 s interval; not after an interrupt)"
+        ),
+    )
+    gym.add_argument(
+        "--status-every",
+        type=non_negative,
+        default=STATUS_EVERY,
+        metavar="SECONDS",
+        help=f"a status line on stderr this often while Gym runs; 0: none (default: {STATUS_EVERY:g})",
     )
     gym.add_argument(
         "--format", choices=("table", "json"), default="table", help="the report's format (default: table)"
@@ -79,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"rollout-telemetry gym: serving {server.url}, following {command.output}", file=sys.stderr)
         follower.start(args.poll_interval)
         try:
-            with GymProcess(command) as gym:
+            with GymProcess(command) as gym, _status_lines(follower, server.url, args.status_every):
                 status = gym.wait()
         finally:
             follower.stop()
@@ -106,9 +128,64 @@ def run(args: argparse.Namespace) -> int:
                     "gives the last one alone",
                     file=sys.stderr,
                 )
-        if args.linger:
+        if args.linger and not gym.passed_on:  # after an interrupt the user wants out
+            print(
+                f"rollout-telemetry gym: serving the final state {args.linger:g} s more, for a last scrape "
+                "(Ctrl-C ends it now)",
+                file=sys.stderr,
+                flush=True,
+            )
             with contextlib.suppress(KeyboardInterrupt):
                 time.sleep(args.linger)
     finally:
         server.stop()
     return status
+
+
+@contextlib.contextmanager
+def _status_lines(follower: RunFollower, url: str, every: float) -> Iterator[None]:
+    """While inside, a status line on stderr every ``every`` seconds (none if 0): it survives Gym's output."""
+    if not every:
+        yield
+        return
+    stop = threading.Event()
+    started = time.monotonic()
+
+    def say() -> None:
+        while not stop.wait(every):
+            line = status_line(follower.coverage.snapshot(), time.monotonic() - started, url)
+            print(f"rollout-telemetry gym: {line}", file=sys.stderr, flush=True)
+
+    thread = threading.Thread(target=say, name="rollout-telemetry-gym-status", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+
+
+def status_line(coverage: CoverageSnapshot, elapsed: float, url: str) -> str:
+    """Where the run stands: rollouts done (of those expected), the rate, the time left at that rate, the
+    failed and masked so far (by each rollout's newest attempt), and where it is served."""
+    agents = coverage.agents
+    done = sum(agent.seen for agent in agents)
+    failed = sum(agent.rollouts.get(Disposition.FAILED, 0) for agent in agents)
+    masked = sum(agent.rollouts.get(Disposition.MASKED, 0) for agent in agents)
+    rate = done / elapsed * 60 if elapsed > 0 else 0.0
+    expected = sum(agent.expected or 0 for agent in agents) if coverage.expected_known else None
+    progress = f"{done:,} rollouts done"
+    if expected:
+        progress = f"{done:,} of {expected:,} rollouts done ({100 * done / expected:.0f}%)"
+    pace = f"{rate:,.1f}/min"
+    if expected and rate > 0 and done < expected:
+        pace += f", about {_duration((expected - done) / rate * 60)} left"
+    return f"{progress}, {pace}; {failed:,} failed, {masked:,} masked; {url}"
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"

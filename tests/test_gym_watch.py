@@ -43,6 +43,16 @@ def test_the_output_and_resume_are_read_as_gym_reads_them(argv: list[str], outpu
 
 
 @pytest.mark.parametrize(
+    ("override", "routes"),
+    [(None, False), ("+route_failures_to_sidecar=true", True), ("++route_failures_to_sidecar=False", False)],
+)
+def test_whether_failures_are_routed_to_the_sidecar_is_read(override: str | None, routes: bool) -> None:
+    """Hydra's route_failures_to_sidecar= (with + or ++) says whether Gym writes its failed rollouts."""
+    argv = ["python", "--output", "o.jsonl", *([override] if override else [])]
+    assert GymCommand.parse(argv).routes_failures is routes
+
+
+@pytest.mark.parametrize(
     ("argv", "message"),
     [
         ([], "give the Gym command after --"),

@@ -198,3 +198,50 @@ def test_status_lines_while_gym_runs_and_the_end_served_a_while(tmp_path: Path) 
     assert any(" of 4 rollouts done (" in line for line in status), status
     assert all(line.endswith("/metrics") and " failed, " in line and " masked; " in line for line in status)
     assert "serving the final state 0.5 s more, for a last scrape (Ctrl-C ends it now)" in result.stderr
+
+
+QUITTING_GYM = textwrap.dedent(
+    """
+    import json, sys
+    out = sys.argv[sys.argv.index("--output") + 1]
+    stem = out.removesuffix(".jsonl")
+    with open(stem + "_materialized_inputs.jsonl", "w") as f:
+        for task in range(4):
+            f.write(json.dumps({"agent_ref": {"name": "a"}, "_ng_task_index": task,
+                                "_ng_rollout_index": 0}) + "\\n")
+    with open(out, "w") as f:
+        f.write(json.dumps({"reward": 1.0, "agent_ref": {"name": "a"}, "_ng_task_index": 0,
+                            "_ng_rollout_index": 0}) + "\\n")
+    sys.exit(1)  # as Gym 0.7.0 at its first failed rollout, without its failures routed
+    """
+)
+
+
+@pytest.mark.parametrize("routed", [False, True], ids=["unrouted", "routed"])
+def test_a_run_ended_early_without_failures_says_the_flag_that_routes_them(
+    tmp_path: Path, routed: bool
+) -> None:
+    """Gym ends with expected rollouts never written and no failures file: one line says what Gym 0.7.0 does
+    without +route_failures_to_sidecar=true and to add it; a command that has it gets no such line."""
+    script = tmp_path / "quitting_gym.py"
+    script.write_text(QUITTING_GYM)
+    gym = [PYTHON, str(script), "--output", str(tmp_path / "out.jsonl")]
+    gym += ["+route_failures_to_sidecar=true"] if routed else []
+    result = subprocess.run(
+        [PYTHON, "-m", "rollout_telemetry", "gym", "--port", "0", "--linger", "0", "--", *gym],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 1, result.stderr
+    said = [line for line in result.stderr.splitlines() if "route_failures_to_sidecar" in line]
+    if routed:
+        assert said == []
+    else:
+        assert said == [
+            "rollout-telemetry gym: 3 expected rollout(s) were never written and Gym wrote no failure: "
+            "without +route_failures_to_sidecar=true NeMo Gym 0.7.0 ends the run at its first failed "
+            "rollout and writes that failure nowhere; add it to the Gym command to see failures by kind"
+        ]

@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rollout_telemetry._cli import options
@@ -121,6 +122,8 @@ def run(args: argparse.Namespace) -> int:
                     f"{command.output}` classifies them from their final outcomes",
                     file=sys.stderr,
                 )
+            if not (command.routes_failures or gym.passed_on):
+                _say_failures_unrouted(follower)
             if follower.restarts:
                 print(
                     f"rollout-telemetry gym: the files started over {follower.restarts} time(s) during the "
@@ -189,3 +192,27 @@ def _duration(seconds: float) -> str:
     if seconds < 90 * 60:
         return f"{seconds / 60:.0f} min"
     return f"{seconds / 3600:.1f} h"
+
+
+def _say_failures_unrouted(follower: RunFollower) -> None:
+    """Rollouts never written and no failure row: say that Gym, its failures not routed to the sidecar, ends
+    the run at its first failed rollout and writes that failure nowhere, and the flag that routes them."""
+    from rollout_telemetry._sources.gym import ROUTE_FAILURES
+
+    unknown = sum(agent.unknown or 0 for agent in follower.coverage.snapshot().agents)
+    failures = follower.files.failures
+    if not unknown or (failures is not None and _has_rows(failures)):
+        return
+    print(
+        f"rollout-telemetry gym: {unknown:,} expected rollout(s) were never written and Gym wrote no "
+        f"failure: without +{ROUTE_FAILURES}=true NeMo Gym 0.7.0 ends the run at its first failed rollout "
+        "and writes that failure nowhere; add it to the Gym command to see failures by kind",
+        file=sys.stderr,
+    )
+
+
+def _has_rows(path: Path) -> bool:
+    try:
+        return path.stat().st_size > 0
+    except OSError:
+        return False

@@ -33,13 +33,24 @@ from typing import Any
 
 from rollout_telemetry.errors import ConfigError
 
-__all__ = ["GRACE", "PASSED_ON", "GymCommand", "GymProcess", "describe_status", "exit_status", "guard"]
+__all__ = [
+    "GRACE",
+    "PASSED_ON",
+    "ROUTE_FAILURES",
+    "GymCommand",
+    "GymProcess",
+    "describe_status",
+    "exit_status",
+    "guard",
+]
 
 _OUTPUT_FLAGS = ("--output", "-o")
 _OUTPUT_KEY = "output_jsonl_fpath"
 _RESUME_FLAG = "--resume"
 _RESUME_KEY = "resume_from_cache"
 _TRUE = ("true", "1", "yes")
+ROUTE_FAILURES = "route_failures_to_sidecar"
+"""The Gym 0.7.0 setting that writes a failed rollout to the failures sidecar instead of ending the run."""
 PASSED_ON = (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
 """The signals that would end this process: each is passed on to Gym's group, and Gym is waited for."""
 GRACE = 30.0
@@ -55,11 +66,13 @@ def _hydra(argument: str, key: str) -> str | None:
 
 @dataclass(frozen=True, slots=True)
 class GymCommand:
-    """A Gym command line and what this tool reads from it: the output file and whether it resumes."""
+    """A Gym command line and what this tool reads from it: the output file, whether it resumes, and whether
+    it routes failed rollouts to the failures sidecar (``+route_failures_to_sidecar=true``)."""
 
     argv: tuple[str, ...]
     output: Path
     resume: bool
+    routes_failures: bool = False
 
     @classmethod
     def parse(cls, argv: Sequence[str]) -> GymCommand:
@@ -78,7 +91,7 @@ class GymCommand:
             )
             raise ConfigError(msg)
         output: str | None = None
-        resume = False
+        resume = routes_failures = False
         for index, word in enumerate(words):
             if word in _OUTPUT_FLAGS and index + 1 < len(words):
                 output = words[index + 1]
@@ -90,6 +103,8 @@ class GymCommand:
                 resume = True
             elif (value := _hydra(word, _RESUME_KEY)) is not None:
                 resume = value.lower() in _TRUE
+            elif (value := _hydra(word, ROUTE_FAILURES)) is not None:
+                routes_failures = value.lower() in _TRUE
         if not output:
             msg = (
                 f"the Gym command names no output file: add --output PATH (or {_OUTPUT_KEY}=PATH) to it, "
@@ -102,7 +117,7 @@ class GymCommand:
                 "pip install nemo-gym)"
             )
             raise ConfigError(msg)
-        return cls(argv=tuple(words), output=Path(output), resume=resume)
+        return cls(argv=tuple(words), output=Path(output), resume=resume, routes_failures=routes_failures)
 
 
 def exit_status(returncode: int) -> int:

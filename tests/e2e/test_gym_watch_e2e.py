@@ -155,6 +155,17 @@ def test_a_hang_up_of_the_terminal_ends_gym(tmp_path: Path) -> None:
         stop_process(watch, timeout=15)
 
 
+def _watched(
+    tmp_path: Path, fake_gym: str, flags: list[str], overrides: list[str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``rollout-telemetry gym FLAGS -- python FAKE_GYM --output out.jsonl OVERRIDES`` run to its end."""
+    script = tmp_path / "fake_gym.py"
+    script.write_text(fake_gym)
+    gym = [PYTHON, str(script), "--output", str(tmp_path / "out.jsonl"), *(overrides or [])]
+    command = [PYTHON, "-m", "rollout_telemetry", "gym", "--port", "0", *flags, "--", *gym]
+    return subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, timeout=60, check=False)
+
+
 STEADY_GYM = textwrap.dedent(
     """
     import json, sys, time
@@ -178,18 +189,7 @@ STEADY_GYM = textwrap.dedent(
 def test_status_lines_while_gym_runs_and_the_end_served_a_while(tmp_path: Path) -> None:
     """While Gym runs, a status line on stderr says the rollouts done of those expected, the rate, the masked
     and failed so far and the URL; after it ends, the final state is served ``--linger`` s more, said."""
-    script = tmp_path / "steady_gym.py"
-    script.write_text(STEADY_GYM)
-    output = tmp_path / "out.jsonl"
-    argv = ["gym", "--port", "0", "--status-every", "0.2", "--linger", "0.5", "--format", "json"]
-    result = subprocess.run(
-        [PYTHON, "-m", "rollout_telemetry", *argv, "--", PYTHON, str(script), "--output", str(output)],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        timeout=60,
-        check=False,
-    )
+    result = _watched(tmp_path, STEADY_GYM, ["--status-every", "0.2", "--linger", "0.5", "--format", "json"])
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["agents"]
     status = [line for line in result.stderr.splitlines() if " rollouts done " in line]
@@ -223,18 +223,8 @@ def test_a_run_ended_early_without_failures_says_the_flag_that_routes_them(
 ) -> None:
     """Gym ends with expected rollouts never written and no failures file: one line says what Gym 0.7.0 does
     without +route_failures_to_sidecar=true and to add it; a command that has it gets no such line."""
-    script = tmp_path / "quitting_gym.py"
-    script.write_text(QUITTING_GYM)
-    gym = [PYTHON, str(script), "--output", str(tmp_path / "out.jsonl")]
-    gym += ["+route_failures_to_sidecar=true"] if routed else []
-    result = subprocess.run(
-        [PYTHON, "-m", "rollout_telemetry", "gym", "--port", "0", "--linger", "0", "--", *gym],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        timeout=60,
-        check=False,
-    )
+    routes = ["+route_failures_to_sidecar=true"] if routed else []
+    result = _watched(tmp_path, QUITTING_GYM, ["--linger", "0"], routes)
     assert result.returncode == 1, result.stderr
     said = [line for line in result.stderr.splitlines() if "route_failures_to_sidecar" in line]
     if routed:

@@ -231,6 +231,7 @@ class GymServers:
             "--model-api-key", "dummy", "+skip_venv_if_present=true", "+route_failures_to_sidecar=true",
             f"++head_server.port={self.head_port}",
         ]  # fmt: skip
+        self.start_command = command
         self.log = self.log_path.open("wb")
         self.process = subprocess.Popen(
             command,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -395,3 +396,44 @@ def test_every_dashboard_panel_during_a_real_gym_run(
     shares = {r["metric"]["disposition"]: float(r["value"][1]) for r in bars}
     assert shares["masked"] == figures.masked / 24
     assert shares["failed"] == figures.failed / 24
+
+
+QUICKSTART = Path(__file__).parent.parent.parent / "docs" / "quickstart-gym.md"
+
+
+def _quickstart_line(*start: str) -> list[str]:
+    """The quickstart's command line that starts with the words ``start``, its continuations joined."""
+    block = QUICKSTART.read_text().split("```bash\n")[1]
+    joined = block.split("```")[0].replace("\\\n", " ")
+    lines = (shlex.split(line, comments=True) for line in joined.splitlines())
+    (line,) = (words for words in lines if tuple(words[: len(start)]) == start)
+    return line
+
+
+def test_the_quickstarts_commands_run_on_the_real_gym(
+    gym: GymServers, gym_model: FakeModel, workdir: Path
+) -> None:
+    """The NeMo Gym quickstart's two commands as written, their placeholders this module's environment: the
+    servers' command uses the flags this module's servers were started with, and the watched collection runs
+    to its end against them and is counted whole, its failures routed."""
+    start = _quickstart_line("gym", "env", "start")
+    flags = {word.split("=")[0] for word in start if word.startswith(("-", "+"))}
+    assert flags <= {word.split("=")[0] for word in gym.start_command if word.startswith(("-", "+"))}, flags
+    watched = _quickstart_line("rollout-telemetry", "gym")
+    gym_words = watched[watched.index("--") + 1 :]
+    assert "--no-serve" in gym_words
+    assert "+route_failures_to_sidecar=true" in gym_words
+    given = {
+        "gym": str(gym.venv / "bin" / "gym"),
+        "my_env_simple_agent": TEST_AGENT,
+        "data.jsonl": TEST_TASKS,
+        "out/rollouts.jsonl": str(workdir / "rollouts.jsonl"),
+    }
+    command = [given.get(word, word) for word in gym_words] + [f"++head_server.port={gym.head_port}"]
+    gym_model.plan({}, delay=0.1)
+    watch = _watch(gym, command)
+    assert watch.wait() == 0, watch.stderr.decode(errors="replace")[-3000:]
+    (agent,) = watch.report()["agents"]
+    assert agent["agent"] == TEST_AGENT
+    assert agent["rollouts"]["unknown"] == 0
+    assert agent["rollouts"]["expected"] == len((gym.workdir / TEST_TASKS).read_text().splitlines())

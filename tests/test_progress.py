@@ -70,7 +70,8 @@ def test_mixed_agents(telemetry: RolloutTelemetry, clock: FakeClock) -> None:
 
 def test_reward_lower_bound_with_expected_counts(clock: FakeClock) -> None:
     """reward_lower_bound = sum of rewards / (rewarded + still expected), as a percentage."""
-    telemetry = RolloutTelemetry(clock=clock, expected={"math": 10})
+    telemetry = RolloutTelemetry(clock=clock)
+    telemetry.expect("math", rollouts=10)
     telemetry.record("math", {"reward": 1.0})
     telemetry.record("math", {"reward": 0.5})
     telemetry.record_failure("math", "session_lost")

@@ -167,6 +167,24 @@ def test_expect_takes_one_kind_of_expected_work(telemetry: RolloutTelemetry, wor
         telemetry.expect("a", **work)
 
 
+@pytest.mark.parametrize(
+    ("args", "work", "message"),
+    [
+        (("a", 5), {}, "takes agent names, then the work as keywords"),
+        (("a",), {"rollouts_per_task": 4}, "give tasks too"),
+        (("a", "b"), {"tasks": 2, "group_size": 0}, "group_size must be an integer from 1"),
+    ],
+)
+def test_expect_refuses_what_it_cannot_declare_before_declaring_anything(
+    telemetry: RolloutTelemetry, args: tuple[Any, ...], work: dict[str, Any], message: str
+) -> None:
+    """A count given as a second agent, rollouts per task without tasks, a bad group size: one clear error,
+    and no agent declared by the call."""
+    with pytest.raises(ValueError, match=message):
+        telemetry.expect(*args, **work)
+    assert telemetry.snapshot().agents == ()
+
+
 def test_a_failed_push_raises_push_error_naming_the_gateway(telemetry: RolloutTelemetry) -> None:
     """Nobody listening at the gateway: one documented exception type, naming it."""
     from rollout_telemetry import PushError

@@ -6,7 +6,7 @@ decide which of two outcomes of one identity stands with ``rank`` and ``supersed
 
 from __future__ import annotations
 
-from rollout_telemetry.errors import OutcomeError
+from rollout_telemetry.errors import ConfigError, OutcomeError
 
 __all__ = [
     "MAX_ATTEMPT",
@@ -15,6 +15,7 @@ __all__ = [
     "Member",
     "check_attempt",
     "check_identity",
+    "check_task_size",
     "member",
     "rank",
     "supersedes",
@@ -102,3 +103,14 @@ def supersedes(new: int, current: int) -> bool:
     coverage account refuses before asking).
     """
     return new >= current
+
+
+def check_task_size(size: object, name: str = "group_size") -> None:
+    """Refuse a task's number of rollouts (a group size) that is not an integer from 1 to 65,535.
+
+    Raises:
+        ConfigError: naming ``name``.
+    """
+    if type(size) is not int or not 1 <= size <= MAX_ROLLOUT_INDEX + 1:
+        msg = f"{name} must be an integer from 1 to {MAX_ROLLOUT_INDEX + 1}, got {size!r}"
+        raise ConfigError(msg)

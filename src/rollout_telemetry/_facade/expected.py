@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from rollout_telemetry._contract.identity import MAX_ROLLOUT_INDEX
+from rollout_telemetry._contract.identity import check_task_size
 from rollout_telemetry._contract.reward_range import check_reward_range
 from rollout_telemetry._store.account import Account
 from rollout_telemetry._store.coverage import DEFAULT_MAX_ATTEMPTS, Coverage, CoverageSnapshot
@@ -78,12 +78,7 @@ class ExpectedWork:
                 highest, or an agent already has a measured reward under another range.
             OutcomeError: an agent name or an identity is invalid (what came before it is declared).
         """
-        if sum(given is not None for given in (rollouts, tasks, identities)) > 1:
-            msg = "give at most one of rollouts, tasks and identities"
-            raise ConfigError(msg)
-        if rollouts is not None and (type(rollouts) is not int or rollouts < 0):
-            msg = f"rollouts must be an integer >= 0, got {rollouts!r}"
-            raise ConfigError(msg)
+        _check_work(agents, rollouts, tasks, rollouts_per_task, identities, group_size)
         if tasks is not None:
             identities = _tasks(tasks, rollouts_per_task)
         checked = None if reward_range is None else check_reward_range(reward_range)
@@ -160,13 +155,35 @@ class ExpectedWork:
         return coverage.snapshot() if coverage is not None else CoverageSnapshot(agents=())
 
 
+def _check_work(  # noqa: PLR0917 - expect()'s arguments, checked before anything is declared
+    agents: tuple[object, ...],
+    rollouts: object,
+    tasks: object,
+    rollouts_per_task: object,
+    identities: object,
+    group_size: object,
+) -> None:
+    """Refuse what ``expect()`` cannot declare, before it declares anything."""
+    if not all(isinstance(agent, str) for agent in agents):
+        msg = f"expect() takes agent names, then the work as keywords (rollouts=N, tasks=N): got {agents!r}"
+        raise ConfigError(msg)
+    if tasks is None and rollouts_per_task != 1:
+        msg = "rollouts_per_task is the rollouts of each of tasks=: give tasks too"
+        raise ConfigError(msg)
+    if group_size is not None:
+        check_task_size(group_size)
+    if sum(given is not None for given in (rollouts, tasks, identities)) > 1:
+        msg = "give at most one of rollouts, tasks and identities"
+        raise ConfigError(msg)
+    if rollouts is not None and (type(rollouts) is not int or rollouts < 0):
+        msg = f"rollouts must be an integer >= 0, got {rollouts!r}"
+        raise ConfigError(msg)
+
+
 def _tasks(tasks: int, rollouts_per_task: int) -> Iterator[tuple[int, int]]:
     """The identities of ``tasks`` tasks of ``rollouts_per_task`` rollouts each, checked first."""
     if type(tasks) is not int or tasks < 0:
         msg = f"tasks must be an integer >= 0, got {tasks!r}"
         raise ConfigError(msg)
-    if type(rollouts_per_task) is not int or not 1 <= rollouts_per_task <= MAX_ROLLOUT_INDEX + 1:
-        most = MAX_ROLLOUT_INDEX + 1
-        msg = f"rollouts_per_task must be an integer from 1 to {most}, got {rollouts_per_task!r}"
-        raise ConfigError(msg)
+    check_task_size(rollouts_per_task, "rollouts_per_task")
     return ((t, r) for t in range(tasks) for r in range(rollouts_per_task))

@@ -76,7 +76,6 @@ class RolloutTelemetry(ExpectedWork, Reading):
         registry: the prometheus_client registry to register with; a new one by default.
         const_labels: more labels for every series.
         strict: raise bad input to the caller instead of counting and logging it.
-        expected: rollouts expected per agent, for ``reward_lower_bound``.
         clock: monotonic seconds, injectable for tests.
         max_agents: cap on distinct ``agent`` labels; further ones are counted as ``_other``.
         max_kinds_per_agent: cap on distinct ``failure_kind`` labels per agent.
@@ -108,7 +107,6 @@ class RolloutTelemetry(ExpectedWork, Reading):
         registry: CollectorRegistry | None = None,
         const_labels: Mapping[str, str] | None = None,
         strict: bool = False,
-        expected: Mapping[str, int] | None = None,
         clock: Callable[[], float] = time.monotonic,
         max_agents: int = DEFAULT_MAX_AGENTS,
         max_kinds_per_agent: int = DEFAULT_MAX_KINDS_PER_AGENT,
@@ -171,8 +169,6 @@ class RolloutTelemetry(ExpectedWork, Reading):
         self._shared = Shared(
             self._account, self._settle, self.spans, self.rejections, clock, self._loop_entered, rollout_log
         )
-        for agent, count in (expected or {}).items():
-            self.expect(agent, rollouts=count)
 
     # -- recording ----------------------------------------------------------------------------------
 

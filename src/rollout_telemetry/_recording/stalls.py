@@ -119,8 +119,8 @@ class Stalls:
             "in_flight": total,
             "stall_after_seconds": self.stall_after,
             "slow_after_seconds": self.slow_after,
-            # Every field is a number, a string or None: a shallow dict is the whole record (asdict's deep
-            # copy made the listing of 1,000 rollouts cost 12 ms).
+            # Every field is a number, a string or None: a shallow dict is the whole record, without asdict's
+            # deep copy.
             "rollouts": [{name: getattr(record, name) for name in _RECORD_FIELDS} for record in records],
         }
 

@@ -238,7 +238,8 @@ class Account:
 
     def declare(self, agent: str) -> None:
         """Make ``agent`` known with zero counts, so its always-present series start at 0."""
-        self._state(agent)
+        if agent not in self._by_name:  # known: no lock (a follower declares each input row's agent)
+            self._state(agent)
 
     def checked(self, agent: str, health: tuple[str, ...]) -> None:
         """Count one rollout whose trajectory was checked, and the health checks it failed (``findings``).
@@ -471,7 +472,7 @@ class Account:
                 (state.label, state.flights.taken(now, self._slow(state.label)))
                 for state in self._by_label.values()
             ]
-        total = sum(flights.without_outcome() for _, flights in taken)
+        total = sum(sum(flights.counts().in_flight.values()) for _, flights in taken)  # not terminal
         oldest = heapq.nsmallest(
             limit,
             ((start, a, i) for a, (_, flights) in enumerate(taken) for i, start in enumerate(flights.starts)),

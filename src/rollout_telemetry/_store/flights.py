@@ -338,10 +338,6 @@ class Taken:
         """The state of the ``i``-th slot at ``now``."""
         return state_of(self.flags[i], self.starts[i], self.flights[i], self.now, self.slow_after)
 
-    def without_outcome(self) -> int:
-        """How many of the rollouts have no outcome counted (are not ``terminal``)."""
-        return sum(1 for flags in self.flags if not flags & TERMINAL)
-
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Taken) and self.counts() == other.counts()
 

@@ -32,7 +32,12 @@ from rollout_telemetry._contract.group_state import (
     contaminated,
     group_state,
 )
-from rollout_telemetry._contract.identity import MAX_ROLLOUT_INDEX, check_identity, rank, supersedes
+from rollout_telemetry._contract.identity import (
+    check_identity,
+    check_task_size,
+    rank,
+    supersedes,
+)
 from rollout_telemetry._contract.outcome import ABSENT, Classified, Disposition
 from rollout_telemetry._contract.reward_range import (
     DEFAULT_REWARD_RANGE,
@@ -188,9 +193,7 @@ class Groups:
             ConfigError: ``group_size`` is not an integer from 1 to 65,535.
             OutcomeError: the agent name is not a non-empty string.
         """
-        if type(group_size) is not int or not 1 <= group_size <= MAX_ROLLOUT_INDEX + 1:
-            msg = f"group_size must be an integer from 1 to {MAX_ROLLOUT_INDEX + 1}, got {group_size!r}"
-            raise ConfigError(msg)
+        check_task_size(group_size)
         label = self._names.agent(agent)[0]
         with self._lock:
             self._sizes[label] = group_size

@@ -86,12 +86,15 @@ def test_an_end_after_an_interrupt_says_so_and_explains_gyms_crash() -> None:
         == "Gym was ended by SIGINT (exit status 130) after SIGINT was passed on to it"
     )
     assert describe_status(139, sigint) == (
-        "Gym was ended by SIGSEGV (exit status 139) after SIGINT was passed on to it, as NeMo Gym 0.7.0 ends "
-        "when interrupted: the files it wrote are read to their end"
+        "Gym was ended by SIGSEGV (exit status 139) after SIGINT was passed on to it (expected: NeMo Gym "
+        "0.7.0 ends so on an interrupt; everything it wrote was read)"
     )
     assert describe_status(139) == "Gym was ended by SIGSEGV (exit status 139)"
     assert describe_status(1, [signal.SIGTERM, signal.SIGTERM]) == (
         "Gym exited with status 1 after SIGTERM was passed on to it"
+    )
+    assert describe_status(1, [signal.SIGINT, signal.SIGTERM]) == (
+        "Gym exited with status 1 after SIGINT, SIGTERM were passed on to it"
     )
 
 
@@ -117,13 +120,17 @@ def test_the_status_line_says_done_of_expected_rate_time_left_failed_and_masked(
     url = "http://127.0.0.1:9464/metrics"
     seen = {Disposition.MEASURED: 40, Disposition.MASKED: 5, Disposition.FAILED: 3}
     assert status_line(_coverage(seen, 96), 120.0, url) == (
-        f"48 of 96 rollouts done (50%), 24.0/min, about 2 min left; 3 failed, 5 masked; {url}"
+        f"48 of 96 rollouts written (50%), 24.0/min, about 2 min left; 3 failed, 5 masked; {url}"
     )
     assert (
         status_line(_coverage(seen, None), 60.0, url)
-        == f"48 rollouts done, 48.0/min; 3 failed, 5 masked; {url}"
+        == f"48 rollouts written, 48.0/min; 3 failed, 5 masked; {url}"
+    )
+    resumed = status_line(_coverage(seen, 96), 120.0, url, before=40)  # 40 rows there before the watch
+    assert (
+        resumed == f"48 of 96 rollouts written (50%), 4.0/min, about 12 min left; 3 failed, 5 masked; {url}"
     )
     assert (
         status_line(_coverage({}, 10), 0.0, url)
-        == f"0 of 10 rollouts done (0%), 0.0/min; 0 failed, 0 masked; {url}"
+        == f"0 of 10 rollouts written (0%), 0.0/min; 0 failed, 0 masked; {url}"
     )

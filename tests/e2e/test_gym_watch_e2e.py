@@ -187,17 +187,17 @@ STEADY_GYM = textwrap.dedent(
 
 
 def test_status_lines_while_gym_runs_and_the_end_served_a_while(tmp_path: Path) -> None:
-    """While Gym runs, a status line on stderr says the rollouts done of those expected, the rate, the masked
-    and failed so far and the URL; after it ends, the final state is served ``--linger`` s more, said."""
+    """While Gym runs, a status line on stderr says the rollouts written of those expected, the rate, the
+    masked and failed so far and the URL; after it ends, the final state is served --linger s more, said."""
     result = _watched(tmp_path, STEADY_GYM, ["--status-every", "0.2", "--linger", "0.5", "--format", "json"])
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["agents"]
-    status = [line for line in result.stderr.splitlines() if " rollouts done " in line]
+    status = [line for line in result.stderr.splitlines() if " rollouts written " in line]
     assert status, result.stderr
     assert all(line.startswith("rollout-telemetry gym: ") for line in status)
-    assert any(" of 4 rollouts done (" in line for line in status), status
+    assert any(" of 4 rollouts written (" in line for line in status), status
     assert all(line.endswith("/metrics") and " failed, " in line and " masked; " in line for line in status)
-    assert "serving the final state 0.5 s more, for a last scrape (Ctrl-C ends it now)" in result.stderr
+    assert "serving the final state 0.5 s more, for a last scrape (Ctrl-C to stop now)" in result.stderr
 
 
 QUITTING_GYM = textwrap.dedent(
@@ -232,6 +232,7 @@ def test_a_run_ended_early_without_failures_says_the_flag_that_routes_them(
     else:
         assert said == [
             "rollout-telemetry gym: 3 expected rollout(s) were never written and Gym wrote no failure: "
-            "without +route_failures_to_sidecar=true NeMo Gym 0.7.0 ends the run at its first failed "
-            "rollout and writes that failure nowhere; add it to the Gym command to see failures by kind"
+            "unless its configuration sets +route_failures_to_sidecar=true, NeMo Gym 0.7.0 ends the run at "
+            "a failed rollout and writes that failure nowhere; add it to the Gym command to see failures by "
+            "kind"
         ]

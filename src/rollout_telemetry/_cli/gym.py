@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING
 
 from rollout_telemetry._cli import options
 from rollout_telemetry._cli.args import OneLineParser, at_least, non_negative
-from rollout_telemetry._contract.outcome import Disposition
 
 if TYPE_CHECKING:
     from rollout_telemetry._sources.follow import RunFollower
@@ -122,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
                     f"{command.output}` classifies them from their final outcomes",
                     file=sys.stderr,
                 )
-            if not (command.routes_failures or gym.passed_on):
+            if status and not (command.routes_failures or gym.passed_on):
                 _say_failures_unrouted(follower)
             if follower.restarts:
                 print(
@@ -134,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
         if args.linger and not gym.passed_on:  # after an interrupt the user wants out
             print(
                 f"rollout-telemetry gym: serving the final state {args.linger:g} s more, for a last scrape "
-                "(Ctrl-C ends it now)",
+                "(Ctrl-C to stop now)",
                 file=sys.stderr,
                 flush=True,
             )
@@ -153,10 +152,11 @@ def _status_lines(follower: RunFollower, url: str, every: float) -> Iterator[Non
         return
     stop = threading.Event()
     started = time.monotonic()
+    before = sum(agent.seen for agent in follower.coverage.snapshot().agents)  # a resumed run's rows
 
     def say() -> None:
         while not stop.wait(every):
-            line = status_line(follower.coverage.snapshot(), time.monotonic() - started, url)
+            line = status_line(follower.coverage.snapshot(), time.monotonic() - started, url, before)
             print(f"rollout-telemetry gym: {line}", file=sys.stderr, flush=True)
 
     thread = threading.Thread(target=say, name="rollout-telemetry-gym-status", daemon=True)
@@ -168,18 +168,21 @@ def _status_lines(follower: RunFollower, url: str, every: float) -> Iterator[Non
         thread.join(timeout=5)
 
 
-def status_line(coverage: CoverageSnapshot, elapsed: float, url: str) -> str:
-    """Where the run stands: rollouts done (of those expected), the rate, the time left at that rate, the
-    failed and masked so far (by each rollout's newest attempt), and where it is served."""
+def status_line(coverage: CoverageSnapshot, elapsed: float, url: str, before: int = 0) -> str:
+    """Where the run stands: rollouts written (of those expected), the rate since ``elapsed`` seconds ago when
+    ``before`` were written already, the time left at that rate, the failed and masked so far (by each
+    rollout's newest attempt), and where it is served."""
+    from rollout_telemetry._contract.outcome import Disposition
+
     agents = coverage.agents
     done = sum(agent.seen for agent in agents)
     failed = sum(agent.rollouts.get(Disposition.FAILED, 0) for agent in agents)
     masked = sum(agent.rollouts.get(Disposition.MASKED, 0) for agent in agents)
-    rate = done / elapsed * 60 if elapsed > 0 else 0.0
+    rate = max(done - before, 0) / elapsed * 60 if elapsed > 0 else 0.0
     expected = sum(agent.expected or 0 for agent in agents) if coverage.expected_known else None
-    progress = f"{done:,} rollouts done"
+    progress = f"{done:,} rollouts written"
     if expected:
-        progress = f"{done:,} of {expected:,} rollouts done ({100 * done / expected:.0f}%)"
+        progress = f"{done:,} of {expected:,} rollouts written ({100 * done / expected:.0f}%)"
     pace = f"{rate:,.1f}/min"
     if expected and rate > 0 and done < expected:
         pace += f", about {_duration((expected - done) / rate * 60)} left"
@@ -205,8 +208,8 @@ def _say_failures_unrouted(follower: RunFollower) -> None:
         return
     print(
         f"rollout-telemetry gym: {unknown:,} expected rollout(s) were never written and Gym wrote no "
-        f"failure: without +{ROUTE_FAILURES}=true NeMo Gym 0.7.0 ends the run at its first failed rollout "
-        "and writes that failure nowhere; add it to the Gym command to see failures by kind",
+        f"failure: unless its configuration sets +{ROUTE_FAILURES}=true, NeMo Gym 0.7.0 ends the run at a "
+        "failed rollout and writes that failure nowhere; add it to the Gym command to see failures by kind",
         file=sys.stderr,
     )
 

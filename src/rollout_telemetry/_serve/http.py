@@ -263,9 +263,10 @@ class HttpServer:
         connections = self._connections
         if connections.start_output(connection, body, self._clock()):
             return True
-        deadline = self._clock() + ROOM_WAIT
+        loop = asyncio.get_running_loop()  # the waits are the loop's seconds: so is the deadline
+        deadline = loop.time() + ROOM_WAIT
         with connections.waiting_for_room(body) as waits:
-            while waits and (left := deadline - self._clock()) > 0:
+            while waits and (left := deadline - loop.time()) > 0:
                 await connections.freed(min(left, STALLED_BRIEFLY))  # or a write stalled meanwhile
                 if connections.start_output(connection, body, self._clock()):
                     return True

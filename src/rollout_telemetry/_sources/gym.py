@@ -129,12 +129,12 @@ def describe_status(status: int, passed_on: Sequence[int] = ()) -> str:
     """One line on how the Gym command ended, from its shell exit status and the signals passed on to it."""
     told = ""
     if passed_on:
-        names = ", ".join(dict.fromkeys(_signal_name(signum) for signum in passed_on))
-        told = f" after {names} was passed on to it"
+        names = list(dict.fromkeys(_signal_name(signum) for signum in passed_on))
+        told = f" after {', '.join(names)} {'was' if len(names) == 1 else 'were'} passed on to it"
     if status > 128:
         ended = f"Gym was ended by {_signal_name(status - 128)} (exit status {status}){told}"
         if passed_on and status - 128 == signal.SIGSEGV:  # how NeMo Gym 0.7.0 ends when interrupted
-            ended += ", as NeMo Gym 0.7.0 ends when interrupted: the files it wrote are read to their end"
+            ended += " (expected: NeMo Gym 0.7.0 ends so on an interrupt; everything it wrote was read)"
         return ended
     return f"Gym exited with status {status}{told}"
 

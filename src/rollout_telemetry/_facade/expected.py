@@ -175,15 +175,14 @@ def _check_work(  # noqa: PLR0917 - expect()'s arguments, checked before anythin
     if sum(given is not None for given in (rollouts, tasks, identities)) > 1:
         msg = "give at most one of rollouts, tasks and identities"
         raise ConfigError(msg)
-    if rollouts is not None and (type(rollouts) is not int or rollouts < 0):
-        msg = f"rollouts must be an integer >= 0, got {rollouts!r}"
-        raise ConfigError(msg)
+    for name, count in (("rollouts", rollouts), ("tasks", tasks)):
+        if count is not None and (type(count) is not int or count < 0):
+            msg = f"{name} must be an integer >= 0, got {count!r}"
+            raise ConfigError(msg)
+    if tasks is not None:
+        check_task_size(rollouts_per_task, "rollouts_per_task")
 
 
 def _tasks(tasks: int, rollouts_per_task: int) -> Iterator[tuple[int, int]]:
-    """The identities of ``tasks`` tasks of ``rollouts_per_task`` rollouts each, checked first."""
-    if type(tasks) is not int or tasks < 0:
-        msg = f"tasks must be an integer >= 0, got {tasks!r}"
-        raise ConfigError(msg)
-    check_task_size(rollouts_per_task, "rollouts_per_task")
+    """The identities of ``tasks`` tasks of ``rollouts_per_task`` rollouts each (``_check_work`` checked)."""
     return ((t, r) for t in range(tasks) for r in range(rollouts_per_task))

@@ -5,10 +5,10 @@ makes the rollout ``terminal`` in the same step, and the slot is free again once
 (``Account.release``). Slots are reused, so starting and finishing allocate nothing. The stall rule (in
 flight longer than its agent's ``stall_after``) and the state of a rollout (``state_of``) are applied here,
 once each. Only touched under the account's lock, but for the states seen (which only grow, see ``Taken``)
-and two thread-safe queues (``collections.deque``)
-that spare a rollout two lock round trips: a context offered and not entered yet puts a mark in ``offers``,
-and a block that exits puts its slot in ``exited``; whatever holds the lock next takes the slots back
-(``reclaim``) before it reads or takes one, so no reader ever sees an exited rollout.
+and two thread-safe queues (``collections.deque``) that spare a rollout two lock round trips: a context
+offered and not entered yet puts a mark in ``offers``, and a block that exits puts its slot in ``exited``;
+whatever holds the lock next takes the slots back (``reclaim``) before it reads or takes one, so no reader
+ever sees an exited rollout.
 """
 
 from __future__ import annotations

@@ -29,8 +29,8 @@ from pathlib import Path
 from prometheus_client import generate_latest
 
 from rollout_telemetry import RolloutTelemetry
-from rollout_telemetry._contract.outcome import classify
-from rollout_telemetry._sources.follow import RunFiles, RunFollower
+from rollout_telemetry._facade.telemetry import run_follower
+from rollout_telemetry._sources.follow import RunFiles
 
 AGENTS = ("math_agent", "code_agent", "browser_agent")
 
@@ -86,7 +86,7 @@ def baseline(path: Path) -> int:
 def reader(path: Path) -> int:
     """Read the file with the follower into a fresh account and coverage."""
     telemetry = RolloutTelemetry()
-    follower = RunFollower(telemetry, RunFiles(path))
+    follower = run_follower(telemetry, RunFiles(path))
     follower.read_all()  # what report does
     return sum(a.completed for a in telemetry.snapshot().agents)
 
@@ -107,10 +107,9 @@ def report_peak_rss(path: Path) -> int:
 def scrape_seconds(rollouts: int) -> float:
     """The time of one /metrics render of a follower that has recorded ``rollouts`` rollouts (best of 5)."""
     telemetry = RolloutTelemetry()
-    telemetry.cover()  # as a follower does: every outcome weighed in the coverage account
-    measured = classify({"reward": 0.5})
+    telemetry.expect(max_attempts=3)  # as a follower does: every outcome weighed in the coverage account
     for i in range(rollouts):
-        telemetry.record_classified(AGENTS[i % 3], measured, (i // 8, i % 8), 0)
+        telemetry.record(AGENTS[i % 3], {"reward": 0.5}, i // 8, i % 8, 0)
     best = float("inf")
     for _ in range(5):
         started = time.perf_counter()

@@ -19,7 +19,8 @@ import tracemalloc
 from pathlib import Path
 
 from rollout_telemetry import RolloutTelemetry
-from rollout_telemetry._sources.follow import RunFiles, RunFollower
+from rollout_telemetry._facade.telemetry import run_follower
+from rollout_telemetry._sources.follow import RunFiles
 
 GOAL = 100 * 2**20
 AGENT = '{"name": "agent"}'
@@ -45,7 +46,7 @@ def measure(main: Path, identities: int) -> tuple[float, float]:
     before = tracemalloc.get_traced_memory()[0]
     start = time.perf_counter()
     telemetry = RolloutTelemetry()
-    follower = RunFollower(telemetry, RunFiles.from_main(main))
+    follower = run_follower(telemetry, RunFiles.from_main(main))
     follower.read_all()
     follower.finish()
     seconds = time.perf_counter() - start

@@ -27,11 +27,15 @@ INTERVALS = (0.25, 0.1, 0.001)
 
 def _cpu_over(seconds: float, interval: float | None) -> tuple[float, float]:
     """CPU and wall seconds of an idle loop running ``seconds``, sampled every ``interval`` (or not)."""
-    telemetry = RolloutTelemetry(runtime_metrics=False)
+    telemetry = (
+        RolloutTelemetry(runtime_metrics=False)
+        if interval is None
+        else RolloutTelemetry(loop_lag_interval=interval)
+    )
 
     async def idle() -> None:
-        if interval is not None:
-            telemetry.watch_event_loop(interval=interval)
+        async with telemetry.rollout("a") as rollout:  # starts the loop's sampler, with runtime metrics
+            rollout.complete({"reward": 1.0})
         await asyncio.sleep(seconds)
 
     loop = asyncio.new_event_loop()
@@ -54,7 +58,7 @@ def _young_collection(hooked: bool, number: int = 20_000) -> float:
     try:
         return timeit.timeit(lambda: gc.collect(0), number=number) / number
     finally:
-        telemetry.stop_runtime_metrics()
+        telemetry.close()
 
 
 def main() -> None:

@@ -25,7 +25,7 @@ from dashboards import rules
 from dashboards.generate import refresh
 from dashboards.panels import ROWS
 
-__all__ = ["PAGES", "REFERENCE", "main", "outputs"]
+__all__ = ["API_JOBS", "API_MEMBERS", "PAGES", "REFERENCE", "main", "outputs"]
 
 REFERENCE = Path(__file__).parent / "reference"
 HELP_COLUMNS = "100"
@@ -196,6 +196,67 @@ def _arguments(doc: str) -> dict[str, str]:
     return found
 
 
+API_JOBS: tuple[tuple[str, tuple[str, ...], str], ...] = (
+    (
+        "Record a rollout's outcome from a collector's hook",
+        ("record", "record_failure", "record_omission"),
+        "one per kind of outcome, each taking what that kind carries: a verify response; a failure kind; an "
+        "omission's kind",
+    ),
+    (
+        "Track a rollout from its start to its outcome (stages, heartbeats, stalls, its span)",
+        ("rollout",),
+        "`with` or `async with`; `complete()`, `fail()` or `omit()` inside",
+    ),
+    (
+        "... made before the collector admits it (its admission wait measured)",
+        ("offer",),
+        "`rollout()`'s context made ahead of its block: a second way in only because it starts earlier",
+    ),
+    (
+        "Time a cleanup outside a rollout block",
+        ("cleanup",),
+        "inside a block it is `rollout.cleanup()`, the same handle",
+    ),
+    ("Time a write of the collection's output", ("output_write",), "`with`; `wrote(n)` gives its size"),
+    (
+        "Declare the run's expected work: rollouts, tasks, identities, NeMo Gym's inputs, groups, reward "
+        "range, attempts",
+        ("expect",),
+        "keywords, one kind of work per call",
+    ),
+    ("Serve `/metrics`, `/rollouts` and `/healthz`", ("serve",), "returns the running `MetricsServer`"),
+    ("Push to a Prometheus Pushgateway", ("push",), "for batch jobs a scraper cannot reach"),
+    (
+        "Publish beside other collectors (one prometheus_client registry)",
+        ("registry",),
+        "or pass `registry=` to the constructor; OpenTelemetry: `tracer_provider=`, `meter_provider=`",
+    ),
+    ("Read every count at one moment", ("snapshot",), "an `AccountSnapshot`"),
+    ("Read NeMo Gym's progress and coverage keys (for `wandb.log`)", ("progress_metrics",), ""),
+    ("List the rollouts in flight, oldest first", ("rollouts_in_flight",), "what `GET /rollouts` serves"),
+    (
+        "Stop the background work (stall timer, event-loop lag samplers, GC timing)",
+        ("close",),
+        "counts and a running server stay",
+    ),
+)
+"""The public API as a user's jobs, the one way to do each (``RolloutTelemetry``'s members) and why, when a
+job has more than one member: the overview of docs/reference/api.md, and the list
+``tests/test_public_api.py`` holds the facade's public members to."""
+
+API_MEMBERS: tuple[str, ...] = tuple(member for _, members, _ in API_JOBS for member in members)
+"""Every public member of ``RolloutTelemetry``, each in one row of ``API_JOBS``."""
+
+
+def _jobs_table() -> str:
+    rows = "".join(
+        f"| {job} | {', '.join(f'`{member}`' for member in members)} | {note} |\n"
+        for job, members, note in API_JOBS
+    )
+    return "| the job | the one way | |\n|---|---|---|\n" + rows
+
+
 def _summary(obj: object) -> str:
     doc = inspect.getdoc(obj) or ""
     return doc.split("\n\n", 1)[0].replace("\n", " ")
@@ -246,7 +307,12 @@ def api_page() -> str:
     )
     return (
         "# Python API\n\n"
-        + _GENERATED.format(source="the signatures and docstrings of the rollout_telemetry package")
+        + _GENERATED.format(
+            source="the rollout_telemetry package's signatures and docstrings and docs/generate.py's API_JOBS"
+        )
+        + "A collector holds one `RolloutTelemetry`; each job it has is done one way:\n\n"
+        + _jobs_table()
+        + "\nEverything else is private; every type a method takes or returns is public (below).\n\n"
         + "## `RolloutTelemetry(...)`\n\n"
         + _summary(RolloutTelemetry)
         + "\n\n"

@@ -24,6 +24,9 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
     from rollout_telemetry import RolloutTelemetry
+    from rollout_telemetry._recording.recorder import Recorder
+    from rollout_telemetry._store.coverage import CoverageSnapshot
+    from rollout_telemetry._store.groups import GroupsSnapshot
 
 Labels = frozenset[tuple[str, str]]
 
@@ -285,3 +288,19 @@ def ray_environment(folder: str) -> dict[str, str]:
         "RAY_raylet_start_wait_time_s": "120",
         "RAY_worker_niceness": "0",
     }
+
+
+def recording_part(telemetry: RolloutTelemetry) -> Recorder:
+    """The telemetry's recording part (groups, coverage, rows checked by a reader), for the tests of that
+    part: what a user sees of it is on ``/metrics`` and in ``progress_metrics()``."""
+    return telemetry._recorder
+
+
+def groups_of(telemetry: RolloutTelemetry) -> GroupsSnapshot:
+    """The run's groups at one moment (the recording part's)."""
+    return telemetry._recorder.groups_snapshot()
+
+
+def coverage_of(telemetry: RolloutTelemetry) -> CoverageSnapshot:
+    """The run's coverage at one moment (the recording part's)."""
+    return telemetry._recorder.coverage_snapshot()

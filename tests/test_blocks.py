@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from rollout_telemetry import RolloutTelemetry
 from rollout_telemetry._contract.identity import MAX_ROLLOUT_INDEX
 from rollout_telemetry._store.blocks import Blocks
-from tests.support import examples
+from tests.support import coverage_of, examples
 
 _TASKS = st.integers(0, 40) | st.integers(0, 2**40)
 _ROLLOUTS = st.integers(0, 80) | st.integers(0, MAX_ROLLOUT_INDEX)
@@ -41,7 +41,7 @@ def test_a_large_rollout_index_costs_no_more_than_a_small_one() -> None:
     """A rollout numbered 65,534 of each of 20 new tasks: the groups and the coverage account grow by a
     few kilobytes, not by the index (a block as large as the index was 42 MB here)."""
     telemetry = RolloutTelemetry()
-    telemetry.cover()
+    telemetry.expect(max_attempts=3)
     telemetry.expect("math", group_size=4)
     telemetry.record("math", {"reward": 1.0}, task_index=0, rollout_index=0)
     tracemalloc.start()
@@ -53,7 +53,7 @@ def test_a_large_rollout_index_costs_no_more_than_a_small_one() -> None:
     finally:
         tracemalloc.stop()
     assert grown < 200_000
-    agent = telemetry.coverage_snapshot().agents[0]
+    agent = coverage_of(telemetry).agents[0]
     assert agent.measured_tasks == 21
 
 
@@ -61,7 +61,7 @@ def test_a_dense_run_stays_in_blocks() -> None:
     """Rollouts arriving last first still make one block per task: 64 tasks of 256 rollouts cost about
     what their slots do (12 bytes each in the coverage account, 16 in the groups), not a dict entry each."""
     telemetry = RolloutTelemetry()
-    telemetry.cover()
+    telemetry.expect(max_attempts=3)
     telemetry.expect("math", group_size=256)
     tracemalloc.start()
     try:
@@ -72,4 +72,4 @@ def test_a_dense_run_stays_in_blocks() -> None:
     finally:
         tracemalloc.stop()
     assert used < 3 * 64 * 256 * (12 + 16)
-    assert telemetry.coverage_snapshot().agents[0].measured_tasks == 64
+    assert coverage_of(telemetry).agents[0].measured_tasks == 64

@@ -20,7 +20,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from rollout_telemetry import RolloutTelemetry
 from rollout_telemetry._sources.follow import RunFiles, RunFollower
 from rollout_telemetry.exporters.otel import otlp_providers
-from tests.support import exposition, free_port, value
+from tests.support import exposition, free_port, recording_part, value
 
 ROLLOUTS = 3000
 WAIT = 10.0
@@ -152,7 +152,7 @@ class _ObservedFollower(RunFollower):
     """A follower whose polls (its background thread's included) notify ``polled`` when they are over."""
 
     def __init__(self, telemetry: RolloutTelemetry, files: RunFiles) -> None:
-        super().__init__(telemetry, files)
+        super().__init__(recording_part(telemetry), files)
         self.polled = threading.Condition()
 
     def poll(self) -> int:

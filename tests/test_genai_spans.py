@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from rollout_telemetry import RolloutTelemetry
-from rollout_telemetry._sources.follow import RunFiles, RunFollower
+from rollout_telemetry._facade.telemetry import run_follower
+from rollout_telemetry._sources.follow import RunFiles
 from rollout_telemetry.exporters.otel import OTLPExport, otlp_providers
 from tests.otlp_receiver import OTLPReceiver, ReceivedSpan
 
@@ -305,7 +306,7 @@ def test_follow_mode_one_span_per_row(receiver: OTLPReceiver, latest: None, tmp_
     )
     export = _export(receiver)
     telemetry = RolloutTelemetry(run="follow", tracer_provider=export.tracer_provider)
-    follower = RunFollower(telemetry, RunFiles.from_main(main), spans=True, wall_clock=lambda: NOW_NS)
+    follower = run_follower(telemetry, RunFiles.from_main(main), spans=True, wall_clock=lambda: NOW_NS)
     assert follower.poll() == 4
     assert follower.poll() == 0  # read once: no second span of a row
     export.shutdown()

@@ -12,8 +12,9 @@ from rollout_telemetry import Disposition, RolloutTelemetry
 from rollout_telemetry._cli.main import main
 from rollout_telemetry._contract.group_state import GROUP_STATES, contaminated, group_state
 from rollout_telemetry._contract.outcome import absent, classify
-from rollout_telemetry._sources.follow import RunFiles, RunFollower
-from tests.support import exposition, sample_names, samples, value
+from rollout_telemetry._facade.telemetry import run_follower
+from rollout_telemetry._sources.follow import RunFiles
+from tests.support import exposition, groups_of, recording_part, sample_names, samples, value
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -70,7 +71,7 @@ def test_every_state_through_the_facade(telemetry: RolloutTelemetry) -> None:
     with telemetry.rollout("math", task_index=4, rollout_index=1) as rollout:
         rollout.fail("session_lost")
     assert _states(telemetry)["insufficient"] == 2
-    groups = telemetry.groups.snapshot().agent("math")
+    groups = groups_of(telemetry).agent("math")
     assert groups is not None
     assert groups.open == 0
     assert groups.completed == 5
@@ -92,7 +93,7 @@ def test_groups_appear_only_once_one_completes(telemetry: RolloutTelemetry) -> N
     telemetry.expect("math", group_size=2)
     telemetry.record("math", {"reward": 1.0}, task_index=1, rollout_index=0)
     assert "rollout_groups_total" not in sample_names(exposition(telemetry.registry))
-    assert telemetry.groups.snapshot().agents == ()
+    assert groups_of(telemetry).agents == ()
 
 
 def test_a_retried_member_replaces_its_earlier_attempt(telemetry: RolloutTelemetry) -> None:
@@ -141,7 +142,7 @@ def test_deferred_groups_are_classified_from_their_final_outcomes() -> None:
     a group still short of members stays open; a new run classifies the groups of the run that ended."""
     telemetry = RolloutTelemetry()
     telemetry.expect("math", group_size=2)
-    with telemetry.groups.deferred():
+    with recording_part(telemetry).deferred_groups():
         telemetry.record("math", {"reward": 1.0}, task_index=0, rollout_index=0)
         telemetry.record_failure("math", "session_lost", task_index=0, rollout_index=1)
         telemetry.record("math", {"reward": 0.0}, task_index=0, rollout_index=1, attempt=1)
@@ -149,10 +150,10 @@ def test_deferred_groups_are_classified_from_their_final_outcomes() -> None:
         assert "rollout_groups_total" not in sample_names(exposition(telemetry.registry))
         telemetry.record("math", {"reward": 1.0}, task_index=2, rollout_index=0)
         telemetry.record("math", {"reward": 1.0}, task_index=2, rollout_index=1)
-        telemetry.new_run()  # task 2 complete, task 1 not: classified and dropped
+        recording_part(telemetry).new_run()  # task 2 complete, task 1 not: classified and dropped
         telemetry.record("math", {"reward": 1.0}, task_index=0, rollout_index=0)
     assert _states(telemetry) == dict.fromkeys(GROUP_STATES, 0) | {"valid": 1, "uniform": 1}
-    math_groups = telemetry.groups.snapshot().agent("math")
+    math_groups = groups_of(telemetry).agent("math")
     assert math_groups is not None
     assert (math_groups.open, math_groups.late) == (1, 0)
 
@@ -196,7 +197,7 @@ def test_follow_mode_sizes_groups_from_the_materialized_inputs(
     (tmp_path / "run_failures.jsonl").write_text(json.dumps(failure) + "\n")
     run.write_text(row(0, 0, 1.0) + row(0, 1, 1.0) + row(1, 0, 0.0))
     telemetry = RolloutTelemetry()
-    follower = RunFollower(telemetry, RunFiles.from_main(run))
+    follower = run_follower(telemetry, RunFiles.from_main(run))
     follower.poll()
     # Task 1 completed as insufficient (one valid member, one failed); task 0 waits for its third.
     assert _states(telemetry) == dict.fromkeys(GROUP_STATES, 0) | {"insufficient": 1}
@@ -215,8 +216,10 @@ def test_follow_mode_sizes_groups_from_the_materialized_inputs(
 def test_an_earlier_attempt_arriving_late_does_not_replace_a_newer_one(telemetry: RolloutTelemetry) -> None:
     """Attempt 1 succeeded; the failure row of attempt 0 read after it leaves the member measured."""
     telemetry.expect("math", group_size=2)
-    telemetry.record_classified("math", classify({"reward": 1.0}), (0, 0), attempt=1)
-    telemetry.record_classified("math", absent(Disposition.FAILED, "session_lost"), (0, 0), attempt=0)
+    recording_part(telemetry).record_checked("math", classify({"reward": 1.0}), (0, 0), attempt=1)
+    recording_part(telemetry).record_checked(
+        "math", absent(Disposition.FAILED, "session_lost"), (0, 0), attempt=0
+    )
     telemetry.record("math", {"reward": 0.0}, task_index=0, rollout_index=1)
     assert _states(telemetry)["valid"] == 1
 
@@ -318,8 +321,10 @@ def test_a_retried_member_leaves_no_contamination(telemetry: RolloutTelemetry) -
 def test_a_retry_that_fails_again_counts_its_newest_attempt(telemetry: RolloutTelemetry) -> None:
     """Attempt 0 measured, attempt 1 failed: the member stands as failed, the baseline contaminated."""
     telemetry.expect("math", group_size=2)
-    telemetry.record_classified("math", classify({"reward": 1.0}), (0, 0), attempt=0)
-    telemetry.record_classified("math", absent(Disposition.FAILED, "session_lost"), (0, 0), attempt=1)
+    recording_part(telemetry).record_checked("math", classify({"reward": 1.0}), (0, 0), attempt=0)
+    recording_part(telemetry).record_checked(
+        "math", absent(Disposition.FAILED, "session_lost"), (0, 0), attempt=1
+    )
     telemetry.record("math", {"reward": 0.0}, task_index=0, rollout_index=1)
     assert _by(telemetry, "rollout_group_members_total", "disposition")["failed"] == 1
     assert _by(telemetry, "rollout_groups_contaminated_total", "state")["insufficient"] == 1

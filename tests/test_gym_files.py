@@ -22,8 +22,10 @@ from hypothesis import strategies as st
 
 from rollout_telemetry import Disposition, RolloutTelemetry
 from rollout_telemetry._cli.main import main
-from rollout_telemetry._sources.follow import RunFiles, RunFollower
+from rollout_telemetry._facade.telemetry import run_follower
+from rollout_telemetry._sources.follow import RunFiles
 from rollout_telemetry._store.coverage import Coverage
+from rollout_telemetry._store.names import Names
 from rollout_telemetry._views.report import build_report
 from tests.support import examples
 
@@ -73,7 +75,7 @@ KINDS = {
 
 def _report(folder: Path) -> dict[str, Any]:
     telemetry = RolloutTelemetry()
-    follower = RunFollower(telemetry, RunFiles.from_main(folder / "run.jsonl"))
+    follower = run_follower(telemetry, RunFiles.from_main(folder / "run.jsonl"))
     follower.poll()
     follower.finish()
     return build_report(telemetry.snapshot(), follower.coverage.snapshot())
@@ -132,7 +134,7 @@ def test_any_interleaving_of_appends_gives_the_same_report(
     chooser.shuffle(order)
     poll_after = set(chooser.sample(range(len(order)), min(polls, len(order))))
     telemetry = RolloutTelemetry()
-    follower = RunFollower(telemetry, RunFiles.from_main(folder / "run.jsonl"))
+    follower = run_follower(telemetry, RunFiles.from_main(folder / "run.jsonl"))
     for step, name in enumerate(order):
         with (folder / name).open("a") as handle:
             handle.write(pending[name].pop(0))
@@ -150,7 +152,7 @@ def test_rows_wait_for_their_inputs_row_and_never_drop(tmp_path: Path) -> None:
     (tmp_path / "run_materialized_inputs.jsonl").write_text("")
     (tmp_path / "run.jsonl").write_text('{"reward": 1.0, "_ng_task_index": 0, "_ng_rollout_index": 0}\n')
     telemetry = RolloutTelemetry()
-    follower = RunFollower(telemetry, RunFiles.from_main(tmp_path / "run.jsonl"))
+    follower = run_follower(telemetry, RunFiles.from_main(tmp_path / "run.jsonl"))
     follower.poll()
     assert (follower.waiting, telemetry.snapshot().agents) == (1, ())
     with (tmp_path / "run_materialized_inputs.jsonl").open("a") as inputs:
@@ -199,7 +201,7 @@ def test_each_gym_failure_class_is_a_failure_of_that_kind(
         row |= {"skipped": True, "_ng_failure_terminal": True}
     (tmp_path / "run_failures.jsonl").write_text(json.dumps(row) + "\n")
     telemetry = RolloutTelemetry()
-    follower = RunFollower(telemetry, RunFiles.from_main(tmp_path / "run.jsonl"))
+    follower = run_follower(telemetry, RunFiles.from_main(tmp_path / "run.jsonl"))
     with caplog.at_level(logging.WARNING):
         follower.poll()
     agent = telemetry.snapshot().agent("env")
@@ -218,7 +220,7 @@ def test_an_explicit_omission_stays_an_omission(tmp_path: Path) -> None:
            "_ng_failure_class": "cancelled"}  # fmt: skip
     (tmp_path / "run_failures.jsonl").write_text(json.dumps(row) + "\n")
     telemetry = RolloutTelemetry()
-    RunFollower(telemetry, RunFiles.from_main(tmp_path / "run.jsonl")).poll()
+    run_follower(telemetry, RunFiles.from_main(tmp_path / "run.jsonl")).poll()
     agent = telemetry.snapshot().agent("env")
     assert agent is not None
     assert (agent.omitted, agent.failed) == (1, 0)
@@ -233,7 +235,7 @@ def test_a_torn_line_loses_only_itself(tmp_path: Path) -> None:
     )
     main_file.write_text(row.format(reward=1.0, task=0) + "\n" + row.format(reward=0.5, task=1)[:40])
     telemetry = RolloutTelemetry()
-    follower = RunFollower(telemetry, RunFiles.from_main(main_file))
+    follower = run_follower(telemetry, RunFiles.from_main(main_file))
     follower.poll()
     with main_file.open("a") as handle:  # a new writer appends whole rows after the torn one
         handle.write(row.format(reward=0.25, task=2) + "\n" + row.format(reward=0.75, task=3) + "\n")
@@ -263,8 +265,7 @@ def test_an_empty_file_or_a_directory_is_a_one_line_error(
 
 def test_coverage_caps_agents_like_the_account() -> None:
     """The coverage account folds agents beyond the cap into _other, as the account does."""
-    telemetry = RolloutTelemetry(max_agents=2)
-    coverage = Coverage(telemetry.names)
+    coverage = Coverage(Names(max_agents=2))
     for name in ("a", "b", "c", "d"):
         coverage.observe(name, (0, 0), 0, Disposition.MEASURED, succeeded=True)
     assert [a.agent for a in coverage.snapshot().agents] == ["_other", "a", "b"]

@@ -22,10 +22,20 @@ from hypothesis import strategies as st
 from rollout_telemetry import Disposition, RolloutTelemetry
 from rollout_telemetry._cli.main import main
 from rollout_telemetry._cli.simulation import DemoConfig, run_demo
-from rollout_telemetry._sources.follow import RunFiles, RunFollower
+from rollout_telemetry._facade.telemetry import run_follower
+from rollout_telemetry._sources.follow import RunFiles
 from rollout_telemetry._views.report import build_report
 from rollout_telemetry.errors import ConfigError, OutcomeError
-from tests.support import FakeClock, examples, exposition, samples, value
+from tests.support import (
+    FakeClock,
+    coverage_of,
+    examples,
+    exposition,
+    groups_of,
+    recording_part,
+    samples,
+    value,
+)
 from tests.virtual_loop import idle, run_virtual
 
 AGENTS = ("math", "code")
@@ -88,7 +98,7 @@ def _row(event: Event) -> tuple[str, str]:
 
 def _report_of(telemetry: RolloutTelemetry) -> dict[str, Any]:
     """What ``report --format json`` prints of a telemetry's state, through JSON as the CLI prints it."""
-    report = build_report(telemetry.snapshot(), telemetry.coverage_snapshot(), telemetry.groups.snapshot())
+    report = build_report(telemetry.snapshot(), coverage_of(telemetry), groups_of(telemetry))
     decoded: dict[str, Any] = json.loads(json.dumps(report))
     return decoded
 
@@ -109,12 +119,12 @@ def test_the_hook_api_and_the_files_fill_one_account(
     hook = RolloutTelemetry(clock=FakeClock())
     final = RolloutTelemetry(clock=FakeClock())  # each group classified from its final outcomes
     for telemetry in (hook, final):
-        telemetry.cover()  # as a follower keeps one, whatever its inputs file holds
+        telemetry.expect(max_attempts=3)  # as a follower keeps one, whatever its inputs file holds
     for agent in AGENTS:
         if expected[agent]:  # an inputs file names only the agents it has rows of
             hook.expect(agent, identities=sorted(expected[agent]))
             final.expect(agent, identities=sorted(expected[agent]))
-    with final.groups.deferred():
+    with recording_part(final).deferred_groups():
         for event in sequence:
             _record(hook, event)
             _record(final, event)
@@ -132,7 +142,7 @@ def test_the_hook_api_and_the_files_fill_one_account(
         for path in files.values():
             path.write_text("")
         live = RolloutTelemetry(clock=FakeClock())
-        follower = RunFollower(live, RunFiles.from_main(main_file))
+        follower = run_follower(live, RunFiles.from_main(main_file))
         follower.poll()
         for event in sequence:  # appended a line at a time, read as it arrives
             which, line = _row(event)
@@ -144,17 +154,17 @@ def test_the_hook_api_and_the_files_fill_one_account(
         with contextlib.redirect_stdout(printed):
             status = main(["report", str(main_file), "--format", "json"])
 
-    assert hook.coverage_snapshot() == live.coverage_snapshot()
-    assert hook.groups.snapshot() == live.groups.snapshot()
+    assert coverage_of(hook) == coverage_of(live)
+    assert groups_of(hook) == groups_of(live)
     assert _keys(hook) == _keys(live)
     assert _report_of(hook) == _report_of(live)
     # Live, a group is classified when it completes; an outcome that would change it later is counted late.
-    late = sum(agent.late for agent in live.groups.snapshot().agents)
-    finals = final.groups.snapshot()
+    late = sum(agent.late for agent in groups_of(live).agents)
+    finals = groups_of(final)
     tally(f"groups classified: {bool(sum(a.completed for a in finals.agents))}, late outcomes: {bool(late)}")
     assert sum(agent.late for agent in finals.agents) == 0
     if late == 0:
-        assert finals == live.groups.snapshot()
+        assert finals == groups_of(live)
     if sequence:  # with no row at all, what report says of the inputs alone is another test's
         assert status == 0
         reported = json.loads(printed.getvalue())
@@ -225,7 +235,7 @@ def test_a_repeated_success_is_a_counted_rejection_and_counted_once() -> None:
     assert agent.in_flight == 0
     assert agent.completed == 2  # the record() repeat is not counted; the block's ran and is
     assert snapshot.rejected == {"duplicate_rollout": 2}
-    coverage = telemetry.coverage_snapshot().agent("math")
+    coverage = coverage_of(telemetry).agent("math")
     assert coverage is not None
     assert coverage.seen == 1
     assert coverage.retried == 0
@@ -237,12 +247,12 @@ def test_rollout_blocks_feed_coverage_with_their_attempt() -> None:
     telemetry.expect("math", tasks=1, rollouts_per_task=2)
     with telemetry.rollout("math", task_index=0, rollout_index=0, attempt=0) as rollout:
         rollout.fail("session_lost")
-    assert telemetry.coverage_snapshot().agents[0].retryable == 1
+    assert coverage_of(telemetry).agents[0].retryable == 1
     with telemetry.rollout("math", task_index=0, rollout_index=0, attempt=1) as rollout:
         rollout.complete({"reward": 1.0})
     with telemetry.rollout("math", task_index=0, rollout_index=1, attempt=0) as rollout:
         rollout.omit("cancelled", terminal=True)
-    (coverage,) = telemetry.coverage_snapshot().agents
+    (coverage,) = coverage_of(telemetry).agents
     assert (coverage.rollouts[Disposition.MEASURED], coverage.rollouts[Disposition.OMITTED]) == (1, 1)
     assert (coverage.unknown, coverage.retried, coverage.retryable) == (0, 1, 0)
 
@@ -258,7 +268,7 @@ def test_abandon_leaves_a_rollout_uncounted_and_unknown() -> None:
     assert agent is not None
     assert (agent.in_flight, agent.completed, agent.failed) == (0, 0, 0)
     assert telemetry.snapshot().rejected == {"duplicate_outcome": 1}
-    assert telemetry.coverage_snapshot().agents[0].unknown == 1
+    assert coverage_of(telemetry).agents[0].unknown == 1
 
 
 def test_expect_inputs_reads_gyms_materialized_inputs(tmp_path: Path) -> None:
@@ -272,12 +282,12 @@ def test_expect_inputs_reads_gyms_materialized_inputs(tmp_path: Path) -> None:
     ]
     inputs.write_text("".join(json.dumps(row) + "\n" for row in rows) + "\nnot json\n")
     telemetry = RolloutTelemetry()
-    assert telemetry.expect_inputs(inputs, agent="code") == 3
-    coverage = telemetry.coverage_snapshot()
+    assert telemetry.expect("code", inputs=inputs) == 3
+    coverage = coverage_of(telemetry)
     assert {a.agent: a.expected for a in coverage.agents} == {"code": 1, "math": 2}
     assert telemetry.snapshot().rejected == {"missing_identity": 1, "malformed_json": 1}
     with pytest.raises(ConfigError, match="cannot be read"):
-        telemetry.expect_inputs(tmp_path / "missing.jsonl")
+        telemetry.expect(inputs=tmp_path / "missing.jsonl")
 
 
 def test_bad_expected_work_is_refused() -> None:
@@ -289,19 +299,20 @@ def test_bad_expected_work_is_refused() -> None:
         telemetry.expect("math", tasks=1, rollouts_per_task=0)
     with pytest.raises(OutcomeError, match="task_index"):
         telemetry.expect("math", identities=[(-1, 0)])
-    telemetry.cover(max_attempts=3)
+    telemetry.expect(max_attempts=3)
     with pytest.raises(ConfigError, match="3 attempts, not 5"):
-        telemetry.cover(max_attempts=5)
+        telemetry.expect(max_attempts=5)
 
 
 def test_declared_work_keeps_the_account_kept_with_other_attempts(tmp_path: Path) -> None:
     """Expected work declared after the account was kept with 5 attempts (a follower's --max-attempts
-    reading its inputs) goes to that account: expect_* never asks for the default 3 again."""
+    reading its inputs) goes to that account: expect() never asks for the default 3 again."""
     telemetry = RolloutTelemetry()
-    assert telemetry.cover(max_attempts=5).max_attempts == 5
+    telemetry.expect(max_attempts=5)
     telemetry.expect("math", tasks=2, rollouts_per_task=2)
-    assert telemetry.cover().max_attempts == 5
-    assert {a.agent: a.expected for a in telemetry.coverage_snapshot().agents} == {"math": 4}
+    with pytest.raises(ConfigError, match="5 attempts, not 3"):
+        telemetry.expect(max_attempts=3)
+    assert {a.agent: a.expected for a in coverage_of(telemetry).agents} == {"math": 4}
 
 
 def test_a_stopped_demo_leaves_its_rollouts_in_flight_unknown_not_failed(clock: FakeClock) -> None:
@@ -329,7 +340,7 @@ def test_a_stopped_demo_leaves_its_rollouts_in_flight_unknown_not_failed(clock: 
     snapshot = telemetry.snapshot()
     assert sum(a.failed + a.omitted for a in snapshot.agents) == 0
     assert in_flight(telemetry) == 0
-    coverage = telemetry.coverage_snapshot()
+    coverage = coverage_of(telemetry)
     expected = sum(a.expected or 0 for a in coverage.agents)
     unknown = sum(a.unknown or 0 for a in coverage.agents)
     assert expected == 4000  # 400 a second for 10 s, declared before the first started
@@ -355,9 +366,9 @@ def test_an_attempt_not_given_is_attempt_0_for_groups_too() -> None:
     telemetry.record("math", {"reward": 1.0}, 0, 0)
     telemetry.record_failure("math", "session_lost", task_index=0, rollout_index=0, attempt=0)
     telemetry.record("math", {"reward": 0.5}, 0, 1)
-    (groups,) = telemetry.groups.snapshot().agents
+    (groups,) = groups_of(telemetry).agents
     assert groups.states["valid"] == 1
-    (coverage,) = telemetry.coverage_snapshot().agents
+    (coverage,) = coverage_of(telemetry).agents
     assert coverage.rollouts[Disposition.MEASURED] == 2
 
 
@@ -440,14 +451,14 @@ def test_the_hook_api_and_the_files_agree_on_attempts_exhaustion_and_stages(
     stages and deliveries good and bad) through the hook API and through a followed Gym-shaped failures
     file: equal rollout_attempts, rollout_retries_exhausted_total and rollout_failure_stages_total."""
     hook = RolloutTelemetry(clock=FakeClock())
-    hook.cover()
+    hook.expect(max_attempts=3)
     with tempfile.TemporaryDirectory() as folder:
         main_file = Path(folder) / "run.jsonl"
         files = {"main": main_file, "failures": Path(folder) / "run_failures.jsonl"}
         for path in files.values():
             path.write_text("")
         live = RolloutTelemetry(clock=FakeClock())
-        follower = RunFollower(live, RunFiles.from_main(main_file))
+        follower = run_follower(live, RunFiles.from_main(main_file))
         for one, stage, delivery in sequence:
             _record_where(hook, one, stage, delivery)
             which, line = _row_where(one, stage, delivery)

@@ -25,10 +25,13 @@ from rollout_telemetry import Disposition, RolloutTelemetry
 from rollout_telemetry._cli.main import main
 from rollout_telemetry._contract.generation import MAX_TOKENS
 from rollout_telemetry._contract.outcome import classify
-from rollout_telemetry._sources.follow import RunFiles, RunFollower
+from rollout_telemetry._facade.telemetry import run_follower
+from rollout_telemetry._sources.follow import RunFiles
 from rollout_telemetry._sources.gym_rows import _DECODER, MAX_FIELD, decode_row, recover_row
 from rollout_telemetry._sources.tail import Tail
 from rollout_telemetry._store.coverage import Coverage
+from rollout_telemetry._store.groups import Groups
+from rollout_telemetry._store.names import Names
 from rollout_telemetry.errors import Rejection
 from tests.support import examples
 
@@ -63,7 +66,7 @@ def test_a_token_count_of_400_digits_in_a_followed_row_is_a_counted_rejection(tm
         + json.dumps(ROW) + "\n"
     )  # fmt: skip
     telemetry = RolloutTelemetry()
-    RunFollower(telemetry, RunFiles.from_main(main_file)).poll()
+    run_follower(telemetry, RunFiles.from_main(main_file)).poll()
     assert telemetry.snapshot().rejected == {"invalid_output_tokens": 1}
     assert b"rollout_completed_total" in generate_latest(telemetry.registry)
 
@@ -97,7 +100,7 @@ def test_a_live_follower_counts_hostile_lines_and_goes_on(
     with no error logged."""
     _hostile_file(tmp_path / "run.jsonl")
     telemetry = RolloutTelemetry()
-    RunFollower(telemetry, RunFiles.from_main(tmp_path / "run.jsonl")).poll()
+    run_follower(telemetry, RunFiles.from_main(tmp_path / "run.jsonl")).poll()
     assert telemetry.snapshot().rejected == {"malformed_json": 1, "invalid_reward": 1}
     assert not [record for record in caplog.records if record.levelname in ("ERROR", "CRITICAL")]
 
@@ -287,8 +290,9 @@ def test_rows_without_identity_are_counted_not_stored() -> None:
 def test_terminal_identities_take_under_100_bytes_each(per_task: int) -> None:
     """An identity, expected and then measured, took about 530 B in coverage and 1.9 KB with groups; the
     goal is a million in at most 100 MB: both stores, with one rollout per task and with 16."""
-    telemetry = RolloutTelemetry()
-    coverage = Coverage(telemetry.names)
+    names = Names()
+    coverage = Coverage(names)
+    groups = Groups(names)
     outcome = classify({"reward": 1.0})
     count = 50_000
 
@@ -296,17 +300,17 @@ def test_terminal_identities_take_under_100_bytes_each(per_task: int) -> None:
         for i in range(count):
             task, rollout = divmod(i, per_task)
             coverage.expect("a", task, rollout)
-            telemetry.groups.expect("a", task, rollout)
+            groups.expect("a", task, rollout)
         for i in range(count):
             task, rollout = divmod(i, per_task)
             coverage.observe("a", (task, rollout), 0, outcome[0], succeeded=True, line=i + 1)
-            telemetry.record_classified("a", outcome, (task, rollout), 0)
+            groups.observe("a", task, rollout, outcome, 0)
 
     per_identity = _traced(work) / count
     assert per_identity < 100, f"{per_identity:.0f} B per identity"
-    groups = telemetry.groups.snapshot().agent("a")
-    assert groups is not None
-    assert groups.completed == count // per_task
+    group = groups.snapshot().agent("a")
+    assert group is not None
+    assert group.completed == count // per_task
 
 
 def test_a_line_longer_than_the_cap_is_skipped_once_and_never_read_again(tmp_path: Path) -> None:
@@ -315,7 +319,7 @@ def test_a_line_longer_than_the_cap_is_skipped_once_and_never_read_again(tmp_pat
     path = tmp_path / "run.jsonl"
     path.write_text(json.dumps(ROW) + "\n" + "x" * 5000)  # still being written: no newline yet
     telemetry = RolloutTelemetry()
-    follower = RunFollower(telemetry, RunFiles.from_main(path), max_line=1024)
+    follower = run_follower(telemetry, RunFiles.from_main(path), max_line=1024)
     follower.poll()
     assert follower.position == path.stat().st_size  # passed over, not kept to be read again
     with path.open("a") as handle:
@@ -341,7 +345,7 @@ def test_a_fifo_swapped_in_live_is_not_opened(tmp_path: Path, caplog: pytest.Log
     path = tmp_path / "run.jsonl"
     path.write_text(json.dumps(ROW) + "\n")
     telemetry = RolloutTelemetry()
-    follower = RunFollower(telemetry, RunFiles.from_main(path))
+    follower = run_follower(telemetry, RunFiles.from_main(path))
     follower.poll()
     path.unlink()
     os.mkfifo(path)
@@ -394,7 +398,7 @@ def test_a_path_swapped_between_check_and_read_is_not_read(
     path = tmp_path / "run.jsonl"
     path.symlink_to(real)  # a symlink to a regular file is followed
     telemetry = RolloutTelemetry()
-    follower = RunFollower(telemetry, RunFiles.from_main(path))
+    follower = run_follower(telemetry, RunFiles.from_main(path))
     follower.poll()
     with real.open("a") as rows:
         rows.write(json.dumps(ROW) + "\n")
@@ -431,7 +435,7 @@ def test_an_unreadable_followed_file_is_said_once(tmp_path: Path, caplog: pytest
     path = tmp_path / "run.jsonl"
     path.symlink_to(path)
     telemetry = RolloutTelemetry()
-    follower = RunFollower(telemetry, RunFiles.from_main(path))
+    follower = run_follower(telemetry, RunFiles.from_main(path))
     for _ in range(3):
         follower.poll()
     assert sum("cannot read" in record.getMessage() for record in caplog.records) == 1

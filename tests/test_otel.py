@@ -21,7 +21,7 @@ from opentelemetry.trace import StatusCode
 from rollout_telemetry import RolloutTelemetry
 from rollout_telemetry._store.snapshot import AccountSnapshot
 from rollout_telemetry.exporters.otel import Callback, instrument_meter
-from tests.support import FakeClock, exposition, samples
+from tests.support import FakeClock, exposition, groups_of, samples
 
 
 @pytest.fixture(autouse=True)
@@ -197,8 +197,7 @@ def _points(reader: InMemoryMetricReader) -> Iterator[tuple[str, dict[str, objec
 def test_otel_metrics_follow_the_same_rules(clock: FakeClock) -> None:
     """Observable instruments publish the Prometheus families' values, appearing only when they happen."""
     reader = InMemoryMetricReader()
-    telemetry = RolloutTelemetry(run="r", clock=clock)
-    instrument_meter(telemetry, MeterProvider(metric_readers=[reader]))
+    telemetry = RolloutTelemetry(run="r", clock=clock, meter_provider=MeterProvider(metric_readers=[reader]))
     telemetry.record("math", {"reward": 1.0})
     healthy = {name for name, _, _ in _points(reader)}
     assert healthy == {
@@ -235,9 +234,7 @@ def test_otel_metrics_follow_the_same_rules(clock: FakeClock) -> None:
     )
 
 
-def test_otel_metrics_read_one_snapshot_per_collection(
-    clock: FakeClock, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_otel_metrics_read_one_snapshot_per_collection(clock: FakeClock) -> None:
     """Each collection of each reader takes exactly one snapshot and every instrument shows it, though the
     account moves on right after each snapshot is taken."""
     telemetry = RolloutTelemetry(run="r", clock=clock)
@@ -274,9 +271,11 @@ def test_otel_metrics_read_one_snapshot_per_collection(
         steps[len(before) % len(steps)]()  # the account moves on before the next instrument reads
         return snap
 
-    monkeypatch.setattr(telemetry, "snapshot", snapshot)
     first, second = InMemoryMetricReader(), InMemoryMetricReader()
-    instrument_meter(telemetry, MeterProvider(metric_readers=[first, second]))
+    # The exporter's part alone, on a snapshot that moves on between instruments' reads.
+    instrument_meter(
+        MeterProvider(metric_readers=[first, second]), snapshot, lambda: groups_of(telemetry), {}
+    )
     for collection in range(8):
         points: dict[str, float] = {}
         for name, attrs, value in _points((first, second)[collection % 2]):
@@ -344,8 +343,9 @@ def test_two_hundred_concurrent_async_rollouts_with_spans_and_metrics(
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(spans))
     reader = InMemoryMetricReader()
-    telemetry = RolloutTelemetry(clock=clock, tracer_provider=provider)
-    instrument_meter(telemetry, MeterProvider(metric_readers=[reader]))
+    telemetry = RolloutTelemetry(
+        clock=clock, tracer_provider=provider, meter_provider=MeterProvider(metric_readers=[reader])
+    )
     release = asyncio.Event()
     during: list[float] = []
 
@@ -400,8 +400,7 @@ def test_a_raising_redact_hook_still_ends_the_span_and_detaches_it(clock: FakeCl
 def test_otel_publishes_tokens_truncation_and_groups(clock: FakeClock) -> None:
     """Tokens, truncations and group states reach OpenTelemetry as they reach Prometheus."""
     reader = InMemoryMetricReader()
-    telemetry = RolloutTelemetry(run="r", clock=clock)
-    instrument_meter(telemetry, MeterProvider(metric_readers=[reader]))
+    telemetry = RolloutTelemetry(run="r", clock=clock, meter_provider=MeterProvider(metric_readers=[reader]))
     telemetry.expect("math", group_size=2)
     response = {
         "usage": {"input_tokens": 5, "output_tokens": 7},
@@ -443,8 +442,7 @@ def test_a_truncated_answer_keeps_its_raw_reason_on_the_span(
 def test_the_reward_histogram_reaches_opentelemetry() -> None:
     """The measured rewards' histogram is published as its sum, count and bucket counters."""
     reader = InMemoryMetricReader()
-    telemetry = RolloutTelemetry()
-    instrument_meter(telemetry, MeterProvider(metric_readers=[reader]))
+    telemetry = RolloutTelemetry(meter_provider=MeterProvider(metric_readers=[reader]))
     telemetry.expect("math", reward_range=(0, 1))
     telemetry.record("math", {"reward": 1.0})
     telemetry.record("math", {"reward": 0.0})
@@ -473,9 +471,8 @@ class _Meter:
 
 def test_otel_series_attributes_are_made_once(clock: FakeClock) -> None:
     """Two collections give each series the same attributes object; only the values are new."""
-    telemetry = RolloutTelemetry(run="r", clock=clock)
     meter = _Meter()
-    instrument_meter(telemetry, meter)  # type: ignore[arg-type]
+    telemetry = RolloutTelemetry(run="r", clock=clock, meter_provider=meter)  # type: ignore[arg-type]
     telemetry.record_failure("math", "session_lost")
     with telemetry.rollout("code") as rollout:
         rollout.complete({"reward": 1.0})
@@ -501,8 +498,7 @@ def test_otel_series_attributes_are_made_once(clock: FakeClock) -> None:
 def test_a_reward_histogram_below_zero_reaches_opentelemetry_without_a_sum() -> None:
     """Buckets below zero: the sum could fall, so no ``_sum`` counter is observed; count and buckets are."""
     reader = InMemoryMetricReader()
-    telemetry = RolloutTelemetry()
-    instrument_meter(telemetry, MeterProvider(metric_readers=[reader]))
+    telemetry = RolloutTelemetry(meter_provider=MeterProvider(metric_readers=[reader]))
     telemetry.expect("math", reward_range=(-1, 1))
     telemetry.record("math", {"reward": -1.0})
     telemetry.record("math", {"reward": 0.5})

@@ -10,7 +10,7 @@ import pytest
 
 from rollout_telemetry import RolloutTelemetry
 from rollout_telemetry._cli.main import main
-from rollout_telemetry.exporters.otel import instrument_meter, otlp_providers
+from rollout_telemetry.exporters.otel import otlp_providers
 from tests.otlp_receiver import OTLPReceiver
 from tests.support import free_port
 
@@ -25,8 +25,9 @@ def test_spans_and_metrics_reach_a_real_receiver() -> None:
     """Measured, masked and failed rollouts arrive as decoded spans and metric points."""
     with OTLPReceiver() as receiver:
         otlp = otlp_providers(receiver.endpoint, export_interval_millis=60_000)
-        telemetry = RolloutTelemetry(run="otlp-test", tracer_provider=otlp.tracer_provider)
-        instrument_meter(telemetry, otlp.meter_provider)
+        telemetry = RolloutTelemetry(
+            run="otlp-test", tracer_provider=otlp.tracer_provider, meter_provider=otlp.meter_provider
+        )
         with telemetry.rollout("math", task_index=1, rollout_index=0) as rollout:
             rollout.complete({"reward": 1.0})
         with telemetry.rollout("math", task_index=2, rollout_index=0) as rollout:

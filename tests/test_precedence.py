@@ -6,9 +6,11 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rollout_telemetry import Disposition, RolloutTelemetry
+from rollout_telemetry import Disposition
 from rollout_telemetry._contract.outcome import Classified, absent, classify
 from rollout_telemetry._store.coverage import Coverage
+from rollout_telemetry._store.groups import Groups
+from rollout_telemetry._store.names import Names
 from tests.support import examples
 
 REACHED = (Disposition.MEASURED, Disposition.MASKED, Disposition.UNSCORED)
@@ -51,23 +53,23 @@ def test_coverage_and_groups_keep_the_same_row(sequence: list[tuple[int, Disposi
     rewards = [0.1 * (index + 1) for index in range(len(sequence))]  # every measured row told apart
     standing = _standing(sequence)
     coverage = Coverage()
-    telemetry = RolloutTelemetry()
+    groups = Groups(Names())
     for member in (0, 1):
         coverage.expect("a", 0, member)
-        telemetry.groups.expect("a", 0, member)
+        groups.expect("a", 0, member)
     for (attempt, disposition), reward in zip(sequence, rewards, strict=True):
         outcome = _outcome(disposition, reward)
         duplicate = coverage.observe("a", (0, 0), attempt, outcome[0], succeeded=disposition in REACHED)[0]
         if duplicate is None:  # the follower's order: a refused duplicate reaches nothing else
-            telemetry.record_classified("a", outcome, (0, 0), attempt)
+            groups.observe("a", 0, 0, outcome, attempt)
     agent = coverage.snapshot().agent("a")
     assert agent is not None
     standing_disposition = sequence[standing][1]
     assert agent.rollouts[standing_disposition] == 1
     # The other member measured at the standing row's reward: uniform if the group kept that measured row,
     # valid if it kept another measured row, insufficient if it kept a row that is not measured.
-    telemetry.record_classified("a", _outcome(Disposition.MEASURED, rewards[standing]), (0, 1), 0)
-    groups = telemetry.groups.snapshot().agent("a")
-    assert groups is not None
+    groups.observe("a", 0, 1, _outcome(Disposition.MEASURED, rewards[standing]), 0)
+    group = groups.snapshot().agent("a")
+    assert group is not None
     expected_state = "uniform" if standing_disposition is Disposition.MEASURED else "insufficient"
-    assert {state for state, count in groups.states.items() if count} == {expected_state}
+    assert {state for state, count in group.states.items() if count} == {expected_state}

@@ -14,7 +14,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from rollout_telemetry import RolloutTelemetry
-from rollout_telemetry._sources.follow import RunFiles, RunFollower
+from rollout_telemetry._facade.telemetry import run_follower
+from rollout_telemetry._sources.follow import RunFiles
 from rollout_telemetry.errors import OutcomeError
 from tests.support import FakeClock, exposition, sample_names, samples, value
 
@@ -76,7 +77,7 @@ def test_attempts_count_each_identity_once_at_its_terminal_outcome() -> None:
     """rollout_attempts observes each identity once, when a success, a terminal failure or the last attempt
     of the budget makes it final, with the attempts it took; a retryable failure observes nothing yet."""
     telemetry = RolloutTelemetry(clock=FakeClock())
-    telemetry.cover(max_attempts=3)
+    telemetry.expect(max_attempts=3)
     telemetry.record("math", {"reward": 1.0}, 0, 0)  # 1 attempt
     telemetry.record_failure("math", "session_lost", task_index=1, rollout_index=0)
     assert _histogram(telemetry, "rollout_attempts")["count"] == 1  # the retryable failure: not final yet
@@ -94,7 +95,7 @@ def test_attempts_count_each_identity_once_at_its_terminal_outcome() -> None:
 def test_unstamped_retries_count_their_rows() -> None:
     """Failures recorded without an attempt index still count as attempts: the budget's last one is final."""
     telemetry = RolloutTelemetry(clock=FakeClock())
-    telemetry.cover(max_attempts=2)
+    telemetry.expect(max_attempts=2)
     telemetry.record_failure("math", "session_lost", task_index=0, rollout_index=0)
     telemetry.record_failure("math", "session_lost", task_index=0, rollout_index=0)
     assert _histogram(telemetry, "rollout_attempts")["count"] == 1
@@ -107,7 +108,7 @@ def test_retries_exhausted_by_budget_or_a_terminal_failure_after_a_retry() -> No
     """Exhausted: the last failure terminal after at least one retry, or the attempts budget used up; a
     terminal failure at the first attempt, a success after retries, or a retryable failure is not."""
     telemetry = RolloutTelemetry(clock=FakeClock())
-    telemetry.cover(max_attempts=3)
+    telemetry.expect(max_attempts=3)
     telemetry.record_failure("math", "judge_failed", task_index=0, rollout_index=0, terminal=True)
     telemetry.record_failure("math", "session_lost", task_index=1, rollout_index=0)
     telemetry.record("math", {"reward": 1.0}, 1, 0, attempt=1)
@@ -127,7 +128,7 @@ def test_retry_delay_sums_the_gaps_between_a_failure_and_the_next_start(clock: F
     """The lifecycle's retry delay: from each failed attempt's outcome to the next attempt's start, summed
     per identity, observed once it is final after a retry; a first-try success observes none."""
     telemetry = RolloutTelemetry(clock=clock)
-    telemetry.cover(max_attempts=5)
+    telemetry.expect(max_attempts=5)
     for attempt, wait in ((0, 0.0), (1, 4.0), (2, 2.5)):
         clock.advance(wait)
         with telemetry.rollout("math", task_index=0, rollout_index=0, attempt=attempt) as rollout:
@@ -146,7 +147,7 @@ def test_retry_delay_sums_the_gaps_between_a_failure_and_the_next_start(clock: F
 def test_retry_delay_of_record_calls_is_between_the_records(clock: FakeClock) -> None:
     """Without the lifecycle an attempt's start is its record: the delay is the time between the records."""
     telemetry = RolloutTelemetry(clock=clock)
-    telemetry.cover()
+    telemetry.expect(max_attempts=3)
     telemetry.record_failure("math", "session_lost", task_index=0, rollout_index=0)
     clock.advance(30.0)
     telemetry.record("math", {"reward": 1.0}, 0, 0, attempt=1)
@@ -210,7 +211,7 @@ def test_a_lifecycle_failure_takes_the_current_stage_unless_given(clock: FakeClo
 def test_identity_is_never_a_label_of_the_new_families(clock: FakeClock) -> None:
     """The new families are labelled by agent, failure kind, stage and delivery only."""
     telemetry = RolloutTelemetry(clock=clock)
-    telemetry.cover(max_attempts=2)
+    telemetry.expect(max_attempts=2)
     for attempt in range(2):
         with telemetry.rollout("math", task_index=7, rollout_index=3, attempt=attempt) as rollout:
             rollout.fail("session_lost", delivery="not_sent")
@@ -233,7 +234,7 @@ def test_spans_carry_the_stage_delivery_and_attempts(clock: FakeClock) -> None:
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     telemetry = RolloutTelemetry(clock=clock, tracer_provider=provider)
-    telemetry.cover()
+    telemetry.expect(max_attempts=3)
     with telemetry.rollout("math", task_index=0, rollout_index=0) as rollout:
         rollout.stage("admission")
         rollout.fail("session_lost", delivery="not_sent")
@@ -280,7 +281,7 @@ def test_followed_gym_rows_give_stage_delivery_attempts_and_exhaustion(tmp_path:
     ]
     (tmp_path / "rollouts_failures.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
     telemetry = RolloutTelemetry(clock=FakeClock())
-    follower = RunFollower(telemetry, RunFiles.from_main(main))
+    follower = run_follower(telemetry, RunFiles.from_main(main))
     follower.poll()
     follower.finish()
     agent = ("agent", "weather_agent")
@@ -305,7 +306,7 @@ def test_a_real_gym_run_with_retries_gives_its_attempts(tmp_path: Path) -> None:
     run = tmp_path / "retried"
     shutil.copytree(REAL / "retried", run)
     telemetry = RolloutTelemetry(clock=FakeClock())
-    follower = RunFollower(telemetry, RunFiles.from_main(run / "rollouts.jsonl"))
+    follower = run_follower(telemetry, RunFiles.from_main(run / "rollouts.jsonl"))
     follower.poll()
     follower.finish()
     histogram = _histogram(telemetry, "rollout_attempts", "rt_weather_simple_agent")

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from rollout_telemetry._cli.main import main
+from rollout_telemetry._facade.telemetry import run_follower
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -80,7 +81,7 @@ def test_a_long_agent_name_is_one_row_and_one_label(
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
     from rollout_telemetry import RolloutTelemetry
-    from rollout_telemetry._sources.follow import RunFiles, RunFollower
+    from rollout_telemetry._sources.follow import RunFiles
     from tests.support import exposition, samples
 
     agent = "agent_" + "x" * 194
@@ -107,7 +108,7 @@ def test_a_long_agent_name_is_one_row_and_one_label(
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     telemetry = RolloutTelemetry(tracer_provider=provider)
-    RunFollower(telemetry, RunFiles.from_main(main_file)).poll()
+    run_follower(telemetry, RunFiles.from_main(main_file)).poll()
     with telemetry.rollout(agent) as rollout:
         rollout.complete({"reward": 1.0})
     agent_labels = {

@@ -18,8 +18,10 @@ from prometheus_client import (
 )
 
 from rollout_telemetry import ConfigError, RolloutTelemetry
-from rollout_telemetry._store.runtime import LAG_BUCKETS
+from rollout_telemetry._recording.runtime import LoopLag, LoopWatch
+from rollout_telemetry._store.runtime import LAG_BUCKETS, Runtime
 from rollout_telemetry.exporters._exposition import encode
+from rollout_telemetry.exporters.prometheus import RuntimeCollector
 from tests.support import FakeClock, exposition, sample_names, samples, value
 from tests.test_exposition import ENCODERS
 from tests.virtual_loop import VirtualLoop, idle, run_virtual
@@ -53,8 +55,15 @@ def _assert_a_rollout_block_starts_no_sampler(telemetry: RolloutTelemetry, clock
     assert LAG + "_count" not in sample_names(exposition(telemetry.registry))
 
 
-def _lag_count(telemetry: RolloutTelemetry) -> float:
-    text = exposition(telemetry.registry)
+async def _a_rollout_block(telemetry: RolloutTelemetry) -> None:
+    """One async rollout block, which starts its loop's lag sampler (``runtime_metrics=True``)."""
+    async with telemetry.rollout("a") as rollout:
+        rollout.complete({"reward": 1.0})
+
+
+def _lag_count(telemetry: RolloutTelemetry | CollectorRegistry) -> float:
+    registry = telemetry if isinstance(telemetry, CollectorRegistry) else telemetry.registry
+    text = exposition(registry)
     return value(text, f"{LAG}_count", run="r") if f"{LAG}_count" in sample_names(text) else 0.0
 
 
@@ -70,10 +79,10 @@ def _lag_buckets(telemetry: RolloutTelemetry) -> dict[str, float]:
 def test_a_blocked_loop_shows_its_lag_in_the_right_bucket(clock: FakeClock) -> None:
     """A loop blocked for 0.375 s (on its clock) with its sampler due after 0.125 s wakes it 0.25 s late: one
     observation of 0.25 s in the 0.25 bucket and above, none at 0.1; the next wake, on time, observes 0."""
-    telemetry = RolloutTelemetry(run="r", runtime_metrics=False)
+    telemetry = RolloutTelemetry(run="r", loop_lag_interval=0.125)
 
     async def main() -> None:
-        telemetry.watch_event_loop(interval=0.125)
+        await _a_rollout_block(telemetry)
         clock.advance(0.375)  # the block being measured: the loop's time passes and nothing runs
         await idle(0.0625)  # the late wake runs first, then this timer
         assert _lag_count(telemetry) == 1
@@ -90,23 +99,17 @@ def test_a_blocked_loop_shows_its_lag_in_the_right_bucket(clock: FakeClock) -> N
 
 def test_the_first_async_rollout_block_on_a_loop_starts_one_sampler(clock: FakeClock) -> None:
     """No lag family before a rollout block runs on a loop; afterwards one sampler per loop, however many
-    blocks (three wakes in 3.5 intervals), and the sampler ends when the loop closes (no warning: warnings
-    are errors)."""
+    blocks (three wakes in 3.5 intervals, not nine), and the sampler ends when the loop closes (no warning:
+    warnings are errors)."""
     telemetry = RolloutTelemetry(run="r", loop_lag_interval=0.125)
     assert LAG + "_count" not in sample_names(exposition(telemetry.registry))
-    watches = []
 
     async def main() -> None:
         for _ in range(3):
-            async with telemetry.rollout("a") as rollout:
-                rollout.complete({"reward": 1.0})
-        watches.append(telemetry.watch_event_loop())  # the one the blocks started
-        watches.append(telemetry.watch_event_loop())
+            await _a_rollout_block(telemetry)
         await idle(0.4375)  # wakes due at 0.125, 0.25 and 0.375 s
 
     run_virtual(main(), clock)
-    assert watches[0] is watches[1]
-    assert not watches[0].running
     assert _lag_count(telemetry) == 3
 
 
@@ -116,32 +119,35 @@ def test_without_runtime_metrics_a_rollout_block_starts_no_sampler(clock: FakeCl
     _assert_a_rollout_block_starts_no_sampler(telemetry, clock)
 
 
-def test_a_stopped_sampler_samples_no_more(clock: FakeClock) -> None:
-    """stop() ends sampling: the count stays where it was (one wake) over ten more intervals of the loop."""
-    telemetry = RolloutTelemetry(run="r", runtime_metrics=False)
+def test_a_closed_telemetry_samples_no_more(clock: FakeClock) -> None:
+    """close() ends sampling: the count stays where it was (one wake) over ten more intervals of the loop,
+    and a rollout block after it starts no sampler again."""
+    telemetry = RolloutTelemetry(run="r", loop_lag_interval=0.125)
 
     async def main() -> None:
-        watch = telemetry.watch_event_loop(interval=0.125)
+        await _a_rollout_block(telemetry)
         await idle(0.1875)  # one wake, at 0.125 s
         assert _lag_count(telemetry) == 1
-        watch.stop()
+        telemetry.close()
+        await _a_rollout_block(telemetry)
         await idle(1.25)  # ten intervals
-        assert not watch.running
 
     run_virtual(main(), clock)
     assert _lag_count(telemetry) == 1
 
 
 def test_a_sampler_started_from_another_thread_runs_on_its_loop(clock: FakeClock) -> None:
-    """watch_event_loop(loop) from outside the loop arms the sampler on the loop's own turn: one interval
+    """The lag part's watch(loop) from outside the loop arms the sampler on the loop's own turn: one interval
     of the loop's time after it runs, it has woken once."""
-    telemetry = RolloutTelemetry(run="r", runtime_metrics=False)
+    runtime = Runtime()
+    registry = CollectorRegistry()
+    registry.register(RuntimeCollector(runtime.snapshot, {"run": "r"}))
     loop = VirtualLoop(clock)
     try:
-        watch = telemetry.watch_event_loop(loop, interval=0.125)
-        assert _lag_count(telemetry) == 0
+        watch = LoopLag(runtime).watch(loop, interval=0.125)
+        assert _lag_count(registry) == 0
         loop.run_until_complete(idle(0.1875))
-        assert _lag_count(telemetry) == 1
+        assert _lag_count(registry) == 1
         assert watch.running
         watch.stop()
     finally:
@@ -154,8 +160,13 @@ def test_a_sampler_ends_with_its_telemetry(clock: FakeClock) -> None:
     running and its timer stops at its next wake (armed once, never again)."""
     loop = VirtualLoop(clock)
     try:
-        telemetry = RolloutTelemetry(runtime_metrics=False)
-        watch = telemetry.watch_event_loop(loop, interval=0.125)
+        telemetry = RolloutTelemetry(loop_lag_interval=0.125)
+        loop.run_until_complete(_a_rollout_block(telemetry))  # starts the loop's sampler
+        (watch,) = {
+            owner
+            for _, callback in loop.armed
+            if type(owner := getattr(callback, "__self__", None)) is LoopWatch
+        }
         del telemetry
         gc.collect()
         assert not watch.running
@@ -169,13 +180,13 @@ def test_a_sampler_ends_with_its_telemetry(clock: FakeClock) -> None:
 
 def test_watching_needs_a_loop_and_a_positive_interval() -> None:
     """Outside a running loop, with a closed loop, or with a non-positive interval: ConfigError."""
-    telemetry = RolloutTelemetry(runtime_metrics=False)
-    with pytest.raises(ConfigError, match="running event loop"):
-        telemetry.watch_event_loop()
+    lag = LoopLag(Runtime())
+    with pytest.raises(ConfigError, match="needs a running event loop"):
+        lag.watch()
     loop = asyncio.new_event_loop()
     loop.close()
     with pytest.raises(ConfigError, match="closed"):
-        telemetry.watch_event_loop(loop)
+        lag.watch(loop)
     with pytest.raises(ConfigError, match="positive"):
         RolloutTelemetry(loop_lag_interval=0)
 
@@ -201,11 +212,11 @@ def test_a_forced_collection_is_one_pause_of_generation_2() -> None:
 
 @pytest.mark.usefixtures("no_automatic_gc")
 def test_stopping_the_runtime_metrics_stops_timing_collections(clock: FakeClock) -> None:
-    """stop_runtime_metrics(): later collections are not timed, the histogram keeps what it had, and a
+    """close(): later collections are not timed, the histogram keeps what it had, and a
     rollout block starts no sampler any more (over a window of 20 intervals)."""
     telemetry = RolloutTelemetry(run="r", loop_lag_interval=0.005)
     gc.collect()
-    telemetry.stop_runtime_metrics()
+    telemetry.close()
     gc.collect()
     assert value(exposition(telemetry.registry), f"{PAUSE}_count", run="r", generation="2") == 1
     _assert_a_rollout_block_starts_no_sampler(telemetry, clock)
@@ -253,17 +264,21 @@ def test_a_registry_with_the_process_collectors_keeps_its_own() -> None:
 def test_the_runtime_histograms_are_written_as_prometheus_client_writes_them(clock: FakeClock) -> None:
     """The endpoint's own writer and prometheus_client's write the same bytes for the lag histogram (two
     observations, one late)."""
-    telemetry = RolloutTelemetry(run="r", runtime_metrics=False)
+    runtime = Runtime()
+    registry = CollectorRegistry()
+    registry.register(
+        RuntimeCollector(runtime.snapshot, {"run": "r"})
+    )  # the telemetry's, without the process
 
     async def main() -> None:
-        telemetry.watch_event_loop(interval=0.125)
+        LoopLag(runtime).watch(interval=0.125)
         clock.advance(0.3)  # a block: the first wake is late
         await idle(0.1875)  # that wake and the next
 
     run_virtual(main(), clock)  # the loop is closed: the histogram no longer moves
-    assert _lag_count(telemetry) == 2
+    assert _lag_count(registry) == 2
     for accept, encoder in ENCODERS.items():
-        assert encode(telemetry.registry, accept)[0] == encoder(telemetry.registry), accept
+        assert encode(registry, accept)[0] == encoder(registry), accept
 
 
 def test_one_gc_hook_for_the_process_while_a_telemetry_wants_it() -> None:

@@ -14,10 +14,11 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from rollout_telemetry import RolloutTelemetry
+from rollout_telemetry._facade.telemetry import run_follower
 from rollout_telemetry._recording import semconv
 from rollout_telemetry._recording.semconv import ATTRIBUTES, latest_experimental
 from rollout_telemetry._sources.follow import RunFiles, RunFollower
-from tests.support import FakeClock, exposition, value
+from tests.support import FakeClock, exposition, traced, value
 
 TYPES = {str: "string", int: "int", float: "double", bool: "boolean"}
 USAGE = {
@@ -55,7 +56,7 @@ def _every_kind_of_span(clock: FakeClock, tmp_path: Path) -> tuple[ReadableSpan,
     perf = {"total_latency_ms": 20, "num_turns": 3, "num_tool_calls": 2}
     row = {"reward": 0.5, "_ng_task_index": 0, "_ng_rollout_index": 0, "ng_perf": perf}
     main.write_text(json.dumps({**row, "agent_ref": {"name": "a"}}) + "\n")
-    RunFollower(telemetry, RunFiles.from_main(main), spans=True).poll()
+    run_follower(telemetry, RunFiles.from_main(main), spans=True).poll()
     return exporter.get_finished_spans()
 
 
@@ -118,26 +119,45 @@ def test_the_opt_in_is_one_token_of_a_comma_separated_list(listed: str | None, l
     assert latest_experimental(environ) is latest
 
 
-def test_the_opt_in_is_read_when_the_telemetry_is_made(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_opt_in_is_read_when_the_telemetry_is_made(
+    monkeypatch: pytest.MonkeyPatch, clock: FakeClock
+) -> None:
     """Each telemetry reads the variable once, when it is made: set later, it changes nothing for it."""
     monkeypatch.delenv(semconv.OPT_IN_VARIABLE, raising=False)
-    before = RolloutTelemetry()
+    before = traced(clock)
     monkeypatch.setenv(semconv.OPT_IN_VARIABLE, semconv.OPT_IN_TOKEN)
-    assert before.spans.latest is False
-    assert RolloutTelemetry().spans.latest is True
+    assert _schema_url(*before) == semconv.schema_url(latest=False)
+    assert _schema_url(*traced(clock)) == semconv.schema_url(latest=True)
+
+
+def _schema_url(telemetry: RolloutTelemetry, exporter: InMemorySpanExporter) -> str | None:
+    """The schema URL of the span of one rollout of ``telemetry``: the conventions it follows."""
+    with telemetry.rollout("math") as rollout:
+        rollout.complete({"reward": 1.0})
+    (span,) = exporter.get_finished_spans()
+    return span.instrumentation_scope.schema_url if span.instrumentation_scope else None
 
 
 def test_importing_reads_no_environment() -> None:
     """The variable is read by the recorder, not at import: set after importing, it is seen."""
     code = (
         "import os\n"
+        "from opentelemetry.sdk.trace import TracerProvider\n"
+        "from opentelemetry.sdk.trace.export import SimpleSpanProcessor\n"
+        "from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter\n"
         "from rollout_telemetry import RolloutTelemetry\n"
         "os.environ['OTEL_SEMCONV_STABILITY_OPT_IN'] = 'gen_ai_latest_experimental'\n"
-        "print(RolloutTelemetry().spans.latest)\n"
+        "exporter, provider = InMemorySpanExporter(), TracerProvider()\n"
+        "provider.add_span_processor(SimpleSpanProcessor(exporter))\n"
+        "telemetry = RolloutTelemetry(tracer_provider=provider)\n"
+        "telemetry.record_failure('math', 'session_lost')\n"
+        "with telemetry.rollout('math') as rollout:\n"
+        "    rollout.complete({'reward': 1.0})\n"
+        "print(exporter.get_finished_spans()[0].instrumentation_scope.schema_url)\n"
     )
     env = {"PATH": "/usr/bin:/bin"}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
-    assert done.stdout.strip() == "True"
+    assert done.stdout.strip() == semconv.schema_url(latest=True)
 
 
 def test_the_schema_url_names_the_latest_version() -> None:
@@ -152,7 +172,7 @@ def _followed(tmp_path: Path, telemetry: RolloutTelemetry, **options: object) ->
         for i in range(3)
     ]
     main.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    return RunFollower(telemetry, RunFiles.from_main(main), **options)  # type: ignore[arg-type]
+    return run_follower(telemetry, RunFiles.from_main(main), **options)
 
 
 def test_follow_mode_makes_no_span_by_default(clock: FakeClock, tmp_path: Path) -> None:
@@ -193,7 +213,7 @@ def test_a_raising_redact_hook_costs_a_followed_row_nothing(clock: FakeClock, tm
         "agent_ref": {"name": "a"},
     }
     (tmp_path / "run_failures.jsonl").write_text(json.dumps(failure) + "\n")
-    follower = RunFollower(telemetry, RunFiles.from_main(main), spans=True)
+    follower = run_follower(telemetry, RunFiles.from_main(main), spans=True)
     assert follower.poll() == 1
     assert follower.rows == 1
     (span,) = exporter.get_finished_spans()

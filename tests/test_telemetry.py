@@ -162,8 +162,8 @@ def test_expect_declares_all_of_an_agents_work_in_one_call(telemetry: RolloutTel
     [{"rollouts": 4, "tasks": 2}, {"tasks": 2, "identities": [(0, 0)]}, {"rollouts": 1, "identities": []}],
 )
 def test_expect_takes_one_kind_of_expected_work(telemetry: RolloutTelemetry, work: dict[str, Any]) -> None:
-    """A count, tasks and identities are three ways to say the same thing: given together, a clear error."""
-    with pytest.raises(ValueError, match="at most one of rollouts, tasks and identities"):
+    """A count, tasks, identities and inputs are ways to say the same thing: given together, a clear error."""
+    with pytest.raises(ValueError, match="at most one of rollouts, tasks, identities and inputs"):
         telemetry.expect("a", **work)
 
 

@@ -22,9 +22,9 @@ from rollout_telemetry._cli.top_sources import (
     parse_metrics,
     parse_rollouts,
 )
-from rollout_telemetry._facade.telemetry import RolloutTelemetry
+from rollout_telemetry._facade.telemetry import RolloutTelemetry, run_follower
 from rollout_telemetry._serve.server import BasicAuth, TLSConfig, hash_password
-from rollout_telemetry._sources.follow import RunFiles, RunFollower
+from rollout_telemetry._sources.follow import RunFiles
 from tests.support import FakeClock, exposition, free_port
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -205,8 +205,8 @@ def test_follow_source_reads_a_runs_files() -> None:
     """A run's files give the same figures report counts: per agent, without an in-flight list."""
     telemetry = RolloutTelemetry()
     files = RunFiles.from_main(FIXTURES / "run.jsonl")
-    follower = RunFollower(telemetry, files)
-    reading = FollowSource(follower, telemetry.registry).read()
+    follower = run_follower(telemetry, files)
+    reading = FollowSource(follower, telemetry).read()
     snapshot = telemetry.snapshot()
     assert reading.in_flight is None
     assert {a.agent for a in reading.agents} == {"math_agent", "code_agent", "browser_agent"}
@@ -228,7 +228,7 @@ def test_a_run_with_no_agent_says_why(tmp_path: Path) -> None:
     main = tmp_path / "run.jsonl"
     main.write_text("")
     telemetry = RolloutTelemetry()
-    source = FollowSource(RunFollower(telemetry, RunFiles.from_main(main)), telemetry.registry)
+    source = FollowSource(run_follower(telemetry, RunFiles.from_main(main)), telemetry)
     assert source.read().note == f"no rollout row in {main} yet"
     main.write_text('{"reward": "high", "_ng_environment_server": "a"}\nnot json\n')
     reading = source.read()
@@ -278,7 +278,7 @@ def test_a_missing_run_file_is_down_until_it_appears(tmp_path: Path) -> None:
     """--follow on a file not written yet says so, then reads it once it is there."""
     telemetry = RolloutTelemetry()
     main = tmp_path / "run.jsonl"
-    source = FollowSource(RunFollower(telemetry, RunFiles.from_main(main)), telemetry.registry)
+    source = FollowSource(run_follower(telemetry, RunFiles.from_main(main)), telemetry)
     with pytest.raises(SourceDown, match="no such file"):
         source.read()
     main.write_bytes((FIXTURES / "run.jsonl").read_bytes())
@@ -290,8 +290,8 @@ def test_rows_naming_no_agent_are_the_files_and_the_screen_says_so(tmp_path: Pat
     main = tmp_path / "evals.jsonl"
     main.write_text('{"reward": 1.0}\n{"reward": 0.0}\n')
     telemetry = RolloutTelemetry()
-    follower = RunFollower(telemetry, RunFiles.from_main(main), default_agent=RunFiles.from_main(main).name)
-    reading = FollowSource(follower, telemetry.registry).read()
+    follower = run_follower(telemetry, RunFiles.from_main(main), default_agent=RunFiles.from_main(main).name)
+    reading = FollowSource(follower, telemetry).read()
     assert [agent.agent for agent in reading.agents] == ["evals"]
     assert reading.note == (
         f"2 rows of {main} name no agent (no agent_ref.name, _ng_environment_server or materialized inputs "

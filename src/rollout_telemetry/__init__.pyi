@@ -4,12 +4,17 @@ The public API, written once: ``__init__.py`` loads each name from here on first
 ``import rollout_telemetry.failure_kinds`` (the vocabulary, for data tooling) pulls in nothing heavy.
 """
 
+from ._contract.generation import Generation
 from ._contract.outcome import Disposition, Outcome, outcome_of
 from ._contract.verify_response import VerifyResponse
 from ._facade.telemetry import RolloutTelemetry
-from ._recording.lifecycle import RolloutContext
+from ._recording.lifecycle import Cleanup, RolloutContext
+from ._recording.output import OutputWrite
+from ._recording.spans import SpanMode
 from ._serve.credentials import BasicAuth, hash_password
 from ._serve.server import MetricsServer, TLSConfig
+from ._store.observed import Observed
+from ._store.recovery import RecoverySnapshot
 from ._store.snapshot import AccountSnapshot, AgentSnapshot
 from .errors import (
     ConfigError,
@@ -26,18 +31,24 @@ __all__ = [
     "AccountSnapshot",
     "AgentSnapshot",
     "BasicAuth",
+    "Cleanup",
     "ConfigError",
     "Disposition",
+    "Generation",
     "MetricsServer",
+    "Observed",
     "Outcome",
     "OutcomeError",
+    "OutputWrite",
     "PushError",
+    "RecoverySnapshot",
     "Rejection",
     "RolloutContext",
     "RolloutTelemetry",
     "RolloutTelemetryError",
     "RolloutUsageError",
     "ServeError",
+    "SpanMode",
     "TLSConfig",
     "TargetRefused",
     "VerifyResponse",

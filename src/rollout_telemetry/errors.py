@@ -12,6 +12,7 @@ __all__ = [
     "ConfigError",
     "OutcomeError",
     "PushError",
+    "RefusalReason",
     "Rejection",
     "RolloutTelemetryError",
     "RolloutUsageError",

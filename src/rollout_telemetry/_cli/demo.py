@@ -154,15 +154,15 @@ def run(args: argparse.Namespace) -> int:
     )
     security = options.endpoint_security(args)  # every input checked before anything starts
     otlp = otlp_export(args, NAME)
-    tracer_provider = None if otlp is None else otlp.tracer_provider
     telemetry = RolloutTelemetry(
         run=args.run,
-        tracer_provider=tracer_provider,
+        tracer_provider=None if otlp is None else otlp.tracer_provider,
+        meter_provider=None if otlp is None else otlp.meter_provider,
         stall_after=config.stall_after,
         slow_after=config.slow_seconds,
     )
     if otlp is not None:
-        otlp.attach(telemetry)
+        otlp.attach(telemetry.registry, args.run)
     server = options.serve_endpoint(telemetry, args, security)
     interrupt_on_sigterm()
     freeze_the_heap()

@@ -114,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             print_report(telemetry, follower, args.format)
             options.say_unnamed(args, follower)
-            if late := sum(agent.late for agent in telemetry.groups.snapshot().agents):
+            if late := sum(agent.late for agent in follower.recorder.groups_snapshot().agents):
                 print(
                     f"rollout-telemetry gym: {late} outcome(s) arrived after their group was classified; the "
                     "groups above are as they completed, `rollout-telemetry report "

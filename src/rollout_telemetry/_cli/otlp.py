@@ -16,9 +16,10 @@ from typing import TYPE_CHECKING
 from rollout_telemetry._cli.args import url
 
 if TYPE_CHECKING:
+    from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.trace import TracerProvider
+    from prometheus_client.registry import CollectorRegistry
 
-    from rollout_telemetry._facade.telemetry import RolloutTelemetry
     from rollout_telemetry.exporters.otel import OTLPExport
 
 __all__ = ["FLUSH_SECONDS", "OTLP", "add_otlp_option", "otlp_export"]
@@ -42,8 +43,8 @@ def add_otlp_option(parser: argparse.ArgumentParser, what: str) -> None:
 
 @dataclass(frozen=True, slots=True)
 class OTLP:
-    """A command's OTLP export: give ``tracer_provider`` to the telemetry, then ``attach`` it; ``shutdown``
-    at exit."""
+    """A command's OTLP export: give ``tracer_provider`` and ``meter_provider`` to the telemetry, then
+    ``attach`` its registry; ``shutdown`` at exit."""
 
     export: OTLPExport
     endpoint: str
@@ -54,12 +55,14 @@ class OTLP:
         """The SDK tracer provider the command's telemetry records its spans to."""
         return self.export.tracer_provider
 
-    def attach(self, telemetry: RolloutTelemetry) -> None:
-        """Publish the telemetry's metrics over OTLP, and the span export counts on ``/metrics``."""
-        from rollout_telemetry.exporters.otel import instrument_meter
+    @property
+    def meter_provider(self) -> MeterProvider:
+        """The SDK meter provider the command's telemetry publishes its metrics on."""
+        return self.export.meter_provider
 
-        instrument_meter(telemetry, self.export.meter_provider)
-        telemetry.registry.register(self.export.span_stats.collector(telemetry.const_labels))
+    def attach(self, registry: CollectorRegistry, run: str | None) -> None:
+        """Publish the span export counts on ``/metrics``: the telemetry's ``registry``, with its ``run``."""
+        registry.register(self.export.span_stats.collector({} if run is None else {"run": run}))
 
     def shutdown(self) -> None:
         """Flush and stop the export, waiting at most ``FLUSH_SECONDS``; say on stderr what was not sent."""

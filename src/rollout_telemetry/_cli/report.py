@@ -127,7 +127,7 @@ def _read(args: argparse.Namespace, path: Path) -> dict[str, Any] | None:
     telemetry = RolloutTelemetry()
     follower = options.run_follower(args, path, telemetry)
     # The rows of the main file and its sidecar in no known order: each group from its final outcomes.
-    with telemetry.groups.deferred():
+    with follower.recorder.deferred_groups():
         _read_with_progress(follower)
         follower.finish()
     options.say_unnamed(args, follower)
@@ -142,7 +142,9 @@ def _read(args: argparse.Namespace, path: Path) -> dict[str, Any] | None:
 def _report(telemetry: RolloutTelemetry, follower: RunFollower) -> dict[str, Any]:
     from rollout_telemetry._views.report import build_report
 
-    return build_report(telemetry.snapshot(), follower.coverage.snapshot(), telemetry.groups.snapshot())
+    return build_report(
+        telemetry.snapshot(), follower.coverage.snapshot(), follower.recorder.groups_snapshot()
+    )
 
 
 def print_report(telemetry: RolloutTelemetry, follower: RunFollower, output_format: str) -> None:

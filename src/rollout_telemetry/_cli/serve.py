@@ -55,9 +55,13 @@ def run(args: argparse.Namespace) -> int:
     options.check_run_file(path, what)
     security = options.endpoint_security(args)  # every input checked before anything starts
     otlp = otlp_export(args, NAME)
-    telemetry = RolloutTelemetry(run=args.run, tracer_provider=None if otlp is None else otlp.tracer_provider)
+    telemetry = RolloutTelemetry(
+        run=args.run,
+        tracer_provider=None if otlp is None else otlp.tracer_provider,
+        meter_provider=None if otlp is None else otlp.meter_provider,
+    )
     if otlp is not None:
-        otlp.attach(telemetry)
+        otlp.attach(telemetry.registry, args.run)
     follower = options.run_follower(args, path, telemetry, spans=otlp is not None)
     files = follower.files
     follower.poll()  # what is already there, before the first scrape can see partial counts

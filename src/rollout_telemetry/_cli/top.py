@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
         options.check_run_file(Path(args.follow), "--follow ")
         telemetry = RolloutTelemetry()
         follower = options.run_follower(args, args.follow, telemetry)
-        sources.append(FollowSource(follower, telemetry.registry))
+        sources.append(FollowSource(follower, telemetry))
     else:
         password = None
         if args.basic_auth_password_file:

@@ -21,15 +21,17 @@ import urllib.request
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
-from prometheus_client.registry import CollectorRegistry
 
 from rollout_telemetry._cli.top_model import AgentTotals, InFlightRollout, Reading, SourceView, Tracker
 from rollout_telemetry._sources.follow import RunFollower
 from rollout_telemetry._views.series import published
+
+if TYPE_CHECKING:
+    from rollout_telemetry._facade.telemetry import RolloutTelemetry
 
 __all__ = [
     "ClientSecurity",
@@ -262,10 +264,10 @@ class ExporterSource:
 class FollowSource:
     """A run's files, read in-process on each poll and published through a registry as ``serve`` would."""
 
-    def __init__(self, follower: RunFollower, registry: CollectorRegistry) -> None:
+    def __init__(self, follower: RunFollower, telemetry: RolloutTelemetry) -> None:
         self.label = str(follower.files.main)
         self._follower = follower
-        self._registry = registry
+        self._telemetry = telemetry
 
     def read(self) -> Reading:
         """Read what was appended since the last poll; the figures as its ``/metrics`` would show them."""
@@ -276,12 +278,12 @@ class FollowSource:
             self._follower.poll()
         except OSError as exc:
             raise SourceDown(_why(exc)) from exc
-        agents = parse_metrics(generate_latest(self._registry).decode("utf-8"))
+        agents = parse_metrics(generate_latest(self._telemetry.registry).decode("utf-8"))
         return Reading(agents, note=self._follower.unnamed_note() if agents else self._no_agent())
 
     def _no_agent(self) -> str:
         """Why no agent has a row: the files hold none yet, or every row was rejected (the reasons)."""
-        rejected = self._follower.telemetry.snapshot().rejected
+        rejected = self._telemetry.snapshot().rejected
         if not rejected:
             return f"no rollout row in {self._follower.files.main} yet"
         reasons = ", ".join(f"{reason} {count}" for reason, count in sorted(rejected.items()))

@@ -1,4 +1,4 @@
-"""The facade a collector holds: ``record*``, ``rollout()``, ``serve()`` and ``progress_metrics()``.
+"""The facade a collector holds: one way to do each job (docs/reference/api.md).
 
 Every recording path writes the one account; the exporters read it when asked. Recording never raises
 into the collector (unless ``strict=True``): bad input is logged once per cause and counted in
@@ -7,46 +7,36 @@ into the collector (unless ``strict=True``): bad input is logged once per cause 
 
 from __future__ import annotations
 
-import logging
 import time
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client.registry import CollectorRegistry
 
-from rollout_telemetry._contract.failure_where import Where, failure_where
 from rollout_telemetry._contract.group_state import DEFAULT_MIN_VALID
-from rollout_telemetry._contract.health import TRAJECTORY, health_of
-from rollout_telemetry._contract.identity import Member, member
-from rollout_telemetry._contract.outcome import (
-    REACHED_OUTPUT,
-    Classified,
-    Disposition,
-    check_outcome,
-    classify,
-)
-from rollout_telemetry._facade.expected import ExpectedWork
-from rollout_telemetry._facade.reading import Reading
+from rollout_telemetry._contract.outcome import Disposition, check_outcome, classify
+from rollout_telemetry._contract.reward_range import check_reward_range
+from rollout_telemetry._facade.expected import check_work, inputs_of, task_identities
 from rollout_telemetry._recording.lifecycle import Cleanup, OfferedContext, RolloutContext, Shared
 from rollout_telemetry._recording.output import OutputWrite
-from rollout_telemetry._recording.rollout_log import INFO, ROLLOUTS, log_outcome
+from rollout_telemetry._recording.recorder import Recorder
+from rollout_telemetry._recording.rollout_log import INFO, ROLLOUTS
 from rollout_telemetry._recording.runtime import (
     DEFAULT_LAG_INTERVAL,
     LoopLag,
-    LoopWatch,
     register_process_collectors,
     unwatch_gc,
     watch_gc,
 )
 from rollout_telemetry._recording.spans import DEFAULT_REASON_LIMIT, SpanMode, SpanRecorder
 from rollout_telemetry._recording.stalls import DEFAULT_STALL_AFTER, Stalls, stall_bound
-from rollout_telemetry._store.account import Account, InFlight
-from rollout_telemetry._store.coverage import Coverage
-from rollout_telemetry._store.groups import Groups
+from rollout_telemetry._store.account import Account
 from rollout_telemetry._store.names import DEFAULT_MAX_AGENTS, DEFAULT_MAX_KINDS_PER_AGENT, Names
 from rollout_telemetry._store.rejections import Rejections
 from rollout_telemetry._store.runtime import Runtime
-from rollout_telemetry.errors import OutcomeError, Rejection
+from rollout_telemetry._store.snapshot import AccountSnapshot
+from rollout_telemetry._views.progress import coverage_metrics, expected_rollouts, progress_metrics
 from rollout_telemetry.exporters.prometheus import (
     AccountCollector,
     CoverageCollector,
@@ -55,20 +45,20 @@ from rollout_telemetry.exporters.prometheus import (
 )
 from rollout_telemetry.failure_kinds import KindValidator
 
-if TYPE_CHECKING:
-    import asyncio
-
+if TYPE_CHECKING:  # the server, the push, the file sources and OpenTelemetry are imported when used
+    from opentelemetry.metrics import MeterProvider
     from opentelemetry.trace import TracerProvider
 
-__all__ = ["RolloutTelemetry"]
+    from rollout_telemetry._serve.credentials import BasicAuth
+    from rollout_telemetry._serve.server import MetricsServer, TLSConfig
+    from rollout_telemetry._sources.follow import RunFiles, RunFollower
 
-
-_log = logging.getLogger("rollout_telemetry")
+__all__ = ["RolloutTelemetry", "run_follower"]
 
 _FAILED, _OMITTED = Disposition.FAILED, Disposition.OMITTED
 
 
-class RolloutTelemetry(ExpectedWork, Reading):
+class RolloutTelemetry:
     """Live telemetry for one rollout collection: record outcomes, serve them, view them.
 
     Args:
@@ -80,6 +70,8 @@ class RolloutTelemetry(ExpectedWork, Reading):
         max_agents: cap on distinct ``agent`` labels; further ones are counted as ``_other``.
         max_kinds_per_agent: cap on distinct ``failure_kind`` labels per agent.
         tracer_provider: where rollout spans go; the global one by default.
+        meter_provider: publish the counts as OpenTelemetry observable instruments on this meter provider,
+            read at its collection (none by default; docs/guides/opentelemetry.md).
         span_mode: ``"span"`` (one span per rollout), ``"annotate"`` (attributes on the current span) or
             ``"off"``.
         reason_limit: ``failure_reason`` on spans is truncated to this many characters.
@@ -90,10 +82,10 @@ class RolloutTelemetry(ExpectedWork, Reading):
         slow_after: seconds a rollout may be in flight (lifecycle API) before it is ``slow`` (state of
             ``rollout_in_flight``, ``/rollouts``); ``None``, the default, turns the state off.
         slow_after_by_agent: per-agent overrides of ``slow_after``.
-        min_valid_per_group: valid members a group needs to be more than ``insufficient`` (see ``groups``).
+        min_valid_per_group: valid members a group needs to be more than ``insufficient`` (``expect``).
         runtime_metrics: publish the collecting process's runtime: prometheus_client's process, platform and
             garbage-collector collectors, the garbage-collection pauses, and the lag of each event loop an
-            ``async with`` rollout block runs on (``watch_event_loop``).
+            ``async with`` rollout block runs on, until ``close()``.
         loop_lag_interval: seconds between two samples of an event loop's lag.
         rollout_log: write one JSON line per rollout that ends, at INFO on the logger
             ``rollout_telemetry.rollouts`` (its schema: docs/reference/rollout-log.md), for runs without
@@ -111,6 +103,7 @@ class RolloutTelemetry(ExpectedWork, Reading):
         max_agents: int = DEFAULT_MAX_AGENTS,
         max_kinds_per_agent: int = DEFAULT_MAX_KINDS_PER_AGENT,
         tracer_provider: TracerProvider | None = None,
+        meter_provider: MeterProvider | None = None,
         span_mode: SpanMode = "span",
         reason_limit: int = DEFAULT_REASON_LIMIT,
         redact_reason: Callable[[str], str] | None = None,
@@ -126,31 +119,41 @@ class RolloutTelemetry(ExpectedWork, Reading):
         self._clock = clock
         self._rollout_log = rollout_log
         self._started = clock()
-        self.names = Names(
+        names = Names(
             max_agents=max_agents, max_kinds_per_agent=max_kinds_per_agent, validator=KindValidator()
         )
-        """The one resolution of agent and failure-kind labels (cut, capped) that every store uses."""
-        bound = stall_bound(stall_after, stall_after_by_agent, self.names)
-        slow = stall_bound(slow_after, slow_after_by_agent, self.names, "slow_after")
-        self._account = Account(names=self.names, clock=clock, stall_after=bound, slow_after=slow)
-        self.rejections = Rejections(self._account.reject, strict=strict)
-        """The rejection policy (count by reason, warn once per cause, raise under ``strict``)."""
-        self._stalls = Stalls(self._account, stall_after, self.rejections.reject, slow_after)
-        self._account.first_context = self._watch_stalls  # when there is something to watch
-        self.groups = Groups(self.names, min_valid=min_valid_per_group)
-        """The groups of the run (GRPO-style): fed by ``_settle``, with every outcome that has an identity."""
-        self._expected: dict[str, int] = {}
-        self._coverage: Coverage | None = None  # kept once expected work is declared, or files followed
+        bound = stall_bound(stall_after, stall_after_by_agent, names)
+        slow = stall_bound(slow_after, slow_after_by_agent, names, "slow_after")
+        self._account = account = Account(names=names, clock=clock, stall_after=bound, slow_after=slow)
+        self._rejections = rejections = Rejections(account.reject, strict=strict)
+        self._stalls = Stalls(account, stall_after, rejections.reject, slow_after)
+        account.first_context = self._watch_stalls  # when there is something to watch
+        spans = SpanRecorder(
+            tracer_provider=tracer_provider,
+            mode=span_mode,
+            reason_limit=reason_limit,
+            redact=redact_reason,
+            clock=clock,
+            names=names,
+        )
+        self._recorder = recorder = Recorder(
+            names,
+            account,
+            rejections,
+            spans,
+            clock,
+            min_valid_per_group=min_valid_per_group,
+            rollout_log=rollout_log,
+        )
         labels: dict[str, str] = {}
         if run is not None:
             labels["run"] = run
         labels.update(const_labels or {})
-        self.const_labels: Mapping[str, str] = labels
         self.registry = registry if registry is not None else CollectorRegistry()
-        self._collector = AccountCollector(self.snapshot, labels)
-        self.registry.register(self._collector)
-        self.registry.register(GroupsCollector(self.groups.snapshot, labels))
-        self.registry.register(CoverageCollector(self.coverage_snapshot, labels))
+        """The prometheus_client registry the telemetry's collectors are registered with."""
+        self.registry.register(AccountCollector(self.snapshot, labels))
+        self.registry.register(GroupsCollector(recorder.groups_snapshot, labels))
+        self.registry.register(CoverageCollector(recorder.coverage_snapshot, labels))
         self._runtime = Runtime()
         self._loops = LoopLag(self._runtime, loop_lag_interval)
         self._watch_loops = runtime_metrics  # the first async rollout block on a loop starts its sampler
@@ -158,16 +161,12 @@ class RolloutTelemetry(ExpectedWork, Reading):
         if runtime_metrics:
             watch_gc(self._runtime)
             register_process_collectors(self.registry)
-        self.spans = SpanRecorder(
-            tracer_provider=tracer_provider,
-            mode=span_mode,
-            reason_limit=reason_limit,
-            redact=redact_reason,
-            clock=clock,
-            names=self.names,
-        )
+        if meter_provider is not None:
+            from rollout_telemetry.exporters.otel import instrument_meter
+
+            instrument_meter(meter_provider, self.snapshot, recorder.groups_snapshot, labels)
         self._shared = Shared(
-            self._account, self._settle, self.spans, self.rejections, clock, self._loop_entered, rollout_log
+            account, recorder.settle, spans, rejections, clock, self._loop_entered, rollout_log
         )
 
     # -- recording ----------------------------------------------------------------------------------
@@ -191,100 +190,16 @@ class RolloutTelemetry(ExpectedWork, Reading):
         """
         # task_index, rollout_index and attempt are not keyword-only: a cheaper call (docs/performance.md).
         try:
-            outcome, member = classify(response), None
-            if task_index is None and self._coverage is None:  # the common call: straight to the account
+            outcome = classify(response)
+            recorder = self._recorder
+            if task_index is None and recorder.coverage is None:  # the common call: straight to the account
                 self._account.count(agent, outcome)
+                if self._rollout_log and ROLLOUTS.isEnabledFor(INFO):
+                    recorder.log_rollout(agent, outcome, None, False)
             else:
-                member = self._member(task_index, rollout_index, attempt)
-                # The trajectory's health: a dict without one (the common response) costs no call.
-                trajectory = type(response) is not dict or TRAJECTORY in response
-                health = health_of(response) if trajectory else None
-                self._settle(agent, outcome, None, member, None, False, health)
-            if self._rollout_log and ROLLOUTS.isEnabledFor(INFO):
-                self._log_rollout(agent, outcome, member, False)
+                recorder.record(agent, response, outcome, task_index, rollout_index, attempt)
         except Exception as exc:  # the collector must never be taken down by its telemetry
-            self.rejections.reject(exc)
-
-    def _member(self, task_index: object, rollout_index: object, attempt: object = None) -> Member | None:
-        """A rollout's identity, checked before its outcome is counted (``_blocks.check_identity``); a bad one
-        is a counted rejection (``invalid_task_index``, ...) and the outcome is counted without it. Neither a
-        task index nor an attempt: a rollout without an identity (``None``)."""
-        if task_index is None and attempt is None:
-            return None
-        try:
-            return member(task_index, rollout_index, attempt)
-        except OutcomeError as exc:
-            self.rejections.reject(exc)
-            return None
-
-    def _settle(  # noqa: PLR0917 - positional: the lifecycle calls it once per rollout
-        self,
-        agent: str,
-        outcome: Classified,
-        in_flight: InFlight | None = None,
-        member: Member | None = None,
-        exemplar: tuple[str, str] | None = None,
-        terminal: bool = False,
-        health: tuple[str, ...] | None = None,
-        line: int = 0,
-        where: Where | None = None,
-        timed: bool = True,
-    ) -> int | None:
-        """Weigh one outcome in the coverage account, count it, then give it to its group: the one path of an
-        outcome that has an identity, or that the coverage account must see. Returns the attempts its
-        identity took when this outcome made it final (``Coverage.observe``), else ``None``.
-
-        ``member`` is (task index, rollout index, attempt or ``None``), checked before anything was counted
-        (``_member``, the follower for a row, the lifecycle when the rollout starts); a bad one was rejected
-        and is ``None`` here. ``exemplar`` is the (trace id, span id) of the rollout's span, if any.
-        ``terminal`` marks a failure NeMo Gym will not retry; ``health`` the health checks its trajectory
-        failed (``health.findings``), ``None`` without one; ``line`` the line of a followed row.
-
-        Raises:
-            Rejection: ``duplicate_rollout``, an outcome that reached the output repeating an earlier one of
-                the same identity and attempt: nothing is counted (a rollout block's flight still ends, and
-                is counted, since it ran).
-        """
-        coverage = self._coverage
-        verdict = None
-        if coverage is not None:
-            identity, attempt = None, 0
-            if member is not None:
-                identity, attempt = (member[0], member[1]), member[2] or 0
-                member = (member[0], member[1], attempt)  # NeMo Gym's unstamped attempt is 0, groups' too
-            disposition = outcome[0]
-            times = None
-            if timed and identity is not None:
-                now = self._clock()
-                times = (now if in_flight is None else in_flight[2], now)
-            earlier, verdict = coverage.observe(
-                agent,
-                identity,
-                attempt,
-                disposition,
-                succeeded=disposition in REACHED_OUTPUT,
-                terminal=terminal,
-                line=line,
-                times=times,
-            )
-            if earlier is not None:
-                if in_flight is not None:  # in flight until now: its flight ends, as anything it ran
-                    self._account.count(agent, outcome, in_flight, exemplar)
-                repeated = f"line {earlier}" if earlier else "an earlier outcome"
-                msg = f"repeats {repeated} (same task, rollout and attempt): counted once"
-                raise Rejection("duplicate_rollout", msg)
-        self._account.count(agent, outcome, in_flight, exemplar)
-        if where is not None:
-            self._account.failed_at(agent, where)
-        if verdict is not None:
-            self._account.settled(
-                agent, verdict.attempts, verdict.delay, exhausted=verdict.exhausted, kind=outcome[2]
-            )
-        if health is not None:
-            self._account.checked(agent, health)
-        if member is not None and self.groups.active:
-            self.groups.observe(agent, member[0], member[1], outcome, member[2], health=health)
-        return None if verdict is None else verdict.attempts
+            self._rejections.reject(exc)
 
     def record_failure(
         self,
@@ -348,80 +263,18 @@ class RolloutTelemetry(ExpectedWork, Reading):
         delivery: object,
     ) -> None:
         try:
-            outcome, member, where = check_outcome(disposition, None, None, failure_kind, reason), None, None
-            if task_index is None and self._coverage is None and stage is None and delivery is None:
+            outcome = check_outcome(disposition, None, None, failure_kind, reason)
+            recorder = self._recorder
+            if task_index is None and recorder.coverage is None and stage is None and delivery is None:
                 self._account.count(agent, outcome)  # the common call: straight to the account
+                if reason is not None or self._rollout_log:
+                    recorder.logged(agent, outcome, None, terminal)
             else:
-                where, refused = failure_where(stage, delivery)
-                if task_index is not None or self._coverage is not None:  # as record(): no identity without
-                    member = self._member(task_index, rollout_index, attempt)
-                self._settle(agent, outcome, None, member, None, terminal, None, 0, where)
-                for error in refused:  # the failure is counted, at an unknown stage or delivery
-                    self.rejections.reject(error)
-            if reason is not None:
-                self._log_reason(agent, disposition, failure_kind, reason)
-            if self._rollout_log and ROLLOUTS.isEnabledFor(INFO):
-                self._log_rollout(agent, outcome, member, terminal, where)
+                recorder.record_absent(
+                    agent, outcome, task_index, rollout_index, attempt, terminal, stage, delivery
+                )
         except Exception as exc:
-            self.rejections.reject(exc)
-
-    def _log_reason(self, agent: str, disposition: Disposition, kind: str | None, reason: str) -> None:
-        # The reason is free text about one occurrence: a debug log line, never a label.
-        if _log.isEnabledFor(logging.DEBUG):
-            cleaned = self.spans.clean_reason(reason)
-            _log.debug("rollout of %s %s (%s): %s", agent, disposition.value, kind, cleaned)
-
-    def record_classified(
-        self,
-        agent: str,
-        outcome: Classified,
-        identity: tuple[int, int] | None = None,
-        attempt: int | None = None,
-        *,
-        terminal: bool = False,
-        line: int = 0,
-        health: tuple[str, ...] | None = None,
-        where: Where | None = None,
-    ) -> int | None:
-        """Record an outcome already checked by ``outcome.classify`` or ``outcome.absent``.
-
-        For readers that classify themselves (the file follower). ``identity`` is (task index, rollout
-        index), checked by the caller: the rollout joins its group and the coverage account, where a higher
-        ``attempt`` replaces a lower one. ``terminal`` marks a failure NeMo Gym will not retry, ``line`` the
-        row's line (named when a later row repeats it), ``where`` a failure's checked (stage, delivery). Its
-        ``failure_reason`` goes to a debug log line, never a label. Returns the attempts the identity took
-        when this outcome made it final (see ``_settle``).
-
-        Raises:
-            OutcomeError: the agent name is not a non-empty string.
-            Rejection: ``duplicate_rollout`` (see ``_settle``): nothing was counted.
-        """
-        attempts = None
-        if identity is None and self._coverage is None and health is None and where is None:
-            self._account.count(agent, outcome)
-        else:
-            member = None if identity is None else (identity[0], identity[1], attempt)
-            attempts = self._settle(agent, outcome, None, member, None, terminal, health, line, where, False)
-        if outcome[3] is not None:
-            self._log_reason(agent, outcome[0], outcome[2], outcome[3])
-        if self._rollout_log and ROLLOUTS.isEnabledFor(INFO):
-            member = None if identity is None else (identity[0], identity[1], attempt)
-            self._log_rollout(agent, outcome, member, terminal, where)
-        return attempts
-
-    def _log_rollout(
-        self,
-        agent: str,
-        outcome: Classified,
-        member: Member | None,
-        terminal: bool,
-        where: Where | None = None,
-    ) -> None:
-        # The rollout's line on rollout_telemetry.rollouts, once counted; a raising redact hook is counted.
-        try:
-            log_outcome(self.names, self.spans, agent, outcome, member, terminal, where=where)
-        except Exception as exc:
-            self.rejections.reject(exc)
+            self._rejections.reject(exc)
 
     def rollout(
         self,
@@ -464,6 +317,160 @@ class RolloutTelemetry(ExpectedWork, Reading):
         """
         return OfferedContext(self._shared, agent, task_index, rollout_index, attempt, True)
 
+    # -- the run's expected work ----------------------------------------------------------------------
+
+    def expect(
+        self,
+        *agents: str,
+        rollouts: int | None = None,
+        tasks: int | None = None,
+        rollouts_per_task: int = 1,
+        identities: Iterable[tuple[int, int]] | None = None,
+        inputs: str | Path | None = None,
+        group_size: int | None = None,
+        reward_range: tuple[float, float] | None = None,
+        max_attempts: int | None = None,
+    ) -> int:
+        """Declare what ``agents`` are expected to do; each is published with zero counts from now on, so
+        PromQL's ``increase()`` sees every rollout, the first included. The one way to declare expected work;
+        returns how many rollouts it declared.
+
+        Args:
+            rollouts: how many rollouts each agent is expected to produce in all, when their identities are
+                not known (``reward_lower_bound``, Gym's ``progress/...`` keys).
+            tasks: tasks ``0 .. tasks - 1``, each with rollouts ``0 .. rollouts_per_task - 1``: the run's
+                coverage account weighs every outcome recorded with its ``task_index``, ``rollout_index``
+                and ``attempt`` against them (``rollout_run_*``, Gym's ``coverage/...`` keys), and each
+                task's rollouts are its group.
+            rollouts_per_task: see ``tasks``.
+            identities: the (task index, rollout index) pairs expected: as ``tasks``, for any set.
+            inputs: NeMo Gym's materialized inputs of a run (``<stem>_materialized_inputs.jsonl``): each row
+                names its agent (``agent_ref.name``, else ``_ng_environment_server``, else ``agent``; the one
+                agent given, if any, for a row naming none) and its identity, declared as ``identities``. A
+                row that cannot be read is a counted rejection naming its line.
+            group_size: each task has this many rollouts: outcomes recorded with a ``task_index`` and
+                ``rollout_index`` (``record``, ``rollout()``) form groups, classified once all members have
+                one.
+            reward_range: the lowest and highest reward the agents can get (default [0, 1]): a uniform
+                group's common reward at either end is counted as ``lowest`` (too hard) or ``highest`` (too
+                easy), anything else as ``other`` (``rollout_groups_uniform_total``), and their measured
+                rewards are histogrammed in ten buckets of the range (``rollout_measured_reward``). Declare it
+                before an agent's first reward.
+            max_attempts: attempts NeMo Gym makes before it stops retrying a rollout (its
+                ``NEMO_GYM_MAX_ROLLOUT_ATTEMPTS``, default 3): a failed rollout with fewer is ``retryable``.
+
+        Raises:
+            ConfigError: a count is not a whole number in its range, more than one of ``rollouts``, ``tasks``,
+                ``identities`` and ``inputs`` is given, ``inputs`` with more than one agent or that cannot be
+                read, the reward range is not two finite numbers, the lowest below the highest, an agent
+                already has a measured reward under another range, or ``max_attempts`` differs from an
+                earlier one.
+            OutcomeError: an agent name or an identity is invalid (what came before it is declared).
+        """
+        check_work(agents, rollouts, tasks, rollouts_per_task, identities, inputs, group_size, max_attempts)
+        checked = None if reward_range is None else check_reward_range(reward_range)
+        recorder = self._recorder
+        if max_attempts is not None:
+            recorder.cover(max_attempts)
+        if inputs is not None:
+            declared = 0
+            read = inputs_of(inputs, agents[0] if agents else None, recorder.reject)
+            for agent, expected in read.items():
+                recorder.expect(agent, identities=expected, group_size=group_size, reward_range=checked)
+                declared += len(expected)
+            return declared
+        if tasks is not None:
+            identities = task_identities(tasks, rollouts_per_task)
+        elif identities is not None:
+            identities = tuple(identities)  # walked once per agent
+        for agent in agents:
+            recorder.expect(
+                agent, rollouts=rollouts, identities=identities, group_size=group_size, reward_range=checked
+            )
+        per_agent = len(identities) if identities is not None else rollouts or 0
+        return per_agent * len(agents)
+
+    # -- reading ------------------------------------------------------------------------------------
+
+    def snapshot(self) -> AccountSnapshot:
+        """A consistent copy of every count, after a check for rollouts that stalled since the last one: each
+        is counted once in ``rollout_stalls_total``, gets a ``rollout.stalled`` event on its span and one
+        warning line naming it (a timer checks too while rollouts are tracked)."""
+        self._stalls.check()
+        return self._account.snapshot()
+
+    def rollouts_in_flight(self, limit: int = 100) -> dict[str, object]:
+        """The rollouts in flight, oldest first, as ``GET /rollouts`` serves them (``limit`` at most 1000).
+
+        Identity, stage, age, whether stalled, and the trace and span ids when the rollout has a span; never
+        free text.
+        """
+        return self._stalls.in_flight(limit)
+
+    def progress_metrics(self) -> dict[str, float]:
+        """NeMo Gym's ``progress/...`` keys, ready for ``wandb.log``; with expected identities (``expect``),
+        its ``coverage/...`` keys too, and ``reward_lower_bound`` against the rollouts expected."""
+        coverage = self._recorder.coverage_snapshot()
+        keys = progress_metrics(
+            self._account.snapshot(),
+            elapsed_seconds=self._clock() - self._started,
+            expected={**self._recorder.expected, **expected_rollouts(coverage)},
+        )
+        keys.update(coverage_metrics(coverage))
+        return keys
+
+    # -- serving, pushing -----------------------------------------------------------------------------
+
+    def serve(
+        self,
+        port: int = 9464,
+        host: str = "127.0.0.1",
+        *,
+        tls: TLSConfig | None = None,
+        auth: BasicAuth | None = None,
+        port_range: int = 1,
+    ) -> MetricsServer:
+        """Serve ``/metrics``, ``/rollouts`` and ``/healthz`` in the background; returns the running server.
+
+        With ``port_range=N`` the first free port of ``port .. port+N-1`` is used (one per process).
+
+        Raises:
+            ServeError: the port is taken or the host cannot be bound.
+        """
+        from rollout_telemetry._serve.server import MetricsServer
+
+        return MetricsServer(
+            self.registry,
+            port=port,
+            host=host,
+            tls=tls,
+            auth=auth,
+            port_range=port_range,
+            rollouts=self.rollouts_in_flight,
+        )
+
+    def push(
+        self,
+        gateway: str,
+        job: str,
+        *,
+        grouping_key: Mapping[str, str] | None = None,
+        replace: bool = True,
+        timeout: float = 10.0,
+    ) -> None:
+        """Push the current state to a Prometheus Pushgateway, for short-lived batch jobs.
+
+        Uses prometheus_client's ``push_to_gateway`` (``replace=True``: the group is replaced) or
+        ``pushadd_to_gateway`` (``replace=False``). Give each process its own ``grouping_key`` (for example
+        ``{"instance": hostname_pid}``) so pushes from several processes do not overwrite each other.
+
+        Raises:
+            PushError: the gateway cannot be reached, timed out or refused the push; the message names it.
+        """
+        from rollout_telemetry._serve.push import push_registry
+
+        push_registry(self.registry, gateway, job, grouping_key, replace, timeout)
+
     # -- the collecting process -----------------------------------------------------------------------
 
     def _watch_stalls(self) -> None:
@@ -472,7 +479,7 @@ class RolloutTelemetry(ExpectedWork, Reading):
         try:
             self._stalls.watch()
         except Exception as exc:
-            self.rejections.reject(exc)
+            self._rejections.reject(exc)
 
     def _loop_entered(self) -> None:
         # An async rollout block is entered: its loop gets a lag sampler, once (runtime_metrics=True).
@@ -480,29 +487,16 @@ class RolloutTelemetry(ExpectedWork, Reading):
             try:
                 self._loops.entered()
             except Exception as exc:  # never into the run: the rollout is tracked without lag sampling
-                self.rejections.reject(exc)
+                self._rejections.reject(exc)
 
-    def watch_event_loop(
-        self, loop: asyncio.AbstractEventLoop | None = None, interval: float | None = None
-    ) -> LoopWatch:
-        """Sample how late ``loop`` (the running one by default) wakes, into
-        ``rollout_telemetry_event_loop_lag_seconds``, every ``interval`` seconds (``loop_lag_interval`` by
-        default); ``stop()`` on what it returns ends it. A loop is sampled once per telemetry: an ``async
-        with`` rollout block on a loop starts this by itself (``runtime_metrics=True``); call it for a loop
-        that runs none. The sampler ends when the loop closes or the telemetry is gone.
-
-        Raises:
-            ConfigError: no loop given and none running, a closed loop, or ``interval`` is not positive.
-        """
-        return self._loops.watch(loop, interval)
-
-    def stop_runtime_metrics(self) -> None:
-        """Stop sampling the runtime: every event loop's lag sampler ends and garbage collections are no
-        longer timed; the histograms keep what they have. Rollout blocks start no sampler after it
-        (``watch_event_loop`` still does)."""
+    def close(self) -> None:
+        """Stop the telemetry's background work: the stall timer, every event loop's lag sampler and the
+        timing of garbage collections. Counts, the registry and a running server stay; rollouts are still
+        recorded and ``snapshot()`` still checks for stalls. Calling it again does nothing."""
         self._watch_loops = False
         self._loops.stop()
         unwatch_gc(self._runtime)
+        self._stalls.unwatch()
 
     def output_write(self) -> OutputWrite:
         """Time one write of the collection's output (a rollout's row appended to the results file, say):
@@ -510,10 +504,18 @@ class RolloutTelemetry(ExpectedWork, Reading):
         whether it raised are counted (``rollout_output_write_seconds``, ``rollout_output_write_bytes``,
         ``rollout_output_writes_failed_total``), for every agent at once: one write may hold rows of
         several."""
-        return OutputWrite(self._runtime, self._clock, self.rejections.reject)
+        return OutputWrite(self._runtime, self._clock, self._rejections.reject)
 
     def cleanup(self, agent: str) -> Cleanup:
         """Time one cleanup of ``agent`` outside a rollout block (releasing an environment session, say):
         ``with`` or ``async with``; inside a block, ``rollout.cleanup()`` is the same. Its duration, failures
         and whether it is unresolved are counted per agent (``Cleanup``)."""
         return Cleanup(self._shared, agent)
+
+
+def run_follower(telemetry: RolloutTelemetry, files: RunFiles, **options: Any) -> RunFollower:
+    """A follower of a run's files recording into ``telemetry`` (``RunFollower``'s options): the commands'
+    way to follow files, kept beside the facade that composes what the follower records through."""
+    from rollout_telemetry._sources.follow import RunFollower
+
+    return RunFollower(telemetry._recorder, files, **options)

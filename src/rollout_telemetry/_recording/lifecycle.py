@@ -51,6 +51,7 @@ __all__ = [
     "RolloutContext",
     "Shared",
     "kind_of_exception",
+    "note_stalled",
 ]
 
 NO_OUTCOME = "rollout_telemetry:no_outcome"
@@ -319,7 +320,7 @@ class RolloutContext(AsyncWith):
         context = span.span.get_span_context()
         return format(context.trace_id, "032x"), format(context.span_id, "016x")
 
-    def stalled(self, age: float, stage: str) -> None:
+    def _stalled(self, age: float, stage: str) -> None:
         """The rollout was found stalled: a ``rollout.stalled`` event on its open span. Never raises."""
         span = self._span
         if span is None or self._state != _IN_FLIGHT:
@@ -546,3 +547,10 @@ class Cleanup(AsyncWith):
             self._shared.rejections.reject(OutcomeError("failure_kind", "must be a string or None"))
             failure_kind = None
         self._failed, self._kind = True, failure_kind
+
+
+def note_stalled(flight: object, age: float, stage: str) -> None:
+    """What began a rollout found stalled (``Stalls.check``): a rollout context notes it on its open span;
+    never raises."""
+    if isinstance(flight, RolloutContext):
+        flight._stalled(age, stage)

@@ -142,10 +142,10 @@ class LoopLag:
         if loop is None:
             loop = _running_loop()
             if loop is None:
-                msg = "watch_event_loop() without a loop must be called on a running event loop"
+                msg = "watching the running event loop needs a running event loop"
                 raise ConfigError(msg)
         if loop.is_closed():
-            msg = "watch_event_loop() was given a closed event loop"
+            msg = "cannot watch a closed event loop"
             raise ConfigError(msg)
         with self._lock:
             watch = self._watches.get(loop)

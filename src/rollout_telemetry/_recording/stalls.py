@@ -18,6 +18,7 @@ import time
 import weakref
 from collections.abc import Callable, Mapping
 
+from rollout_telemetry._recording.lifecycle import note_stalled
 from rollout_telemetry._store.account import Account
 from rollout_telemetry._store.flights import FlightRecord
 from rollout_telemetry._store.names import Names
@@ -107,7 +108,7 @@ class Stalls:
                 "rollout of %s%s stalled: in flight for %.0f s, at stage %s", agent, identity, age, stage
             )
             if flight is not None:
-                flight.stalled(age, stage)
+                note_stalled(flight, age, stage)
         return len(stalled)
 
     def in_flight(self, limit: int) -> dict[str, object]:
@@ -133,6 +134,13 @@ class Stalls:
         self._watching = True
         if not self._account.stalls_off:
             _watch(self, min(30.0, (self.stall_after or 600.0) / 4))
+
+    def unwatch(self) -> None:
+        """Check on the watcher thread no more, nor start to (``RolloutTelemetry.close``); ``check()`` still
+        works when called."""
+        self._watching = True
+        with _lock:
+            _watched.pop(self, None)
 
 
 _watched: weakref.WeakKeyDictionary[Stalls, list[float]] = weakref.WeakKeyDictionary()

@@ -52,7 +52,7 @@ from rollout_telemetry._store.coverage import DEFAULT_MAX_ATTEMPTS
 from rollout_telemetry.errors import Rejection
 
 if TYPE_CHECKING:  # the facade hands itself to the follower: it sits above the sources
-    from rollout_telemetry._facade.telemetry import RolloutTelemetry
+    from rollout_telemetry._recording.recorder import Recorder
 
 __all__ = ["MAX_LINE", "NO_RESULT_CLASSES", "RunFiles", "RunFollower"]
 
@@ -77,10 +77,10 @@ class RunFollower:
     from their start.
 
     Args:
-        telemetry: the account the live counters go to.
+        recorder: the telemetry's recording part, which every row is recorded through.
         files: the run's files.
         max_attempts: attempts NeMo Gym makes before it stops retrying a rollout (its
-            ``NEMO_GYM_MAX_ROLLOUT_ATTEMPTS``), for the telemetry's coverage account (``cover``).
+            ``NEMO_GYM_MAX_ROLLOUT_ATTEMPTS``), for the run's coverage account.
         default_agent: the agent of rows that name none and that the inputs cannot tell
             (``RunFiles.name`` is the command line's).
         skip_existing: files present now are left from an earlier run (a fresh run is about to replace
@@ -95,7 +95,7 @@ class RunFollower:
 
     def __init__(
         self,
-        telemetry: RolloutTelemetry,
+        recorder: Recorder,
         files: RunFiles,
         *,
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
@@ -106,12 +106,13 @@ class RunFollower:
         wall_clock: Callable[[], int] = time.time_ns,
         announce: bool = True,
     ) -> None:
-        self.telemetry = telemetry
+        self.recorder = recorder
+        """What every row is recorded through (the telemetry's recording part)."""
         self.spans = spans
         self._wall_clock = wall_clock
         self.files = files
-        self.coverage = telemetry.cover(max_attempts=max_attempts)
-        """The telemetry's coverage account (``RolloutTelemetry.cover``), which every row is weighed in."""
+        self.coverage = recorder.cover(max_attempts)
+        """The run's coverage account, which every row is weighed in."""
         self.default_agent = default_agent
         self.max_line = max_line
         tail = functools.partial(Tail, skip_existing=skip_existing, max_line=max_line)
@@ -225,7 +226,7 @@ class RunFollower:
         # A new run (see the class): the run's description starts again; the counters go on.
         self.restarts += 1
         self._input_agents = set()
-        self.telemetry.new_run()  # its coverage and groups
+        self.recorder.new_run()  # its coverage and groups
         # Rows waiting for their input row are kept, unless their file is read again from its start.
         self._waiting = {
             identity: kept
@@ -273,7 +274,7 @@ class RunFollower:
 
     def _input(self, row: Row) -> None:
         agent, identity = input_rollout(row, self.default_agent)
-        self.telemetry.expect(agent, identities=(identity,))
+        self.recorder.expect(agent, identities=(identity,))
         self._input_agents.add(agent)
         for tail, number, waiting in self._waiting.pop(identity, ()):
             self._counted(tail, number, waiting, agent, identity)
@@ -297,7 +298,7 @@ class RunFollower:
         else:
             outcome, terminal, where, refused = failure_outcome(row)
         # The one path of every outcome: coverage (a repeated row is refused there), counts, groups.
-        attempts = self.telemetry.record_classified(
+        attempts = self.recorder.record_checked(
             agent, outcome, identity, attempt, terminal=terminal, line=number, health=health, where=where
         )
         self.rows += 1
@@ -328,16 +329,13 @@ class RunFollower:
             if rollout_id is not None:
                 attributes["nemo.gym.rollout.id"] = rollout_id
             start = end if latency is None else end - round(latency * 1e9)
-            task_index, rollout_index = (None, None) if identity is None else identity
-            self.telemetry.spans.finished(
-                agent, task_index, rollout_index, attempt, outcome, start, end, attributes
-            )
+            self.recorder.finished_span(agent, identity, attempt, outcome, start, end, attributes)
         except Exception as exc:
-            self.telemetry.rejections.reject(exc)
+            self.recorder.reject(exc)
 
     def _reject(self, tail: Tail, number: int, exc: Rejection) -> None:
         located = Rejection(exc.reason, f"line {number}: {exc}")
-        self.telemetry.rejections.reject(located, source=str(tail.path))
+        self.recorder.reject(located, str(tail.path))
 
     # -- running in the background ----------------------------------------------------------------
 

@@ -1,6 +1,6 @@
 """NeMo Gym's materialized inputs: the rollouts a run is expected to produce, one row each.
 
-The follower reads them live beside a run's outputs; ``RolloutTelemetry.expect_inputs`` reads a whole file
+The follower reads them live beside a run's outputs; ``RolloutTelemetry.expect(inputs=)`` reads a whole file
 at once, for a training loop that records through the hook API. Both take a row's expected rollout from
 ``input_rollout``.
 """

@@ -74,9 +74,6 @@ class Flight(Protocol):
     def span_ids(self) -> tuple[str, str] | None:
         """(trace id, span id) in hex, when the rollout has a span."""
 
-    def stalled(self, age: float, stage: str) -> None:
-        """The rollout was found stalled: note it (on its span); never raises."""
-
 
 @dataclass(frozen=True, slots=True)
 class FlightRecord:

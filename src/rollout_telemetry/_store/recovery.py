@@ -38,7 +38,7 @@ class RecoverySnapshot:
     delay_count: int = 0
     exhausted: dict[str, int] = field(default_factory=dict)
     """Identities whose retries ran out, by the failure kind label of their last attempt."""
-    stages: dict[Where, int] = field(default_factory=dict)
+    stages: dict[tuple[str, str], int] = field(default_factory=dict)
     """Failures with a known stage or delivery, by (stage, delivery)."""
 
 

@@ -221,7 +221,7 @@ RUNTIME_HISTOGRAMS: tuple[RuntimeHistogram, ...] = (
     RuntimeHistogram(
         Family(
             "rollout_telemetry_event_loop_lag_seconds", "histogram", (), "s",
-            "once an event loop is watched: the first async rollout block on a loop, or watch_event_loop()",
+            "once an event loop is watched: the first async rollout block on a loop",
             "How late the watched asyncio event loops woke for a timer (sampled every 0.25 s by default): "
             "time the loop spent running something else. Lag of seconds means a blocking call on the loop, "
             "and every rollout on it waited that long.",

@@ -1,11 +1,11 @@
 """OpenTelemetry metrics from the same account, and OTLP/HTTP export of spans and metrics.
 
-``instrument_meter`` registers observable (asynchronous) instruments whose callbacks all read one snapshot
-per collection: recording costs nothing extra, every value of a collection agrees with the others, and the
-names and appear-only-when rules are those of the Prometheus exposition (counters drop the ``_total``
-suffix, as OpenTelemetry names do; a Prometheus exporter downstream adds it back). The API has no
-observable histogram, so each histogram (rollout durations, measured rewards) is published as its ``_sum``,
-``_count`` and ``_bucket{le}`` counters; spans carry each duration.
+``RolloutTelemetry(meter_provider=...)`` registers observable (asynchronous) instruments
+(``instrument_meter``) whose callbacks all read one snapshot per collection: recording costs nothing extra,
+every value of a collection agrees with the others, and the names and appear-only-when rules are those of the
+Prometheus exposition (counters drop the ``_total`` suffix, as OpenTelemetry names do; a Prometheus exporter
+downstream adds it back). The API has no observable histogram, so each histogram (rollout durations, measured
+rewards) is published as its ``_sum``, ``_count`` and ``_bucket{le}`` counters; spans carry each duration.
 
 The OpenTelemetry SDK and OTLP exporter are optional (``pip install 'rollout-telemetry[otel]'``) and
 imported only here, where they are used.
@@ -19,7 +19,6 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
 from prometheus_client.registry import Collector
 
@@ -34,9 +33,8 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.metrics import MeterProvider as SDKMeterProvider
     from opentelemetry.sdk.trace import TracerProvider as SDKTracerProvider
 
-    from rollout_telemetry._facade.telemetry import RolloutTelemetry
 
-__all__ = ["OTLPExport", "SpanExportStats", "instrument_meter", "otlp_providers"]
+__all__ = ["OTLPExport", "SpanExportStats", "otlp_providers"]
 
 _INSTALL_HINT = "pip install 'rollout-telemetry[otel]'"
 
@@ -150,8 +148,14 @@ _HISTOGRAM_PARTS: tuple[tuple[str, str | None, str, tuple[str, ...], _Part], ...
 histogram's counters."""
 
 
-def instrument_meter(telemetry: RolloutTelemetry, meter_provider: MeterProvider | None = None) -> None:
-    """Publish the account through observable instruments on ``meter_provider`` (default: the global one).
+def instrument_meter(
+    meter_provider: MeterProvider,
+    snapshot: Callable[[], AccountSnapshot],
+    groups: Callable[[], GroupsSnapshot],
+    const_labels: Mapping[str, str],
+) -> None:
+    """Publish the account (read by ``snapshot``) and the groups through observable instruments on
+    ``meter_provider``: ``RolloutTelemetry(meter_provider=...)``.
 
     Every collection reads one snapshot, shared by all the instruments' callbacks; the groups' family reads
     one groups snapshot of its own. The account hands out an unchanged agent's snapshot again, so a
@@ -163,9 +167,9 @@ def instrument_meter(telemetry: RolloutTelemetry, meter_provider: MeterProvider 
     the garbage collector tracks. Unlike the Prometheus endpoint's text, an OpenTelemetry collection
     therefore leaves several objects per series to the collector whatever the callbacks do.
     """
-    meter = (meter_provider or metrics.get_meter_provider()).get_meter("rollout_telemetry")
-    shared = _SharedSnapshot(telemetry.snapshot)
-    const = dict(telemetry.const_labels)
+    meter = meter_provider.get_meter("rollout_telemetry")
+    shared = _SharedSnapshot(snapshot)
+    const = dict(const_labels)
     for position, family in enumerate(FAMILIES):
         callback = _family(shared, position, family, const)
         create = (
@@ -185,19 +189,19 @@ def instrument_meter(telemetry: RolloutTelemetry, meter_provider: MeterProvider 
     for group_family in GROUP_FAMILIES:
         meter.create_observable_counter(
             group_family.otel_name,
-            callbacks=[_groups(telemetry, group_family, const)],
+            callbacks=[_groups(groups, group_family, const)],
             unit=group_family.unit,
             description=group_family.help,
         )
 
 
 def _groups(
-    telemetry: RolloutTelemetry, family: Family[GroupsSnapshot], const: Mapping[str, str]
+    groups: Callable[[], GroupsSnapshot], family: Family[GroupsSnapshot], const: Mapping[str, str]
 ) -> Callback:
     attributes = _Attributes(const, family.labels)
 
     def observe(options: CallbackOptions) -> Iterator[Observation]:
-        for labels, value in family.sample(telemetry.groups.snapshot()):
+        for labels, value in family.sample(groups()):
             yield Observation(value, attributes(labels))
 
     return observe

@@ -24,20 +24,15 @@ Needs the ``ray`` extra: ``pip install 'rollout-telemetry[ray]'``.
 
 from __future__ import annotations
 
-# Ray's modules imported here, first: a missing extra fails with the pip install to run. Beyond __all__, the
-# names this module exposed before its implementation moved to _ray stay importable from it: Ray's, the
-# registry actor's class and the discovery names.
+# Ray imported here, first: a missing extra fails with the pip install to run.
 try:
     import ray  # noqa: F401
-    from ray.exceptions import GetTimeoutError, RayActorError  # noqa: F401
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # noqa: F401
 except ImportError as exc:  # pragma: no cover - exercised in a subprocess without ray
     msg = "rollout_telemetry.ray needs Ray: pip install 'rollout-telemetry[ray]'"
     raise ImportError(msg) from exc
 
 from rollout_telemetry._ray.registry import (
     REGISTRY_NAME,
-    TargetRegistryActor,  # noqa: F401
     refusals,
     registry_url,
     start_registry,
@@ -45,19 +40,8 @@ from rollout_telemetry._ray.registry import (
     target_groups,
 )
 from rollout_telemetry._ray.target import RayTarget, serve_on_ray
-from rollout_telemetry._serve.discovery import (
-    DEFAULT_LEASE_SECONDS,  # noqa: F401
-    MAX_TARGETS,
-    RESERVED_LABELS,
-    DiscoveryServer,  # noqa: F401
-    FileSD,  # noqa: F401
-    NodeAddresses,  # noqa: F401
-    Target,  # noqa: F401
-    TargetGroup,  # noqa: F401
-    TargetRegistry,  # noqa: F401
-    listening,  # noqa: F401
-)
-from rollout_telemetry.errors import RefusalReason, TargetRefused  # noqa: F401
+from rollout_telemetry._serve.discovery import MAX_TARGETS, RESERVED_LABELS
+from rollout_telemetry.errors import TargetRefused
 
 __all__ = [
     "MAX_TARGETS",

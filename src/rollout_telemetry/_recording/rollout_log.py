@@ -2,9 +2,9 @@
 reaches its end, its contract the JSON Schema ``docs/reference/rollout-log.schema.json``.
 
 Only with ``RolloutTelemetry(rollout_log=True)`` and that logger enabled for INFO: the recording path tests
-the telemetry's flag (one attribute, about 1% of a ``record()``) before ``isEnabledFor`` (40-50 ns, 10% of a
-``record()``), so a run that does not ask for the lines does not pay for the question. The failure reason is
-there only as the telemetry's ``redact_reason`` hook returned it: free text is never logged raw.
+the telemetry's flag before ``isEnabledFor``, far dearer, so a run that does not ask for the lines does not
+pay for the question (docs/performance.md). The failure reason is there only as the telemetry's
+``redact_reason`` hook returned it: free text is never logged raw.
 """
 
 from __future__ import annotations

@@ -197,9 +197,9 @@ class RunFollower:
     def read_all(self) -> int:
         """Read every file to its current end in one go, as ``report`` does; return the lines read.
 
-        The cyclic garbage collector is paused meanwhile: reading makes no reference cycles, and with millions
-        of rollouts in the coverage account each of its full collections would walk them all again (about 8%
-        of the time at 50,000 rows, more as the run grows). Reference counting frees as usual.
+        The cyclic garbage collector is paused meanwhile: reading makes no reference cycles, and each of its
+        full collections would walk every rollout of the coverage account again (docs/performance.md).
+        Reference counting frees as usual.
         """
         enabled = gc.isenabled()
         gc.disable()

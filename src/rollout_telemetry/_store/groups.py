@@ -280,13 +280,13 @@ class Groups:
     ) -> None:
         """Give one member's outcome to its group; a retried member replaces its earlier attempt.
 
-        The precedence is the coverage account's (``_blocks.supersedes``): a higher ``attempt`` wins, and at
+        The precedence is the coverage account's (``identity.supersedes``): a higher ``attempt`` wins, and at
         the same attempt (or with none given) an outcome that reached the output wins over a failure or
         omission, then the later one wins.
 
         ``health`` is the health checks the member's trajectory failed, ``None`` without one.
 
-        The identity is the caller's to check (``_blocks.check_identity``), before the outcome is counted.
+        The identity is the caller's to check (``identity.check_identity``), before the outcome is counted.
 
         Raises:
             OutcomeError: the agent name is invalid.

@@ -1,17 +1,15 @@
 """A read of a store under its lock that hands the interpreter to a waiting recorder as it ends.
 
-A scrape copies a store under the store's lock, then renders for milliseconds more holding the interpreter.
-A recorder that found the lock taken waits on it with the interpreter released; when the lock is freed it
-needs the interpreter back, and CPython gives it only at the next forced switch (``sys.getswitchinterval()``,
-5 ms), by which time back-to-back scrapes may hold the lock again. Measured with 4,200 series and scrapes
-back to back (``benchmarks/scrape_stall.py --case trainer``): the recorder's p99 was 1.33 ms and it made
-325,000 calls in 10 s; yielding the interpreter as the read ends (``time.sleep(0)``, one system call per
-read) gives p99 0.0012 ms and 5 million calls. Only readers do this; recording never yields.
+A scrape copies a store under the store's lock, then renders holding the interpreter. A recorder that found
+the lock taken waits on it with the interpreter released; when the lock is freed it needs the interpreter
+back, which CPython gives only at the next forced switch (``sys.getswitchinterval()``), by which time
+back-to-back scrapes may hold the lock again: so a read ends by yielding the interpreter (``time.sleep(0)``).
+Only readers do this; recording never yields.
 
 A read of many parts (the account's agents) takes the lock in turns (``read_in_turns``): each part is read
 whole under the lock, which is released, and the interpreter handed over, once a turn has lasted
-``TURN_SECONDS``. With 250 agents (52,500 series) one read of them all held the lock 7.6 ms (median) and a
-recorder waiting on it up to 18.6 ms; in turns of a millisecond, a recorder waits one turn at most.
+``TURN_SECONDS``, so a recorder waits one turn at most. The figures: docs/performance.md, "A scrape beside a
+trainer's heap".
 """
 
 from __future__ import annotations

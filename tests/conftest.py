@@ -2,8 +2,10 @@
 
 A test's tier is the folder it lives in, given to it as a marker, one tier a test:
 
-- ``unit`` (``tests/``): in-process, on the injected clock; no sleeping to wait for something, no wall-clock
-  assertion (tests/test_tiers.py checks both).
+- ``unit``: in-process, on the injected clock; no sleeping to wait for something, no wall-clock assertion
+  (tests/test_tiers.py checks both). ``tests/`` itself holds the tests through the public API; each layer of
+  the package has a folder for the tests of its internal parts (``tests/store/``, ``tests/serve/``...:
+  ``LAYERS``).
 - ``e2e`` (``tests/e2e/``): real processes: the exporter, Prometheus, promtool, Pushgateway, Ray.
 - ``gym`` (``tests/gym/``): the real NeMo Gym 0.7.0 beside the exporter.
 - ``slow`` (``tests/slow/``): soak, attacks and latencies that only a real server under load shows.
@@ -32,8 +34,10 @@ MACHINE = (
     Path(tempfile.gettempdir()) / f"rollout-telemetry-tests-{hashlib.sha256(bytes(TESTS)).hexdigest()[:12]}"
 )
 """Where the tests of every run of this checkout (parallel workers, other interpreters) share the machine."""
-TIERS = {"e2e": "e2e", "gym": "gym", "slow": "slow"}
-"""The folder under tests/ that holds each tier but ``unit`` (tests/ itself)."""
+LAYERS = ("contract", "store", "views", "recording", "exporters", "serve", "sources", "cli")
+"""The folders of unit tests of each layer's internal parts, as the package's layers (docs/development.md)."""
+TIERS = {"e2e": "e2e", "gym": "gym", "slow": "slow"} | dict.fromkeys(LAYERS, "unit")
+"""The tier of the tests in each folder under tests/ (tests/ itself: ``unit``)."""
 ALL_TIERS = ("unit", *TIERS.values())
 
 # The Python processes the tests start (pytest's workers, the exporter, Ray's workers, NeMo Gym's servers and

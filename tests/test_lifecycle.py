@@ -8,7 +8,6 @@ import logging
 import pytest
 
 from rollout_telemetry import AgentSnapshot, Disposition, RolloutTelemetry
-from rollout_telemetry._recording.lifecycle import NO_OUTCOME
 from tests.support import FakeClock, exposition, sample_names, value
 
 
@@ -86,7 +85,7 @@ def test_block_left_without_an_outcome(telemetry: RolloutTelemetry) -> None:
     """Leaving without complete/fail/omit is a failure of kind rollout_telemetry:no_outcome."""
     with telemetry.rollout("a"):
         pass
-    assert _agent(telemetry).by_kind(Disposition.FAILED) == {NO_OUTCOME: 1}
+    assert _agent(telemetry).by_kind(Disposition.FAILED) == {"rollout_telemetry:no_outcome": 1}
 
 
 def test_second_outcome_is_ignored(telemetry: RolloutTelemetry, caplog: pytest.LogCaptureFixture) -> None:

@@ -7,8 +7,7 @@ import logging
 
 import pytest
 
-from rollout_telemetry import Disposition, RolloutTelemetry
-from rollout_telemetry.errors import OutcomeError
+from rollout_telemetry import Disposition, OutcomeError, RolloutTelemetry
 from tests.support import FakeClock, exposition, samples, value
 
 

@@ -8,9 +8,7 @@ import threading
 
 import pytest
 
-from rollout_telemetry import RolloutTelemetry, failure_kinds
-from rollout_telemetry._contract.outcome import Disposition
-from rollout_telemetry.errors import ConfigError
+from rollout_telemetry import ConfigError, Disposition, RolloutTelemetry, failure_kinds
 from tests.support import FakeClock, exposition, samples, traced, value
 
 _STATES = ("active", "slow", "retrying", "stalled", "cancelled", "terminal")

@@ -50,10 +50,10 @@ def wall_clock_uses(source: str) -> list[str]:
     return sorted(found, key=lambda place: int(place.split(":")[0]))
 
 
-UNIT_MODULES = sorted(path for path in TESTS.glob("test_*.py"))
+UNIT_MODULES = sorted(path for path in TESTS.rglob("test_*.py") if tier_of(path) == "unit")
 
 
-@pytest.mark.parametrize("path", UNIT_MODULES, ids=lambda path: path.name)
+@pytest.mark.parametrize("path", UNIT_MODULES, ids=lambda path: path.relative_to(TESTS).as_posix())
 def test_a_unit_test_neither_sleeps_nor_reads_the_wall_clock(path: Path) -> None:
     """No unit test module sleeps (asyncio.sleep(0), a yield, aside), polls with a sleep or reads a clock that
     moves by itself: it waits on events and runs on the injected clock."""
@@ -87,7 +87,8 @@ async def f():
 
 
 def test_every_test_module_is_in_a_tiers_folder() -> None:
-    """Test modules live directly in tests/ (unit) or in one tier's folder; none hides in another folder."""
+    """Test modules live directly in tests/ (unit, the public API), in a layer's folder (unit, its parts) or
+    in a tier's folder; none hides in another folder."""
     folders = {path.relative_to(TESTS).parts[0] for path in TESTS.rglob("test_*.py") if path.parent != TESTS}
     assert folders <= set(TIERS), folders - set(TIERS)
     assert {tier_of(TESTS / folder / "test_x.py") for folder in TIERS} == set(TIERS.values())

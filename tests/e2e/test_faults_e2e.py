@@ -1,7 +1,7 @@
 """Faults the telemetry survives as a real process: SIGTERM, a taken port, a forked child.
 
 The in-process faults (the OTLP endpoint down or slow, a followed directory vanishing) are in
-tests/test_faults.py.
+tests/sources/test_faults.py.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """``rollout-telemetry gym`` watching a real child: signals passed on to it once, its exit status passed on.
 
-The command line's reading and its one-line errors are in tests/test_gym_watch.py.
+The command line's reading and its one-line errors are in tests/sources/test_gym_watch.py.
 """
 
 from __future__ import annotations

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from rollout_telemetry import RolloutTelemetry
-from tests.support import promtool_check_metrics
-from tests.test_hostile import (
+from tests.contract.test_hostile import (
     BAD_MASKS,
     BAD_REWARDS,
     GOOD_REWARDS,
@@ -13,6 +12,7 @@ from tests.test_hostile import (
     _baseline_untouched,
     loaded,
 )
+from tests.support import promtool_check_metrics
 
 __all__ = ["loaded"]  # the fixture, imported for the test below
 

@@ -8,7 +8,7 @@ import subprocess
 import yaml
 
 from tests.support import require_tool
-from tests.test_rules import PROM
+from tests.views.test_rules import PROM
 
 
 def _promtool(*args: str) -> subprocess.CompletedProcess[str]:

@@ -9,9 +9,9 @@ import trustme
 
 from rollout_telemetry import BasicAuth, RolloutTelemetry, TLSConfig, hash_password
 from rollout_telemetry._contract.labels import label_value
+from tests.contract.test_hostile import HOSTILE_TEXT
 from tests.e2e.prometheus import Prometheus
 from tests.support import exposition, samples
-from tests.test_hostile import HOSTILE_TEXT
 
 
 def test_prometheus_scrapes_with_tls_and_basic_auth(tmp_path: Path) -> None:

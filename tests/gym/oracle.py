@@ -3,8 +3,8 @@
 Everything here reads what NeMo Gym wrote with ``json`` alone and restates NeMo Gym 0.7.0's formulas, so it
 is independent of the code under test: (i) the counts in the files (``expected_from_files``), (ii) Gym's own
 progress step metrics and end-of-run keys, captured in its process by ``launcher.py`` (``GymRun``), (iii) its
-``_aggregate_metrics.json``. Used by ``tests/gym`` on live runs and by ``tests/test_gym_files.py`` on the
-files of such runs kept in ``tests/fixtures/gym-0.7.0``.
+``_aggregate_metrics.json``. Used by ``tests/gym`` on live runs and by ``tests/sources/test_gym_files.py`` on
+the files of such runs kept in ``tests/fixtures/gym-0.7.0``.
 """
 
 from __future__ import annotations

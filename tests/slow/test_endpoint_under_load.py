@@ -19,9 +19,9 @@ from rollout_telemetry import BasicAuth, RolloutTelemetry, TLSConfig, hash_passw
 from rollout_telemetry._serve.auth import AUTH_THREADS, AUTH_WAIT, FAILURE_BURST
 from rollout_telemetry._serve.http import LINGER
 from rollout_telemetry._serve.server import HEAD_TIMEOUT, IDLE_TIMEOUT, WRITE_TIMEOUT, MetricsServer
+from tests.serve.test_http import MB, ca, tls, trusting
+from tests.serve.test_security import PASSWORD, _basic, _get, _Guessers, recorded, server
 from tests.support import rss, wait_until
-from tests.test_http import MB, ca, tls, trusting
-from tests.test_security import PASSWORD, _basic, _get, _Guessers, recorded, server
 
 __all__ = ["ca", "recorded", "server", "tls", "trusting"]  # the fixtures, imported for the tests below
 

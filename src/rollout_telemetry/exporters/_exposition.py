@@ -7,9 +7,9 @@ objects of its own (a trainer), soon pays for a full collection that stops every
 are not tracked: a ``Layout`` writes a family's samples as lines of text, and a catalogue collector hands a
 rendered text to ``encode`` (the endpoint's encoder) in place of its families.
 
-The bytes are the ones prometheus_client's encoders write from the same collector (``tests/test_exposition``
-checks it over random accounts): the same label order (sorted by name), escaping, float formatting (its own
-``floatToGoString``), headers and exemplars.
+The bytes are the ones prometheus_client's encoders write from the same collector
+(``tests/exporters/test_exposition`` checks it over random accounts): the same label order (sorted by name),
+escaping, float formatting (its own ``floatToGoString``), headers and exemplars.
 """
 
 from __future__ import annotations

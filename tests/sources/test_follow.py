@@ -16,7 +16,7 @@ from rollout_telemetry._facade.telemetry import run_follower
 from rollout_telemetry._sources.follow import RunFiles, RunFollower
 from tests.support import FakeClock, exposition, groups_of, samples, value
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parents[1] / "fixtures"
 ROW = (
     '{{"reward": {reward}, "_ng_task_index": {task}, "_ng_rollout_index": 0, '
     '"_ng_environment_server": "a"}}\n'

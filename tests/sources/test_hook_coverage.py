@@ -374,7 +374,7 @@ def test_an_attempt_not_given_is_attempt_0_for_groups_too() -> None:
 
 def test_the_docs_page_example_prints_what_it_says() -> None:
     """docs/coverage-in-hook-mode.md's example runs as written and prints the figures its comments give."""
-    page = (Path(__file__).parent.parent / "docs" / "coverage-in-hook-mode.md").read_text(encoding="utf-8")
+    page = (Path(__file__).parents[2] / "docs" / "coverage-in-hook-mode.md").read_text(encoding="utf-8")
     (example,) = re.findall(r"```python\n(.*?)```", page, re.S)
     said = [comment.strip() for comment in re.findall(r"print\(.*\)  # (.*)", example)]
     result = subprocess.run(

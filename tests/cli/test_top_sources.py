@@ -27,7 +27,7 @@ from rollout_telemetry._serve.server import BasicAuth, TLSConfig, hash_password
 from rollout_telemetry._sources.follow import RunFiles
 from tests.support import FakeClock, exposition, free_port
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parents[1] / "fixtures"
 
 
 def _recorded() -> RolloutTelemetry:

@@ -29,7 +29,7 @@ from rollout_telemetry._store.names import Names
 from rollout_telemetry._views.report import build_report
 from tests.support import examples
 
-GYM = Path(__file__).parent / "fixtures" / "gym"
+GYM = Path(__file__).parents[1] / "fixtures" / "gym"
 FILES = ("run_materialized_inputs.jsonl", "run.jsonl", "run_failures.jsonl")
 
 ROLLOUTS = {  # identities, by the disposition of the newest attempt
@@ -271,7 +271,7 @@ def test_coverage_caps_agents_like_the_account() -> None:
     assert [a.agent for a in coverage.snapshot().agents] == ["_other", "a", "b"]
 
 
-REAL = Path(__file__).parent / "fixtures" / "gym-0.7.0"
+REAL = Path(__file__).parents[1] / "fixtures" / "gym-0.7.0"
 """Files written by NeMo Gym 0.7.0's own collection in ``tests/gym`` (its example flow, the test environment,
 the fake model), with Gym's captured metrics beside them: ``troubled`` (masked, failed to the sidecar) and
 ``retried`` (killed, resumed, then its failures retried as attempt 1; metrics of the last session)."""

@@ -6,8 +6,8 @@ import pytest
 
 from rollout_telemetry import RolloutTelemetry
 from rollout_telemetry.exporters._exposition import encode
+from tests.exporters.test_exposition import ENCODERS
 from tests.support import FakeClock, exposition, promtool_check_metrics, sample_names, value
-from tests.test_exposition import ENCODERS
 from tests.virtual_loop import idle, run_virtual
 
 SECONDS = "rollout_output_write_seconds"

@@ -10,7 +10,7 @@ import pytest
 from rollout_telemetry._cli.main import main
 from rollout_telemetry._facade.telemetry import run_follower
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parents[1] / "fixtures"
 
 
 def test_json_report_of_the_fixture_run(capsys: pytest.CaptureFixture[str]) -> None:

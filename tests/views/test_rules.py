@@ -16,7 +16,7 @@ from dashboards.rulefile import Group, Record
 
 from rollout_telemetry._views import series as catalogue
 
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).parents[2]
 PROM = ROOT / "dashboards" / "prometheus"
 
 

@@ -16,7 +16,7 @@ from rollout_telemetry._facade.telemetry import run_follower
 from rollout_telemetry._sources.follow import RunFiles
 from tests.support import exposition, groups_of, recording_part, sample_names, samples, value
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parents[1] / "fixtures"
 
 
 def _states(telemetry: RolloutTelemetry, agent: str = "math") -> dict[str, float]:

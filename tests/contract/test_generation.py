@@ -17,7 +17,7 @@ from rollout_telemetry._facade.telemetry import run_follower
 from rollout_telemetry._sources.follow import RunFiles
 from tests.support import exposition, sample_names, samples, value
 
-GYM_ROWS = Path(__file__).parent / "fixtures" / "gym" / "run.jsonl"
+GYM_ROWS = Path(__file__).parents[1] / "fixtures" / "gym" / "run.jsonl"
 
 
 def _usage(inp: Any = 120, out: Any = 40, cached: Any = 8, reasoning: Any = 16) -> dict[str, Any]:

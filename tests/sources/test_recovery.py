@@ -19,7 +19,7 @@ from rollout_telemetry._sources.follow import RunFiles
 from rollout_telemetry.errors import OutcomeError
 from tests.support import FakeClock, exposition, sample_names, samples, value
 
-REAL = Path(__file__).parent / "fixtures" / "gym-0.7.0"
+REAL = Path(__file__).parents[1] / "fixtures" / "gym-0.7.0"
 NEW_FAMILIES = (
     "rollout_attempts",
     "rollout_retry_delay_seconds",

@@ -23,7 +23,7 @@ from rollout_telemetry._views.run_series import PROCESS_FAMILIES, RUNTIME_FAMILI
 from rollout_telemetry._views.series import CATALOGUE, FAMILIES
 from tests.support import require_tool
 
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).parents[2]
 PATH = ROOT / "dashboards" / "rollout-progress.json"
 DASHBOARD: dict[str, Any] = json.loads(PATH.read_text())
 ROWS = [panel for panel in DASHBOARD["panels"] if panel["type"] == "row"]

@@ -36,7 +36,7 @@ from rollout_telemetry._store.names import DEFAULT_MAX_AGENTS, DEFAULT_MAX_KINDS
 from rollout_telemetry._store.rejections import Rejections
 from rollout_telemetry._store.runtime import Runtime
 from rollout_telemetry._store.snapshot import AccountSnapshot
-from rollout_telemetry._views.progress import coverage_metrics, expected_rollouts, progress_metrics
+from rollout_telemetry._views.progress import coverage_metrics, progress_metrics
 from rollout_telemetry.exporters.prometheus import (
     AccountCollector,
     CoverageCollector,
@@ -414,7 +414,7 @@ class RolloutTelemetry:
         keys = progress_metrics(
             self._account.snapshot(),
             elapsed_seconds=self._clock() - self._started,
-            expected={**self._recorder.expected, **expected_rollouts(coverage)},
+            expected=self._recorder.expected_rollouts(coverage),
         )
         keys.update(coverage_metrics(coverage))
         return keys

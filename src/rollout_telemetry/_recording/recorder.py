@@ -23,6 +23,7 @@ from rollout_telemetry._store.coverage import DEFAULT_MAX_ATTEMPTS, Coverage, Co
 from rollout_telemetry._store.groups import Groups, GroupsSnapshot
 from rollout_telemetry._store.names import Names
 from rollout_telemetry._store.rejections import Rejections
+from rollout_telemetry._views.progress import expected_rollouts
 from rollout_telemetry.errors import ConfigError, OutcomeError, Rejection
 
 __all__ = ["Recorder"]
@@ -61,10 +62,10 @@ class Recorder:
         self._clock = clock
         self._groups = Groups(names, min_valid=min_valid_per_group)
         self._rollout_log = rollout_log
-        self.expected: dict[str, int] = {}
-        """Rollouts expected per agent when their identities are not known (``expect(rollouts=)``)."""
+        self._expected: dict[str, int] = {}  # rollouts per agent when their identities are not known
         self.coverage: Coverage | None = None
-        """The run's coverage account, kept once expected work is declared or files are followed."""
+        """The run's coverage account, kept once expected work is declared or files are followed: while it is
+        ``None`` an outcome without an identity goes straight to the account (the facade's common call)."""
 
     # -- what the run expects -------------------------------------------------------------------------
 
@@ -106,7 +107,7 @@ class Recorder:
         if group_size is not None:
             self._groups.declare(agent, group_size)
         if rollouts is not None:
-            self.expected[agent] = rollouts
+            self._expected[agent] = rollouts
         if identities is not None:
             coverage = self.cover(max_attempts)
             for task_index, rollout_index in identities:
@@ -123,6 +124,11 @@ class Recorder:
         """The run's coverage at one moment; no agent before expected work or followed files."""
         coverage = self.coverage
         return coverage.snapshot() if coverage is not None else CoverageSnapshot(agents=())
+
+    def expected_rollouts(self, coverage: CoverageSnapshot) -> dict[str, int]:
+        """The rollouts expected of each agent (what ``reward_lower_bound`` divides by): those of its
+        identities in ``coverage``, else the count declared (``expect(rollouts=)``)."""
+        return {**self._expected, **expected_rollouts(coverage)}
 
     def groups_snapshot(self) -> GroupsSnapshot:
         """The run's groups at one moment."""

@@ -3,8 +3,11 @@
     .venv/bin/python -m dashboards.generate           # write every file that differs
     .venv/bin/python -m dashboards.generate --check   # exit 1 naming each file that is not what is built
 
-``dashboards/rollout-progress.json`` comes from the panels of ``dashboards/panels.py``,
-``dashboards/prometheus/rules.yml`` from the rules of ``dashboards/rules.py``; the queries of both are the
+The dashboard (``rollout-progress.json``) comes from the panels of ``dashboards/panels.py``, the rules
+(``rules.yml``) from those of ``dashboards/rules.py``, both written into the package
+(``src/rollout_telemetry/_monitoring``), which ``rollout-telemetry monitoring`` writes out for a user;
+``dashboards/prometheus/prometheus.yml`` (docker-compose's) is that command's configuration for the
+``exporter`` service; the queries of both are the
 formulas of ``dashboards/promql.py``. The docs' alert and panel tables are built from the same by
 ``python -m docs.generate``. A development tool:
 nothing in the ``rollout_telemetry`` package imports it.
@@ -22,11 +25,15 @@ from typing import Any
 from dashboards import rules
 from dashboards.model import DATASOURCE, Row, panel_json, row_json
 from dashboards.panels import ROWS
+from rollout_telemetry._cli.monitoring import prometheus_config
 
-__all__ = ["PATH", "RULES_PATH", "dashboard", "main", "outputs", "refresh", "render"]
+__all__ = ["COMPOSE_CONFIG", "PATH", "RULES_PATH", "dashboard", "main", "outputs", "refresh", "render"]
 
-PATH = Path(__file__).parent / "rollout-progress.json"
-RULES_PATH = Path(__file__).parent / "prometheus" / "rules.yml"
+MONITORING = Path(__file__).parent.parent / "src" / "rollout_telemetry" / "_monitoring"
+PATH = MONITORING / "rollout-progress.json"
+RULES_PATH = MONITORING / "rules.yml"
+COMPOSE_CONFIG = Path(__file__).parent / "prometheus" / "prometheus.yml"
+"""docker-compose.yml's Prometheus configuration: scraping its ``exporter`` service."""
 GRID = 24
 
 
@@ -162,6 +169,7 @@ def outputs() -> dict[Path, str]:
     return {
         PATH: render(),
         RULES_PATH: rules.text(),
+        COMPOSE_CONFIG: prometheus_config(["http://exporter:9464/metrics"]),
     }
 
 

@@ -35,6 +35,7 @@ from dashboards.promql import (
     unmasked_reward,
 )
 from dashboards.rulefile import Alert, Group, Record, comment, recorded, render, threshold_table
+from rollout_telemetry._cli.monitoring import JOB
 
 __all__ = [
     "JOB",
@@ -118,8 +119,6 @@ SLOW_SHARE_HIGH = 0.25
 fires."""
 SLOW_FOR = 5
 """How long that share stays above SLOW_SHARE_HIGH before RolloutSlowShare fires."""
-JOB = "rollout-telemetry"
-"""The scrape job of the exporters (``job_name`` in dashboards/prometheus/prometheus.yml)."""
 
 RULES = Scope(("run", "agent"), f"{WINDOW}m")
 """The recording rules' scope: every run and agent, a fixed window, a series per run and agent."""

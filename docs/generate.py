@@ -107,8 +107,9 @@ def alerts_page() -> str:
     return _page(
         "Alerts and recording rules",
         "dashboards/rules.py",
-        "The rules file is `dashboards/prometheus/rules.yml`; its thresholds are named at the top of "
-        "`dashboards/rules.py`. See [Dashboard, rules and the stack](../guides/dashboard.md). The recording "
+        "The rules file is `rules.yml`, shipped in the package (`rollout-telemetry monitoring DIR` writes it "
+        "out), generated from `dashboards/rules.py`, at whose top its thresholds are named. See "
+        "[Dashboard, rules and the stack](../guides/dashboard.md). The recording "
         "rules (labels `run`, `agent`, and `failure_kind` where named): "
         + _code(record.name for record in rules.recording_rules())
         + ". The alerts:",
@@ -122,8 +123,9 @@ def dashboard_page() -> str:
     return _page(
         "Dashboard panels",
         "dashboards/panels.py",
-        "The panels of `dashboards/rollout-progress.json`, in order; the description is the one Grafana "
-        "shows beside each title. See [Dashboard, rules and the stack](../guides/dashboard.md).",
+        "The panels of the dashboard (`rollout-progress.json`, which `rollout-telemetry monitoring DIR` "
+        "writes out), in order; the description is the one Grafana shows beside each title. See "
+        "[Dashboard, rules and the stack](../guides/dashboard.md).",
         ("panel", "row", "unit", "what it shows"),
         (
             (panel.title, row.title, f"`{panel.unit}`", panel.description)

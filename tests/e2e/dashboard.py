@@ -7,10 +7,12 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from rollout_telemetry._views.run_series import COVERAGE_FAMILIES
-from tests.e2e.prometheus import REPO, Prometheus
+from dashboards import generate
 
-DASHBOARD = json.loads((REPO / "dashboards" / "rollout-progress.json").read_text())
+from rollout_telemetry._views.run_series import COVERAGE_FAMILIES
+from tests.e2e.prometheus import Prometheus
+
+DASHBOARD = json.loads(generate.PATH.read_text())
 COVERAGE = {family.name for family in COVERAGE_FAMILIES}
 """The coverage row: published by ``serve --follow``, and by the hook API once expected work is declared."""
 LIFECYCLE = {

@@ -14,11 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from dashboards import generate
 
 from tests.support import free_port, require_tool, stop_process
 
 REPO = Path(__file__).resolve().parents[2]
-RULES = REPO / "dashboards" / "prometheus" / "rules.yml"
+RULES = generate.RULES_PATH
 SCRAPE_CONFIG = REPO / "dashboards" / "prometheus" / "prometheus.yml"
 
 

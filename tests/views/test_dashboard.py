@@ -24,7 +24,7 @@ from rollout_telemetry._views.series import CATALOGUE, FAMILIES
 from tests.support import require_tool
 
 ROOT = Path(__file__).parents[2]
-PATH = ROOT / "dashboards" / "rollout-progress.json"
+PATH = generate.PATH
 DASHBOARD: dict[str, Any] = json.loads(PATH.read_text())
 ROWS = [panel for panel in DASHBOARD["panels"] if panel["type"] == "row"]
 PANELS: list[dict[str, Any]] = [panel for panel in DASHBOARD["panels"] if panel["type"] != "row"]

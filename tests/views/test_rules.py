@@ -18,11 +18,13 @@ from rollout_telemetry._views import series as catalogue
 
 ROOT = Path(__file__).parents[2]
 PROM = ROOT / "dashboards" / "prometheus"
+RULES_FILE = generate.RULES_PATH
+"""The rules, as the package ships them (``rollout-telemetry monitoring`` writes them out)."""
 
 
 def test_every_alert_has_a_unit_test() -> None:
     """Each alert of rules.yml is evaluated by name in rules_test.yml."""
-    groups = yaml.safe_load((PROM / "rules.yml").read_text())["groups"]
+    groups = yaml.safe_load(RULES_FILE.read_text())["groups"]
     alerts = {rule["alert"] for group in groups for rule in group["rules"] if "alert" in rule}
     tests = yaml.safe_load((PROM / "rules_test.yml").read_text())["tests"]
     tested = {case["alertname"] for test in tests for case in test.get("alert_rule_test", [])}
@@ -31,7 +33,7 @@ def test_every_alert_has_a_unit_test() -> None:
 
 def test_every_rule_is_unit_tested() -> None:
     """Each recording rule and alert is exercised by rules_test.yml."""
-    rules = yaml.safe_load((PROM / "rules.yml").read_text())
+    rules = yaml.safe_load(RULES_FILE.read_text())
     tests = (PROM / "rules_test.yml").read_text()
     for group in rules["groups"]:
         for rule in group["rules"]:
@@ -47,9 +49,9 @@ def test_every_rule_is_unit_tested() -> None:
 
 # ---- Generated from dashboards/rules.py, with the dashboard's formulas ----------------------------------
 
-DASHBOARD = json.loads((ROOT / "dashboards" / "rollout-progress.json").read_text(encoding="utf-8"))
+DASHBOARD = json.loads(generate.PATH.read_text(encoding="utf-8"))
 RULES: list[dict[str, Any]] = [
-    rule for group in yaml.safe_load((PROM / "rules.yml").read_text())["groups"] for rule in group["rules"]
+    rule for group in yaml.safe_load(RULES_FILE.read_text())["groups"] for rule in group["rules"]
 ]
 RECORDS = {rule["record"]: rule["expr"] for rule in RULES if "record" in rule}
 ALERTS = {rule["alert"]: rule for rule in RULES if "alert" in rule}
@@ -58,7 +60,7 @@ ALERTS = {rule["alert"]: rule for rule in RULES if "alert" in rule}
 def test_committed_rules_are_what_the_generator_builds() -> None:
     """Regenerating gives rules.yml byte for byte; ``generate --check`` finds every generated file current."""
     rebuild = "run: .venv/bin/python -m dashboards.generate"
-    assert rules.text() == (PROM / "rules.yml").read_text(encoding="utf-8"), rebuild
+    assert rules.text() == RULES_FILE.read_text(encoding="utf-8"), rebuild
     assert generate.main(["--check"]) == 0
 
 
@@ -307,7 +309,7 @@ def test_every_recorded_sum_keeps_run_and_agent() -> None:
 
 def _header_entries() -> dict[str, tuple[str, str]]:
     """The thresholds table of the header: each alert's severity and when it fires."""
-    header = (PROM / "rules.yml").read_text(encoding="utf-8").split("\ngroups:", 1)[0]
+    header = RULES_FILE.read_text(encoding="utf-8").split("\ngroups:", 1)[0]
     entries: dict[str, tuple[str, str]] = {}
     name = ""
     for line in header.splitlines():

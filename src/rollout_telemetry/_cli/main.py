@@ -15,7 +15,17 @@ import sys
 from collections.abc import Sequence
 from typing import Protocol, TextIO
 
-from rollout_telemetry._cli import demo, gym, hash_password, options, ray_targets, report, serve, top
+from rollout_telemetry._cli import (
+    demo,
+    gym,
+    hash_password,
+    monitoring,
+    options,
+    ray_targets,
+    report,
+    serve,
+    top,
+)
 from rollout_telemetry._cli.args import OneLineParser
 from rollout_telemetry._recording.rollout_log import ROLLOUTS
 from rollout_telemetry.errors import RolloutTelemetryError
@@ -36,7 +46,7 @@ class _Command(Protocol):
         """Run the command with what was parsed; return the exit status."""
 
 
-_COMMANDS: tuple[_Command, ...] = (demo, serve, gym, report, top, hash_password, ray_targets)
+_COMMANDS: tuple[_Command, ...] = (demo, serve, gym, report, top, monitoring, hash_password, ray_targets)
 """The commands, in the order ``--help`` lists them."""
 
 EXAMPLES = {
@@ -46,6 +56,7 @@ EXAMPLES = {
     "--input data.jsonl --output results/rollouts.jsonl",
     report.NAME: "rollout-telemetry report results/rollouts.jsonl --format json",
     top.NAME: "rollout-telemetry top --follow results/rollouts.jsonl",
+    monitoring.NAME: "rollout-telemetry monitoring prometheus --scrape http://127.0.0.1:9464/metrics",
     hash_password.NAME: "rollout-telemetry hash-password < password.txt > metrics.hash",
     ray_targets.NAME: "rollout-telemetry ray-targets --address 10.0.0.1:6379 --namespace grpo-exp-42 --url",
 }

@@ -1,0 +1,154 @@
+"""``rollout-telemetry monitoring``: the Prometheus configuration, alert rules and Grafana dashboard, written
+for a user without the repository.
+
+The rules and the dashboard are the package's own files (``rollout_telemetry/_monitoring``, generated from
+``dashboards/`` in the repository); the configuration scrapes the endpoints given and loads the rules.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from rollout_telemetry._cli import options
+from rollout_telemetry._cli.args import OneLineParser, url
+from rollout_telemetry.errors import ConfigError
+
+__all__ = ["FILES", "JOB", "NAME", "add_parser", "prometheus_config", "run"]
+
+NAME = "monitoring"
+JOB = "rollout-telemetry"
+"""The scrape job of the endpoints: the alert rules read ``up{job="rollout-telemetry"}``."""
+CONFIG = "prometheus.yml"
+FILES = {"rules.yml": "the alert and recording rules", "rollout-progress.json": "the Grafana dashboard"}
+"""The package's monitoring files, written beside the configuration, and what each is."""
+DEFAULT_SCRAPE = "http://127.0.0.1:9464/metrics"
+
+
+def add_parser(commands: argparse._SubParsersAction[OneLineParser]) -> None:
+    monitoring = commands.add_parser(
+        NAME,
+        help="write a Prometheus configuration, the alert rules and the Grafana dashboard to a folder",
+        description=(
+            "Write DIR/prometheus.yml (scraping the endpoints given, loading the rules), DIR/rules.yml (the "
+            "alert and recording rules) and DIR/rollout-progress.json (the Grafana dashboard, to import as "
+            "it is), then print the command that runs Prometheus on them."
+        ),
+    )
+    monitoring.add_argument("dir", metavar="DIR", help="the folder to write to (made if missing)")
+    monitoring.add_argument(
+        "--scrape",
+        metavar="URL",
+        type=url,
+        action="append",
+        help=f"an endpoint's /metrics URL, once per collector process (default: {DEFAULT_SCRAPE})",
+    )
+    monitoring.add_argument(
+        "--ca-file", metavar="FILE", help="the CA that signed the endpoints' certificate (https:// URLs)"
+    )
+    monitoring.add_argument(
+        "--user", metavar="NAME", help="the basic-auth user Prometheus scrapes the endpoints as"
+    )
+    monitoring.add_argument("--password-file", metavar="FILE", help="a file holding that user's password")
+    monitoring.add_argument("--force", action="store_true", help="overwrite files that exist and differ")
+    options.add_logging_options(monitoring, argparse.SUPPRESS)
+
+
+def prometheus_config(
+    scrape: Sequence[str],
+    *,
+    ca_file: str | None = None,
+    user: str | None = None,
+    password_file: str | None = None,
+) -> str:
+    """The text of a Prometheus configuration scraping the ``/metrics`` URLs in ``scrape`` as job ``JOB``
+    every 15 s and loading ``rules.yml`` beside it.
+
+    Raises:
+        ConfigError: the URLs differ in scheme or path (one job has one of each), or only one of ``user``
+            and ``password_file`` is given.
+    """
+    parts = [urlsplit(address) for address in scrape]
+    schemes = {part.scheme for part in parts}
+    paths = {part.path or "/metrics" for part in parts}
+    if len(schemes) != 1 or len(paths) != 1:
+        msg = "give every --scrape URL with the same scheme and path: one scrape job has one of each"
+        raise ConfigError(msg)
+    if (user is None) != (password_file is None):
+        msg = "--user and --password-file go together"
+        raise ConfigError(msg)
+    lines = [
+        "# Prometheus scraping rollout-telemetry endpoints, with the alert and recording rules beside it",
+        "# (written by `rollout-telemetry monitoring`).",
+        "global:",
+        "  scrape_interval: 15s",
+        "  evaluation_interval: 15s",
+        "",
+        "rule_files:",
+        "  - rules.yml",
+        "",
+        "scrape_configs:",
+        f"  - job_name: {JOB}",
+        f"    scheme: {schemes.pop()}",
+        f"    metrics_path: {json.dumps(paths.pop())}",
+    ]
+    if ca_file is not None:
+        lines += ["    tls_config:", f"      ca_file: {json.dumps(str(Path(ca_file).resolve()))}"]
+    if user is not None and password_file is not None:
+        password = json.dumps(str(Path(password_file).resolve()))
+        lines += [
+            "    basic_auth:",
+            f"      username: {json.dumps(user)}",
+            f"      password_file: {password}",
+        ]
+    lines += ["    static_configs:", "      - targets:"]
+    lines += [f"          - {json.dumps(part.netloc.rpartition('@')[2])}" for part in parts]
+    return "\n".join(lines) + "\n"
+
+
+def run(args: argparse.Namespace) -> int:
+    """Write the three files (an existing one that differs only with ``--force``) and say how to run them."""
+    folder = Path(args.dir)
+    texts = {
+        CONFIG: prometheus_config(
+            args.scrape or [DEFAULT_SCRAPE],
+            ca_file=args.ca_file,
+            user=args.user,
+            password_file=args.password_file,
+        )
+    }
+    from importlib import resources
+
+    packaged = resources.files("rollout_telemetry") / "_monitoring"
+    texts |= {name: (packaged / name).read_text(encoding="utf-8") for name in FILES}
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        clashes = [
+            path
+            for name, text in texts.items()
+            if (path := folder / name).exists() and path.read_text(encoding="utf-8") != text
+        ]
+        if clashes and not args.force:
+            msg = f"{clashes[0]} exists and differs: --force to overwrite it"
+            raise ConfigError(msg)
+        for name, text in texts.items():
+            (folder / name).write_text(text, encoding="utf-8")
+    except OSError as exc:
+        msg = f"cannot write to {folder}: {exc.strerror or exc}"
+        raise ConfigError(msg) from None
+    config = folder / CONFIG
+    print(f"wrote {config} (scraping {', '.join(args.scrape or [DEFAULT_SCRAPE])})")
+    for name, what in FILES.items():
+        print(f"wrote {folder / name} ({what})")
+    print(
+        "run Prometheus on them (Debian: apt-get install prometheus):\n"
+        f"  prometheus --config.file={config} --storage.tsdb.path={folder / 'data'} "
+        "--web.listen-address=127.0.0.1:9090 --enable-feature=exemplar-storage\n"
+        f"and import {folder / 'rollout-progress.json'} in Grafana (Dashboards > New > Import)",
+        file=sys.stdout,
+    )
+    return 0

@@ -1,0 +1,100 @@
+"""``rollout-telemetry monitoring``: the configuration, rules and dashboard written for a user without the
+repository; a wrong input is one line and exit status 2 (promtool's check of what it writes: tests/e2e)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from dashboards import generate
+
+from rollout_telemetry._cli.main import main
+
+
+def test_it_writes_the_configuration_and_the_packages_rules_and_dashboard(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The rules and dashboard are the package's files byte for byte; the configuration scrapes each URL
+    given as job ``rollout-telemetry`` (which the rules' ``up`` alert reads) and loads ``rules.yml``; what
+    is printed names each file and the command that runs Prometheus on them."""
+    folder = tmp_path / "new" / "monitoring"
+    scrape = ["--scrape", "http://10.0.0.1:9464/metrics", "--scrape", "http://10.0.0.2:9465/metrics"]
+    assert main(["monitoring", str(folder), *scrape]) == 0
+    assert (folder / "rules.yml").read_bytes() == generate.RULES_PATH.read_bytes()
+    assert (folder / "rollout-progress.json").read_bytes() == generate.PATH.read_bytes()
+    config = yaml.safe_load((folder / "prometheus.yml").read_text())
+    assert config["rule_files"] == ["rules.yml"]
+    (job,) = config["scrape_configs"]
+    assert (job["job_name"], job["scheme"], job["metrics_path"]) == ("rollout-telemetry", "http", "/metrics")
+    assert job["static_configs"] == [{"targets": ["10.0.0.1:9464", "10.0.0.2:9465"]}]
+    assert 'up{job="rollout-telemetry"}' in (folder / "rules.yml").read_text()
+    out = capsys.readouterr().out
+    assert f"prometheus --config.file={folder / 'prometheus.yml'} " in out
+    assert all(str(folder / name) in out for name in ("rules.yml", "rollout-progress.json"))
+
+
+def test_tls_and_basic_auth_go_into_the_scrape_job(tmp_path: Path) -> None:
+    """https:// URLs with a CA, a user and a password file: the job has the CA, the user and the password
+    file as absolute paths (Prometheus reads them relative to itself otherwise), and no password."""
+    (tmp_path / "ca.pem").write_text("ca")
+    (tmp_path / "password").write_text("secret")
+    argv = ["monitoring", "out", "--scrape", "https://user@trainer-7:9464/custom"]
+    auth = ["--ca-file", "ca.pem", "--user", "prometheus", "--password-file", "password"]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(tmp_path)
+        assert main([*argv, *auth]) == 0
+    text = (tmp_path / "out" / "prometheus.yml").read_text()
+    (job,) = yaml.safe_load(text)["scrape_configs"]
+    assert (job["scheme"], job["metrics_path"]) == ("https", "/custom")
+    assert job["tls_config"] == {"ca_file": str(tmp_path / "ca.pem")}
+    assert job["basic_auth"] == {"username": "prometheus", "password_file": str(tmp_path / "password")}
+    assert job["static_configs"] == [{"targets": ["trainer-7:9464"]}]
+    assert "secret" not in text
+
+
+def test_an_existing_file_that_differs_is_kept_without_force(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Writing twice is fine; a file edited since is kept (one line naming it, status 2) until ``--force``."""
+    assert main(["monitoring", str(tmp_path)]) == 0
+    assert main(["monitoring", str(tmp_path)]) == 0
+    (tmp_path / "rules.yml").write_text("# my own rules\n")
+    capsys.readouterr()
+    assert main(["monitoring", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert f"{tmp_path / 'rules.yml'} exists and differs: --force to overwrite it" in err
+    assert (tmp_path / "rules.yml").read_text() == "# my own rules\n"
+    assert main(["monitoring", str(tmp_path), "--force"]) == 0
+    assert (tmp_path / "rules.yml").read_bytes() == generate.RULES_PATH.read_bytes()
+
+
+@pytest.mark.parametrize(
+    ("extra", "said"),
+    [
+        (["--scrape", "127.0.0.1:9464"], "must be an http:// or https:// URL"),
+        (["--scrape", "http://a:1/metrics", "--scrape", "https://b:1/metrics"], "the same scheme and path"),
+        (["--user", "prometheus"], "--user and --password-file go together"),
+    ],
+)
+def test_a_wrong_input_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str], said: str
+) -> None:
+    """A scrape address without a scheme, URLs of two schemes, a user without a password file: one line on
+    stderr saying what is wrong, status 2, nothing written."""
+    folder = tmp_path / "out"
+    assert main(["monitoring", str(folder), *extra]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and said in err, err  # noqa: PT018
+    assert not folder.exists()
+
+
+def test_a_folder_that_cannot_be_written_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """DIR under a regular file: one line naming the folder, status 2."""
+    (tmp_path / "file").write_text("")
+    assert main(["monitoring", str(tmp_path / "file" / "monitoring")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"cannot write to {tmp_path / 'file' / 'monitoring'}" in err  # noqa: PT018

@@ -4,11 +4,13 @@ code generates; the guides state the endpoint's bounds and the registry's limits
 from __future__ import annotations
 
 import inspect
+import shlex
 from pathlib import Path
 
 import pytest
 from docs import generate
 
+from rollout_telemetry._cli.main import EXAMPLES
 from rollout_telemetry._serve import auth, connections, discovery, http, server
 
 ROOT = Path(__file__).parent.parent
@@ -152,3 +154,20 @@ def test_the_ray_section_states_what_the_registry_accepts_as_built() -> None:
     for label in ("job", "instance", "run", "agent", "failure_kind", "disposition", "le"):
         assert label in discovery.RESERVED_LABELS
         assert f"`{label}`" in section
+
+
+def _command_lines(text: str) -> list[list[str]]:
+    """The command lines of the ``bash`` blocks of a Markdown page, continuations joined, comments cut."""
+    blocks = [block.split("```")[0] for block in text.split("```bash\n")[1:]]
+    joined = "\n".join(block.replace("\\\n", " ") for block in blocks)
+    return [words for line in joined.splitlines() if (words := shlex.split(line, comments=True))]
+
+
+def test_every_gym_command_shown_is_the_one_run_on_the_real_gym() -> None:
+    """The README's and ``gym --help``'s watched Gym collection are the quickstart's, word for word: the line
+    tests/gym/test_gym_run.py runs on the real NeMo Gym 0.7.0 (so each runs as written)."""
+    quickstart = _command_lines((ROOT / "docs" / "quickstart-gym.md").read_text(encoding="utf-8"))
+    (watched,) = [words for words in quickstart if words[:2] == ["rollout-telemetry", "gym"]]
+    readme = [words for words in _command_lines(README) if words[:2] == ["rollout-telemetry", "gym"]]
+    assert readme == [watched]
+    assert shlex.split(EXAMPLES["gym"]) == watched

@@ -52,8 +52,8 @@ _COMMANDS: tuple[_Command, ...] = (demo, serve, gym, report, top, monitoring, ha
 EXAMPLES = {
     demo.NAME: "rollout-telemetry demo --port 9464 --duration 60",
     serve.NAME: "rollout-telemetry serve results/rollouts.jsonl --port 9464 --run grpo-exp-42",
-    gym.NAME: "rollout-telemetry gym --port 9464 -- gym eval run --no-serve --agent my_agent "
-    "--input data.jsonl --output results/rollouts.jsonl",
+    gym.NAME: "rollout-telemetry gym --port 9464 -- gym eval run --no-serve --agent my_env_simple_agent "
+    "--input data.jsonl --output out/rollouts.jsonl +route_failures_to_sidecar=true",
     report.NAME: "rollout-telemetry report results/rollouts.jsonl --format json",
     top.NAME: "rollout-telemetry top --follow results/rollouts.jsonl",
     monitoring.NAME: "rollout-telemetry monitoring prometheus --scrape http://127.0.0.1:9464/metrics",

@@ -225,7 +225,7 @@ API_JOBS: tuple[tuple[str, tuple[str, ...], str], ...] = (
         "Declare the run's expected work: rollouts, tasks, identities, NeMo Gym's inputs, groups, reward "
         "range, attempts",
         ("expect",),
-        "keywords, one kind of work per call",
+        "keywords; at most one of `rollouts`, `tasks`, `identities` and `inputs` a call",
     ),
     ("Serve `/metrics`, `/rollouts` and `/healthz`", ("serve",), "returns the running `MetricsServer`"),
     ("Push to a Prometheus Pushgateway", ("push",), "for batch jobs a scraper cannot reach"),
@@ -259,9 +259,39 @@ def _jobs_table() -> str:
     return "| the job | the one way | |\n|---|---|---|\n" + rows
 
 
-def _summary(obj: object) -> str:
+def _summary(obj: object, name: str | None = None) -> str:
+    """The first paragraph of ``obj``'s docstring; of a type alias (``name``), the docstring written under its
+    assignment in the module the package imports it from."""
     doc = inspect.getdoc(obj) or ""
+    if name is not None and not (inspect.isclass(obj) or inspect.isfunction(obj)):
+        doc = _alias_doc(name)
     return doc.split("\n\n", 1)[0].replace("\n", " ")
+
+
+def _alias_doc(name: str) -> str:
+    """The docstring under ``name = ...`` in the module ``rollout_telemetry/__init__.pyi`` imports it from."""
+    import ast
+    import importlib
+    import itertools
+
+    import rollout_telemetry
+
+    stub = ast.parse((Path(rollout_telemetry.__file__).parent / "__init__.pyi").read_text(encoding="utf-8"))
+    (module,) = (
+        node.module
+        for node in stub.body
+        if isinstance(node, ast.ImportFrom) and any(alias.name == name for alias in node.names)
+    )
+    source = inspect.getsource(importlib.import_module(f"rollout_telemetry.{module}"))
+    body = ast.parse(source).body
+    for node, after in itertools.pairwise(body):
+        targets = node.targets if isinstance(node, ast.Assign) else []
+        if any(isinstance(target, ast.Name) and target.id == name for target in targets) and (
+            isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)
+        ):
+            return inspect.cleandoc(str(after.value.value))
+    msg = f"{name} is exported but its module writes no docstring under it"
+    raise ValueError(msg)
 
 
 def _constructor_table(cls: type) -> str:
@@ -303,7 +333,7 @@ def api_page() -> str:
         for name, member in sorted(_members(RolloutTelemetry))
     )
     others = "".join(
-        f"- `{name}`: {_summary(getattr(rollout_telemetry, name))}\n"
+        f"- `{name}`: {_summary(getattr(rollout_telemetry, name), name)}\n"
         for name in rollout_telemetry.__all__
         if name != "RolloutTelemetry"
     )

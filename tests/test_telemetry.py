@@ -7,8 +7,9 @@ import math
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry, generate_latest
 
-from rollout_telemetry import Disposition, OutcomeError, RolloutTelemetry, VerifyResponse
+from rollout_telemetry import ConfigError, Disposition, OutcomeError, RolloutTelemetry, VerifyResponse
 from rollout_telemetry._store.account import Account
 from tests.support import FakeClock, exposition, value
 
@@ -173,16 +174,64 @@ def test_expect_takes_one_kind_of_expected_work(telemetry: RolloutTelemetry, wor
         (("a", 5), {}, "takes agent names, then the work as keywords"),
         (("a",), {"rollouts_per_task": 4}, "give tasks too"),
         (("a", "b"), {"tasks": 2, "group_size": 0}, "group_size must be an integer from 1"),
+        (("a",), {"identities": [(0,)]}, "must be \\(task_index, rollout_index\\) pairs"),
+        (("a",), {"identities": 5}, "must be \\(task_index, rollout_index\\) pairs"),
+        (("a",), {"identities": "01"}, "must be \\(task_index, rollout_index\\) pairs"),
+        ((), {"inputs": 123}, "inputs must be the path of a materialized inputs file"),
+        (("a", "b"), {"inputs": "x.jsonl"}, "with inputs=, give at most one agent"),
+        (("a",), {"reward_range": "09"}, "reward_range must be a pair of numbers"),
+        (("a",), {"reward_range": ("0", "1")}, "reward_range must be a pair of numbers"),
+        (("a",), {"reward_range": 1}, "reward_range must be a pair of numbers"),
+        (("a",), {"max_attempts": 0}, "max_attempts must be an integer >= 1"),
     ],
 )
 def test_expect_refuses_what_it_cannot_declare_before_declaring_anything(
     telemetry: RolloutTelemetry, args: tuple[Any, ...], work: dict[str, Any], message: str
 ) -> None:
-    """A count given as a second agent, rollouts per task without tasks, a bad group size: one clear error,
-    and no agent declared by the call."""
+    """A count given as a second agent, rollouts per task without tasks, a bad group size, identities that are
+    not pairs, inputs that are not a path or with two agents, a reward range of strings, no attempt at all:
+    one clear error (a ``ConfigError``, a ``ValueError``), and no agent declared by the call."""
     with pytest.raises(ValueError, match=message):
         telemetry.expect(*args, **work)
     assert telemetry.snapshot().agents == ()
+
+
+def test_max_attempts_given_after_identities_says_when_to_give_it(telemetry: RolloutTelemetry) -> None:
+    """The coverage account counts the attempts it was kept with: a different count after the first
+    identities is refused, saying to give it once, with or before them; with them, in one call, it holds."""
+    telemetry.expect("a", tasks=2)
+    with pytest.raises(
+        ConfigError, match="counts 3 attempts, not 5: give max_attempts= once, with or before"
+    ):
+        telemetry.expect(max_attempts=5)
+    other = RolloutTelemetry(runtime_metrics=False)
+    assert other.expect("a", tasks=2, max_attempts=5) == 2
+    other.record_failure("a", "session_lost", task_index=0, rollout_index=0, attempt=3)
+    retryable = other.registry.get_sample_value("rollout_run_retryable", {"agent": "a"})
+    assert retryable == 1  # attempt 3 of 5: Gym would dispatch it again
+
+
+def test_a_second_telemetry_on_one_registry_is_one_line_and_leaves_it_as_it_was() -> None:
+    """Two telemetries on one prometheus_client registry: the second is refused in one line (not the list
+    of every duplicated series) and registers nothing, so the first is scraped as before."""
+    registry = CollectorRegistry()
+    first = RolloutTelemetry(registry=registry, runtime_metrics=False)
+    first.record("a", {"reward": 1.0})
+    before = generate_latest(registry)
+    with pytest.raises(ConfigError) as refused:
+        RolloutTelemetry(registry=registry, runtime_metrics=False)
+    assert "\n" not in str(refused.value)
+    assert "already holds a RolloutTelemetry's series" in str(refused.value)
+    assert generate_latest(registry) == before
+
+
+@pytest.mark.parametrize("limit", [-1, "3", 2.5, None])
+def test_a_limit_of_rollouts_in_flight_that_is_not_a_count_is_refused(
+    telemetry: RolloutTelemetry, limit: object
+) -> None:
+    """``rollouts_in_flight(limit)``: a negative, text, fractional or missing limit is a ``ConfigError``."""
+    with pytest.raises(ConfigError, match="limit must be a whole number of at least 0"):
+        telemetry.rollouts_in_flight(limit)  # type: ignore[arg-type]
 
 
 def test_a_failed_push_raises_push_error_naming_the_gateway(telemetry: RolloutTelemetry) -> None:

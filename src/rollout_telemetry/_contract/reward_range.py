@@ -45,10 +45,14 @@ def check_reward_range(reward_range: Iterable[float]) -> RewardRange:
         ConfigError: the range is not such a pair.
     """
     try:
-        low, high = (float(bound) for bound in reward_range)
-    except (TypeError, ValueError):
+        bounds = tuple(reward_range) if not isinstance(reward_range, str | bytes) else ()
+    except TypeError:
+        bounds = ()
+    numbers = all(isinstance(bound, int | float) and type(bound) is not bool for bound in bounds)
+    if len(bounds) != 2 or not numbers:
         msg = f"reward_range must be a pair of numbers (lowest, highest), got {reward_range!r:.60}"
-        raise ConfigError(msg) from None
+        raise ConfigError(msg)
+    low, high = float(bounds[0]), float(bounds[1])
     if not (math.isfinite(low) and math.isfinite(high) and -MAX_REWARD <= low < high <= MAX_REWARD):
         msg = f"reward_range must be finite, lowest < highest, within +-{MAX_REWARD:g}: ({low!r}, {high!r})"
         raise ConfigError(msg)

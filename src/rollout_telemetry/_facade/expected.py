@@ -3,13 +3,14 @@ identities of ``tasks=``, and NeMo Gym's materialized inputs (``inputs=``)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from rollout_telemetry._contract.identity import check_task_size
 from rollout_telemetry.errors import ConfigError, Rejection
 
-__all__ = ["check_work", "inputs_of", "task_identities"]
+__all__ = ["check_work", "identity_pairs", "inputs_of", "task_identities"]
 
 
 def check_work(  # noqa: PLR0917 - expect()'s arguments, checked before anything is declared
@@ -38,6 +39,9 @@ def check_work(  # noqa: PLR0917 - expect()'s arguments, checked before anything
     if sum(given is not None for given in (rollouts, tasks, identities, inputs)) > 1:
         msg = "give at most one of rollouts, tasks, identities and inputs"
         raise ConfigError(msg)
+    if inputs is not None and not isinstance(inputs, str | os.PathLike):
+        msg = f"inputs must be the path of a materialized inputs file, got {inputs!r:.60}"
+        raise ConfigError(msg)
     if inputs is not None and len(agents) > 1:
         msg = "with inputs=, give at most one agent: the one of rows that name none"
         raise ConfigError(msg)
@@ -50,6 +54,21 @@ def check_work(  # noqa: PLR0917 - expect()'s arguments, checked before anything
     if max_attempts is not None and (type(max_attempts) is not int or max_attempts < 1):
         msg = f"max_attempts must be an integer >= 1, got {max_attempts!r}"
         raise ConfigError(msg)
+
+
+def identity_pairs(identities: object) -> tuple[tuple[int, int], ...]:
+    """``identities`` as a tuple of (task index, rollout index) pairs (their values are checked where they are
+    declared: ``OutcomeError``).
+
+    Raises:
+        ConfigError: ``identities`` is not an iterable of pairs.
+    """
+    if isinstance(identities, Iterable) and not isinstance(identities, str | bytes):
+        pairs = tuple(identities)
+        if all(isinstance(pair, tuple | list) and len(pair) == 2 for pair in pairs):
+            return tuple((task, rollout) for task, rollout in pairs)
+    msg = f"identities must be (task_index, rollout_index) pairs, got {identities!r:.60}"
+    raise ConfigError(msg)
 
 
 def task_identities(tasks: int, rollouts_per_task: int) -> tuple[tuple[int, int], ...]:

@@ -12,12 +12,12 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client.registry import CollectorRegistry
+from prometheus_client.registry import Collector, CollectorRegistry
 
 from rollout_telemetry._contract.group_state import DEFAULT_MIN_VALID
 from rollout_telemetry._contract.outcome import Disposition, check_outcome, classify
 from rollout_telemetry._contract.reward_range import check_reward_range
-from rollout_telemetry._facade.expected import check_work, inputs_of, task_identities
+from rollout_telemetry._facade.expected import check_work, identity_pairs, inputs_of, task_identities
 from rollout_telemetry._recording.lifecycle import Cleanup, OfferedContext, RolloutContext, Shared
 from rollout_telemetry._recording.output import OutputWrite
 from rollout_telemetry._recording.recorder import Recorder
@@ -37,6 +37,7 @@ from rollout_telemetry._store.rejections import Rejections
 from rollout_telemetry._store.runtime import Runtime
 from rollout_telemetry._store.snapshot import AccountSnapshot
 from rollout_telemetry._views.progress import coverage_metrics, progress_metrics
+from rollout_telemetry.errors import ConfigError
 from rollout_telemetry.exporters.prometheus import (
     AccountCollector,
     CoverageCollector,
@@ -151,13 +152,16 @@ class RolloutTelemetry:
         labels.update(const_labels or {})
         self.registry = registry if registry is not None else CollectorRegistry()
         """The prometheus_client registry the telemetry's collectors are registered with."""
-        self.registry.register(AccountCollector(self.snapshot, labels))
-        self.registry.register(GroupsCollector(recorder.groups_snapshot, labels))
-        self.registry.register(CoverageCollector(recorder.coverage_snapshot, labels))
         self._runtime = Runtime()
         self._loops = LoopLag(self._runtime, loop_lag_interval)
         self._watch_loops = runtime_metrics  # the first async rollout block on a loop starts its sampler
-        self.registry.register(RuntimeCollector(self._runtime.snapshot, labels))
+        register(
+            self.registry,
+            AccountCollector(self.snapshot, labels),
+            GroupsCollector(recorder.groups_snapshot, labels),
+            CoverageCollector(recorder.coverage_snapshot, labels),
+            RuntimeCollector(self._runtime.snapshot, labels),
+        )
         if runtime_metrics:
             watch_gc(self._runtime)
             register_process_collectors(self.registry)
@@ -219,10 +223,10 @@ class RolloutTelemetry:
         The identity and ``attempt`` are ``record``'s: a failed attempt retried later is replaced by it.
         ``terminal``: the rollout is not to be retried (NeMo Gym's ``_ng_failure_terminal``), so the coverage
         account never counts it ``retryable``. ``stage`` (NeMo Gym's failure stage: ``admission``, ``seed``,
-        ``agent``, ``verification``, ``cleanup``) and ``delivery`` (``not_sent``, ``possibly_delivered``,
-        ``delivered``) say where it failed and whether its request got through
-        (``rollout_failure_stages_total``); a value outside them is a counted rejection (``invalid_stage``,
-        ``invalid_delivery``) and the failure is counted with ``unknown``."""
+        ``agent``, ``verification``, ``cleanup``, or ``unknown``) and ``delivery`` (``not_sent``,
+        ``possibly_delivered``, ``delivered``, or ``unknown``) say where it failed and whether its request got
+        through (``rollout_failure_stages_total``); a value outside them is a counted rejection
+        (``invalid_stage``, ``invalid_delivery``) and the failure is counted with ``unknown``."""
         self._record_absent(
             _FAILED, agent, failure_kind, reason, task_index, rollout_index, attempt, terminal,
             stage, delivery,
@@ -345,9 +349,9 @@ class RolloutTelemetry:
             rollouts_per_task: see ``tasks``.
             identities: the (task index, rollout index) pairs expected: as ``tasks``, for any set.
             inputs: NeMo Gym's materialized inputs of a run (``<stem>_materialized_inputs.jsonl``): each row
-                names its agent (``agent_ref.name``, else ``_ng_environment_server``, else ``agent``; the one
-                agent given, if any, for a row naming none) and its identity, declared as ``identities``. A
-                row that cannot be read is a counted rejection naming its line.
+                names its agent (``agent_ref.name``, else ``_ng_environment_server``, else the one agent
+                given) and its identity (``_ng_task_index``, ``_ng_rollout_index``), declared as
+                ``identities``. A row that cannot be read is a counted rejection naming its line.
             group_size: each task has this many rollouts: outcomes recorded with a ``task_index`` and
                 ``rollout_index`` (``record``, ``rollout()``) form groups, classified once all members have
                 one.
@@ -358,16 +362,18 @@ class RolloutTelemetry:
                 before an agent's first reward.
             max_attempts: attempts NeMo Gym makes before it stops retrying a rollout (its
                 ``NEMO_GYM_MAX_ROLLOUT_ATTEMPTS``, default 3): a failed rollout with fewer is ``retryable``.
+                Give it once, with or before the first expected identities.
 
         Raises:
             ConfigError: a count is not a whole number in its range, more than one of ``rollouts``, ``tasks``,
-                ``identities`` and ``inputs`` is given, ``inputs`` with more than one agent or that cannot be
-                read, the reward range is not two finite numbers, the lowest below the highest, an agent
-                already has a measured reward under another range, or ``max_attempts`` differs from an
-                earlier one.
+                ``identities`` and ``inputs`` is given, ``identities`` are not pairs of numbers, ``inputs``
+                is not a path, comes with more than one agent or cannot be read, the reward range is not two
+                finite numbers, the lowest below the highest, an agent already has a measured reward under
+                another range, or ``max_attempts`` differs from the one the coverage account counts.
             OutcomeError: an agent name or an identity is invalid (what came before it is declared).
         """
         check_work(agents, rollouts, tasks, rollouts_per_task, identities, inputs, group_size, max_attempts)
+        pairs = None if identities is None else identity_pairs(identities)
         checked = None if reward_range is None else check_reward_range(reward_range)
         recorder = self._recorder
         if max_attempts is not None:
@@ -380,14 +386,12 @@ class RolloutTelemetry:
                 declared += len(expected)
             return declared
         if tasks is not None:
-            identities = task_identities(tasks, rollouts_per_task)
-        elif identities is not None:
-            identities = tuple(identities)  # walked once per agent
+            pairs = task_identities(tasks, rollouts_per_task)
         for agent in agents:
             recorder.expect(
-                agent, rollouts=rollouts, identities=identities, group_size=group_size, reward_range=checked
+                agent, rollouts=rollouts, identities=pairs, group_size=group_size, reward_range=checked
             )
-        per_agent = len(identities) if identities is not None else rollouts or 0
+        per_agent = len(pairs) if pairs is not None else rollouts or 0
         return per_agent * len(agents)
 
     # -- reading ------------------------------------------------------------------------------------
@@ -404,7 +408,13 @@ class RolloutTelemetry:
 
         Identity, stage, age, whether stalled, and the trace and span ids when the rollout has a span; never
         free text.
+
+        Raises:
+            ConfigError: ``limit`` is not a whole number of at least 0.
         """
+        if type(limit) is not int or limit < 0:
+            msg = f"limit must be a whole number of at least 0, got {limit!r:.40}"
+            raise ConfigError(msg)
         return self._stalls.in_flight(limit)
 
     def progress_metrics(self) -> dict[str, float]:
@@ -519,3 +529,25 @@ def run_follower(telemetry: RolloutTelemetry, files: RunFiles, **options: Any) -
     from rollout_telemetry._sources.follow import RunFollower
 
     return RunFollower(telemetry._recorder, files, **options)
+
+
+def register(registry: CollectorRegistry, *collectors: Collector) -> None:
+    """Register ``collectors`` with ``registry``, all or none.
+
+    Raises:
+        ConfigError: the registry has their families already (another telemetry's): one line, not
+            prometheus_client's list of every duplicated series.
+    """
+    done: list[Collector] = []
+    try:
+        for collector in collectors:
+            registry.register(collector)
+            done.append(collector)
+    except ValueError as exc:
+        for collector in done:
+            registry.unregister(collector)
+        msg = (
+            "this registry already holds a RolloutTelemetry's series: give each telemetry its own registry "
+            "(the default), or record every run through one telemetry"
+        )
+        raise ConfigError(msg) from exc

@@ -422,7 +422,7 @@ class RolloutContext(AsyncWith):
             )
         else:
             reason = "duplicate_outcome"
-            msg = f"rollout of {self.agent!r} already has an outcome; {what}() ignored"
+            msg = f"rollout of {self.agent!r} already has an outcome: this {what}() is not counted"
         self._shared.rejections.reject(RolloutUsageError(reason, msg))
 
     def _finish(

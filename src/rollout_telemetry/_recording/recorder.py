@@ -81,7 +81,10 @@ class Recorder:
             attempts = DEFAULT_MAX_ATTEMPTS if max_attempts is None else max_attempts
             coverage = self.coverage = Coverage(self._names, max_attempts=attempts)
         elif max_attempts is not None and coverage.max_attempts != max_attempts:
-            msg = f"the coverage account counts {coverage.max_attempts} attempts, not {max_attempts}"
+            msg = (
+                f"the coverage account counts {coverage.max_attempts} attempts, not {max_attempts}: give "
+                "max_attempts= once, with or before the first expected identities"
+            )
             raise ConfigError(msg)
         return coverage
 

@@ -48,6 +48,8 @@ __all__ = [
 ]
 
 SpanMode = Literal["span", "annotate", "off"]
+"""Where a rollout's facts go (``RolloutTelemetry(span_mode=...)``): ``span`` (one span per rollout),
+``annotate`` (attributes on the caller's current span) or ``off``."""
 
 DEFAULT_REASON_LIMIT = 256
 """``failure_reason`` on spans is truncated to this many characters unless configured otherwise."""

@@ -132,6 +132,44 @@ def test_wider_terminals_give_names_and_kinds_room() -> None:
     assert len(line) <= 160
 
 
+def test_an_agent_name_is_cut_only_when_the_terminal_is_too_narrow() -> None:
+    """NeMo Gym's example agent name (37 characters) is whole at 120 columns (it was cut at 14), and cut at
+    80, where the figures need the room."""
+    name = "example_single_tool_call_simple_agent"
+    view = TopView((SourceView("n", up=True, agents=(_row(name),)),), interval=1.0, now=NOW)
+    (wide,) = [line for line in _screen(view, width=120) if line.startswith("example")]
+    assert wide.split()[0] == name
+    (narrow,) = [line for line in _screen(view, width=80) if line.startswith("example")]
+    assert narrow.split()[0] != name
+    assert narrow.split()[0].endswith("…")
+
+
+def test_a_run_with_expected_work_shows_done_of_expected_and_the_time_left() -> None:
+    """Agents with expected rollouts: the source line says done of expected over them, and the time left at
+    the rate finished (12 left at 6 a minute: 2m00); all done, no ETA."""
+
+    def row(agent: str, expected: float, unknown: float) -> AgentRow:
+        totals = AgentTotals(agent, expected=expected, unknown=unknown)
+        return AgentRow(totals, per_minute=3.0, trend=())
+
+    running = SourceView("n", up=True, agents=(row("a", 16, 8), row("b", 8, 4)))
+    text = "\n".join(_screen(TopView((running,), interval=1.0, now=NOW)))
+    assert "n  up  2 agents  done 12/24  ETA 2m00" in text
+    finished = SourceView("n", up=True, agents=(row("a", 16, 0),))
+    text = "\n".join(_screen(TopView((finished,), interval=1.0, now=NOW)))
+    assert "done 16/16" in text and "ETA" not in text  # noqa: PT018
+
+
+def test_a_source_that_cannot_know_of_rollouts_in_flight_says_so() -> None:
+    """A run's files (or an exporter following them) show finished rollouts only: the source line says the
+    rollouts in flight are not known, instead of an empty list."""
+    files = SourceView("out/rollouts.jsonl", up=True, agents=(_row("a"),), tracks_in_flight=False)
+    lines = _screen(TopView((files,), interval=1.0, now=NOW), width=120)
+    text = "\n".join(lines)
+    assert "in flight: not known (files show finished rollouts)" in text
+    assert "oldest in flight" not in text and "none" not in text  # noqa: PT018
+
+
 def test_a_source_still_connecting() -> None:
     """Before the first reading a source says it is connecting, and there is no in-flight section."""
     view = TopView((SourceView("n:1", up=False, waiting=True),), interval=1.0, now=NOW)

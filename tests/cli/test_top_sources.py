@@ -102,11 +102,13 @@ def test_parse_rollouts_reads_the_documented_body() -> None:
     }  # fmt: skip
     rollouts, stall_after = parse_rollouts(body)
     assert stall_after == 60.0
+    assert rollouts is not None  # no "tracked" (an older exporter): a list
     seen = [(r.agent, r.task_index, r.stalled) for r in rollouts]
     assert seen == [("code", 7, True), ("math", None, False)]
     assert rollouts[0].trace_id == "ab" * 16
     with pytest.raises(ValueError, match="not a /rollouts body"):
         parse_rollouts({"in_flight": 0})
+    assert parse_rollouts({**body, "tracked": False}) == (None, 60.0)
 
 
 class _Exporter(BaseHTTPRequestHandler):
@@ -209,6 +211,7 @@ def test_follow_source_reads_a_runs_files() -> None:
     reading = FollowSource(follower, telemetry).read()
     snapshot = telemetry.snapshot()
     assert reading.in_flight is None
+    assert reading.tracks_in_flight is False  # files show finished rollouts only
     assert {a.agent for a in reading.agents} == {"math_agent", "code_agent", "browser_agent"}
     assert [a.agent for a in reading.agents] == [a.agent for a in snapshot.agents]
     for totals, agent in zip(reading.agents, snapshot.agents, strict=True):
@@ -216,6 +219,28 @@ def test_follow_source_reads_a_runs_files() -> None:
         assert sum(totals.failed.values()) == agent.failed
         assert sum(totals.omitted.values()) == agent.omitted
         assert totals.mean_reward == agent.mean_reward
+
+
+def test_an_exporter_tracking_no_rollout_block_says_so_and_gives_done_of_expected() -> None:
+    """An exporter that tracked no rollout block (one following files) says so in /rollouts: no list, not an
+    empty one; its expected work gives done of expected per agent. Once a block is tracked: an empty list."""
+    telemetry = RolloutTelemetry(runtime_metrics=False)
+    telemetry.expect("math", tasks=4)
+    telemetry.record("math", {"reward": 1.0}, 0, 0)
+    telemetry.record_failure("math", "session_lost", task_index=1, rollout_index=0)
+    with telemetry.serve(port=0) as server:
+        reading = ExporterSource(server.url).read()
+    assert reading.in_flight is None
+    assert reading.tracks_in_flight is False
+    (math,) = reading.agents
+    assert (math.expected, math.unknown) == (4, 2)
+    with telemetry.rollout("math", task_index=2, rollout_index=0) as rollout:
+        rollout.complete({"reward": 0.0})
+    with telemetry.serve(port=0) as server:
+        reading = ExporterSource(server.url).read()
+    assert reading.in_flight == ()
+    assert reading.tracks_in_flight is True
+    assert reading.agents[0].unknown == 1
 
 
 def test_a_run_with_no_agent_says_why(tmp_path: Path) -> None:
@@ -316,6 +341,7 @@ def test_top_reads_each_rollouts_state_and_heartbeat_age_from_a_telemetry() -> N
     body = json.loads(json.dumps(telemetry.rollouts_in_flight()))
     assert body["in_flight"] == 3
     rollouts, _ = parse_rollouts(body)
+    assert rollouts is not None
     assert [(r.task_index, r.state, r.heartbeat_age_seconds) for r in rollouts] == [
         (0, "slow", 15.0),
         (1, "retrying", 0.0),

@@ -56,6 +56,10 @@ class AgentTotals:
     oldest_age: float | None = None
     stalled: float | None = None
     """Rollouts in flight past the stall bound; ``None`` on an exporter that does not publish it."""
+    expected: float | None = None
+    """Rollouts the run expects of the agent (its coverage); ``None`` where the source does not know."""
+    unknown: float | None = None
+    """Of those, the ones with no outcome yet."""
 
     @property
     def finished(self) -> float:
@@ -94,6 +98,9 @@ class Reading:
     note: str | None = None
     """What the source says of its agents, where it can tell: why there is none (a run's files: empty, every
     row rejected), or that rows named none and were given the file's name."""
+    tracks_in_flight: bool = True
+    """Whether the source can know of rollouts in flight: a run's files, or an exporter that tracked no
+    rollout block (one following files), show finished rollouts only."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +171,23 @@ class SourceView:
     """No reading has finished yet."""
     note: str | None = None
     """What the source says of its agents (``Reading.note``)."""
+    tracks_in_flight: bool = True
+    """``Reading.tracks_in_flight``."""
+
+    @property
+    def progress(self) -> tuple[float, float] | None:
+        """(done, expected) over the agents whose expected rollouts the source knows, or ``None``."""
+        known = [a.totals for a in self.agents if a.totals.expected]
+        if not known:
+            return None
+        expected = sum(t.expected or 0.0 for t in known)
+        return expected - sum(t.unknown or 0.0 for t in known), expected
+
+    @property
+    def per_minute(self) -> float | None:
+        """Rollouts finished per minute over every agent (``AgentRow.per_minute``), or ``None``."""
+        rates = [a.per_minute for a in self.agents if a.per_minute is not None]
+        return sum(rates) if rates else None
 
 
 @dataclass(frozen=True, slots=True)

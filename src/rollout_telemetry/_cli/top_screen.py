@@ -35,6 +35,8 @@ _ROUNDS = (
     {"agent": 14, "failed": 12, "omitted": 12, "trend": 30},
     {"failed": 24, "omitted": 24, "agent": 24, "trend": 60},
 )
+_AGENT_MOST = 40
+"""The agent column grows to its longest name, up to this many characters."""
 _ORDER = ("agent", "r/min", "mean", "unmsk", "mask%", "failed", "omitted", "infl", "oldest", "trend")
 _RIGHT = {"r/min", "mean", "unmsk", "mask%", "infl", "oldest"}
 # The in-flight list: heading, width, right-aligned; then the trace id (or the source) in what is left.
@@ -50,9 +52,14 @@ _IN_FLIGHT = (
 )
 
 
-def _widths(width: int) -> dict[str, int]:
+def _widths(width: int, longest_agent: int = 0) -> dict[str, int]:
+    """Each column's width in a terminal ``width`` wide: the agent column first takes what its longest name
+    needs (up to ``_AGENT_MOST``), so a name is cut only when the terminal is too narrow; then the rounds."""
     widths = {**_FIXED, **_GROWING}
     spare = width - 1 - sum(widths.values()) - (len(widths) - 1)  # the last column is left free
+    grow = max(0, min(spare, min(longest_agent, _AGENT_MOST) - widths["agent"]))
+    widths["agent"] += grow
+    spare -= grow
     for caps in _ROUNDS:
         for column, cap in caps.items():
             grow = max(0, min(spare, cap - widths[column]))
@@ -198,11 +205,19 @@ def _source_line(source: SourceView) -> Text:
         line.append(f": {source.note or 'no rollout recorded yet'}", style="yellow")
     elif source.note:
         line.append(f"  {source.note}", style="yellow")
+    if (progress := source.progress) is not None:
+        done, expected = progress
+        line.append(f"  done {_count(done)}/{_count(expected)}")
+        rate = source.per_minute
+        if done < expected and rate:
+            line.append(f"  ETA {age((expected - done) / rate * 60)}")
     if in_flight:
         line.append(f"  {_count(sum(in_flight))} in flight")
     if stalled:
         bound = "" if source.stall_after_seconds is None else f" (over {age(source.stall_after_seconds)})"
         line.append(f"  {_count(stalled)} stalled{bound}", style="bold red")
+    if not source.tracks_in_flight and source.agents:
+        line.append("  in flight: not known (files show finished rollouts)", style="dim")
     return line
 
 
@@ -237,7 +252,7 @@ def render(view: TopView, *, width: int = 80, height: int = 24, unicode: bool = 
     From the top: a title, the column header, each source (its state line, then one line per agent),
     and in the lines left, the oldest rollouts in flight over every source that lists them.
     """
-    widths = _widths(width)
+    widths = _widths(width, max((len(a.agent) for s in view.sources for a in s.agents), default=0))
     plural = "s" if len(view.sources) != 1 else ""
     title = Text(no_wrap=True, overflow="crop")
     title.append("rollout-telemetry top", style="bold")

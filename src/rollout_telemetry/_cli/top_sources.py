@@ -19,7 +19,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -55,6 +55,7 @@ _SUMMED = {
     published("rollout_reward_negative_total"): "reward_negative",
     published("rollout_in_flight"): "in_flight",
     published("rollout_stalled"): "stalled",
+    published("rollout_run_expected"): "expected",
 }
 _GAUGES = {
     published("rollout_reward"): "mean_reward",
@@ -63,6 +64,7 @@ _GAUGES = {
 }
 _BY_KIND = {published("rollout_failed_total"): "failed", published("rollout_omitted_total"): "omitted"}
 _OLDEST = published("rollout_oldest_in_flight_age_seconds")
+_RUN_ROLLOUTS = published("rollout_run_rollouts")
 _IN_FLIGHT = published("rollout_in_flight")
 
 
@@ -101,10 +103,8 @@ def parse_metrics(text: str) -> tuple[AgentTotals, ...]:
             if agent is None:
                 continue
             name, value = sample.name, float(sample.value)
-            if name in _SUMMED:
-                if name == _IN_FLIGHT and sample.labels.get("state") == "terminal":
-                    continue  # outcome counted, its block not exited: not in flight
-                sums[agent][_SUMMED[name]] += value
+            if (summed := _summed(name, sample.labels)) is not None:
+                sums[agent][summed] += value
             elif name in _GAUGES:
                 gauges[agent][_GAUGES[name]].append(value)
             elif name in _BY_KIND:
@@ -136,9 +136,20 @@ def parse_metrics(text: str) -> tuple[AgentTotals, ...]:
                 in_flight=counted.get("in_flight"),
                 oldest_age=oldest.get(agent),
                 stalled=counted.get("stalled"),
+                expected=counted.get("expected"),
+                unknown=counted.get("unknown"),
             )
         )
     return tuple(agents)
+
+
+def _summed(name: str, labels: Mapping[str, str]) -> str | None:
+    """The per-agent sum a sample adds to, if any."""
+    if name == _RUN_ROLLOUTS:  # of the run's expected rollouts, those without an outcome yet
+        return "unknown" if labels.get("disposition") == "unknown" else None
+    if name == _IN_FLIGHT and labels.get("state") == "terminal":
+        return None  # outcome counted, its block not exited: not in flight
+    return _SUMMED.get(name)
 
 
 def _average(values: list[float] | None) -> float | None:
@@ -149,8 +160,9 @@ def _optional_int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def parse_rollouts(body: Any) -> tuple[tuple[InFlightRollout, ...], float | None]:
-    """The rollouts in flight of a ``/rollouts`` JSON body, oldest first, and its stall bound.
+def parse_rollouts(body: Any) -> tuple[tuple[InFlightRollout, ...] | None, float | None]:
+    """The rollouts in flight of a ``/rollouts`` JSON body, oldest first (``None`` when it says it tracks
+    none: an exporter following a run's files), and its stall bound.
 
     Raises:
         ValueError: the body is not the documented shape.
@@ -179,7 +191,8 @@ def parse_rollouts(body: Any) -> tuple[tuple[InFlightRollout, ...], float | None
         )
     rollouts.sort(key=lambda r: r.age_seconds, reverse=True)
     stall = body.get("stall_after_seconds")
-    return tuple(rollouts), float(stall) if isinstance(stall, int | float) else None
+    listed = None if body.get("tracked") is False else tuple(rollouts)
+    return listed, float(stall) if isinstance(stall, int | float) else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,7 +271,7 @@ class ExporterSource:
             in_flight, stall_after = parse_rollouts(body)
         except (OSError, ValueError, http.client.HTTPException):
             return Reading(agents)  # 404 from an older exporter, or anything else: no list, not down
-        return Reading(agents, in_flight, stall_after)
+        return Reading(agents, in_flight, stall_after, tracks_in_flight=in_flight is not None)
 
 
 class FollowSource:
@@ -279,7 +292,8 @@ class FollowSource:
         except OSError as exc:
             raise SourceDown(_why(exc)) from exc
         agents = parse_metrics(generate_latest(self._telemetry.registry).decode("utf-8"))
-        return Reading(agents, note=self._follower.unnamed_note() if agents else self._no_agent())
+        note = self._follower.unnamed_note() if agents else self._no_agent()
+        return Reading(agents, note=note, tracks_in_flight=False)
 
     def _no_agent(self) -> str:
         """Why no agent has a row: the files hold none yet, or every row was rejected (the reasons)."""
@@ -324,6 +338,7 @@ class Poller:
             in_flight=reading.in_flight,
             stall_after_seconds=reading.stall_after_seconds,
             note=reading.note,
+            tracks_in_flight=reading.tracks_in_flight,
         )
         return self.view
 

@@ -87,6 +87,8 @@ class Stalls:
         self.slow_after = slow_after
         self._reject = reject
         self._watching = False
+        self.tracked = False
+        """Whether any rollout was tracked in flight (a ``rollout()`` or ``offer()`` context was made)."""
 
     def check(self) -> int:
         """Flag the rollouts in flight longer than their bound that were not flagged yet; return how many.
@@ -113,10 +115,12 @@ class Stalls:
 
     def in_flight(self, limit: int) -> dict[str, object]:
         """The rollouts whose block has not exited (``terminal`` ones included; ``in_flight`` counts those
-        without an outcome), oldest first, as ``GET /rollouts`` serves them (``limit`` at most 1000)."""
+        without an outcome), oldest first, as ``GET /rollouts`` serves them (``limit`` at most 1000);
+        ``tracked`` says whether any rollout was tracked in flight at all (a run's files never are)."""
         self.check()
         total, records = self._account.in_flight(max(0, min(limit, MAX_ROLLOUTS_LIMIT)))
         return {
+            "tracked": self.tracked,
             "in_flight": total,
             "stall_after_seconds": self.stall_after,
             "slow_after_seconds": self.slow_after,
@@ -129,6 +133,7 @@ class Stalls:
         """Check on the watcher thread from now on, at a quarter of the bound (at most every 30 s); called
         on an agent's first rollout context, offered or entered, when there is something to watch. Once is
         enough."""
+        self.tracked = True
         if self._watching:
             return
         self._watching = True

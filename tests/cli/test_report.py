@@ -125,12 +125,20 @@ def test_a_long_agent_name_is_one_row_and_one_label(
 def test_piped_report_honours_columns(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Piped, the report is as wide as COLUMNS says; narrower than its tables, it gives lines."""
+    """Piped, the report is as wide as COLUMNS says; narrower than its tables, every figure an agent at a
+    time, whole (no heading cut to ``v…`` or ``degr…`` as the wide tables were at 80 columns)."""
     monkeypatch.setenv("COLUMNS", "80")
-    assert main(["report", str(FIXTURES / "run.jsonl")]) == 0
+    assert main(["report", str(FIXTURES / "gym-0.7.0" / "troubled" / "rollouts.jsonl")]) == 0
     out = capsys.readouterr().out
     assert max(len(line) for line in out.splitlines()) <= 80
-    assert "rollouts (identities, newest attempt): expected 3, measured 0" in out.replace("\n", " ")
+    assert "…" not in out
+    figures = {
+        cells[0].strip(): cells[1].strip()
+        for line in out.splitlines()
+        if line.startswith("│") and len(cells := line.strip("│").split("│")) == 2
+    }
+    assert (figures["expected"], figures["degraded"], figures["members lost"]) == ("24", "0", "6")
+    assert figures["mean reward unmasked"] == "+0.8889"
     monkeypatch.setenv("COLUMNS", "200")
     assert main(["report", str(FIXTURES / "run.jsonl")]) == 0
     out = capsys.readouterr().out
@@ -320,3 +328,79 @@ def test_truncation_tokens_and_groups_of_several(tmp_path: Path, capsys: pytest.
     assert "25.0" in table
     assert "200.0" in table
     assert "Groups by agent" in table
+
+
+TROUBLED = FIXTURES / "gym-0.7.0" / "troubled" / "rollouts.jsonl"
+
+
+def test_markdown_gives_each_agents_means_with_their_intervals_and_denominators(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A real NeMo Gym 0.7.0 run's files (masked and failed rollouts) as Markdown: per agent the means and
+    their 95% intervals (Wilson: its rewards are 0 or 1, here 20 of 22 and 16 of 18), the counts they rest
+    on, the same as --format json's, and lines saying what the denominators and the method are."""
+    assert main(["report", str(TROUBLED), "--format", "json"]) == 0
+    (agent,) = json.loads(capsys.readouterr().out)["agents"]
+    assert main(["report", str(TROUBLED), "--format", "markdown"]) == 0
+    text = capsys.readouterr().out
+    header, rule, row, *notes = text.splitlines()
+    cells = [cell.strip() for cell in row.strip("|").split("|")]
+    named = dict(zip([cell.strip() for cell in header.strip("|").split("|")], cells, strict=True))
+    assert named["mean reward [95% CI]"] == "0.909 [0.722, 0.975]"  # 20/22; Wilson, z = 1.96
+    assert named["reward_unmasked [95% CI]"] == "0.889 [0.672, 0.969]"  # 16/18
+    events = agent["events"]
+    assert float(named["mean reward [95% CI]"].split()[0]) == round(events["mean_reward"], 3)
+    assert agent["events"]["mean_reward_ci95"] == {"low": 0.7219, "high": 0.9747, "method": "wilson"}
+    counts = {
+        column: int(named[column]) for column in ("expected", "measured", "masked", "failed", "unknown")
+    }
+    assert counts == {k: agent["rollouts"][k] for k in counts}
+    assert (int(named["rewards"]), int(named["measured rewards"])) == (22, 18)
+    assert any("over every row with a reward" in note for note in notes)
+    assert any("Wilson score interval" in note for note in notes)
+    guide = (FIXTURES.parent.parent / "docs" / "guides" / "follow-files.md").read_text(encoding="utf-8")
+    assert "\n".join((header, rule, row)) in guide  # the guide shows what the command prints
+
+
+def test_csv_is_a_row_per_agent_with_the_same_figures(capsys: pytest.CaptureFixture[str]) -> None:
+    """Two runs as CSV: one header, a row per agent naming its file, the means and their intervals as
+    --format json gives them."""
+    import csv
+
+    retried = FIXTURES / "gym-0.7.0" / "retried" / "rollouts.jsonl"
+    assert main(["report", str(retried), str(TROUBLED), "--format", "json"]) == 0
+    reports = json.loads(capsys.readouterr().out)
+    assert main(["report", str(retried), str(TROUBLED), "--format", "csv"]) == 0
+    rows = list(csv.DictReader(capsys.readouterr().out.splitlines()))
+    assert [row["file"] for row in rows] == [str(retried), str(TROUBLED)]
+    for row, report in zip(rows, reports, strict=True):
+        (agent,) = report["agents"]
+        events = agent["events"]
+        assert float(row["mean_reward"]) == events["mean_reward"]
+        ci = events["mean_reward_unmasked_ci95"]
+        assert (
+            float(row["mean_reward_unmasked_ci95_low"]),
+            float(row["mean_reward_unmasked_ci95_high"]),
+        ) == (
+            ci["low"],
+            ci["high"],
+        )
+        assert int(row["unknown"]) == agent["rollouts"]["unknown"]
+
+
+def test_gyms_task_file_is_refused_naming_the_file_to_give(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The tasks given to ``gym eval run --input`` (rows of requests, no reward) were reported as rows
+    unscored with exit 0; now one line naming the run's output instead, exit 2. A run's materialized inputs
+    under another name: the same."""
+    tasks = tmp_path / "data.jsonl"
+    tasks.write_text(json.dumps({"responses_create_params": {"input": "what's the weather?"}}) + "\n")
+    assert main(["report", str(tasks)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert f"{tasks} holds NeMo Gym's tasks (requests, no reward): give the run's output" in err
+    inputs = tmp_path / "expected.jsonl"
+    inputs.write_text((TROUBLED.parent / "rollouts_materialized_inputs.jsonl").read_text())
+    assert main(["report", str(inputs)]) == 2
+    assert "holds a run's materialized inputs" in capsys.readouterr().err

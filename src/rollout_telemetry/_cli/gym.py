@@ -90,10 +90,18 @@ def run(args: argparse.Namespace) -> int:
     options.check_run_file(command.output, "--output ")
     security = options.endpoint_security(args)
     interrupt_on_sigterm()  # outside Gym's run (which passes it on to Gym): stop as Ctrl-C does
+    from rollout_telemetry._views.intervals import RewardSamples
+
     telemetry = RolloutTelemetry(run=args.run)
+    samples = RewardSamples()  # the final report's intervals of the mean rewards
     # Gym creates its output: no word while it does not exist yet.
     follower = options.run_follower(
-        args, command.output, telemetry, skip_existing=not command.resume, announce=False
+        args,
+        command.output,
+        telemetry,
+        skip_existing=not command.resume,
+        announce=False,
+        observe=samples.observe,
     )
     follower.poll()  # a resumed run's rows, before the first scrape
     server = options.serve_endpoint(telemetry, args, security)
@@ -112,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
         if not follower.tells_of_a_run:
             print(f"rollout-telemetry gym: Gym wrote no rollout to {command.output}", file=sys.stderr)
         else:
-            print_report(telemetry, follower, args.format)
+            print_report(telemetry, follower, args.format, samples)
             options.say_unnamed(args, follower)
             if late := sum(agent.late for agent in follower.recorder.groups_snapshot().agents):
                 print(

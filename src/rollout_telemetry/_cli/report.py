@@ -18,6 +18,7 @@ from rollout_telemetry.errors import ConfigError, RolloutTelemetryError
 if TYPE_CHECKING:
     from rollout_telemetry._facade.telemetry import RolloutTelemetry
     from rollout_telemetry._sources.follow import RunFollower
+    from rollout_telemetry._views.intervals import RewardSamples
 
 __all__ = ["NAME", "add_parser", "main_files", "print_report", "run", "show_report"]
 
@@ -46,9 +47,13 @@ def add_parser(commands: argparse._SubParsersAction[OneLineParser]) -> None:
     options.add_run_files(report)
     report.add_argument(
         "--format",
-        choices=("table", "json"),
+        choices=("table", "json", "markdown", "csv"),
         default="table",
-        help="output format (default: table; json: one object, a list of them for several PATHs)",
+        help=(
+            "output format (default: table; json: one object, a list of them for several PATHs; markdown: "
+            "per agent the mean rewards with 95%% confidence intervals and the counts, for a paper or a pull "
+            "request; csv: the same figures, a row per agent)"
+        ),
     )
     options.add_logging_options(report, argparse.SUPPRESS)
 
@@ -75,11 +80,15 @@ def run(args: argparse.Namespace) -> int:
         if report is None:
             status = max(status, 1)
             continue
-        if args.format == "json":
+        if args.format in ("json", "csv"):
             reports.append(report)
         else:
-            show_report(report, "table", heading=None if one else str(path))
-    if reports:
+            show_report(report, args.format, heading=None if one else str(path))
+    if reports and args.format == "csv":
+        from rollout_telemetry._views.summary import render_csv
+
+        sys.stdout.write(render_csv(reports))
+    elif reports:
         print(json.dumps(reports[0] if one else reports, indent=2), flush=True)
     return status
 
@@ -124,8 +133,11 @@ def _read(args: argparse.Namespace, path: Path) -> dict[str, Any] | None:
 
     check_main_file(path)
     options.check_run_file(path, "", must_exist=True)
+    from rollout_telemetry._views.intervals import RewardSamples
+
     telemetry = RolloutTelemetry()
-    follower = options.run_follower(args, path, telemetry)
+    samples = RewardSamples()
+    follower = options.run_follower(args, path, telemetry, observe=samples.observe)
     # The rows of the main file and its sidecar in no known order: each group from its final outcomes.
     with follower.recorder.deferred_groups():
         _read_with_progress(follower)
@@ -136,28 +148,44 @@ def _read(args: argparse.Namespace, path: Path) -> dict[str, Any] | None:
         why = f"all {rejected} rows were rejected" if rejected else "it is empty"
         print(f"rollout-telemetry report: no usable rollout row in {path}: {why}", file=sys.stderr)
         return None
-    return {"file": str(path), **_report(telemetry, follower)}
+    return {"file": str(path), **_report(telemetry, follower, samples)}
 
 
-def _report(telemetry: RolloutTelemetry, follower: RunFollower) -> dict[str, Any]:
+def _report(
+    telemetry: RolloutTelemetry, follower: RunFollower, samples: RewardSamples | None
+) -> dict[str, Any]:
     from rollout_telemetry._views.report import build_report
 
     return build_report(
-        telemetry.snapshot(), follower.coverage.snapshot(), follower.recorder.groups_snapshot()
+        telemetry.snapshot(),
+        follower.coverage.snapshot(),
+        follower.recorder.groups_snapshot(),
+        samples=samples,
     )
 
 
-def print_report(telemetry: RolloutTelemetry, follower: RunFollower, output_format: str) -> None:
+def print_report(
+    telemetry: RolloutTelemetry,
+    follower: RunFollower,
+    output_format: str,
+    samples: RewardSamples | None = None,
+) -> None:
     """Print the report of what ``follower`` has read, as a table (as wide as the terminal) or as JSON."""
-    show_report(_report(telemetry, follower), output_format)
+    show_report(_report(telemetry, follower, samples), output_format)
 
 
 def show_report(report: dict[str, Any], output_format: str, *, heading: str | None = None) -> None:
-    """Print a report, as a table (as wide as the terminal, under ``heading`` if given) or as JSON."""
+    """Print a report, as a table (as wide as the terminal, under ``heading`` if given), as JSON, or as a
+    Markdown summary (under a ``heading`` of its own)."""
     from rollout_telemetry._views.report import render_table
 
     if output_format == "json":
         print(json.dumps(report, indent=2, sort_keys=False), flush=True)
+        return
+    if output_format == "markdown":
+        from rollout_telemetry._views.summary import render_markdown
+
+        print(render_markdown(report, heading), flush=True)
         return
     from rich.console import Console
 

@@ -8,6 +8,7 @@ worse, as rollouts: it is named here, with what to give instead, before anything
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from rollout_telemetry._sources.tail import NotRegular, open_regular
@@ -71,6 +72,7 @@ def check_json_lines(path: Path, what: str = "") -> None:
         raise ConfigError(msg)
     lines = [line.strip() for line in head.splitlines() if line.strip()]
     if any(line.startswith(b"{") and line != b"{" for line in lines):
+        _check_not_inputs(path, what, lines)
         return  # a line that starts an object on its own: JSON Lines (a hostile line or two are rejected)
     first = lines[0]
     if first.startswith(b"["):
@@ -81,6 +83,42 @@ def check_json_lines(path: Path, what: str = "") -> None:
         looks = " (it looks like CSV)" if b"," in first else ""
         shown = first[:40].decode("utf-8", "replace")
         msg = f"{what}{path} is not JSON Lines{looks}: no line is a JSON object; line 1 is {shown!r}"
+    raise ConfigError(msg)
+
+
+_OUTPUT_KEYS = frozenset({"reward", "response", "_ng_result_type"})
+"""Keys a row of a run's output (or its failures sidecar) has and a row of its inputs does not."""
+
+
+def _check_not_inputs(path: Path, what: str, lines: list[bytes]) -> None:
+    """Refuse NeMo Gym's input given as a run's output: rows of ``responses_create_params`` with no output
+    key in the whole lines of the file's start (the tasks given to ``gym eval run --input``, or a run's
+    materialized inputs under another name).
+
+    Raises:
+        ConfigError: naming the file to give instead.
+    """
+    rows = []
+    for line in lines:
+        try:
+            row = json.loads(line)
+        except (ValueError, RecursionError):
+            continue  # the line the sniffed length cut, or a bad line: rejected as such when read
+        if isinstance(row, dict):
+            rows.append(row)
+    if not rows or any(
+        _OUTPUT_KEYS & row.keys() or any(key.startswith("_ng_failure") for key in row) for row in rows
+    ):
+        return
+    if not any("responses_create_params" in row for row in rows):
+        return
+    kind = (
+        "a run's materialized inputs" if any("_ng_task_index" in row for row in rows) else "NeMo Gym's tasks"
+    )
+    msg = (
+        f"{what}{path} holds {kind} (requests, no reward): give the run's output, the --output of "
+        "`gym eval run` (out/rollouts.jsonl, say)"
+    )
     raise ConfigError(msg)
 
 

@@ -91,6 +91,7 @@ class RunFollower:
         wall_clock: nanoseconds since the epoch, when a span's row is read.
         announce: warn once that the main file is awaited while it does not exist (off for a caller that
             starts what writes it).
+        observe: given each row's agent and outcome once it is counted (``report``'s reward samples).
     """
 
     def __init__(
@@ -105,8 +106,10 @@ class RunFollower:
         spans: bool = False,
         wall_clock: Callable[[], int] = time.time_ns,
         announce: bool = True,
+        observe: Callable[[str, Classified], None] | None = None,
     ) -> None:
         self.recorder = recorder
+        self._observe = observe
         """What every row is recorded through (the telemetry's recording part)."""
         self.spans = spans
         self._wall_clock = wall_clock
@@ -303,6 +306,8 @@ class RunFollower:
         )
         self.rows += 1
         self.unnamed += unnamed
+        if self._observe is not None:  # counted: a repeated row raised before it
+            self._observe(agent, outcome)
         for error in refused:  # the failure is counted, at an unknown stage or delivery
             self._reject(tail, number, error)
         if self.spans:

@@ -33,6 +33,7 @@ from rollout_telemetry._contract.outcome import Disposition
 from rollout_telemetry._store.coverage import CoverageSnapshot
 from rollout_telemetry._store.groups import AgentGroups, GroupsSnapshot
 from rollout_telemetry._store.snapshot import AccountSnapshot, AgentSnapshot
+from rollout_telemetry._views.intervals import Interval, RewardSamples
 from rollout_telemetry._views.progress import coverage_metrics, expected_rollouts, progress_metrics
 
 __all__ = ["build_report", "render_table"]
@@ -50,12 +51,15 @@ def build_report(
     groups: GroupsSnapshot | None = None,
     *,
     top: int = 3,
+    samples: RewardSamples | None = None,
 ) -> dict[str, Any]:
     """The report as plain data (what ``--format json`` prints).
 
-    Per agent, ``rollouts`` holds identity counts and ``events`` row counts; ``gym_coverage`` holds NeMo
-    Gym's end-of-run ``coverage/...`` keys and ``gym_progress`` its ``progress/<agent>/...`` keys for the run;
-    ``groups`` holds, per agent with groups, the completed groups by state and the ``open`` ones.
+    Per agent, ``rollouts`` holds identity counts and ``events`` row counts (with ``samples``, the rewards
+    read, the mean rewards' 95% intervals: ``mean_reward_ci95``, ``mean_reward_unmasked_ci95``);
+    ``gym_coverage`` holds NeMo Gym's end-of-run ``coverage/...`` keys and ``gym_progress`` its
+    ``progress/<agent>/...`` keys for the run; ``groups`` holds, per agent with groups, the completed groups
+    by state and the ``open`` ones.
     """
     agents: list[dict[str, Any]] = []
     names = sorted({a.agent for a in account.agents} | {c.agent for c in coverage.agents})
@@ -83,6 +87,7 @@ def build_report(
                     **{d: events.count(Disposition(d)) if events else 0 for d in _EVENT_COLUMNS},
                     "mean_reward": events.mean_reward if events else None,
                     "mean_reward_unmasked": _unmasked(events),
+                    **_intervals(samples, name),
                     "masked_share": (events.masked_ratio if events else None) or 0.0,
                     "truncated_share": _truncated_share(events),
                     "mean_input_tokens": _mean_tokens(events, 0),
@@ -107,6 +112,20 @@ def build_report(
         },
         "training_signal": _training_signal(account, groups),
     }
+
+
+def _intervals(samples: RewardSamples | None, agent: str) -> dict[str, Any]:
+    """The mean rewards' 95% intervals of ``agent`` (``None`` where fewer than two rewards), or nothing."""
+    if samples is None:
+        return {}
+    every, measured = samples.intervals(agent)
+    return {"mean_reward_ci95": _shown(every), "mean_reward_unmasked_ci95": _shown(measured)}
+
+
+def _shown(found: Interval | None) -> dict[str, Any] | None:
+    if found is None:
+        return None
+    return {"low": round(found.low, 4), "high": round(found.high, 4), "method": found.method}
 
 
 def _compared(groups: AgentGroups) -> dict[str, int]:
@@ -213,32 +232,52 @@ _WIDE = 110
 """Columns the two tables need; a narrower terminal gets the same figures agent by agent, as lines."""
 
 
-def _by_agent_lines(report: dict[str, Any]) -> list[str]:
-    """The two tables as labelled lines per agent, for terminals narrower than the tables."""
-    lines = []
+def _by_agent_tables(report: dict[str, Any]) -> list[Any]:
+    """Every per-agent figure of the wide tables, an agent at a time as (figure, value) rows: readable in any
+    terminal narrower than the tables (80 columns, say)."""
+    from rich.table import Table
+
+    tables = []
+    signal = report.get("training_signal", {})
     for row in report["agents"]:
         counts, seen = row["rollouts"], row["events"]
+        table = Table(title=row["agent"], title_justify="left", show_header=False)
+        table.add_column("figure")
+        table.add_column("value", justify="right")
+        table.add_row("[bold]rollouts[/] (identities, newest attempt)", "")
+        for column in _ROLLOUT_COLUMNS:
+            table.add_row(f"  {column}", _number(counts[column]))
+        table.add_row("[bold]events[/] (every row read)", "")
+        for column in _EVENT_COLUMNS:
+            table.add_row(f"  {column}", _number(seen[column]))
         kinds = ", ".join(f"{kind} ({count})" for kind, count in seen["top_failure_kinds"].items())
-        lines += [
-            row["agent"],
-            "  rollouts (identities, newest attempt): "
-            + ", ".join(f"{column} {_number(counts[column])}" for column in _ROLLOUT_COLUMNS),
-            "  events (every row): "
-            + ", ".join(f"{column} {_number(seen[column])}" for column in _EVENT_COLUMNS)
-            + f"; reward {_number(seen['mean_reward'], '{:+.4f}')}, unmasked "
-            + f"{_number(seen['mean_reward_unmasked'], '{:+.4f}')}, "
-            + f"masked {100 * seen['masked_share']:.1f} %, truncated {_percent(seen['truncated_share'])} %, "
-            + f"tokens in {_number(seen['mean_input_tokens'], '{:.1f}')}, "
-            + f"out {_number(seen['mean_output_tokens'], '{:.1f}')}",
-            f"  top failure kinds: {kinds or '-'}",
-        ]
-    return lines
+        for label, value in (
+            ("mean reward", _number(seen["mean_reward"], "{:+.4f}")),
+            ("mean reward unmasked", _number(seen["mean_reward_unmasked"], "{:+.4f}")),
+            ("masked %", f"{100 * seen['masked_share']:.1f}"),
+            ("truncated %", _percent(seen["truncated_share"])),
+            ("mean tokens in", _number(seen["mean_input_tokens"], "{:.1f}")),
+            ("mean tokens out", _number(seen["mean_output_tokens"], "{:.1f}")),
+            ("top failure kinds", kinds or "-"),
+        ):
+            table.add_row(f"  {label}", value)
+        if (groups := report.get("groups", {}).get(row["agent"])) is not None:
+            table.add_row("[bold]groups[/] (tasks of several rollouts)", "")
+            for column in (*GROUP_STATES, "open"):
+                table.add_row(f"  {column}", _number(groups[column]))
+        if row["agent"] in signal:
+            table.add_row("[bold]training signal[/]", "")
+            for label, value in zip(_SIGNAL_COLUMNS, _signal_cells(signal[row["agent"]]), strict=True):
+                table.add_row(f"  {label}", value)
+        tables.append(table)
+    return tables
 
 
 def render_table(report: dict[str, Any], width: int = _WIDE) -> Any:
-    """A rich renderable of the report: the rollouts table, the events table, then Gym's keys.
+    """A rich renderable of the report: the rollouts, events, groups and training-signal tables, then Gym's
+    keys.
 
-    Narrower than the tables need (``width``), the figures are the same, as lines per agent.
+    Narrower than the tables need (``width``), the same figures an agent at a time, as (figure, value) rows.
     """
     from rich.console import Group
     from rich.table import Table
@@ -275,7 +314,19 @@ def render_table(report: dict[str, Any], width: int = _WIDE) -> Any:
             _number(seen["mean_output_tokens"], "{:.1f}"),
             kinds or "-",
         )
-    parts: list[Any] = [rollouts, events] if width >= _WIDE else _by_agent_lines(report)
+    if width < _WIDE:  # every per-agent figure an agent at a time; then Gym's keys, as wide
+        parts: list[Any] = _by_agent_tables(report)
+    else:
+        parts = [rollouts, events, *_wide_tables(report)]
+    parts += _keys_and_notes(report)
+    return Group(*parts)
+
+
+def _wide_tables(report: dict[str, Any]) -> list[Any]:
+    """The groups and training-signal tables, an agent a row."""
+    from rich.table import Table
+
+    parts: list[Any] = []
     if report.get("groups"):
         by_state = Table(
             title="Groups by agent: the rollouts of a task of several, classified once each has an outcome",
@@ -289,6 +340,14 @@ def render_table(report: dict[str, Any], width: int = _WIDE) -> Any:
         parts.append(by_state)
     if report.get("training_signal"):
         parts.append(_signal_table(report["training_signal"]))
+    return parts
+
+
+def _keys_and_notes(report: dict[str, Any]) -> list[Any]:
+    """NeMo Gym's keys as (key, value) tables, the rows without identity and the rejected rows."""
+    from rich.table import Table
+
+    parts: list[Any] = []
     for title, section in (("Gym coverage keys", "gym_coverage"), ("Gym progress keys", "gym_progress")):
         if report[section]:
             keys = Table(title=title, title_justify="left")
@@ -304,4 +363,4 @@ def render_table(report: dict[str, Any], width: int = _WIDE) -> Any:
     if report["rejected"]:
         rejected = ", ".join(f"{reason}: {count}" for reason, count in sorted(report["rejected"].items()))
         parts.append(f"rejected rows: {rejected}")
-    return Group(*parts)
+    return parts

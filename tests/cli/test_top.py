@@ -166,7 +166,7 @@ def test_a_source_that_cannot_know_of_rollouts_in_flight_says_so() -> None:
     files = SourceView("out/rollouts.jsonl", up=True, agents=(_row("a"),), tracks_in_flight=False)
     lines = _screen(TopView((files,), interval=1.0, now=NOW), width=120)
     text = "\n".join(lines)
-    assert "in flight: not known (files show finished rollouts)" in text
+    assert "in flight: unknown from files" in text
     assert "oldest in flight" not in text and "none" not in text  # noqa: PT018
 
 

@@ -73,7 +73,10 @@ def add_parser(commands: argparse._SubParsersAction[OneLineParser]) -> None:
         help=f"a status line on stderr this often while Gym runs; 0: none (default: {STATUS_EVERY:g})",
     )
     gym.add_argument(
-        "--format", choices=("table", "json"), default="table", help="the report's format (default: table)"
+        "--format",
+        choices=("table", "json", "markdown", "csv"),
+        default="table",
+        help="the report's format, as report's (default: table)",
     )
     options.add_serve_options(gym)
     options.add_logging_options(gym, argparse.SUPPRESS)

@@ -175,8 +175,8 @@ def print_report(
 
 
 def show_report(report: dict[str, Any], output_format: str, *, heading: str | None = None) -> None:
-    """Print a report, as a table (as wide as the terminal, under ``heading`` if given), as JSON, or as a
-    Markdown summary (under a ``heading`` of its own)."""
+    """Print a report, as a table (as wide as the terminal, under ``heading`` if given), as JSON, or as the
+    summary for a paper: Markdown (under a ``heading`` of its own) or CSV."""
     from rollout_telemetry._views.report import render_table
 
     if output_format == "json":
@@ -186,6 +186,12 @@ def show_report(report: dict[str, Any], output_format: str, *, heading: str | No
         from rollout_telemetry._views.summary import render_markdown
 
         print(render_markdown(report, heading), flush=True)
+        return
+    if output_format == "csv":
+        from rollout_telemetry._views.summary import render_csv
+
+        sys.stdout.write(render_csv([report]))
+        sys.stdout.flush()
         return
     from rich.console import Console
 

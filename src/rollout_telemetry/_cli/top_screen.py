@@ -217,7 +217,7 @@ def _source_line(source: SourceView) -> Text:
         bound = "" if source.stall_after_seconds is None else f" (over {age(source.stall_after_seconds)})"
         line.append(f"  {_count(stalled)} stalled{bound}", style="bold red")
     if not source.tracks_in_flight and source.agents:
-        line.append("  in flight: not known (files show finished rollouts)", style="dim")
+        line.append("  in flight: unknown from files", style="dim")
     return line
 
 

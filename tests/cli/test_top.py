@@ -160,6 +160,19 @@ def test_a_run_with_expected_work_shows_done_of_expected_and_the_time_left() -> 
     assert "done 16/16" in text and "ETA" not in text  # noqa: PT018
 
 
+def test_a_figure_the_source_line_has_no_room_for_is_left_out_not_cut() -> None:
+    """Stalled rollouts come first; done of expected, then the time left, only if whole: at 80 columns the
+    line has no room for them (cut, "done 182/120" read as a wrong count), at 120 it has."""
+    totals = AgentTotals("a", expected=1200, unknown=1018, in_flight=17, stalled=1)
+    row = AgentRow(totals, per_minute=1200.0, trend=())
+    source = SourceView("127.0.0.1:19467", up=True, agents=(row,), stall_after_seconds=5.0)
+    (line,) = [line for line in _screen(TopView((source,), interval=1.0, now=NOW)) if " up " in line]
+    assert line.rstrip().endswith("17 in flight  1 stalled (over 5.0s)")
+    assert "done" not in line
+    (wide,) = [line for line in _screen(TopView((source,), 1.0, NOW), width=120) if " up " in line]
+    assert wide.rstrip().endswith("1 stalled (over 5.0s)  done 182/1200  ETA 51s")  # 1,018 at 1,200 a minute
+
+
 def test_a_source_that_cannot_know_of_rollouts_in_flight_says_so() -> None:
     """A run's files (or an exporter following them) show finished rollouts only: the source line says the
     rollouts in flight are not known, instead of an empty list."""

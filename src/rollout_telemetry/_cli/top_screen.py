@@ -183,8 +183,13 @@ def _header(widths: dict[str, int]) -> Text:
     return Text(" ".join(cells), style="bold", no_wrap=True, overflow="crop")
 
 
-def _source_line(source: SourceView) -> Text:
+def _source_line(source: SourceView, width: int) -> Text:
     line = Text(no_wrap=True, overflow="crop")
+
+    def whole(text: str, style: str = "") -> None:  # a figure shown whole or not at all, never cut
+        if line.cell_len + len(text) <= width - 1:
+            line.append(text, style=style)
+
     if source.waiting:
         line.append(source.label, style="bold")
         line.append("  connecting…", style="dim")
@@ -205,19 +210,19 @@ def _source_line(source: SourceView) -> Text:
         line.append(f": {source.note or 'no rollout recorded yet'}", style="yellow")
     elif source.note:
         line.append(f"  {source.note}", style="yellow")
-    if (progress := source.progress) is not None:
-        done, expected = progress
-        line.append(f"  done {_count(done)}/{_count(expected)}")
-        rate = source.per_minute
-        if done < expected and rate:
-            line.append(f"  ETA {age((expected - done) / rate * 60)}")
     if in_flight:
         line.append(f"  {_count(sum(in_flight))} in flight")
-    if stalled:
+    if stalled:  # before what the line may crop: a stall is what to see first
         bound = "" if source.stall_after_seconds is None else f" (over {age(source.stall_after_seconds)})"
         line.append(f"  {_count(stalled)} stalled{bound}", style="bold red")
+    if (progress := source.progress) is not None:
+        done, expected = progress
+        whole(f"  done {_count(done)}/{_count(expected)}")
+        rate = source.per_minute
+        if done < expected and rate and "done" in line.plain:
+            whole(f"  ETA {age((expected - done) / rate * 60)}")
     if not source.tracks_in_flight and source.agents:
-        line.append("  in flight: unknown from files", style="dim")
+        whole("  in flight: unknown from files", style="dim")
     return line
 
 
@@ -263,7 +268,7 @@ def render(view: TopView, *, width: int = 80, height: int = 24, unicode: bool = 
     )
     lines: list[Text] = [title, _header(widths)]
     for source in view.sources:
-        lines.append(_source_line(source))
+        lines.append(_source_line(source, width))
         lines.extend(_agent_line(row, widths, view.now, unicode) for row in source.agents)
     if len(lines) > height:
         hidden = len(lines) - height + 1

@@ -59,6 +59,16 @@ def _objects(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
+def _requests_only(path: Path) -> bool:
+    """Whether a file's rows are requests alone (``responses_create_params``, no reward, response or failure):
+    two of Gym 0.7.0's ``example_rollouts.jsonl`` are copies of their tasks."""
+    rows = _objects(path)
+    written = ("reward", "response", "_ng_result_type")
+    return all(not any(key in row for key in written) for row in rows) and any(
+        "responses_create_params" in row for row in rows
+    )
+
+
 def _named(row: dict[str, Any]) -> str | None:
     ref = row.get("agent_ref")
     return (ref.get("name") if isinstance(ref, dict) else None) or row.get("_ng_environment_server") or None
@@ -163,8 +173,8 @@ def test_report_exits_0_on_every_rollout_file_with_figures_from_its_rows(
     row (the same rollout and attempt again) is counted once, and no other row is rejected."""
     checked = 0
     for main_file in _main_files(shipped):
-        if not _objects(main_file):
-            continue  # a placeholder with no row (the next test)
+        if not _objects(main_file) or _requests_only(main_file):
+            continue  # a placeholder with no row, or a copy of the tasks (the next test)
         assert main(["report", str(main_file), "--format", "json"]) == 0, main_file
         report = json.loads(capsys.readouterr().out)
         reported, (figures, duplicates) = _reported(report), _figures(main_file)
@@ -180,8 +190,9 @@ def test_report_exits_0_on_every_rollout_file_with_figures_from_its_rows(
 
 def test_the_files_that_hold_no_rollout_are_said_in_one_line_each(shipped: Path) -> None:
     """One real process over the whole release (a recursive glob): a report for each rollout file, the inputs
-    and reward profiles read with their main file, a placeholder (no JSON object) said in one line (exit 2),
-    and one line for each file whose rows name no agent."""
+    and reward profiles read with their main file, a placeholder (no JSON object) and a copy of the tasks
+    (requests, no reward: reported as unscored rows before) each said in one line (exit 2), and one line for
+    each file whose rows name no agent."""
     pattern = str(shipped / "**" / "example_rollouts*.jsonl")
     result = subprocess.run(
         [sys.executable, "-m", "rollout_telemetry", "report", pattern, "--format", "json"],
@@ -191,8 +202,10 @@ def test_the_files_that_hold_no_rollout_are_said_in_one_line_each(shipped: Path)
         check=False,
     )
     assert "Traceback" not in result.stderr
-    with_rows = [path for path in _main_files(shipped) if _objects(path)]
+    tasks = [path for path in _main_files(shipped) if _objects(path) and _requests_only(path)]
+    with_rows = [path for path in _main_files(shipped) if _objects(path) and path not in tasks]
     without = [path for path in _main_files(shipped) if not _objects(path)]
+    assert len(tasks) == 2  # genrm_compare's and multichallenge's, in 0.7.0
     assert sorted(report["file"] for report in json.loads(result.stdout)) == sorted(map(str, with_rows))
     lines = [line for line in result.stderr.splitlines() if "WARNING" not in line]
     notes = [line for line in lines if line.endswith("--agent NAME names them")]
@@ -211,9 +224,15 @@ def test_the_files_that_hold_no_rollout_are_said_in_one_line_each(shipped: Path)
         for path, count in unnamed.items()
     )
     said = [line for line in lines if line not in notes]
-    assert sorted(said) == sorted(
+    placeholders = [
         f"rollout-telemetry report: {path} is not JSON Lines: no line is a JSON object; line 1 is "
         f"{path.read_text().splitlines()[0]!r}"
         for path in without
-    )
-    assert result.returncode == (2 if without else 0)
+    ]
+    copies = [
+        f"rollout-telemetry report: {path} holds NeMo Gym's tasks (requests, no reward): give the run's "
+        "output, the --output of `gym eval run` (out/rollouts.jsonl, say)"
+        for path in tasks
+    ]
+    assert sorted(said) == sorted(placeholders + copies)
+    assert result.returncode == 2

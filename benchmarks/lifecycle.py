@@ -21,6 +21,7 @@ then holds every span (its worker never wakes), so each count is the recording p
     .venv/bin/python benchmarks/lifecycle.py [--calls 100000] [--rounds 9]
     .venv/bin/python benchmarks/lifecycle.py --against e4c29d2 [--processes 5]
     .venv/bin/python benchmarks/lifecycle.py --against e4c29d2 --instructions
+    .venv/bin/python benchmarks/lifecycle.py --evaluation   # the evaluation event: span event vs log record
 """
 
 from __future__ import annotations
@@ -37,7 +38,10 @@ import tempfile
 import timeit
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
+from opentelemetry.sdk._logs import LoggerProvider, ReadableLogRecord
+from opentelemetry.sdk._logs.export import BatchLogRecordProcessor, LogRecordExporter, LogRecordExportResult
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
@@ -151,12 +155,26 @@ TRACED = {
 """The blocks timed with tracing on: a measured row, one with usage, a failure with its reason."""
 
 
+class DroppingLogExporter(LogRecordExporter):
+    """Takes every batch of log records and drops it."""
+
+    def export(self, batch: Sequence[ReadableLogRecord]) -> LogRecordExportResult:
+        return LogRecordExportResult.SUCCESS
+
+    def shutdown(self) -> None:
+        return None
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        return True
+
+
 def traced(
-    telemetry_class: type[RolloutTelemetry], *, latest: bool = False, hold: int = 0
+    telemetry_class: type[RolloutTelemetry], *, latest: bool = False, hold: int = 0, **options: Any
 ) -> dict[str, object]:
     """The globals a traced block sees: a telemetry on its own SDK tracer provider, and the rows.
 
-    With ``hold`` the batch processor keeps that many spans without waking its worker thread.
+    With ``hold`` the batch processor keeps that many spans without waking its worker thread; ``options`` go
+    to the telemetry.
     """
     provider = TracerProvider()
     if hold:
@@ -170,7 +188,7 @@ def traced(
     if latest:
         os.environ[variable] = "gen_ai_latest_experimental"
     try:  # read when the telemetry is made (a revision before the conventions ignores it)
-        telemetry = telemetry_class(run="bench", tracer_provider=provider)
+        telemetry = telemetry_class(run="bench", tracer_provider=provider, **options)
     finally:
         os.environ.pop(variable, None)
         if before is not None:
@@ -287,6 +305,32 @@ def instructions(rev: str, calls: int) -> None:
         print(f"{block:<12}{counts}{ours / theirs:>7.3f}x{opt_in / theirs:>7.3f}x")
 
 
+def evaluation_costs(calls: int, rounds: int) -> None:
+    """A traced block with the GenAI opt-in, its evaluation event a span event or a log record (an SDK logger
+    provider whose batch processor drops what it exports), against the same block without the opt-in."""
+    logs = LoggerProvider()
+    logs.add_log_record_processor(BatchLogRecordProcessor(DroppingLogExporter()))
+    candidates = {
+        "tracing (v1.36.0, no event)": traced(RolloutTelemetry),
+        "opt-in, event on the span": traced(RolloutTelemetry, latest=True, evaluation_event="span"),
+        "opt-in, event as a log record": traced(RolloutTelemetry, latest=True, logger_provider=logs),
+    }
+    statement = TRACED["measured"]
+    times: dict[str, list[float]] = {name: [] for name in candidates}
+    order = list(candidates)
+    for round_ in range(rounds + 1):  # the first round warms up and is not kept
+        for name in order:
+            seconds = timeit.timeit(statement, globals=candidates[name], number=calls) / calls
+            if round_:
+                times[name].append(seconds)
+        order.append(order.pop(0))
+    base = "tracing (v1.36.0, no event)"
+    for name, taken in times.items():
+        ratio = statistics.median(x / y for x, y in zip(taken, times[base], strict=True))
+        print(f"{name:<32} {statistics.median(taken) * 1e6:8.2f} us/block  {ratio:.3f}x of tracing alone")
+    logs.shutdown()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=100_000)
@@ -298,7 +342,13 @@ def main() -> None:
     parser.add_argument("--run-blocks", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--which", choices=CANDIDATES, help=argparse.SUPPRESS)
     parser.add_argument("--block", choices=list(TRACED), help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--evaluation", action="store_true", help="time the evaluation event as a span event and a log record"
+    )
     args = parser.parse_args()
+    if args.evaluation:
+        evaluation_costs(args.calls // 10, args.rounds)
+        return
     if args.against:
         if args.run_blocks is not None:
             run_blocks(args.against, args.which, args.block, args.run_blocks)

@@ -85,7 +85,9 @@ def spans_page() -> str:
         "Each rollout of the lifecycle API (and, in follow mode with `--otlp-endpoint`, each row counted) is "
         "an OpenTelemetry GenAI agent span, `invoke_agent <agent>`; with "
         '`span_mode="annotate"` its attributes go on the current span. *opt-in*: only with '
-        "`OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental`. See "
+        "`OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental`. The `gen_ai.evaluation.result` event "
+        "is a log record in the span's context where a logger provider is configured, else a span event "
+        '(`evaluation_event="span"`: always a span event). See '
         "[OpenTelemetry](../guides/opentelemetry.md).",
         ("attribute", "type", "on", "set", "opt-in", "meaning"),
         (

@@ -9,6 +9,10 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
+    ExportLogsServiceRequest,
+    ExportLogsServiceResponse,
+)
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceRequest,
     ExportMetricsServiceResponse,
@@ -18,6 +22,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
+
+Response = ExportTraceServiceResponse | ExportMetricsServiceResponse | ExportLogsServiceResponse
 
 
 def _value(value: AnyValue) -> Any:
@@ -41,6 +47,8 @@ class ReceivedSpan:
     scope: str
     schema_url: str
     parent_span_id: bytes
+    trace_id: str = ""
+    span_id: str = ""
 
     def values(self) -> Iterator[Any]:
         """Every value it carries: its name, attributes, events' names and attributes, status message."""
@@ -52,12 +60,28 @@ class ReceivedSpan:
             yield from attributes.values()
 
 
+@dataclass(frozen=True)
+class ReceivedLog:
+    """A log record as the receiver decoded it (an event: its ``event_name``)."""
+
+    event_name: str
+    body: Any
+    attributes: dict[str, Any]
+    trace_id: str
+    span_id: str
+    time_ns: int
+    scope: str
+    schema_url: str
+
+
 class OTLPReceiver:
-    """Collects decoded spans and metric points sent to ``/v1/traces`` and ``/v1/metrics``."""
+    """Collects decoded spans, metric points and log records sent to ``/v1/traces``, ``/v1/metrics`` and
+    ``/v1/logs``."""
 
     def __init__(self) -> None:
         self.traces: list[ExportTraceServiceRequest] = []
         self.metrics: list[ExportMetricsServiceRequest] = []
+        self.logs: list[ExportLogsServiceRequest] = []
         self.lock = threading.Lock()
         self.trace_requests = 0
         """Trace export requests that arrived, answered or not."""
@@ -75,7 +99,9 @@ class OTLPReceiver:
                 body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
                 if self.headers.get("Content-Encoding") == "gzip":
                     body = gzip.decompress(body)
-                response: ExportTraceServiceResponse | ExportMetricsServiceResponse
+                response: (
+                    ExportTraceServiceResponse | ExportMetricsServiceResponse | ExportLogsServiceResponse
+                )
                 if self.path == "/v1/traces":
                     request = ExportTraceServiceRequest.FromString(body)
                     with receiver.lock:
@@ -86,6 +112,11 @@ class OTLPReceiver:
                     with receiver.lock:
                         receiver.metrics.append(metrics)
                     response = ExportMetricsServiceResponse()
+                elif self.path == "/v1/logs":
+                    logs = ExportLogsServiceRequest.FromString(body)
+                    with receiver.lock:
+                        receiver.logs.append(logs)
+                    response = ExportLogsServiceResponse()
                 else:
                     self.send_error(404)
                     return
@@ -153,9 +184,32 @@ class OTLPReceiver:
                                     scope=scope.scope.name,
                                     schema_url=scope.schema_url,
                                     parent_span_id=span.parent_span_id,
+                                    trace_id=span.trace_id.hex(),
+                                    span_id=span.span_id.hex(),
                                 )
                             )
         return found
+
+    def log_records(self) -> list[ReceivedLog]:
+        """Every log record received, decoded, in the order they came."""
+        with self.lock:
+            requests = list(self.logs)
+        return [
+            ReceivedLog(
+                event_name=record.event_name,
+                body=_value(record.body) if record.HasField("body") else None,
+                attributes={a.key: _value(a.value) for a in record.attributes},
+                trace_id=record.trace_id.hex(),
+                span_id=record.span_id.hex(),
+                time_ns=record.time_unix_nano,
+                scope=scoped.scope.name,
+                schema_url=scoped.schema_url,
+            )
+            for request in requests
+            for resource in request.resource_logs
+            for scoped in resource.scope_logs
+            for record in scoped.log_records
+        ]
 
     def points(self) -> Iterator[tuple[str, dict[str, Any], float]]:
         """(metric name, attributes, value) of every sum and gauge point received, oldest first."""

@@ -19,6 +19,7 @@ PUBLIC = {
     "Cleanup",
     "ConfigError",
     "Disposition",
+    "EvaluationEvent",
     "Generation",
     "MetricsServer",
     "Observed",
@@ -60,8 +61,8 @@ def test_unknown_attribute_is_an_attribute_error() -> None:
 # typing's, and the libraries a user passes in (prometheus_client's registry, OpenTelemetry's providers).
 OUTSIDE = {
     "Any", "BaseException", "Callable", "CollectorRegistry", "Exception", "False", "Iterable", "Iterator",
-    "Literal", "Mapping", "MeterProvider", "None", "Path", "SSLContext", "Self", "Sequence", "True",
-    "TracebackType", "TracerProvider",
+    "Literal", "LoggerProvider", "Mapping", "MeterProvider", "None", "Path", "SSLContext", "Self", "Sequence",
+    "True", "TracebackType", "TracerProvider",
 }  # fmt: skip
 # Handles the telemetry makes for the user (``rollout()``, ``cleanup()``, ``output_write()``): their
 # constructors are the telemetry's, not the user's.

@@ -10,7 +10,7 @@ from ._contract.verify_response import VerifyResponse
 from ._facade.telemetry import RolloutTelemetry
 from ._recording.lifecycle import Cleanup, RolloutContext
 from ._recording.output import OutputWrite
-from ._recording.spans import SpanMode
+from ._recording.spans import EvaluationEvent, SpanMode
 from ._serve.credentials import BasicAuth, hash_password
 from ._serve.server import MetricsServer, TLSConfig
 from ._store.observed import Observed
@@ -34,6 +34,7 @@ __all__ = [
     "Cleanup",
     "ConfigError",
     "Disposition",
+    "EvaluationEvent",
     "Generation",
     "MetricsServer",
     "Observed",

@@ -11,7 +11,7 @@ import pytest
 from rollout_telemetry import RolloutTelemetry
 from rollout_telemetry._cli.main import main
 from rollout_telemetry.exporters.otel import otlp_providers
-from tests.otlp_receiver import OTLPReceiver
+from tests.otlp_receiver import OTLPReceiver, ReceivedSpan
 from tests.support import free_port
 
 STATUS_ERROR = 2
@@ -182,3 +182,87 @@ def test_span_stats_count_spans_ended_after_shutdown_as_dropped() -> None:
         agent = telemetry.snapshot().agent("math")
         assert agent is not None
         assert agent.measured == 4
+
+
+def _evaluations_over_otlp(
+    monkeypatch: pytest.MonkeyPatch, *, opt_in: bool, **options: object
+) -> tuple[OTLPReceiver, list[ReceivedSpan]]:
+    """A measured, a masked and a failed rollout (its reason free text) through a real OTLP receiver, with
+    or without the GenAI opt-in: what the receiver decoded."""
+    if opt_in:
+        monkeypatch.setenv("OTEL_SEMCONV_STABILITY_OPT_IN", "gen_ai_latest_experimental")
+    else:
+        monkeypatch.delenv("OTEL_SEMCONV_STABILITY_OPT_IN", raising=False)
+    with OTLPReceiver() as receiver:
+        otlp = otlp_providers(receiver.endpoint, export_interval_millis=60_000)
+        telemetry = RolloutTelemetry(
+            runtime_metrics=False,
+            tracer_provider=otlp.tracer_provider,
+            logger_provider=otlp.logger_provider,
+            **options,  # type: ignore[arg-type]
+        )
+        with telemetry.rollout("math", task_index=1, rollout_index=0) as rollout:
+            rollout.complete({"reward": 0.75})
+        with telemetry.rollout("math", task_index=2, rollout_index=0) as rollout:
+            rollout.complete({"reward": 0.0, "mask_sample": True, "failure_kind": "judge_failed"})
+        with telemetry.rollout("browser", task_index=3, rollout_index=0) as rollout:
+            rollout.fail("session_lost", reason="reset of sandbox sb-7 timed out after 30s")
+        assert otlp.shutdown(timeout=10)
+        return receiver, receiver.received()
+
+
+def test_the_evaluation_result_is_a_log_record_in_its_spans_context(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the opt-in, each rollout's outcome reaches the receiver as a ``gen_ai.evaluation.result`` log
+    record (OTLP logs): the score and label of its outcome, ``error.type`` unless measured, the trace and span
+    ids of its rollout's span, the conventions' schema URL; no body, no free text (no redact hook), and no
+    evaluation event on the spans any more."""
+    receiver, spans = _evaluations_over_otlp(monkeypatch, opt_in=True)
+    records = receiver.log_records()
+    assert [record.event_name for record in records] == ["gen_ai.evaluation.result"] * 3
+    by_task = {span.attributes["rollout.task_index"]: span for span in spans}
+    expected = {
+        1: {"gen_ai.evaluation.name": "reward", "gen_ai.evaluation.score.label": "measured",
+            "gen_ai.evaluation.score.value": 0.75},
+        2: {"gen_ai.evaluation.name": "reward", "gen_ai.evaluation.score.label": "masked",
+            "gen_ai.evaluation.score.value": 0.0, "error.type": "judge_failed"},
+        3: {"gen_ai.evaluation.name": "reward", "gen_ai.evaluation.score.label": "failed",
+            "error.type": "session_lost"},
+    }  # fmt: skip
+    for record in records:
+        (task,) = [t for t, span in by_task.items() if span.span_id == record.span_id]
+        span = by_task[task]
+        assert record.trace_id == span.trace_id
+        assert record.attributes == expected[task]
+        assert record.body is None
+        assert record.schema_url.endswith("1.41.0")
+        assert span.start_ns <= record.time_ns <= span.end_ns + 10**9
+        assert all(name != "gen_ai.evaluation.result" for name, _ in span.events)
+    assert not any("sb-7" in str(value) for record in records for value in record.attributes.values())
+
+
+def test_the_evaluation_result_as_a_span_event_and_without_the_opt_in(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``evaluation_event="span"``: the result is a span event, as backends that read span events only need,
+    and no log record is sent; without the opt-in there is neither (the v1.36.0 conventions have none)."""
+    receiver, spans = _evaluations_over_otlp(monkeypatch, opt_in=True, evaluation_event="span")
+    assert receiver.log_records() == []
+    for span in spans:
+        (evaluation,) = [attrs for name, attrs in span.events if name == "gen_ai.evaluation.result"]
+        assert evaluation["gen_ai.evaluation.name"] == "reward"
+    receiver, spans = _evaluations_over_otlp(monkeypatch, opt_in=False)
+    assert receiver.log_records() == []
+    assert not any(name == "gen_ai.evaluation.result" for span in spans for name, _ in span.events)
+
+
+def test_a_redact_hook_gives_the_evaluation_record_its_explanation(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Free text reaches the log record only through the user's redact hook: as the hook returned it."""
+    receiver, _ = _evaluations_over_otlp(
+        monkeypatch, opt_in=True, redact_reason=lambda reason: reason.replace("sb-7", "<sandbox>")
+    )
+    (failed,) = [
+        r for r in receiver.log_records() if r.attributes["gen_ai.evaluation.score.label"] == "failed"
+    ]
+    assert (
+        failed.attributes["gen_ai.evaluation.explanation"] == "reset of sandbox <sandbox> timed out after 30s"
+    )

@@ -366,3 +366,32 @@ def test_follow_mode_one_span_per_row(receiver: OTLPReceiver, latest: None, tmp_
         assert span.parent_span_id == b""  # a row's rollout is a root span
         assert _places(span, MODEL_OUTPUT) == set()
         assert _places(span, SECRET) <= {"rollout.failure rollout.failure_reason", "status"}
+
+
+def test_follow_mode_sends_each_rows_evaluation_as_a_log_record(
+    receiver: OTLPReceiver, latest: None, tmp_path: Path
+) -> None:
+    """Following files with spans and a logger provider (``serve PATH --otlp-endpoint`` gives both): each
+    row's outcome is a ``gen_ai.evaluation.result`` log record at its span's end, in its span's context."""
+    main = tmp_path / "rollouts.jsonl"
+    _write(
+        main,
+        {**WEATHER, **MEASURED, "_ng_task_index": 0, "_ng_rollout_index": 0},
+        {**WEATHER, "reward": 0.0, "mask_sample": True, "failure_kind": "judge_failed", "_ng_task_index": 1,
+         "_ng_rollout_index": 0},
+    )  # fmt: skip
+    export = _export(receiver)
+    telemetry = RolloutTelemetry(
+        run="follow", tracer_provider=export.tracer_provider, logger_provider=export.logger_provider
+    )
+    follower = run_follower(telemetry, RunFiles.from_main(main), spans=True, wall_clock=lambda: NOW_NS)
+    assert follower.poll() == 2
+    export.shutdown()
+    spans = {span.span_id: span for span in receiver.received()}
+    records = receiver.log_records()
+    assert sorted(r.attributes["gen_ai.evaluation.score.label"] for r in records) == ["masked", "measured"]
+    for record in records:
+        span = spans[record.span_id]
+        assert (record.trace_id, record.time_ns) == (span.trace_id, span.end_ns)
+        assert record.event_name == "gen_ai.evaluation.result"
+        assert all(name != "gen_ai.evaluation.result" for name, _ in span.events)

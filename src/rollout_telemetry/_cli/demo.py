@@ -158,6 +158,7 @@ def run(args: argparse.Namespace) -> int:
         run=args.run,
         tracer_provider=None if otlp is None else otlp.tracer_provider,
         meter_provider=None if otlp is None else otlp.meter_provider,
+        logger_provider=None if otlp is None else otlp.logger_provider,
         stall_after=config.stall_after,
         slow_after=config.slow_seconds,
     )

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from rollout_telemetry._cli.args import url
 
 if TYPE_CHECKING:
+    from opentelemetry.sdk._logs import LoggerProvider
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.trace import TracerProvider
     from prometheus_client.registry import CollectorRegistry
@@ -43,8 +44,8 @@ def add_otlp_option(parser: argparse.ArgumentParser, what: str) -> None:
 
 @dataclass(frozen=True, slots=True)
 class OTLP:
-    """A command's OTLP export: give ``tracer_provider`` and ``meter_provider`` to the telemetry, then
-    ``attach`` its registry; ``shutdown`` at exit."""
+    """A command's OTLP export: give ``tracer_provider``, ``meter_provider`` and ``logger_provider`` to the
+    telemetry, then ``attach`` its registry; ``shutdown`` at exit."""
 
     export: OTLPExport
     endpoint: str
@@ -54,6 +55,11 @@ class OTLP:
     def tracer_provider(self) -> TracerProvider:
         """The SDK tracer provider the command's telemetry records its spans to."""
         return self.export.tracer_provider
+
+    @property
+    def logger_provider(self) -> LoggerProvider:
+        """The SDK logger provider the command's telemetry sends its evaluation events to."""
+        return self.export.logger_provider
 
     @property
     def meter_provider(self) -> MeterProvider:

@@ -59,6 +59,7 @@ def run(args: argparse.Namespace) -> int:
         run=args.run,
         tracer_provider=None if otlp is None else otlp.tracer_provider,
         meter_provider=None if otlp is None else otlp.meter_provider,
+        logger_provider=None if otlp is None else otlp.logger_provider,
     )
     if otlp is not None:
         otlp.attach(telemetry.registry, args.run)

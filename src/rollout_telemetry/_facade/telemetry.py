@@ -29,7 +29,7 @@ from rollout_telemetry._recording.runtime import (
     unwatch_gc,
     watch_gc,
 )
-from rollout_telemetry._recording.spans import DEFAULT_REASON_LIMIT, SpanMode, SpanRecorder
+from rollout_telemetry._recording.spans import DEFAULT_REASON_LIMIT, EvaluationEvent, SpanMode, SpanRecorder
 from rollout_telemetry._recording.stalls import DEFAULT_STALL_AFTER, Stalls, stall_bound
 from rollout_telemetry._store.account import Account
 from rollout_telemetry._store.names import DEFAULT_MAX_AGENTS, DEFAULT_MAX_KINDS_PER_AGENT, Names
@@ -47,6 +47,7 @@ from rollout_telemetry.exporters.prometheus import (
 from rollout_telemetry.failure_kinds import KindValidator
 
 if TYPE_CHECKING:  # the server, the push, the file sources and OpenTelemetry are imported when used
+    from opentelemetry._logs import LoggerProvider
     from opentelemetry.metrics import MeterProvider
     from opentelemetry.trace import TracerProvider
 
@@ -73,6 +74,11 @@ class RolloutTelemetry:
         tracer_provider: where rollout spans go; the global one by default.
         meter_provider: publish the counts as OpenTelemetry observable instruments on this meter provider,
             read at its collection (none by default; docs/guides/opentelemetry.md).
+        logger_provider: where a rollout's ``gen_ai.evaluation.result`` event goes as a log record (with
+            ``OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental``); the global one by default.
+        evaluation_event: ``"log"`` (the event as a log record tied to the rollout's span, or a span event
+            while no logger provider is configured) or ``"span"`` (always a span event, for a backend that
+            reads span events only).
         span_mode: ``"span"`` (one span per rollout), ``"annotate"`` (attributes on the current span) or
             ``"off"``.
         reason_limit: ``failure_reason`` on spans is truncated to this many characters.
@@ -105,6 +111,8 @@ class RolloutTelemetry:
         max_kinds_per_agent: int = DEFAULT_MAX_KINDS_PER_AGENT,
         tracer_provider: TracerProvider | None = None,
         meter_provider: MeterProvider | None = None,
+        logger_provider: LoggerProvider | None = None,
+        evaluation_event: EvaluationEvent = "log",
         span_mode: SpanMode = "span",
         reason_limit: int = DEFAULT_REASON_LIMIT,
         redact_reason: Callable[[str], str] | None = None,
@@ -136,6 +144,8 @@ class RolloutTelemetry:
             redact=redact_reason,
             clock=clock,
             names=names,
+            logger_provider=logger_provider,
+            evaluation_event=evaluation_event,
         )
         self._recorder = recorder = Recorder(
             names,

@@ -9,7 +9,9 @@ environment variable ``OTEL_SEMCONV_STABILITY_OPT_IN`` lists ``gen_ai_latest_exp
   name, input and output token counts;
 - with the opt-in they follow **v1.41.0** (``LATEST``), the newest release of the conventions in the
   semantic-conventions repository: the same, plus cached and reasoning token counts and the outcome as a
-  ``gen_ai.evaluation.result`` event. Nothing of v1.36.0 was renamed or removed for what is emitted here.
+  ``gen_ai.evaluation.result`` event (a log record in the span's context where a logger provider is
+  configured, else a span event: ``SpanRecorder``). Nothing of v1.36.0 was renamed or removed for what is
+  emitted here.
 
 Not set: ``gen_ai.provider.name`` (``gen_ai.system`` in v1.36.0), which a rollout cannot know (its model calls
 may go to any server; the model server's own spans carry it), and ``gen_ai.agent.id``: a Gym agent has no id

@@ -34,18 +34,25 @@ from rollout_telemetry._recording.semconv import (
 from rollout_telemetry.errors import ConfigError
 
 if TYPE_CHECKING:
+    from opentelemetry._logs import Logger, LoggerProvider
+
     from rollout_telemetry._store.names import Names
 
 __all__ = [
     "ATTRIBUTES",
     "DEFAULT_REASON_LIMIT",
     "Attributes",
+    "EvaluationEvent",
     "OpenSpan",
     "SpanMode",
     "SpanRecorder",
     "recovery_attributes",
     "span_name",
 ]
+
+EvaluationEvent = Literal["log", "span"]
+"""How a rollout's ``gen_ai.evaluation.result`` event is emitted (``RolloutTelemetry(evaluation_event=...)``):
+``log``, a log record tied to the rollout's span (a span event without a logger provider), or ``span``."""
 
 SpanMode = Literal["span", "annotate", "off"]
 """Where a rollout's facts go (``RolloutTelemetry(span_mode=...)``): ``span`` (one span per rollout),
@@ -120,6 +127,10 @@ class SpanRecorder:
         latest: follow the latest experimental GenAI conventions (``semconv.LATEST``) rather than the
             baseline; by default, whether ``OTEL_SEMCONV_STABILITY_OPT_IN`` lists
             ``gen_ai_latest_experimental`` when the recorder is made.
+        logger_provider: where the ``gen_ai.evaluation.result`` event goes as a log record (with ``latest``);
+            the global one by default.
+        evaluation_event: ``"log"``: the event as a log record tied to the span, when a logger provider is
+            configured (given, or the global one), else as a span event; ``"span"``: always a span event.
     """
 
     def __init__(
@@ -132,10 +143,19 @@ class SpanRecorder:
         clock: Callable[[], float] = time.monotonic,
         names: Names | None = None,
         latest: bool | None = None,
+        logger_provider: LoggerProvider | None = None,
+        evaluation_event: EvaluationEvent = "log",
     ) -> None:
         if mode not in ("span", "annotate", "off"):
             msg = f"span_mode must be 'span', 'annotate' or 'off', got {mode!r}"
             raise ConfigError(msg)
+        if evaluation_event not in ("log", "span"):
+            msg = f"evaluation_event must be 'log' or 'span', got {evaluation_event!r}"
+            raise ConfigError(msg)
+        self._logger_provider = logger_provider
+        self._evaluation_as = evaluation_event
+        self._log_provider_seen: object = None
+        self._logger: Logger | None = None
         self._provider = tracer_provider
         self._mode = mode
         # Until this clock() value start() opens nothing: forever when spans are off, for a second after
@@ -165,6 +185,21 @@ class SpanRecorder:
         """The reason as the redaction hook returns it (limited in length), ``None`` without a hook: what
         may go where free text is kept (the rollout log)."""
         return None if self._redact is None else self.clean_reason(reason)
+
+    def _event_logger(self) -> Logger | None:
+        """The logger the evaluation event goes to as a log record; ``None`` without a logger provider (the
+        given one, else the global one once an SDK sets it): the event then goes on the span."""
+        from opentelemetry import _logs  # only with the opt-in: recording without it loads no logs API
+
+        provider = self._logger_provider or _logs.get_logger_provider()
+        if provider is not self._log_provider_seen:
+            self._log_provider_seen = provider
+            # None set: the API's no-op, or its proxy (a private class of the API, told by name).
+            unset = isinstance(provider, _logs.NoOpLoggerProvider) or type(provider).__name__.startswith(
+                "Proxy"
+            )
+            self._logger = None if unset else provider.get_logger(_SCOPE, schema_url=self._schema_url)
+        return self._logger
 
     def _tracer(self) -> trace.Tracer | None:
         if self._provider is not None:
@@ -275,7 +310,7 @@ class SpanRecorder:
             if outcome is None:
                 span.add_event("rollout.abandoned")
             else:
-                self._outcome(open_span, outcome)
+                self._outcome(open_span, outcome, end_ns)
                 if facts[0] is not None or facts[1] is not None:
                     span.set_attributes(recovery_attributes(*facts))
         finally:
@@ -286,7 +321,7 @@ class SpanRecorder:
                 finally:
                     span.end(end_ns)
 
-    def _outcome(self, open_span: OpenSpan, outcome: Classified) -> None:
+    def _outcome(self, open_span: OpenSpan, outcome: Classified, end_ns: int | None = None) -> None:
         # The outcome's attributes, its failure event, the evaluation event (opt-in) and the error status.
         span = open_span.span
         disposition, reward, failure_kind, failure_reason, generation = outcome
@@ -313,7 +348,18 @@ class SpanRecorder:
         if cleaned is not None:
             span.add_event("rollout.failure", {"rollout.failure_reason": cleaned})
         if self.latest:
-            span.add_event(EVALUATION_EVENT, self._evaluation(disposition, reward, failure_kind, cleaned))
+            evaluation = self._evaluation(disposition, reward, failure_kind, cleaned)
+            logger = self._event_logger() if self._evaluation_as == "log" else None
+            if logger is None:
+                span.add_event(EVALUATION_EVENT, evaluation)
+            else:  # a log record in the span's context: its trace and span ids
+                at = time.time_ns() if end_ns is None else end_ns
+                logger.emit(
+                    event_name=EVALUATION_EVENT,
+                    attributes=evaluation,
+                    context=trace.set_span_in_context(span),
+                    timestamp=at,
+                )
         if disposition is Disposition.FAILED:
             span.set_status(Status(StatusCode.ERROR, cleaned))
 

@@ -30,6 +30,7 @@ from rollout_telemetry._views.series import FAMILIES, HISTOGRAM_VIEWS, Histogram
 from rollout_telemetry.exporters.prometheus import SpanStatsCollector
 
 if TYPE_CHECKING:
+    from opentelemetry.sdk._logs import LoggerProvider as SDKLoggerProvider
     from opentelemetry.sdk.metrics import MeterProvider as SDKMeterProvider
     from opentelemetry.sdk.trace import TracerProvider as SDKTracerProvider
 
@@ -272,6 +273,9 @@ class OTLPExport:
     tracer_provider: SDKTracerProvider
     meter_provider: SDKMeterProvider
     span_stats: SpanExportStats
+    logger_provider: SDKLoggerProvider
+    """Where the ``gen_ai.evaluation.result`` events go as log records
+    (``RolloutTelemetry(logger_provider=)``), batched to ``/v1/logs``."""
     _stopping: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
     _stopped: threading.Event = field(default_factory=threading.Event, repr=False, compare=False)
 
@@ -289,6 +293,7 @@ class OTLPExport:
     def _stop(self) -> None:
         try:
             self.tracer_provider.shutdown()
+            self.logger_provider.shutdown()
             self.meter_provider.shutdown()
         finally:
             self._stopped.set()
@@ -308,17 +313,21 @@ def otlp_providers(
     headers: Mapping[str, str] | None = None,
     max_queue_size: int = 2048,
 ) -> OTLPExport:
-    """Build SDK tracer and meter providers exporting to ``endpoint`` (e.g. ``http://127.0.0.1:4318``).
+    """Build SDK tracer, meter and logger providers exporting to ``endpoint`` (e.g. ``http://127.0.0.1:4318``).
 
-    Spans are batched (the recording path never waits on the network; once ``max_queue_size`` spans wait
-    for export, the next ones are dropped and counted); ``span_stats`` reads the SDK's counts of exported
-    and failed spans and the count of dropped ones. Metrics are read every ``export_interval_millis``.
+    Spans and log records (the evaluation events) are batched (the recording path never waits on the network;
+    once ``max_queue_size`` spans wait for export, the next ones are dropped and counted); ``span_stats``
+    reads the SDK's counts of exported and failed spans and the count of dropped ones. Metrics are read every
+    ``export_interval_millis``.
 
     Raises:
         ImportError: the SDK or the OTLP exporter is not installed; the message says what to install.
     """
     try:
+        from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
         from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+        from opentelemetry.sdk._logs import LoggerProvider as SDKLoggerProvider
+        from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
         from opentelemetry.sdk.metrics import MeterProvider as SDKMeterProvider
         from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
         from opentelemetry.sdk.resources import Resource
@@ -344,6 +353,16 @@ def otlp_providers(
         export_interval_millis=export_interval_millis,
     )
     meter_provider = SDKMeterProvider(resource=resource, metric_readers=[reader], shutdown_on_exit=False)
-    export = OTLPExport(tracer_provider, meter_provider, SpanExportStats(spans.counts, spans.pending))
+    logger_provider = SDKLoggerProvider(resource=resource, shutdown_on_exit=False)
+    logger_provider.add_log_record_processor(
+        BatchLogRecordProcessor(
+            OTLPLogExporter(endpoint=f"{base}/v1/logs", **extra),
+            max_queue_size=max_queue_size,
+            max_export_batch_size=min(512, max_queue_size),  # the SDK's batch, within the queue
+        )
+    )
+    export = OTLPExport(
+        tracer_provider, meter_provider, SpanExportStats(spans.counts, spans.pending), logger_provider
+    )
     atexit.register(export.at_exit)
     return export

@@ -5,6 +5,7 @@ The command line's reading and its one-line errors are in tests/sources/test_gym
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import signal
@@ -198,6 +199,24 @@ def test_status_lines_while_gym_runs_and_the_end_served_a_while(tmp_path: Path) 
     assert any(" of 4 rollouts written (" in line for line in status), status
     assert all(line.endswith("/metrics") and " failed, " in line and " masked; " in line for line in status)
     assert "serving the final state 0.5 s more, for a last scrape (Ctrl-C to stop now)" in result.stderr
+
+
+@pytest.mark.parametrize("output_format", ["csv", "markdown"])
+def test_the_final_report_takes_reports_formats(tmp_path: Path, output_format: str) -> None:
+    """``--format csv`` and ``markdown``: standard output is that summary alone, the same figures report
+    gives of the files (a row per agent; each mean's interval), Gym's own output on stderr."""
+    result = _watched(
+        tmp_path, STEADY_GYM, ["--status-every", "0", "--linger", "0", "--format", output_format]
+    )
+    assert result.returncode == 0, result.stderr
+    if output_format == "csv":
+        (row,) = csv.DictReader(result.stdout.splitlines())
+        assert (row["agent"], row["expected"], row["measured"], row["masked"]) == ("a", "4", "2", "2")
+        assert (row["mean_reward"], row["mean_reward_ci95_method"]) == ("1.0", "wilson")
+    else:
+        header, _, line, *_ = result.stdout.splitlines()
+        assert header.startswith("| agent | mean reward [95% CI] |")
+        assert line.startswith("| a | 1.000 [")
 
 
 QUITTING_GYM = textwrap.dedent(

@@ -242,3 +242,27 @@ def test_a_failed_push_raises_push_error_naming_the_gateway(telemetry: RolloutTe
     gateway = f"127.0.0.1:{free_port()}"
     with pytest.raises(PushError, match=f"cannot push to the Pushgateway at {gateway}: .*refused"):
         telemetry.push(gateway, job="rollout-batch", timeout=2)
+
+
+def test_a_reward_range_of_any_real_numbers_is_taken() -> None:
+    """Fractions and decimals are numbers as the reward is: the range is taken as floats."""
+    from decimal import Decimal
+    from fractions import Fraction
+
+    telemetry = RolloutTelemetry(runtime_metrics=False)
+    telemetry.expect("a", reward_range=(Fraction(0), Decimal("2.5")))  # type: ignore[arg-type]
+    telemetry.record("a", {"reward": 2.5}, 0, 0)
+    telemetry.record("a", {"reward": 2.5}, 0, 1)
+    text = exposition(telemetry.registry)
+    assert value(text, "rollout_measured_reward_bucket", agent="a", le="2.5") == 2
+
+
+def test_an_inputs_file_that_cannot_be_read_declares_nothing(tmp_path: Any) -> None:
+    """``expect(inputs=, max_attempts=)`` with a missing file: refused, and no coverage account kept (no
+    rollout_run_* series, no coverage keys), as for any refused ``expect()``."""
+    telemetry = RolloutTelemetry(runtime_metrics=False)
+    with pytest.raises(ConfigError, match="cannot be read"):
+        telemetry.expect("a", inputs=tmp_path / "missing.jsonl", max_attempts=5)
+    telemetry.record("a", {"reward": 1.0})
+    assert not any(key.startswith("coverage/") for key in telemetry.progress_metrics())
+    assert "rollout_run_" not in exposition(telemetry.registry)

@@ -39,7 +39,7 @@ def test_tls_and_basic_auth_go_into_the_scrape_job(tmp_path: Path) -> None:
     file as absolute paths (Prometheus reads them relative to itself otherwise), and no password."""
     (tmp_path / "ca.pem").write_text("ca")
     (tmp_path / "password").write_text("secret")
-    argv = ["monitoring", "out", "--scrape", "https://user@trainer-7:9464/custom"]
+    argv = ["monitoring", "out", "--scrape", "https://trainer-7:9464/custom"]
     auth = ["--ca-file", "ca.pem", "--user", "prometheus", "--password-file", "password"]
     with pytest.MonkeyPatch.context() as patch:
         patch.chdir(tmp_path)
@@ -98,3 +98,22 @@ def test_a_folder_that_cannot_be_written_is_one_line(
     assert main(["monitoring", str(tmp_path / "file" / "monitoring")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"cannot write to {tmp_path / 'file' / 'monitoring'}" in err  # noqa: PT018
+
+
+def test_a_scrape_url_with_a_user_or_a_query_is_refused_and_paths_keep_their_characters(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A user or a query in a --scrape URL would be dropped from the job: refused, in one line. A path of
+    characters beyond ASCII is written as it is (an escape YAML reads as half a character pair is not)."""
+    for url in ("http://me:secret@h:9464/metrics", "http://h:9464/metrics?x=1"):
+        assert main(["monitoring", str(tmp_path / "out"), "--scrape", url]) == 2
+        assert "without a user, query or fragment" in capsys.readouterr().err
+    ca = tmp_path / "c\N{GRINNING FACE}.pem"
+    ca.write_text("ca")
+    assert (
+        main(["monitoring", str(tmp_path / "ok"), "--scrape", "https://h:9464/metrics", "--ca-file", str(ca)])
+        == 0
+    )
+    text = (tmp_path / "ok" / "prometheus.yml").read_text(encoding="utf-8")
+    assert "\N{GRINNING FACE}" in text
+    assert yaml.safe_load(text)["scrape_configs"][0]["tls_config"]["ca_file"] == str(ca)

@@ -404,3 +404,25 @@ def test_gyms_task_file_is_refused_naming_the_file_to_give(
     inputs.write_text((TROUBLED.parent / "rollouts_materialized_inputs.jsonl").read_text())
     assert main(["report", str(inputs)]) == 2
     assert "holds a run's materialized inputs" in capsys.readouterr().err
+
+
+def test_the_intervals_and_reward_counts_are_each_agents_as_counted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An agent name longer than a label (cut to 128) keeps its intervals; a masked row without a reward is
+    in no mean, nor in the rewards counted (2 measured rows and 1 such masked row: 2 rewards)."""
+    import csv
+
+    name = "a" * 130
+    rows = [
+        {"reward": 1.0, "agent_ref": {"name": name}},
+        {"reward": 0.0, "agent_ref": {"name": name}},
+        {"reward": None, "mask_sample": True, "agent_ref": {"name": name}},
+    ]
+    path = tmp_path / "run.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    assert main(["report", str(path), "--format", "csv"]) == 0
+    (row,) = csv.DictReader(capsys.readouterr().out.splitlines())
+    assert row["agent"] == name[:128]
+    assert (row["rewards"], row["measured_rewards"]) == ("2", "2")
+    assert row["mean_reward_ci95_method"] == "wilson"

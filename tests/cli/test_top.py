@@ -227,3 +227,16 @@ def test_top_without_a_terminal_says_so(
         monkeypatch.delenv(variable, raising=False)  # rich would take the pipe for a terminal
     assert main(["top", "http://127.0.0.1:9"]) == 2
     assert "needs a terminal" in capsys.readouterr().err
+
+
+def test_the_time_left_is_at_the_rate_of_the_agents_with_expected_work() -> None:
+    """An agent without expected rollouts adds nothing to the rate the time left is taken at, and a source
+    named with "done" shows no time left without its done figure."""
+    expected = AgentRow(AgentTotals("a", expected=20, unknown=10), per_minute=10.0, trend=())
+    other = AgentRow(AgentTotals("b"), per_minute=50.0, trend=())
+    source = SourceView("n", up=True, agents=(expected, other))
+    text = "\n".join(_screen(TopView((source,), interval=1.0, now=NOW)))
+    assert "done 10/20  ETA 1m00" in text  # 10 left at 10 a minute, not 60
+    crowded = SourceView("done-" + "x" * 60, up=True, agents=(expected,), stall_after_seconds=5.0)
+    (line,) = [line for line in _screen(TopView((crowded,), 1.0, NOW)) if " up " in line]
+    assert "ETA" not in line

@@ -170,7 +170,8 @@ def test_the_hook_api_and_the_files_fill_one_account(
         reported = json.loads(printed.getvalue())
         del reported["file"]  # which file report read: the hook has none
         for agent in reported["agents"]:  # the rewards' intervals, of the rows report read (test_report)
-            del agent["events"]["mean_reward_ci95"], agent["events"]["mean_reward_unmasked_ci95"]
+            for key in ("mean_reward_ci95", "mean_reward_unmasked_ci95", "rewards", "measured_rewards"):
+                del agent["events"][key]
         # report reads the main file before its sidecar, in no known order with it: it classifies each
         # group from its final outcomes, which the live account does too when nothing arrived late.
         assert _report_of(final) == reported

@@ -69,10 +69,14 @@ def prometheus_config(
     every 15 s and loading ``rules.yml`` beside it.
 
     Raises:
-        ConfigError: the URLs differ in scheme or path (one job has one of each), or only one of ``user``
-            and ``password_file`` is given.
+        ConfigError: the URLs differ in scheme or path (one job has one of each), one has a user, a query or a
+            fragment, or only one of ``user`` and ``password_file`` is given.
     """
     parts = [urlsplit(address) for address in scrape]
+    for address, part in zip(scrape, parts, strict=True):
+        if part.username is not None or part.query or part.fragment:
+            msg = f"give --scrape URLs without a user, query or fragment (--user for basic auth): {address}"
+            raise ConfigError(msg)
     schemes = {part.scheme for part in parts}
     paths = {part.path or "/metrics" for part in parts}
     if len(schemes) != 1 or len(paths) != 1:
@@ -94,20 +98,25 @@ def prometheus_config(
         "scrape_configs:",
         f"  - job_name: {JOB}",
         f"    scheme: {schemes.pop()}",
-        f"    metrics_path: {json.dumps(paths.pop())}",
+        f"    metrics_path: {_quoted(paths.pop())}",
     ]
     if ca_file is not None:
-        lines += ["    tls_config:", f"      ca_file: {json.dumps(str(Path(ca_file).resolve()))}"]
+        lines += ["    tls_config:", f"      ca_file: {_quoted(str(Path(ca_file).resolve()))}"]
     if user is not None and password_file is not None:
-        password = json.dumps(str(Path(password_file).resolve()))
+        password = _quoted(str(Path(password_file).resolve()))
         lines += [
             "    basic_auth:",
-            f"      username: {json.dumps(user)}",
+            f"      username: {_quoted(user)}",
             f"      password_file: {password}",
         ]
     lines += ["    static_configs:", "      - targets:"]
-    lines += [f"          - {json.dumps(part.netloc.rpartition('@')[2])}" for part in parts]
+    lines += [f"          - {_quoted(part.netloc.rpartition('@')[2])}" for part in parts]
     return "\n".join(lines) + "\n"
+
+
+def _quoted(value: str) -> str:
+    """``value`` as a YAML double-quoted scalar (JSON's string syntax, which YAML reads), characters kept."""
+    return json.dumps(value, ensure_ascii=False)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -185,8 +185,9 @@ class SourceView:
 
     @property
     def per_minute(self) -> float | None:
-        """Rollouts finished per minute over every agent (``AgentRow.per_minute``), or ``None``."""
-        rates = [a.per_minute for a in self.agents if a.per_minute is not None]
+        """Rollouts finished per minute over the agents whose expected rollouts are known (``progress``'s),
+        or ``None``."""
+        rates = [a.per_minute for a in self.agents if a.per_minute is not None and a.totals.expected]
         return sum(rates) if rates else None
 
 

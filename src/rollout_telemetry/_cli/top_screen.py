@@ -186,9 +186,11 @@ def _header(widths: dict[str, int]) -> Text:
 def _source_line(source: SourceView, width: int) -> Text:
     line = Text(no_wrap=True, overflow="crop")
 
-    def whole(text: str, style: str = "") -> None:  # a figure shown whole or not at all, never cut
-        if line.cell_len + len(text) <= width - 1:
-            line.append(text, style=style)
+    def whole(text: str, style: str = "") -> bool:  # a figure shown whole or not at all, never cut
+        if line.cell_len + len(text) > width - 1:
+            return False
+        line.append(text, style=style)
+        return True
 
     if source.waiting:
         line.append(source.label, style="bold")
@@ -217,9 +219,9 @@ def _source_line(source: SourceView, width: int) -> Text:
         line.append(f"  {_count(stalled)} stalled{bound}", style="bold red")
     if (progress := source.progress) is not None:
         done, expected = progress
-        whole(f"  done {_count(done)}/{_count(expected)}")
+        shown = whole(f"  done {_count(done)}/{_count(expected)}")
         rate = source.per_minute
-        if done < expected and rate and "done" in line.plain:
+        if shown and done < expected and rate:
             whole(f"  ETA {age((expected - done) / rate * 60)}")
     if not source.tracks_in_flight and source.agents:
         whole("  in flight: unknown from files", style="dim")

@@ -46,13 +46,12 @@ def check_reward_range(reward_range: Iterable[float]) -> RewardRange:
     """
     try:
         bounds = tuple(reward_range) if not isinstance(reward_range, str | bytes) else ()
-    except TypeError:
-        bounds = ()
-    numbers = all(isinstance(bound, int | float) and type(bound) is not bool for bound in bounds)
-    if len(bounds) != 2 or not numbers:
+        if len(bounds) != 2 or any(isinstance(bound, str | bytes | bool) for bound in bounds):
+            raise TypeError
+        low, high = float(bounds[0]), float(bounds[1])  # any real number: int, float, Fraction, Decimal
+    except (TypeError, ValueError):
         msg = f"reward_range must be a pair of numbers (lowest, highest), got {reward_range!r:.60}"
-        raise ConfigError(msg)
-    low, high = float(bounds[0]), float(bounds[1])
+        raise ConfigError(msg) from None
     if not (math.isfinite(low) and math.isfinite(high) and -MAX_REWARD <= low < high <= MAX_REWARD):
         msg = f"reward_range must be finite, lowest < highest, within +-{MAX_REWARD:g}: ({low!r}, {high!r})"
         raise ConfigError(msg)

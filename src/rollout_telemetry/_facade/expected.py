@@ -4,7 +4,7 @@ identities of ``tasks=``, and NeMo Gym's materialized inputs (``inputs=``)."""
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from rollout_telemetry._contract.identity import check_task_size
@@ -71,9 +71,10 @@ def identity_pairs(identities: object) -> tuple[tuple[int, int], ...]:
     raise ConfigError(msg)
 
 
-def task_identities(tasks: int, rollouts_per_task: int) -> tuple[tuple[int, int], ...]:
-    """The identities of ``tasks`` tasks of ``rollouts_per_task`` rollouts each (``check_work`` checked)."""
-    return tuple((t, r) for t in range(tasks) for r in range(rollouts_per_task))
+def task_identities(tasks: int, rollouts_per_task: int) -> Iterator[tuple[int, int]]:
+    """The identities of ``tasks`` tasks of ``rollouts_per_task`` rollouts each (``check_work`` checked),
+    one at a time."""
+    return ((t, r) for t in range(tasks) for r in range(rollouts_per_task))
 
 
 def inputs_of(

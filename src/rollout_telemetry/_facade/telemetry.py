@@ -386,22 +386,28 @@ class RolloutTelemetry:
         pairs = None if identities is None else identity_pairs(identities)
         checked = None if reward_range is None else check_reward_range(reward_range)
         recorder = self._recorder
+        read = None
+        if (
+            inputs is not None
+        ):  # read whole before anything is declared: a file that cannot be read is refused
+            read = inputs_of(inputs, agents[0] if agents else None, recorder.reject)
         if max_attempts is not None:
             recorder.cover(max_attempts)
-        if inputs is not None:
-            declared = 0
-            read = inputs_of(inputs, agents[0] if agents else None, recorder.reject)
+        if read is not None:
             for agent, expected in read.items():
                 recorder.expect(agent, identities=expected, group_size=group_size, reward_range=checked)
-                declared += len(expected)
-            return declared
+            return sum(len(expected) for expected in read.values())
+        per_agent = rollouts or 0
         if tasks is not None:
-            pairs = task_identities(tasks, rollouts_per_task)
+            per_agent = tasks * rollouts_per_task
+        elif pairs is not None:
+            per_agent = len(pairs)
         for agent in agents:
+            # Generated for each agent: a million tasks are never held at once.
+            identities = task_identities(tasks, rollouts_per_task) if tasks is not None else pairs
             recorder.expect(
-                agent, rollouts=rollouts, identities=pairs, group_size=group_size, reward_range=checked
+                agent, rollouts=rollouts, identities=identities, group_size=group_size, reward_range=checked
             )
-        per_agent = len(pairs) if pairs is not None else rollouts or 0
         return per_agent * len(agents)
 
     # -- reading ------------------------------------------------------------------------------------

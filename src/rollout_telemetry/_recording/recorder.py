@@ -143,6 +143,14 @@ class Recorder:
 
     # -- recording ----------------------------------------------------------------------------------
 
+    def label(self, agent: str) -> str:
+        """The ``agent`` label an outcome of ``agent`` is counted under (cut, or ``_other`` past the cap).
+
+        Raises:
+            OutcomeError: the name is not a non-empty string.
+        """
+        return self._names.agent(agent)[0]
+
     def member(self, task_index: object, rollout_index: object, attempt: object = None) -> Member | None:
         """A rollout's identity, checked before its outcome is counted; a bad one is a counted rejection
         (``invalid_task_index``, ...) and the outcome is counted without it. Neither a task index nor an

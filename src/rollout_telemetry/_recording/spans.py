@@ -154,8 +154,7 @@ class SpanRecorder:
             raise ConfigError(msg)
         self._logger_provider = logger_provider
         self._evaluation_as = evaluation_event
-        self._log_provider_seen: object = None
-        self._logger: Logger | None = None
+        self._log_state: tuple[object, Logger | None] = (None, None)  # (provider seen, its logger): one read
         self._provider = tracer_provider
         self._mode = mode
         # Until this clock() value start() opens nothing: forever when spans are off, for a second after
@@ -192,14 +191,14 @@ class SpanRecorder:
         from opentelemetry import _logs  # only with the opt-in: recording without it loads no logs API
 
         provider = self._logger_provider or _logs.get_logger_provider()
-        if provider is not self._log_provider_seen:
-            self._log_provider_seen = provider
+        seen, logger = self._log_state
+        if provider is not seen:
             # None set: the API's no-op, or its proxy (a private class of the API, told by name).
-            unset = isinstance(provider, _logs.NoOpLoggerProvider) or type(provider).__name__.startswith(
-                "Proxy"
-            )
-            self._logger = None if unset else provider.get_logger(_SCOPE, schema_url=self._schema_url)
-        return self._logger
+            proxy = type(provider).__name__.startswith("Proxy")
+            unset = proxy or isinstance(provider, _logs.NoOpLoggerProvider)
+            logger = None if unset else provider.get_logger(_SCOPE, schema_url=self._schema_url)
+            self._log_state = (provider, logger)  # one assignment: a reader sees both or neither
+        return logger
 
     def _tracer(self) -> trace.Tracer | None:
         if self._provider is not None:
@@ -310,9 +309,9 @@ class SpanRecorder:
             if outcome is None:
                 span.add_event("rollout.abandoned")
             else:
-                self._outcome(open_span, outcome, end_ns)
                 if facts[0] is not None or facts[1] is not None:
                     span.set_attributes(recovery_attributes(*facts))
+                self._outcome(open_span, outcome, end_ns)
         finally:
             if open_span.owned:
                 try:
@@ -347,7 +346,9 @@ class SpanRecorder:
         cleaned = self.clean_reason(failure_reason) if failure_reason is not None else None
         if cleaned is not None:
             span.add_event("rollout.failure", {"rollout.failure_reason": cleaned})
-        if self.latest:
+        if disposition is Disposition.FAILED:
+            span.set_status(Status(StatusCode.ERROR, cleaned))
+        if self.latest:  # last: a log processor that raises loses the event alone
             evaluation = self._evaluation(disposition, reward, failure_kind, cleaned)
             logger = self._event_logger() if self._evaluation_as == "log" else None
             if logger is None:
@@ -360,8 +361,6 @@ class SpanRecorder:
                     context=trace.set_span_in_context(span),
                     timestamp=at,
                 )
-        if disposition is Disposition.FAILED:
-            span.set_status(Status(StatusCode.ERROR, cleaned))
 
     def _evaluation(
         self, disposition: Disposition, reward: float | None, failure_kind: str | None, cleaned: str | None

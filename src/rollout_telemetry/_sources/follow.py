@@ -91,7 +91,7 @@ class RunFollower:
         wall_clock: nanoseconds since the epoch, when a span's row is read.
         announce: warn once that the main file is awaited while it does not exist (off for a caller that
             starts what writes it).
-        observe: given each row's agent and outcome once it is counted (``report``'s reward samples).
+        observe: given each row's agent label and outcome once it is counted (``report``'s reward samples).
     """
 
     def __init__(
@@ -306,8 +306,8 @@ class RunFollower:
         )
         self.rows += 1
         self.unnamed += unnamed
-        if self._observe is not None:  # counted: a repeated row raised before it
-            self._observe(agent, outcome)
+        if self._observe is not None:  # counted: a repeated row raised before it; by the agent's label
+            self._observe(self.recorder.label(agent), outcome)
         for error in refused:  # the failure is counted, at an unknown stage or delivery
             self._reject(tail, number, error)
         if self.spans:

@@ -82,3 +82,7 @@ class RewardSamples:
     def intervals(self, agent: str) -> tuple[Interval | None, Interval | None]:
         """(every reward's, the measured rewards') intervals of ``agent``."""
         return interval(self._rewards.get(agent, ())), interval(self._measured.get(agent, ()))
+
+    def counts(self, agent: str) -> tuple[int, int]:
+        """(rewards, measured rewards) of ``agent``: the rows each mean is over."""
+        return len(self._rewards.get(agent, ())), len(self._measured.get(agent, ()))

@@ -119,7 +119,13 @@ def _intervals(samples: RewardSamples | None, agent: str) -> dict[str, Any]:
     if samples is None:
         return {}
     every, measured = samples.intervals(agent)
-    return {"mean_reward_ci95": _shown(every), "mean_reward_unmasked_ci95": _shown(measured)}
+    rewards, measured_rewards = samples.counts(agent)
+    return {
+        "rewards": rewards,
+        "measured_rewards": measured_rewards,
+        "mean_reward_ci95": _shown(every),
+        "mean_reward_unmasked_ci95": _shown(measured),
+    }
 
 
 def _shown(found: Interval | None) -> dict[str, Any] | None:

@@ -55,8 +55,8 @@ def render_markdown(report: dict[str, Any], heading: str | None = None) -> str:
             _mean(events["mean_reward"], every),
             _mean(events["mean_reward_unmasked"], measured),
             *(_count(counts[column]) for column in _COUNTS),
-            _count(events["measured"] + events["masked"]),
-            _count(events["measured"]),
+            _count(events.get("rewards")),
+            _count(events.get("measured_rewards")),
         ]
         lines.append("| " + " | ".join(cells) + " |")
     lines += [
@@ -94,7 +94,7 @@ def render_csv(reports: Sequence[dict[str, Any]]) -> str:
             counts, events = row["rollouts"], row["events"]
             cells: list[object] = [report.get("file", ""), row["agent"]]
             cells += ["" if counts[column] is None else counts[column] for column in _COUNTS]
-            cells += [events["measured"] + events["masked"], events["measured"]]
+            cells += [events.get("rewards", ""), events.get("measured_rewards", "")]
             for mean in means:
                 ci = events.get(f"{mean}_ci95")
                 cells.append("" if events[mean] is None else events[mean])

@@ -19,6 +19,7 @@ from rollout_telemetry._contract.outcome import classify
 from rollout_telemetry._store.account import InFlight
 from rollout_telemetry.errors import ConfigError
 from rollout_telemetry.exporters._exposition import encode
+from rollout_telemetry.exporters.prometheus import AccountCollector
 from tests.support import FakeClock, examples
 
 OPENMETRICS = "application/openmetrics-text; version=1.0.0"
@@ -71,6 +72,7 @@ class _Run:
     """A telemetry driven by steps; every ``scrape`` step compares the two writers in every format."""
 
     def __init__(self, const: dict[str, str], max_agents: int) -> None:
+        self.const = dict(const)
         self.clock = FakeClock()
         self.telemetry = RolloutTelemetry(
             run=const.pop("run", None),
@@ -116,9 +118,17 @@ class _Run:
 
     def compare(self) -> None:
         registry = self.telemetry.registry
+        # A collector made now keeps nothing from earlier scrapes: what the telemetry's own collectors keep
+        # between scrapes (each agent's lines, and samples) must write what it writes.
+        fresh = CollectorRegistry()
+        fresh.register(AccountCollector(self.telemetry.snapshot, self.const))
         for accept, encoder in ENCODERS.items():
             ours, _ = encode(registry, accept)
             assert ours == encoder(registry), accept
+            account_part = encoder(fresh)
+            if accept == OPENMETRICS:
+                account_part = account_part.removesuffix(b"# EOF\n")
+            assert account_part in ours, accept
         text = encode(registry, "")[0].decode()
         parsed = text_string_to_metric_families(text)
         assert sum(len(family.samples) for family in parsed) == _sample_lines(text)
@@ -190,6 +200,64 @@ def test_an_unchanged_agent_keeps_its_lines() -> None:
     assert second.agents[1].measured == 2
 
 
+def test_collect_makes_samples_again_only_for_what_changed() -> None:
+    """Through a registry (``collect()``), an unchanged agent's samples are the same objects scrape after
+    scrape, and a changed agent's unchanged families too: a scrape allocates for what changed, so on a large
+    heap it sets off no full collection. The samples equal those of a collector made afresh."""
+    telemetry = RolloutTelemetry(run="r", runtime_metrics=False)
+    for agent in ("math", "code"):
+        telemetry.record(agent, {"reward": 1.0})
+        telemetry.record_failure(agent, "session_lost")
+
+    def samples() -> dict[tuple[str, str], object]:
+        return {
+            (sample.name, sample.labels["agent"]): sample
+            for family in telemetry.registry.collect()
+            for sample in family.samples
+            if "agent" in sample.labels
+        }
+
+    first = samples()
+    telemetry.record("code", {"reward": 0.5})
+    second = samples()
+    assert first.keys() == second.keys()
+    changed = {key for key in first if first[key] is not second[key]}
+    assert {agent for _, agent in changed} == {"code"}
+    assert ("rollout_failed_total", "code") not in changed  # its failures did not move
+    assert ("rollout_completed_total", "code") in changed
+    fresh = CollectorRegistry()
+    fresh.register(AccountCollector(telemetry.snapshot, {"run": "r"}))
+    assert generate_latest(fresh) in generate_latest(telemetry.registry)
+
+
+def test_a_large_collect_leaves_the_garbage_collector_alone() -> None:
+    """A registry's scrape of 15,000 series, every agent changed since the last, sets off a few collections
+    where the first scrape, which makes every sample, sets off many more."""
+    telemetry = _large(agents=50, kinds=100)
+    generate_latest(telemetry.registry)
+    for agent in range(50):
+        telemetry.record(f"agent_{agent}", {"reward": 1.0})
+    with _collections() as later:
+        generate_latest(telemetry.registry)
+    first_time = _large(agents=50, kinds=100)
+    with _collections() as first:
+        generate_latest(first_time.registry)
+    assert len(first) >= 20
+    assert len(later) * 4 <= len(first)
+
+
+def _large(agents: int, kinds: int) -> RolloutTelemetry:
+    """A telemetry of ``agents`` x ``kinds`` x 3 dispositions series and more."""
+    telemetry = RolloutTelemetry(run="r", max_kinds_per_agent=kinds, runtime_metrics=False)
+    for agent in range(agents):
+        for kind in range(kinds):
+            for record in (telemetry.record_failure, telemetry.record_omission):
+                record(f"agent_{agent}", f"bench:kind_{kind}")
+            masked = {"reward": 0.0, "mask_sample": True, "failure_kind": f"bench:kind_{kind}"}
+            telemetry.record(f"agent_{agent}", masked)
+    return telemetry
+
+
 @contextmanager
 def _collections() -> Iterator[list[int]]:
     """The generations of the garbage collections that run inside the block, at the thresholds of 3.11."""
@@ -214,13 +282,7 @@ def test_a_large_scrape_leaves_the_garbage_collector_alone() -> None:
     """Writing 15,000 series sets off a few collections where prometheus_client's writer, from the same
     collector, sets off four times as many or more: the lines are strings, which the collector does not
     track."""
-    telemetry = RolloutTelemetry(run="r", max_kinds_per_agent=100, runtime_metrics=False)
-    for agent in range(50):
-        for kind in range(100):
-            for record in (telemetry.record_failure, telemetry.record_omission):
-                record(f"agent_{agent}", f"bench:kind_{kind}")
-            masked = {"reward": 0.0, "mask_sample": True, "failure_kind": f"bench:kind_{kind}"}
-            telemetry.record(f"agent_{agent}", masked)
+    telemetry = _large(agents=50, kinds=100)
     with _collections() as ours:
         body, _ = encode(telemetry.registry, "")
     with _collections() as theirs:

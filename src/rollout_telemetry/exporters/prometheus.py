@@ -14,13 +14,14 @@ unchanged, so a scrape's cost follows what changed.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
-from prometheus_client.samples import Exemplar
+from prometheus_client.samples import Exemplar, Sample
 
 from rollout_telemetry._contract.outcome import Disposition
 from rollout_telemetry._store.coverage import CoverageSnapshot
@@ -98,26 +99,28 @@ class _CatalogueCollector(Collector, Generic[S]):
         if fmt is not None:
             yield Rendered(self.render(fmt))
             return
-        snap = self._read()
-        values = self._values
-        for family in self._families:
-            metric: Any = self._empty(family)  # a counter or a gauge: add_metric(labels, value)
-            exemplar = self._exemplars(family, snap)
-            for labels, value in family.sample(snap):
-                metric.add_metric([*values, *labels], value)
-                if exemplar is not None:
-                    ids = exemplar.get(labels)
-                    if ids is not None:  # the OpenMetrics exposition shows it; the classic one leaves it out
-                        metric.samples[-1] = metric.samples[-1]._replace(exemplar=_exemplar(ids, 1.0))
-            if metric.samples:
+        described = tuple(self._described())
+        rows = self._rows(_OBJECTS, len(described), self._samples)
+        for index, family in enumerate(described):
+            samples = [sample for row in rows for sample in row[index][1]]
+            if samples:
+                metric = self._empty(family)
+                metric.samples = samples
                 yield metric
-        yield from self._more(snap)
 
     def render(self, fmt: Format) -> list[bytes]:
         """The families of one snapshot written in ``fmt``, in pieces: joined, the bytes prometheus_client
         writes from ``collect()``, without its objects."""
         layouts = self._layouts_of(fmt)
-        return _joined(layouts, [self._written(self._read(), layouts)])
+        return _joined(layouts, self._rows(fmt, len(layouts), functools.partial(self._write, layouts)))
+
+    def _rows(
+        self, kept: Kept, families: int, write: Callable[[int, S], W]
+    ) -> Sequence[Sequence[Written[W]]]:
+        """Each family's samples from one snapshot, made by ``write(index, snap)``, as rows of families
+        (``_written``), each row a part of the snapshot; ``kept`` names what is made, for a collector that
+        keeps the rows of unchanged parts between scrapes."""
+        return [self._written(self._read(), families, write)]
 
     def _layouts_of(self, fmt: Format) -> tuple[Layout, ...]:
         layouts = self._layouts.get(fmt)
@@ -128,28 +131,30 @@ class _CatalogueCollector(Collector, Generic[S]):
     def _written(
         self,
         snap: S,
-        layouts: tuple[Layout, ...],
-        before: Sequence[Written] = (),
+        families: int,
+        write: Callable[[int, S], W],
+        before: Sequence[Written[W]] = (),
         only: Iterable[int] | None = None,
-    ) -> Sequence[Written]:
-        """Each family's samples from ``snap`` and their lines, in the order of ``layouts`` (``_described``).
+    ) -> Sequence[Written[W]]:
+        """Each family's samples from ``snap`` and what ``write`` makes of them, in the order of
+        ``_described``.
 
-        A family whose samples equal those in ``before`` keeps its lines from there (``before`` itself is
+        A family whose samples equal those in ``before`` keeps what was made from there (``before`` itself is
         returned if every family did); with ``only``, just those families are read again.
         """
-        written: list[Written] | None = None
-        for index in range(len(layouts)) if only is None else only:
+        written: list[Written[W]] | None = None
+        for index in range(families) if only is None else only:
             key = self._key(index, snap)
             if index < len(before) and before[index][0] == key:
                 continue
             if written is None:
-                written = list(before) if before else [_NOTHING] * len(layouts)
-            written[index] = (key, self._write(index, layouts[index], snap))
+                written = list(before) if before else [_NOTHING] * families
+            written[index] = (key, write(index, snap))
         return before if written is None else written
 
     def _key(self, index: int, snap: S) -> object:
-        """What the lines of the family at ``index`` are written from, as one flat tuple of strings and
-        numbers (none of which the garbage collector tracks), so unchanged lines are seen as such."""
+        """What the samples of the family at ``index`` are made from, as one flat tuple of strings and
+        numbers (none of which the garbage collector tracks), so unchanged samples are seen as such."""
         if index >= len(self._families):  # the histograms, last
             return _flat(
                 (labels, total, *(count for _, count in buckets), exemplars)
@@ -158,12 +163,37 @@ class _CatalogueCollector(Collector, Generic[S]):
         family = self._families[index]
         return _flat(family.sample(snap)), self._exemplars(family, snap)
 
-    def _write(self, index: int, layout: Layout, snap: S) -> bytes:
+    def _write(self, layouts: Sequence[Layout], index: int, snap: S) -> bytes:
+        """The lines of the family at ``index`` (UTF-8)."""
+        layout = layouts[index]
         if index >= len(self._families):
             series = self._histogram(index - len(self._families), snap)
             return "".join([layout.histogram(*one) for one in series]).encode()
         family = self._families[index]
         return layout.lines(family.sample(snap), self._exemplars(family, snap)).encode()
+
+    def _samples(self, index: int, snap: S) -> tuple[Sample, ...]:
+        """The samples of the family at ``index``, as prometheus_client's families make them."""
+        values = self._values
+        if index >= len(self._families):
+            histogram = self._empty(self._histogram_families()[index - len(self._families)])
+            assert isinstance(histogram, HistogramMetricFamily)
+            for labels, counts, total, exemplars in self._histogram(index - len(self._families), snap):
+                buckets: list[Any] = counts
+                for bucket, (trace_id, span_id, observed) in exemplars.items():
+                    buckets[bucket] = (*buckets[bucket], _exemplar((trace_id, span_id), observed))
+                histogram.add_metric([*values, *labels], buckets, total)
+            return tuple(histogram.samples)
+        family = self._families[index]
+        metric: Any = self._empty(family)  # a counter or a gauge: add_metric(labels, value)
+        exemplar = self._exemplars(family, snap)
+        for labels, value in family.sample(snap):
+            metric.add_metric([*values, *labels], value)
+            if exemplar is not None:
+                ids = exemplar.get(labels)
+                if ids is not None:  # the OpenMetrics exposition shows it; the classic one leaves it out
+                    metric.samples[-1] = metric.samples[-1]._replace(exemplar=_exemplar(ids, 1.0))
+        return tuple(metric.samples)
 
     def _exemplars(self, family: Family[S], snap: S) -> Mapping[tuple[str, ...], tuple[str, str]] | None:
         return None
@@ -175,18 +205,6 @@ class _CatalogueCollector(Collector, Generic[S]):
     def _histogram(self, index: int, snap: S) -> Iterator[HistogramSeries]:
         """Each series of the ``index``-th histogram family in ``snap``."""
         raise NotImplementedError
-
-    def _more(self, snap: S) -> Iterator[Metric]:
-        for index, family in enumerate(self._histogram_families()):
-            histogram = self._empty(family)
-            assert isinstance(histogram, HistogramMetricFamily)
-            for labels, counts, total, exemplars in self._histogram(index, snap):
-                buckets: list[Any] = counts
-                for bucket, (trace_id, span_id, observed) in exemplars.items():
-                    buckets[bucket] = (*buckets[bucket], _exemplar((trace_id, span_id), observed))
-                histogram.add_metric([*self._values, *labels], buckets, total)
-            if histogram.samples:
-                yield histogram
 
 
 class AccountCollector(_CatalogueCollector[AccountSnapshot]):
@@ -201,7 +219,7 @@ class AccountCollector(_CatalogueCollector[AccountSnapshot]):
         self, read_snapshot: Callable[[], AccountSnapshot], const_labels: Mapping[str, str] | None = None
     ) -> None:
         super().__init__(read_snapshot, FAMILIES, const_labels)
-        self._kept: dict[Format, dict[str, tuple[AgentSnapshot, Sequence[Written]]]] = {}
+        self._kept: dict[Kept, dict[str, Any]] = {}
         self._timely = tuple(index for index, family in enumerate(FAMILIES) if family.timely)
 
     def _histogram_families(self) -> Sequence[Family[Any]]:
@@ -227,28 +245,35 @@ class AccountCollector(_CatalogueCollector[AccountSnapshot]):
             if d is disposition
         }
 
-    def render(self, fmt: Format) -> list[bytes]:
-        """The account's families written in ``fmt``, each agent's lines kept while they are the same.
+    def _rows(
+        self, kept: Kept, families: int, write: Callable[[int, AccountSnapshot], W]
+    ) -> Sequence[Sequence[Written[W]]]:
+        """A row per agent, each kept while the agent is the same, after a row of the account's own families.
 
-        The account hands out the same ``AgentSnapshot`` while an agent's counts are unchanged: its lines
-        are kept whole, but for a family whose samples depend on the time (``Family.timely``), read again.
-        A changed agent's families are read again, and only those whose samples changed are written.
+        The account hands out the same ``AgentSnapshot`` while an agent's counts are unchanged: its row is
+        kept whole, but for a family whose samples depend on the time (``Family.timely``), read again. A
+        changed agent's families are read again, and only those whose samples changed are made again; so a
+        scrape's cost, and what it allocates (``collect()`` makes objects), follows what changed.
         """
         snap = self._read()
-        layouts = self._layouts_of(fmt)
-        kept = self._kept.setdefault(fmt, {})
-        rows = [self._written(AccountSnapshot((), snap.rejected, snap.overflow, snap.taken_at), layouts)]
+        rows_kept: dict[str, tuple[AgentSnapshot, Sequence[Written[W]]]] = self._kept.setdefault(kept, {})
+        rows = [
+            self._written(AccountSnapshot((), snap.rejected, snap.overflow, snap.taken_at), families, write)
+        ]
         for agent in snap.agents:
             one = AccountSnapshot((agent,), taken_at=snap.taken_at)
-            entry = kept.get(agent.agent)
+            entry = rows_kept.get(agent.agent)
             if entry is None or entry[0] is not agent:
-                written = self._written(one, layouts, entry[1] if entry is not None else ())
+                written = self._written(one, families, write, entry[1] if entry is not None else ())
             else:
-                written = self._written(one, layouts, entry[1], only=self._timely)
+                written = self._written(one, families, write, entry[1], only=self._timely)
             if entry is None or entry[0] is not agent or written is not entry[1]:
-                kept[agent.agent] = (agent, written)  # an agent unchanged keeps its entry: nothing new lives
+                rows_kept[agent.agent] = (
+                    agent,
+                    written,
+                )  # an agent unchanged keeps its entry: nothing new lives
             rows.append(written)
-        return _joined(layouts, rows)
+        return rows
 
 
 def _flat(samples: Iterable[tuple[Any, ...]]) -> tuple[object, ...]:
@@ -267,12 +292,18 @@ def _flat(samples: Iterable[tuple[Any, ...]]) -> tuple[object, ...]:
 _NEGATIVE_ZERO = object()
 
 
-Written = tuple[object, bytes]
-"""A family's samples from one snapshot (or part of one), as ``_key`` makes them, and its lines (UTF-8)."""
-_NOTHING: Written = ((), b"")
+W = TypeVar("W", bytes, tuple[Sample, ...])
+Written = tuple[object, W]
+"""A family's samples from one snapshot (or part of one), as ``_key`` makes them, and what was made of them:
+its lines (UTF-8) or prometheus_client's samples."""
+_NOTHING: Any = ((), ())  # a family without samples: no lines, no samples; replaced before it is read
+
+Kept = Literal["text", "openmetrics", "objects"]
+"""What a collector keeps rows of: the lines of a format, or the samples ``collect()`` yields."""
+_OBJECTS: Kept = "objects"
 
 
-def _joined(layouts: Sequence[Layout], rows: Sequence[Sequence[Written]]) -> list[bytes]:
+def _joined(layouts: Sequence[Layout], rows: Sequence[Sequence[Written[bytes]]]) -> list[bytes]:
     """The families in order, each its header and the lines of every row, as pieces to join; a family
     without lines is left out."""
     out: list[bytes] = []

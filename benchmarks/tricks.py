@@ -165,8 +165,25 @@ def as_dataclass(reward: float) -> bool:
     return (outcome.disposition, outcome.reward, outcome.kind, outcome.generation, outcome.reason) is None
 
 
+# A row's five fields, read as check_outcome reads a dict (most rows lack four of them).
+def get_each(row: dict[str, object]) -> tuple[object, ...]:
+    return (
+        row.get("reward"),
+        row.get("mask_sample"),
+        row.get("failure_kind"),
+        row.get("failure_reason"),
+        row.get("response"),
+    )
+
+
+def get_bound(row: dict[str, object]) -> tuple[object, ...]:
+    get = row.get
+    return get("reward"), get("mask_sample"), get("failure_kind"), get("failure_reason"), get("response")
+
+
 _shared = _Shared()
 _holder = _Holder()
+_row: dict[str, object] = {"reward": 0.5}
 
 HABITS: dict[str, tuple[str, dict[str, str]]] = {
     "lock": ("lock_acquire()", {"with": "lock_with()"}),
@@ -182,6 +199,7 @@ HABITS: dict[str, tuple[str, dict[str, str]]] = {
         },
     ),
     "tuple": ("as_tuple(0.5)", {"NamedTuple": "as_named(0.5)", "dataclass": "as_dataclass(0.5)"}),
+    "dict_get": ("get_each(row)", {"get = row.get": "get_bound(row)"}),
 }
 """habit -> (the statement as the code writes it, {plain way: its statement})."""
 
@@ -197,6 +215,9 @@ NAMES = {
     "as_tuple": as_tuple,
     "as_named": as_named,
     "as_dataclass": as_dataclass,
+    "get_each": get_each,
+    "get_bound": get_bound,
+    "row": _row,
 }
 
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from rollout_telemetry._contract.group_state import DEFAULT_MIN_VALID
-from rollout_telemetry._contract.outcome import Disposition, check_outcome, classify
+from rollout_telemetry._contract.outcome import Disposition, check_outcome
 from rollout_telemetry._contract.reward_range import check_reward_range
 from rollout_telemetry._facade.expected import check_work, identity_pairs, inputs_of, task_identities
 from rollout_telemetry._recording.lifecycle import Cleanup, OfferedContext, RolloutContext, Shared
@@ -204,7 +204,7 @@ class RolloutTelemetry:
         """
         # task_index, rollout_index and attempt are not keyword-only: a cheaper call (docs/performance.md).
         try:
-            outcome = classify(response)
+            outcome = check_outcome(None, None, None, None, None, None, response)  # classify(), one call less
             recorder = self._recorder
             if task_index is None and recorder.coverage is None:  # the common call: straight to the account
                 self._account.count(agent, outcome)

@@ -150,7 +150,7 @@ def fake_exporter() -> Iterator[tuple[str, type[_Exporter]]]:
 def test_an_exporter_without_rollouts_has_no_list(fake_exporter: tuple[str, type[_Exporter]]) -> None:
     """A 404 on /rollouts is an older exporter: figures, no list, not down."""
     url, _ = fake_exporter
-    reading = ExporterSource(url, timeout=60).read()
+    reading = ExporterSource(url, timeout=30).read()
     assert {a.agent for a in reading.agents} == {"math", "code"}
     assert reading.in_flight is None
 
@@ -160,7 +160,7 @@ def test_an_exporter_with_rollouts(fake_exporter: tuple[str, type[_Exporter]]) -
     url, handler = fake_exporter
     item = {"agent": "math", "stage": "verify", "age_seconds": 4.0, "stalled": False}
     handler.rollouts = json.dumps({"in_flight": 1, "stall_after_seconds": 30.0, "rollouts": [item]}).encode()
-    source = ExporterSource(url.removeprefix("http://").removesuffix("/metrics"), timeout=60)
+    source = ExporterSource(url.removeprefix("http://").removesuffix("/metrics"), timeout=30)
     assert source.label == url.removeprefix("http://").removesuffix("/metrics")
     reading = source.read()
     assert reading.in_flight is not None
@@ -179,6 +179,7 @@ def test_an_unreachable_exporter_is_down_and_says_why() -> None:
     assert (view.up, view.down_for, view.error) == (False, None, "connection refused")
 
 
+@pytest.mark.timeout(150)  # three reads of up to 30 s each, and the certificates
 def test_tls_client_certificate_and_basic_auth(tmp_path: Path) -> None:
     """The client side of serve's security: verify against the CA, present a certificate, send a password."""
     ca = trustme.CA()
@@ -193,16 +194,16 @@ def test_tls_client_certificate_and_basic_auth(tmp_path: Path) -> None:
     tls = TLSConfig(str(files["cert"]), str(files["key"]), str(files["ca"]))
     auth = BasicAuth("scraper", hash_password("s3cret"))
     with telemetry.serve(port=0, tls=tls, auth=auth) as server:
-        # Not a test of time: a minute for each answer (scrypt and the handshakes, on a CI machine that gives
-        # this tier only the cores nothing else wants), so only a server that never answers fails it.
+        # Not a test of time: half a minute for each answer (scrypt and the handshakes, on a CI machine that
+        # gives this tier only the cores nothing else wants), so only a server that never answers fails it.
         security = ClientSecurity(str(files["ca"]), str(files["client"]), None, "scraper", "s3cret")
-        reading = ExporterSource(server.url, security, timeout=60).read()
+        reading = ExporterSource(server.url, security, timeout=30).read()
         assert {a.agent for a in reading.agents} == {"math", "code"}
         wrong = ClientSecurity(str(files["ca"]), str(files["client"]), None, "scraper", "nope")
         with pytest.raises(SourceDown, match="HTTP 401"):
-            ExporterSource(server.url, wrong, timeout=60).read()
+            ExporterSource(server.url, wrong, timeout=30).read()
         with pytest.raises(SourceDown, match="TLS"):
-            ExporterSource(server.url, timeout=60).read()  # the system's CAs do not know the test CA
+            ExporterSource(server.url, timeout=30).read()  # the system's CAs do not know the test CA
 
 
 def test_follow_source_reads_a_runs_files() -> None:
@@ -223,6 +224,7 @@ def test_follow_source_reads_a_runs_files() -> None:
         assert totals.mean_reward == agent.mean_reward
 
 
+@pytest.mark.timeout(120)  # two reads of up to 30 s each
 def test_an_exporter_tracking_no_rollout_block_says_so_and_gives_done_of_expected() -> None:
     """An exporter that tracked no rollout block (one following files) says so in /rollouts: no list, not an
     empty one; its expected work gives done of expected per agent. Once a block is tracked: an empty list."""
@@ -231,7 +233,7 @@ def test_an_exporter_tracking_no_rollout_block_says_so_and_gives_done_of_expecte
     telemetry.record("math", {"reward": 1.0}, 0, 0)
     telemetry.record_failure("math", "session_lost", task_index=1, rollout_index=0)
     with telemetry.serve(port=0) as server:
-        reading = ExporterSource(server.url, timeout=60).read()
+        reading = ExporterSource(server.url, timeout=30).read()
     assert reading.in_flight is None
     assert reading.tracks_in_flight is False
     (math,) = reading.agents
@@ -239,7 +241,7 @@ def test_an_exporter_tracking_no_rollout_block_says_so_and_gives_done_of_expecte
     with telemetry.rollout("math", task_index=2, rollout_index=0) as rollout:
         rollout.complete({"reward": 0.0})
     with telemetry.serve(port=0) as server:
-        reading = ExporterSource(server.url, timeout=60).read()
+        reading = ExporterSource(server.url, timeout=30).read()
     assert reading.in_flight == ()
     assert reading.tracks_in_flight is True
     assert reading.agents[0].unknown == 1

@@ -98,7 +98,9 @@ def check_outcome(  # noqa: PLR0912, PLR0917 - one rule per field, the fields as
     - ``failure_reason``: a string or ``None``.
 
     With ``response`` (a verify response: dict, pydantic model or object) the fields are read from it
-    instead (``classify``): here, so that recording a row costs one call less.
+    instead (the fields given are ignored; ``classify``): here, so that recording a row costs one call less.
+    Anything but an ``OutcomeError`` raised while a response is read or checked (a property, a number type of
+    the caller's) becomes ``OutcomeError("response", "could not be read: ...")``.
 
     The commonest values (a float reward, a bool or no mask, no kind or a plain string) take the first
     test of each rule.
@@ -160,6 +162,8 @@ def check_outcome(  # noqa: PLR0912, PLR0917 - one rule per field, the fields as
     except OutcomeError:
         raise
     except Exception as exc:  # the caller's object raised while read (a property, __eq__, a deep cycle...)
+        if response is _ABSENT:
+            raise  # fields given by the caller: what raised is the caller's, as it was
         raise _unreadable(exc) from exc
 
 
@@ -242,9 +246,15 @@ def absent(
     ``reward`` is for a failure record that still carries one (NeMo Gym writes some to its failures file).
 
     Raises:
-        OutcomeError: a field has a value that is not allowed; the error names the field.
+        OutcomeError: a field has a value that is not allowed, or could not be read; the error names the
+            field.
     """
-    return check_outcome(disposition, reward, None, failure_kind, failure_reason)
+    try:
+        return check_outcome(disposition, reward, None, failure_kind, failure_reason)
+    except OutcomeError:
+        raise
+    except Exception as exc:  # a str or number subclass of the caller's that raised while read
+        raise _unreadable(exc) from exc
 
 
 def outcome_of(response: object) -> Outcome:

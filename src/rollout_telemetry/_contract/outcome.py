@@ -128,9 +128,7 @@ def check_outcome(  # noqa: PLR0912, PLR0917 - one rule per field, the fields as
                 raise OutcomeError("reward", f"must be a number, got {type(reward).__name__}")
             try:
                 as_float = float(reward)
-            except (
-                Exception
-            ):  # an int of 400 digits (OverflowError), or a number type of the caller's raising
+            except Exception:  # an int of 400 digits (OverflowError), or a caller's number type raising
                 as_float = math.inf
             if not -MAX_REWARD <= as_float <= MAX_REWARD:
                 raise _out_of_range(reward)
@@ -147,9 +145,8 @@ def check_outcome(  # noqa: PLR0912, PLR0917 - one rule per field, the fields as
             if type(failure_kind) is not str:
                 if not isinstance(failure_kind, str):
                     raise OutcomeError("failure_kind", f"must be a string, got {type(failure_kind).__name__}")
-                failure_kind = str.__str__(
-                    failure_kind
-                )  # the plain value: a subclass's own methods are not run
+                # The plain value: a subclass's own methods are not run.
+                failure_kind = str.__str__(failure_kind)
             if failure_kind == "":
                 failure_kind = None
         if failure_reason is not None and type(failure_reason) is not str:

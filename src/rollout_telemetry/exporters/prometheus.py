@@ -268,10 +268,8 @@ class AccountCollector(_CatalogueCollector[AccountSnapshot]):
             else:
                 written = self._written(one, families, write, entry[1], only=self._timely)
             if entry is None or entry[0] is not agent or written is not entry[1]:
-                rows_kept[agent.agent] = (
-                    agent,
-                    written,
-                )  # an agent unchanged keeps its entry: nothing new lives
+                # An agent unchanged keeps its entry: nothing new lives.
+                rows_kept[agent.agent] = (agent, written)
             rows.append(written)
         return rows
 

@@ -45,12 +45,19 @@ def test_serves_metrics_and_healthz(telemetry: RolloutTelemetry) -> None:
         assert _get(server.url.replace("/metrics", "/healthz")) == (200, "ok\n")
 
 
-@pytest.mark.parametrize("path", ["/", "/favicon.ico", "/metrics/extra", "/admin"])
+@pytest.mark.parametrize("path", ["/favicon.ico", "/metrics/extra", "/admin", "/index.html"])
 def test_other_paths_are_404(telemetry: RolloutTelemetry, path: str) -> None:
-    """Only /metrics and /healthz are served."""
+    """Only /metrics, /rollouts, the page at / and /healthz are served."""
     with telemetry.serve(port=0) as server:
         status, _ = _get(f"http://127.0.0.1:{server.port}{path}")
         assert status == 404
+
+
+def test_the_page_can_be_turned_off(telemetry: RolloutTelemetry) -> None:
+    """With page=False, / is 404 and /metrics is served as before."""
+    with telemetry.serve(port=0, page=False) as server:
+        assert _get(f"http://127.0.0.1:{server.port}/")[0] == 404
+        assert _get(server.url)[0] == 200
 
 
 def test_post_is_refused(telemetry: RolloutTelemetry) -> None:
@@ -178,15 +185,18 @@ def test_a_full_queue_is_refused_with_503() -> None:
 
 
 def test_stop_ends_every_thread_and_connection(telemetry: RolloutTelemetry) -> None:
-    """After stop() the server's threads are gone and its sockets closed, idle connections included."""
-    threads = threading.active_count()
+    """After stop() the server's threads are gone and its sockets closed, idle connections included; the live
+    page's sampler is the telemetry's, and its close() ends it."""
+    threads = set(threading.enumerate())
     server = telemetry.serve(port=0)
     idle = [socket.create_connection(("127.0.0.1", server.port), timeout=10) for _ in range(20)]
     try:
         assert _get(server.url)[0] == 200
-        assert threading.active_count() > threads
+        assert len(set(threading.enumerate()) - threads) > 1
         server.stop()
-        assert threading.active_count() == threads
+        assert [t.name for t in set(threading.enumerate()) - threads] == ["rollout-telemetry-page"]
+        telemetry.close()
+        assert set(threading.enumerate()) <= threads
         for connection in idle:
             assert connection.recv(1) == b""  # closed by the server, not left to time out
     finally:

@@ -30,6 +30,7 @@ __all__ = [
     "readable_file",
     "share",
     "url",
+    "writable_file",
 ]
 
 
@@ -143,6 +144,22 @@ def url(text: str) -> str:
         msg = f"has an invalid port: {text!r}"
         raise argparse.ArgumentTypeError(msg) from None
     return text
+
+
+def writable_file(text: str) -> Path:
+    """A file that can be written: not a directory, in a directory that exists and can be written to."""
+    path = Path(text)
+    if path.is_dir():
+        msg = f"{text} is a directory, not a file"
+        raise argparse.ArgumentTypeError(msg)
+    folder = path.parent
+    if not folder.is_dir():
+        msg = f"{text} cannot be written: {folder} is not a directory"
+        raise argparse.ArgumentTypeError(msg)
+    if not os.access(path if path.exists() else folder, os.W_OK):
+        msg = f"{text} cannot be written (permissions)"
+        raise argparse.ArgumentTypeError(msg)
+    return path
 
 
 def readable_file(text: str) -> str:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rollout_telemetry._cli import options
-from rollout_telemetry._cli.args import OneLineParser, at_least, non_negative
+from rollout_telemetry._cli.args import OneLineParser, at_least, non_negative, writable_file
 
 if TYPE_CHECKING:
     from rollout_telemetry._sources.follow import RunFollower
@@ -78,6 +78,15 @@ def add_parser(commands: argparse._SubParsersAction[OneLineParser]) -> None:
         default="table",
         help="the report's format, as report's (default: table)",
     )
+    gym.add_argument(
+        "--html",
+        metavar="FILE",
+        type=writable_file,
+        help=(
+            "also write the report as one self-contained HTML page with its pictures to FILE (what "
+            "`report --format html` makes of the run's files)"
+        ),
+    )
     options.add_serve_options(gym)
     options.add_logging_options(gym, argparse.SUPPRESS)
 
@@ -85,7 +94,7 @@ def add_parser(commands: argparse._SubParsersAction[OneLineParser]) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run Gym's command to its end while serving its rollouts; print the report; return Gym's exit status."""
     from rollout_telemetry._cli.process import interrupt_on_sigterm
-    from rollout_telemetry._cli.report import print_report
+    from rollout_telemetry._cli.report import observe_both, print_report
     from rollout_telemetry._facade.telemetry import RolloutTelemetry
     from rollout_telemetry._sources.gym import GymCommand, GymProcess, describe_status
 
@@ -94,9 +103,11 @@ def run(args: argparse.Namespace) -> int:
     security = options.endpoint_security(args)
     interrupt_on_sigterm()  # outside Gym's run (which passes it on to Gym): stop as Ctrl-C does
     from rollout_telemetry._views.intervals import RewardSamples
+    from rollout_telemetry._views.story import RunStory
 
     telemetry = RolloutTelemetry(run=args.run)
     samples = RewardSamples()  # the final report's intervals of the mean rewards
+    story = RunStory(telemetry.snapshot, "rollouts") if args.html is not None else None
     # Gym creates its output: no word while it does not exist yet.
     follower = options.run_follower(
         args,
@@ -104,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
         telemetry,
         skip_existing=not command.resume,
         announce=False,
-        observe=samples.observe,
+        observe=samples.observe if story is None else observe_both(samples, story),
     )
     follower.poll()  # a resumed run's rows, before the first scrape
     server = options.serve_endpoint(telemetry, args, security)
@@ -123,7 +134,8 @@ def run(args: argparse.Namespace) -> int:
         if not follower.tells_of_a_run:
             print(f"rollout-telemetry gym: Gym wrote no rollout to {command.output}", file=sys.stderr)
         else:
-            print_report(telemetry, follower, args.format, samples)
+            html = None if story is None else (args.html, story)
+            print_report(telemetry, follower, args.format, samples, html=html)
             options.say_unnamed(args, follower)
             if late := sum(agent.late for agent in follower.recorder.groups_snapshot().agents):
                 print(

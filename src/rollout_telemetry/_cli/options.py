@@ -59,6 +59,11 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="run name, added as a 'run' label on every series (default: none, no such label)",
     )
+    group.add_argument(
+        "--no-page",
+        action="store_true",
+        help="serve no live page at / (the run's pictures, updated every few seconds): /metrics only",
+    )
     add_security_options(parser)
 
 
@@ -257,4 +262,6 @@ def serve_endpoint(
 ) -> MetricsServer:
     """Serve ``telemetry`` where the ``add_serve_options()`` flags say, secured by ``security``."""
     tls, auth = security
-    return telemetry.serve(port=args.port, host=args.host, port_range=args.port_range, tls=tls, auth=auth)
+    return telemetry.serve(
+        port=args.port, host=args.host, port_range=args.port_range, tls=tls, auth=auth, page=not args.no_page
+    )

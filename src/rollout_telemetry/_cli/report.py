@@ -16,11 +16,24 @@ from rollout_telemetry._cli.args import OneLineParser
 from rollout_telemetry.errors import ConfigError, RolloutTelemetryError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from rollout_telemetry._contract.outcome import Classified
     from rollout_telemetry._facade.telemetry import RolloutTelemetry
     from rollout_telemetry._sources.follow import RunFollower
     from rollout_telemetry._views.intervals import RewardSamples
+    from rollout_telemetry._views.story import RunStory
 
-__all__ = ["NAME", "add_parser", "main_files", "print_report", "run", "show_report"]
+__all__ = [
+    "NAME",
+    "add_parser",
+    "html_page",
+    "main_files",
+    "observe_both",
+    "print_report",
+    "run",
+    "show_report",
+]
 
 NAME = "report"
 
@@ -47,12 +60,13 @@ def add_parser(commands: argparse._SubParsersAction[OneLineParser]) -> None:
     options.add_run_files(report)
     report.add_argument(
         "--format",
-        choices=("table", "json", "markdown", "csv"),
+        choices=("table", "json", "markdown", "csv", "html"),
         default="table",
         help=(
             "output format (default: table; json: one object, a list of them for several PATHs; markdown: "
             "per agent the mean rewards with 95%% confidence intervals and the counts, for a paper or a pull "
-            "request; csv: the same figures, a row per agent)"
+            "request; csv: the same figures, a row per agent; html: one self-contained page with the "
+            "pictures, for one PATH: redirect it to a file and open it in a browser)"
         ),
     )
     options.add_logging_options(report, argparse.SUPPRESS)
@@ -63,6 +77,9 @@ def run(args: argparse.Namespace) -> int:
     paths = main_files(args.paths)
     if len(paths) > 1 and (args.failures or args.inputs):
         msg = "--failures and --inputs name one run's files: give one PATH with them"
+        raise ConfigError(msg)
+    if len(paths) > 1 and args.format == "html":
+        msg = f"--format html shows one run, and {len(paths)} files were given: give one PATH"
         raise ConfigError(msg)
     for flag, given in (("--failures", args.failures), ("--inputs", args.inputs)):
         if given and not os.path.lexists(given):  # a finished run's file that is not there: a typo
@@ -80,7 +97,10 @@ def run(args: argparse.Namespace) -> int:
         if report is None:
             status = max(status, 1)
             continue
-        if args.format in ("json", "csv"):
+        if args.format == "html":
+            sys.stdout.write(report.pop(_PAGE))
+            sys.stdout.flush()
+        elif args.format in ("json", "csv"):
             reports.append(report)
         else:
             show_report(report, args.format, heading=None if one else str(path))
@@ -134,10 +154,13 @@ def _read(args: argparse.Namespace, path: Path) -> dict[str, Any] | None:
     check_main_file(path)
     options.check_run_file(path, "", must_exist=True)
     from rollout_telemetry._views.intervals import RewardSamples
+    from rollout_telemetry._views.story import RunStory
 
     telemetry = RolloutTelemetry()
     samples = RewardSamples()
-    follower = options.run_follower(args, path, telemetry, observe=samples.observe)
+    story = RunStory(telemetry.snapshot, "rollouts") if args.format == "html" else None
+    observe = samples.observe if story is None else observe_both(samples, story)
+    follower = options.run_follower(args, path, telemetry, observe=observe)
     # The rows of the main file and its sidecar in no known order: each group from its final outcomes.
     with follower.recorder.deferred_groups():
         _read_with_progress(follower)
@@ -148,7 +171,31 @@ def _read(args: argparse.Namespace, path: Path) -> dict[str, Any] | None:
         why = f"all {rejected} rows were rejected" if rejected else "it is empty"
         print(f"rollout-telemetry report: no usable rollout row in {path}: {why}", file=sys.stderr)
         return None
-    return {"file": str(path), **_report(telemetry, follower, samples)}
+    report = {"file": str(path), **_report(telemetry, follower, samples)}
+    if story is not None:
+        report[_PAGE] = html_page(report, story, telemetry, str(path))
+    return report
+
+
+_PAGE = "__page__"
+"""The key under which ``_read`` hands the HTML page of ``--format html`` back (not part of the report)."""
+
+
+def observe_both(samples: RewardSamples, story: RunStory) -> Callable[[str, Classified], None]:
+    """Each counted outcome to the reward samples, and a tick of the story (``--format html``)."""
+
+    def observe(agent: str, outcome: Classified) -> None:
+        samples.observe(agent, outcome)
+        story.tick()
+
+    return observe
+
+
+def html_page(report: dict[str, Any], story: RunStory, telemetry: RolloutTelemetry, title: str) -> str:
+    """The self-contained HTML page of a run read from its files: ``report``'s numbers, ``story``'s charts."""
+    from rollout_telemetry._views.page import render_page
+
+    return render_page(report, story.points(telemetry.snapshot()), title=title, x_axis=story.x_axis)
 
 
 def _report(
@@ -169,9 +216,24 @@ def print_report(
     follower: RunFollower,
     output_format: str,
     samples: RewardSamples | None = None,
+    *,
+    html: tuple[Path, RunStory] | None = None,
 ) -> None:
-    """Print the report of what ``follower`` has read, as a table (as wide as the terminal) or as JSON."""
-    show_report(_report(telemetry, follower, samples), output_format)
+    """Print the report of what ``follower`` has read, as a table (as wide as the terminal) or as JSON; with
+    ``html``, the same report as a page written to its path, with its story's charts.
+
+    Raises:
+        ConfigError: the page cannot be written (the report is printed all the same).
+    """
+    report = _report(telemetry, follower, samples)
+    show_report(report, output_format)
+    if html is not None:
+        path, story = html
+        try:
+            path.write_text(html_page(report, story, telemetry, str(follower.files.main)), encoding="utf-8")
+        except OSError as exc:
+            msg = f"cannot write the HTML report to {path}: {exc.strerror or exc}"
+            raise ConfigError(msg) from exc
 
 
 def show_report(report: dict[str, Any], output_format: str, *, heading: str | None = None) -> None:

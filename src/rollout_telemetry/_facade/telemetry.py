@@ -51,6 +51,7 @@ if TYPE_CHECKING:  # the server, the push, the file sources and OpenTelemetry ar
     from opentelemetry.metrics import MeterProvider
     from opentelemetry.trace import TracerProvider
 
+    from rollout_telemetry._facade.live import LivePage
     from rollout_telemetry._serve.credentials import BasicAuth
     from rollout_telemetry._serve.server import MetricsServer, TLSConfig
     from rollout_telemetry._sources.follow import RunFiles, RunFollower
@@ -126,6 +127,8 @@ class RolloutTelemetry:
         rollout_log: bool = False,
     ) -> None:
         self._clock = clock
+        self._run = run
+        self._live: LivePage | None = None  # the page at / of serve(), once one is served
         self._rollout_log = rollout_log
         self._started = clock()
         names = Names(
@@ -455,10 +458,13 @@ class RolloutTelemetry:
         tls: TLSConfig | None = None,
         auth: BasicAuth | None = None,
         port_range: int = 1,
+        page: bool = True,
     ) -> MetricsServer:
-        """Serve ``/metrics``, ``/rollouts`` and ``/healthz`` in the background; returns the running server.
+        """Serve ``/metrics``, ``/rollouts``, ``/healthz`` and the live page at ``/`` in the background;
+        returns the running server.
 
-        With ``port_range=N`` the first free port of ``port .. port+N-1`` is used (one per process).
+        With ``port_range=N`` the first free port of ``port .. port+N-1`` is used (one per process). With
+        ``page=False`` there is no page (``/`` is 404) and no sampler thread keeping its history.
 
         Raises:
             ServeError: the port is taken or the host cannot be bound.
@@ -473,7 +479,25 @@ class RolloutTelemetry:
             auth=auth,
             port_range=port_range,
             rollouts=self.rollouts_in_flight,
+            page=self._live_page().render if page else None,
         )
+
+    def _live_page(self) -> LivePage:
+        # The run's page, made by the first serve() that shows one; its sampler runs until close().
+        if self._live is not None:
+            return self._live
+        from rollout_telemetry._facade.live import LivePage
+
+        recorder = self._recorder
+        self._live = LivePage(
+            f"{self._run} (live)" if self._run else "rollouts (live)",
+            self.snapshot,
+            recorder.coverage_snapshot,
+            recorder.groups_snapshot,
+            self.rollouts_in_flight,
+            origin=self._started,
+        )
+        return self._live
 
     def push(
         self,
@@ -516,11 +540,14 @@ class RolloutTelemetry:
                 self._rejections.reject(exc)
 
     def close(self) -> None:
-        """Stop the telemetry's background work: the stall timer, every event loop's lag sampler and the
-        timing of garbage collections. Counts, the registry and a running server stay; rollouts are still
-        recorded and ``snapshot()`` still checks for stalls. Calling it again does nothing."""
+        """Stop the telemetry's background work: the stall timer, every event loop's lag sampler, the live
+        page's sampler and the timing of garbage collections. Counts, the registry and a running server
+        stay; rollouts are still recorded and ``snapshot()`` still checks for stalls. Calling it again does
+        nothing."""
         self._watch_loops = False
         self._loops.stop()
+        if self._live is not None:
+            self._live.close()
         unwatch_gc(self._runtime)
         self._stalls.unwatch()
 

@@ -1,5 +1,5 @@
 """The HTTP endpoint: ``/metrics`` (a prometheus_client registry's exposition), ``/rollouts`` (the rollouts in
-flight, as JSON) and ``/healthz``, nothing else.
+flight, as JSON), ``/`` (the live page, when given one) and ``/healthz``, nothing else.
 
 Binds 127.0.0.1 unless told otherwise. Optional TLS (certificate, key, optional client-certificate
 verification) and optional HTTP basic auth (``rollout_telemetry.auth``). Connections, deadlines and worker
@@ -226,12 +226,14 @@ class _Endpoint:
         gate: Gate | None,
         workers: Workers,
         reads: Workers,
-        rollouts: Callable[[int], Mapping[str, object]] | None = None,
         *,
+        rollouts: Callable[[int], Mapping[str, object]] | None = None,
+        page: Callable[[str], bytes] | None = None,
         writing: Callable[[bytes], bool] = lambda body: False,
     ) -> None:
         self._registry = registry
         self._rollouts = rollouts
+        self._page = page
         self._gate = gate
         self._renderings: _Shared[_Rendering, tuple[bytes, str]] = _Shared(
             workers, 0, held=lambda rendering: writing(rendering[0]), held_for=READ_INTERVAL
@@ -239,7 +241,8 @@ class _Endpoint:
         self._collections: _Shared[str, list[Metric]] = _Shared(reads, READ_INTERVAL)
         self._filtered: _Shared[_Rendering, tuple[bytes, str]] = _Shared(reads, READ_INTERVAL)
         self._listings: _Shared[str, tuple[bytes, list[bytes]]] = _Shared(reads, READ_INTERVAL)
-        self._paths = ("/metrics", "/rollouts") if rollouts is not None else ("/metrics",)
+        self._pages: _Shared[str, bytes] = _Shared(reads, READ_INTERVAL)
+        self._paths = ("/metrics",) + ("/rollouts",) * (rollouts is not None) + ("/",) * (page is not None)
 
     async def __call__(self, request: Request) -> Response:
         refusal = await screen(request, paths=self._paths, gate=self._gate)
@@ -247,7 +250,15 @@ class _Endpoint:
             return refusal
         if request.path == "/rollouts" and self._rollouts is not None:
             return await self._in_flight(self._rollouts, request)
+        if request.path == "/" and self._page is not None:
+            return await self._page_of(self._page, request)
         return await self._metrics(request)
+
+    async def _page_of(self, page: Callable[[str], bytes], request: Request) -> Response:
+        """The live page (``?part=main``: its content alone), rendered on the read thread and shared."""
+        part = "main" if parse_qs(request.query).get("part", [""])[-1] == "main" else "page"
+        body = await self._pages.get(part, functools.partial(page, part))
+        return Response(200, _PAGE_HEADERS, body)
 
     async def _in_flight(self, rollouts: Callable[[int], Mapping[str, object]], request: Request) -> Response:
         """The rollouts in flight, oldest first, as JSON: ``?limit=`` (default 100, at most 1000)."""
@@ -281,6 +292,18 @@ class _Endpoint:
         return Response(200, tuple(headers), body)
 
 
+_PAGE_HEADERS = (
+    ("Content-Type", "text/html; charset=utf-8"),
+    # The page loads nothing from anywhere: its style and script are inline, it fetches only itself.
+    (
+        "Content-Security-Policy",
+        "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; connect-src 'self'; "
+        "img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+    ),
+    ("Cache-Control", "no-store"),
+    ("X-Content-Type-Options", "nosniff"),
+)
+
 GZIP_LEVEL = 1
 """zlib's fastest level: 52,500 series (4.4 MB) in 8 ms and 0.18 MB, against 172 ms and 0.14 MB at the
 default (9), CPU taken from the training process at every scrape (docs/performance.md)."""
@@ -310,7 +333,8 @@ class MetricsServer:
     several collector processes on one node to get a port each without coordinating. ``threads`` worker
     threads render the exposition (scrapes asking for the same one share it, and each thread keeps a heap
     of its own, so few are best); password checks and ``/rollouts`` have threads of their own, and the
-    connections themselves hold none.
+    connections themselves hold none. ``page`` renders the page at ``/`` (``"main"``: its content alone) on
+    the ``/rollouts`` thread, shared for ``READ_INTERVAL``; without it, ``/`` is 404.
 
     Raises:
         ServeError: the address cannot be bound (every port in the range is taken, the host is unknown).
@@ -327,6 +351,7 @@ class MetricsServer:
         threads: int = 2,
         port_range: int = 1,
         rollouts: Callable[[int], Mapping[str, object]] | None = None,
+        page: Callable[[str], bytes] | None = None,
     ) -> None:
         self._tls = tls
         context = tls.context() if tls is not None else None
@@ -338,7 +363,13 @@ class MetricsServer:
         self._gate = Gate(auth) if auth is not None else None
         connections = Connections()  # the endpoint shares a rendering while it is being written
         endpoint = _Endpoint(
-            registry, self._gate, self._workers, self._reads, rollouts, writing=connections.writing
+            registry,
+            self._gate,
+            self._workers,
+            self._reads,
+            rollouts=rollouts,
+            page=page,
+            writing=connections.writing,
         )
         self._http = HttpServer(listener, endpoint, tls=context, connections=connections)
 

@@ -36,7 +36,7 @@ from rollout_telemetry._store.snapshot import AccountSnapshot, AgentSnapshot
 from rollout_telemetry._views.intervals import Interval, RewardSamples
 from rollout_telemetry._views.progress import coverage_metrics, expected_rollouts, progress_metrics
 
-__all__ = ["build_report", "render_table"]
+__all__ = ["build_report", "render_table", "unmasked_mean"]
 
 _ROLLOUT_COLUMNS = (
     "expected", "measured", "masked", "unscored", "failed", "retryable", "omitted", "unknown", "retried",
@@ -86,7 +86,7 @@ def build_report(
                 "events": {
                     **{d: events.count(Disposition(d)) if events else 0 for d in _EVENT_COLUMNS},
                     "mean_reward": events.mean_reward if events else None,
-                    "mean_reward_unmasked": _unmasked(events),
+                    "mean_reward_unmasked": unmasked_mean(events),
                     **_intervals(samples, name),
                     "masked_share": (events.masked_ratio if events else None) or 0.0,
                     "truncated_share": _truncated_share(events),
@@ -217,8 +217,9 @@ def _training_signal(account: AccountSnapshot, groups: GroupsSnapshot | None) ->
     return signal
 
 
-def _unmasked(events: AgentSnapshot | None) -> float | None:
-    # With nothing masked, failed or omitted the unmasked mean is the mean (Gym publishes no key then).
+def unmasked_mean(events: AgentSnapshot | None) -> float | None:
+    """The unmasked mean reward as the report shows it: with nothing masked, failed or omitted, the mean
+    itself (Gym publishes no key then); ``None`` before the first measured reward."""
     if events is None:
         return None
     return events.mean_reward_unmasked if events.troubled else events.mean_reward

@@ -1,0 +1,108 @@
+"""The live page at ``GET /`` of an endpoint: the report's pictures of the run so far, updated in the browser.
+
+A sampler thread reads the account every ``STORY_INTERVAL`` seconds into a ``RunStory`` (bounded: at most
+``MOST_INSTANTS`` points per agent, thinned as the run goes on); the page is rendered when asked, from one
+snapshot, on the endpoint's read thread. Nothing of this is on the recording path: ``record()`` is the same
+with the page on or off. The page and its sampler are the telemetry's (started by its first ``serve()``,
+stopped by its ``close()``), so a second endpoint of the same run shows the same history. The sampler holds
+the page weakly: a telemetry dropped without ``close()`` takes its sampler with it within an interval.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import weakref
+from collections.abc import Callable, Mapping
+
+from rollout_telemetry._store.coverage import CoverageSnapshot
+from rollout_telemetry._store.groups import GroupsSnapshot
+from rollout_telemetry._store.snapshot import AccountSnapshot
+from rollout_telemetry._views.page import REFRESH_SECONDS, render_main, render_page
+from rollout_telemetry._views.report import build_report
+from rollout_telemetry._views.story import RunStory
+
+__all__ = ["IN_FLIGHT_SHOWN", "STORY_INTERVAL", "LivePage"]
+
+_log = logging.getLogger("rollout_telemetry.server")
+
+STORY_INTERVAL = 5.0
+"""Seconds between two points of the live page's charts at the start (further apart as the run goes on)."""
+IN_FLIGHT_SHOWN = 20
+"""Rollouts in flight the page lists, oldest first."""
+
+
+class LivePage:
+    """The page of one telemetry's run; ``close()`` stops its sampler.
+
+    Args:
+        snapshot: the account's snapshot; ``coverage`` and ``groups`` the run's other stores'.
+        in_flight: ``GET /rollouts``' listing for a limit.
+        origin: the clock reading the charts' time starts from.
+        sample: whether to start the sampler thread (tests call ``sample()`` themselves).
+    """
+
+    def __init__(
+        self,
+        title: str,
+        snapshot: Callable[[], AccountSnapshot],
+        coverage: Callable[[], CoverageSnapshot],
+        groups: Callable[[], GroupsSnapshot],
+        in_flight: Callable[[int], Mapping[str, object]],
+        *,
+        origin: float,
+        interval: float = STORY_INTERVAL,
+        sample: bool = True,
+    ) -> None:
+        self._title = title
+        self._snapshot = snapshot
+        self._coverage = coverage
+        self._groups = groups
+        self._in_flight = in_flight
+        self.story = RunStory(snapshot, "seconds", origin=origin)
+        self._stop = threading.Event()
+        if sample:
+            sampler = threading.Thread(
+                target=_sample_until_gone,
+                args=(weakref.ref(self), self._stop, interval),
+                name="rollout-telemetry-page",
+                daemon=True,
+            )
+            sampler.start()
+        self._sampler = sampler if sample else None
+
+    def sample(self) -> None:
+        """Take one point of each agent that changed (the sampler's step)."""
+        self.story.tick()
+
+    def render(self, part: str) -> bytes:
+        """The page, or with ``part == "main"`` its content alone (what the page fetches to update itself)."""
+        account = self._snapshot()
+        report = build_report(account, self._coverage(), self._groups())
+        points = self.story.points(account)
+        in_flight = self._in_flight(IN_FLIGHT_SHOWN)
+        if part == "main":
+            return render_main(report, points, x_axis="seconds", in_flight=in_flight).encode()
+        page = render_page(
+            report, points, title=self._title, x_axis="seconds", in_flight=in_flight, refresh=REFRESH_SECONDS
+        )
+        return page.encode()
+
+    def close(self) -> None:
+        """Stop the sampler (the points taken stay, and the page is still rendered)."""
+        self._stop.set()
+        if self._sampler is not None and self._sampler is not threading.current_thread():
+            self._sampler.join()
+
+
+def _sample_until_gone(page: weakref.ref[LivePage], stop: threading.Event, interval: float) -> None:
+    """The sampler: a point every ``interval`` seconds until the page is closed or gone."""
+    while not stop.wait(interval):
+        live = page()
+        if live is None:
+            return
+        try:
+            live.sample()
+        except Exception:  # logged; the next interval tries again
+            _log.exception("the live page's sampler could not read the account")
+        del live  # not held while waiting

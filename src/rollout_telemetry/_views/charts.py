@@ -1,0 +1,141 @@
+"""Charts drawn on the server as inline SVG, for the HTML report and the live page (``_views.page``).
+
+SVG made here rather than a JavaScript chart library: the report is one file that opens anywhere with
+nothing to load, the live page updates by swapping the same markup, a test reads the numbers in the markup,
+and there is no vendored script to keep up to date (docs/html.md says more). Colours are classes the page's
+style sheet gives (``_views.page``), the Okabe-Ito palette, which readers with any common colour-vision
+deficiency tell apart; lines also differ in dash, so no series is told by its colour alone.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from html import escape
+
+__all__ = ["Line", "Segment", "bar", "line_chart", "nice_ticks"]
+
+_WIDTH, _HEIGHT = 640, 200
+_LEFT, _RIGHT, _TOP, _BOTTOM = 56, 12, 10, 36
+
+
+@dataclass(frozen=True, slots=True)
+class Line:
+    """One series of a line chart: its name (the legend's), its points, and the class that styles it."""
+
+    name: str
+    points: Sequence[tuple[float, float]]
+    css: str
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """One part of a stacked bar: its name, its count, and the class that colours it."""
+
+    name: str
+    count: int
+    css: str
+
+
+def nice_ticks(low: float, high: float, most: int = 6) -> list[float]:
+    """Round values from at or below ``low`` to at or above ``high``, at most about ``most`` of them, a step
+    of 1, 2 or 5 times a power of ten."""
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return [0.0, 1.0]
+    if high <= low:
+        low, high = low - 0.5, high + 0.5
+    raw = (high - low) / max(1, most - 1)
+    power = 10.0 ** math.floor(math.log10(raw))
+    step = next(m * power for m in (1.0, 2.0, 5.0, 10.0) if m * power >= raw)
+    first = math.floor(low / step + 1e-9) * step
+    ticks = [first]
+    while ticks[-1] < high - 1e-9 * step:
+        ticks.append(first + len(ticks) * step)
+    return [round(tick, 12) for tick in ticks]
+
+
+def _label(value: float) -> str:
+    """A tick's label: whole numbers with thousands separators, else three significant figures."""
+    if value == int(value) and abs(value) < 1e15:
+        return f"{int(value):,}"
+    return f"{value:.3g}"
+
+
+def line_chart(lines: Sequence[Line], *, x_label: str, y_label: str, title: str) -> str:
+    """An SVG line chart of ``lines`` with both axes labelled (units in the labels) and a legend.
+
+    A NaN y breaks its line (no value there yet); an empty chart says so in its middle.
+    """
+    xs = [x for line in lines for x, y in line.points if math.isfinite(y)]
+    ys = [y for line in lines for _, y in line.points if math.isfinite(y)]
+    parts = [
+        f'<svg class="chart" viewBox="0 0 {_WIDTH} {_HEIGHT}" role="img" aria-label="{escape(title)}">',
+        f"<title>{escape(title)}</title>",
+    ]
+    plot_w, plot_h = _WIDTH - _LEFT - _RIGHT, _HEIGHT - _TOP - _BOTTOM
+    if not xs:
+        middle = f'x="{_WIDTH / 2}" y="{_HEIGHT / 2}" text-anchor="middle"'
+        parts.append(f'<text class="empty" {middle}>no data yet</text></svg>')
+        return "".join(parts)
+    x_ticks, y_ticks = nice_ticks(min(0.0, *xs), max(xs)), nice_ticks(min(ys), max(ys))
+    x0, x1, y0, y1 = x_ticks[0], x_ticks[-1], y_ticks[0], y_ticks[-1]
+
+    def px(x: float) -> float:
+        return _LEFT + (x - x0) / ((x1 - x0) or 1.0) * plot_w
+
+    def py(y: float) -> float:
+        return _TOP + plot_h - (y - y0) / ((y1 - y0) or 1.0) * plot_h
+
+    for tick in y_ticks:
+        y = py(tick)
+        parts.append(f'<line class="grid" x1="{_LEFT}" x2="{_WIDTH - _RIGHT}" y1="{y:.1f}" y2="{y:.1f}"/>')
+        parts.append(
+            f'<text class="tick" x="{_LEFT - 4}" y="{y + 4:.1f}" text-anchor="end">{_label(tick)}</text>'
+        )
+    for tick in x_ticks:
+        x = px(tick)
+        at = f'x="{x:.1f}" y="{_TOP + plot_h + 14}" text-anchor="middle"'
+        parts.append(f'<text class="tick" {at}>{_label(tick)}</text>')
+    parts.append(
+        f'<line class="axis" x1="{_LEFT}" x2="{_WIDTH - _RIGHT}" y1="{_TOP + plot_h}" y2="{_TOP + plot_h}"/>'
+        f'<line class="axis" x1="{_LEFT}" x2="{_LEFT}" y1="{_TOP}" y2="{_TOP + plot_h}"/>'
+        f'<text class="axis-label" x="{_LEFT + plot_w / 2}" y="{_HEIGHT - 4}" text-anchor="middle">'
+        f"{escape(x_label)}</text>"
+        f'<text class="axis-label" transform="translate(12 {_TOP + plot_h / 2}) rotate(-90)" '
+        f'text-anchor="middle">{escape(y_label)}</text>'
+    )
+    for line in lines:
+        runs: list[list[str]] = [[]]
+        for x, y in line.points:
+            if math.isfinite(y):
+                runs[-1].append(f"{px(x):.1f},{py(y):.1f}")
+            elif runs[-1]:
+                runs.append([])
+        for run in runs:
+            if len(run) == 1:  # one point: a dot, or it would not show
+                cx, cy = run[0].split(",")
+                parts.append(f'<circle class="{line.css}" cx="{cx}" cy="{cy}" r="2.5"/>')
+            elif run:
+                parts.append(f'<polyline class="{line.css}" points="{" ".join(run)}"/>')
+    parts.append("</svg>")
+    legend = "".join(f'<span class="key {line.css}">{escape(line.name)}</span>' for line in lines)
+    return f"<figure>{''.join(parts)}<figcaption>{legend}</figcaption></figure>"
+
+
+def bar(segments: Sequence[Segment], total: int) -> str:
+    """A horizontal stacked bar of ``segments`` out of ``total`` (widths in percent), with a legend naming
+    each segment's count; a segment of 0 has no width and stays in the legend."""
+    whole = max(total, sum(segment.count for segment in segments), 1)
+    cells = "".join(
+        f'<span class="{segment.css}" style="width:{100 * segment.count / whole:.3f}%" '
+        f'title="{escape(segment.name)}: {segment.count:,}"></span>'
+        for segment in segments
+        if segment.count
+    )
+    legend = "".join(
+        f'<span class="key {segment.css}">{escape(segment.name)} '
+        f'<b data-count="{escape(segment.name)}">{segment.count:,}</b></span>'
+        for segment in segments
+    )
+    return f'<div class="bar" role="img">{cells}</div><div class="legend">{legend}</div>'

@@ -1,0 +1,351 @@
+"""A run's story as one HTML page: the report (``report --format html``) and the live page (``GET /``).
+
+Made from the report's data (``build_report``, the numbers ``--format json`` prints, embedded in the page as
+JSON too) and the points of a ``RunStory``; charts are SVG drawn here (``_views.charts``). The page loads
+nothing: its style sheet and its one small script are inline, so it opens on an air-gapped cluster and can be
+attached to a pull request. Every name from the run is escaped, and the embedded JSON cannot close its tag.
+
+Agents are listed worst first (the largest share of their outcomes lost to masking, failure, omission or no
+score), the ten worst open; a filter box narrows the page to the agents whose name holds what is typed. The
+live page swaps its content for ``?part=main`` every few seconds, keeping the filter and what is open.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from html import escape
+from typing import Any
+
+from rollout_telemetry._views.charts import Line, Segment, bar, line_chart
+from rollout_telemetry._views.story import POINT_FIELDS, Point, XAxis
+
+__all__ = ["OPEN_AGENTS", "REFRESH_SECONDS", "render_main", "render_page"]
+
+OPEN_AGENTS = 10
+"""Agents whose section is open when the page loads (the worst); the others open on a click."""
+REFRESH_SECONDS = 5
+"""Seconds between two updates of the live page."""
+
+_DISPOSITIONS = ("measured", "masked", "unscored", "failed", "omitted")
+_LOST = ("masked", "unscored", "failed", "omitted")
+_X_LABELS: dict[XAxis, str] = {
+    "rollouts": "rollouts of the agent, in the order written (rollouts)",
+    "seconds": "time since the telemetry started (s)",
+}
+_X_NOTES: dict[XAxis, str] = {
+    "rollouts": (
+        "Rows of a run's files carry no timestamps: the x-axis of each chart is the agent's rollouts in the "
+        "order the files hold them."
+    ),
+    "seconds": "The x-axis of each chart is the time since the telemetry started; the page updates itself.",
+}
+
+_STYLE = """
+:root{--fg:#1b1b1b;--bg:#fff;--muted:#5f5f5f;--grid:#e3e3e3;--panel:#f6f6f6;
+--measured:#009e73;--masked:#e69f00;--unscored:#56b4e9;--failed:#d55e00;--omitted:#cc79a7;--unknown:#9a9a9a;
+--reward:#0072b2;--unmasked:#e69f00}
+@media (prefers-color-scheme:dark){:root{--fg:#e8e8e8;--bg:#161616;--muted:#a8a8a8;--grid:#333;
+--panel:#222;--reward:#56b4e9;--unknown:#7a7a7a}}
+body{font:14px/1.45 system-ui,sans-serif;color:var(--fg);background:var(--bg);margin:0 auto;max-width:72rem;
+padding:0 1rem 3rem}
+h1{font-size:1.4rem;margin:1rem 0 .2rem}h2{font-size:1.1rem;display:inline}
+h3{font-size:.95rem;margin:.8rem 0 .3rem}a{color:var(--reward)}
+#filter{color:var(--fg);background:var(--panel);border:1px solid var(--muted);border-radius:4px}
+.about{color:var(--muted);margin:.2rem 0}
+table{border-collapse:collapse;margin:.3rem 0}td,th{padding:.15rem .5rem;text-align:right;
+border-bottom:1px solid var(--grid)}td:first-child,th:first-child{text-align:left}
+th{font-weight:600}
+details.agent{border:1px solid var(--grid);border-radius:6px;margin:.6rem 0;padding:.4rem .8rem;
+content-visibility:auto;contain-intrinsic-size:auto 40rem}summary{cursor:pointer}
+.bar{display:flex;height:1.1rem;border-radius:3px;overflow:hidden;background:var(--panel);margin:.3rem 0}
+.bar span{display:block;height:100%}
+.legend,figcaption{display:flex;flex-wrap:wrap;gap:.2rem 1rem;color:var(--muted);font-size:.85rem}
+.key::before{content:"";display:inline-block;width:.8rem;height:.8rem;margin-right:.3rem;
+vertical-align:-.1rem;background:currentColor;border-radius:2px}
+.key.measured::before{background:var(--measured)}.key.masked::before{background:var(--masked)}
+.key.unscored::before{background:var(--unscored)}.key.failed::before{background:var(--failed)}
+.key.omitted::before{background:var(--omitted)}.key.unknown::before{background:var(--unknown)}
+.key.reward::before{background:var(--reward)}.key.unmasked::before{background:var(--unmasked)}
+.bar .measured{background:var(--measured)}.bar .masked{background:var(--masked)}
+.bar .unscored{background:var(--unscored)}.bar .failed{background:var(--failed)}
+.bar .omitted{background:var(--omitted)}.bar .unknown{background:var(--unknown)}
+figure{margin:.3rem 0}.charts{display:grid;grid-template-columns:repeat(auto-fit,minmax(22rem,1fr));gap:.5rem}
+svg.chart{width:100%;height:auto}svg .grid{stroke:var(--grid)}svg .axis{stroke:var(--muted)}
+svg text{fill:var(--muted);font-size:11px}svg .axis-label{font-size:12px}
+svg polyline{fill:none!important;stroke-width:2}svg circle{stroke:none}
+svg .reward{stroke:var(--reward);fill:var(--reward)}
+svg .unmasked{stroke:var(--unmasked);fill:var(--unmasked);stroke-dasharray:6 3}
+svg .masked{stroke:var(--masked);fill:var(--masked);stroke-dasharray:6 3}
+svg .failed{stroke:var(--failed);fill:var(--failed)}
+svg .omitted{stroke:var(--omitted);fill:var(--omitted);stroke-dasharray:2 3}
+svg .unscored{stroke:var(--unscored);fill:var(--unscored);stroke-dasharray:10 3 2 3}
+.grid2{display:grid;grid-template-columns:repeat(auto-fit,minmax(16rem,1fr));gap:0 1.5rem}
+#filter{font:inherit;padding:.3rem .5rem;width:18rem;max-width:100%;margin:.4rem 0}
+.none{color:var(--muted)}
+"""
+
+_SCRIPT = """
+(function(){
+var box=document.getElementById("filter");
+function apply(){var q=box.value.toLowerCase();
+document.querySelectorAll("[data-agent]").forEach(function(e){
+e.hidden=q!==""&&e.dataset.agent.toLowerCase().indexOf(q)<0;});}
+box.addEventListener("input",apply);apply();
+var every=Number(document.body.dataset.refresh||0);if(!every)return;
+function update(){var open=new Set();
+document.querySelectorAll("details.agent[open]").forEach(function(e){open.add(e.dataset.agent);});
+fetch("?part=main",{cache:"no-store",credentials:"same-origin"}).then(function(r){
+if(!r.ok)throw new Error(r.status);return r.text();}).then(function(html){
+var main=document.getElementById("content");main.innerHTML=html;
+main.querySelectorAll("details.agent").forEach(function(e){e.open=open.has(e.dataset.agent);});
+apply();document.body.dataset.updated=String(Date.now());}).catch(function(){}).finally(function(){
+setTimeout(update,every*1000);});}
+setTimeout(update,every*1000);})();
+"""
+
+
+def render_page(
+    report: Mapping[str, Any],
+    story: Mapping[str, Sequence[Point]],
+    *,
+    title: str,
+    x_axis: XAxis,
+    in_flight: Mapping[str, Any] | None = None,
+    refresh: int = 0,
+) -> str:
+    """The whole page: ``report``'s numbers and ``story``'s charts; ``refresh`` seconds (0: never) between
+    two updates of the content from ``?part=main``; ``in_flight`` (``GET /rollouts``' listing) if given."""
+    return (
+        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width,initial-scale=1">'
+        f"<title>{escape(title)} - rollout-telemetry</title><style>{_STYLE}</style></head>"
+        f'<body data-refresh="{refresh}"><header><h1>{escape(title)}</h1>'
+        f'<p class="about">{_X_NOTES[x_axis]}</p>'
+        '<input id="filter" type="search" placeholder="filter agents by name" aria-label="filter agents">'
+        f'</header><main id="content">{render_main(report, story, x_axis=x_axis, in_flight=in_flight)}</main>'
+        f"<script>{_SCRIPT}</script></body></html>"
+    )
+
+
+def render_main(
+    report: Mapping[str, Any],
+    story: Mapping[str, Sequence[Point]],
+    *,
+    x_axis: XAxis,
+    in_flight: Mapping[str, Any] | None = None,
+) -> str:
+    """The page's content (what the live page fetches with ``?part=main``): the report's JSON, the table of
+    agents worst first, the rollouts in flight, each agent's section, then the run's totals."""
+    rows = sorted(report["agents"], key=_worst_first)
+    # "<" escaped inside the JSON: no agent name can close the script element it sits in.
+    data = json.dumps(report, separators=(",", ":"), allow_nan=False).replace("<", "\\u003c")
+    parts = [f'<script type="application/json" id="report">{data}</script>', _overview(rows)]
+    if in_flight is not None:
+        parts.append(_in_flight(in_flight))
+    if not rows:
+        parts.append('<p class="none">No rollout counted yet.</p>')
+    for rank, row in enumerate(rows):
+        name = row["agent"]
+        parts.append(_agent(row, report, story.get(name, ()), x_axis=x_axis, open_=rank < OPEN_AGENTS))
+    parts.append(_run_totals(report))
+    return "".join(parts)
+
+
+def _lost_share(row: Mapping[str, Any]) -> float:
+    """The share of an agent's outcomes (and expected rollouts not seen) that is not a measurement."""
+    events, rollouts = row["events"], row["rollouts"]
+    unknown = rollouts.get("unknown") or 0
+    total = sum(events[d] for d in _DISPOSITIONS) + unknown
+    return (sum(events[d] for d in _LOST) + unknown) / total if total else 0.0
+
+
+def _worst_first(row: Mapping[str, Any]) -> tuple[float, str]:
+    return (-_lost_share(row), row["agent"])
+
+
+def _number(value: float | None, digits: int = 3) -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "-"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return f"{value:.{digits}f}"
+
+
+def _cell(key: str, value: float | None, digits: int = 3) -> str:
+    """A table cell the browser test reads: ``data-k`` names the report's key, ``data-v`` its exact value."""
+    exact = "" if value is None else escape(repr(value), quote=True)
+    return f'<td data-k="{key}" data-v="{exact}">{_number(value, digits)}</td>'
+
+
+def _overview(rows: Sequence[Mapping[str, Any]]) -> str:
+    head = (
+        "<tr><th>agent</th><th>expected</th>"
+        + "".join(f"<th>{d}</th>" for d in _DISPOSITIONS)
+        + "<th>unknown</th><th>reward</th><th>reward_unmasked</th><th>lost share</th></tr>"
+    )
+    body = []
+    for row in rows:
+        events, rollouts = row["events"], row["rollouts"]
+        name = escape(row["agent"])
+        body.append(
+            f'<tr data-agent="{name}"><td><a href="#agent-{_anchor(row["agent"])}">{name}</a></td>'
+            + _cell("expected", rollouts["expected"])
+            + "".join(_cell(d, events[d]) for d in _DISPOSITIONS)
+            + _cell("unknown", rollouts["unknown"])
+            + _cell("mean_reward", events["mean_reward"])
+            + _cell("mean_reward_unmasked", events["mean_reward_unmasked"])
+            + _cell("lost_share", round(_lost_share(row), 4))
+            + "</tr>"
+        )
+    return (
+        '<h3>Agents, worst first</h3><p class="about">Outcomes are rows read (events); expected and unknown '
+        "are rollouts. The lost share is what was masked, unscored, failed, omitted or not seen, of all "
+        "outcomes and unseen rollouts; reward_unmasked is the mean of the measured rewards (the mean itself "
+        "while nothing was masked, failed or omitted).</p>"
+        f'<table class="agents">{head}{"".join(body)}</table>'
+    )
+
+
+def _anchor(name: str) -> str:
+    """An id for an agent's section: its name's characters as code points, so any name gives a valid id."""
+    return "-".join(str(ord(char)) for char in name[:64])
+
+
+def _in_flight(listing: Mapping[str, Any]) -> str:
+    records = listing.get("rollouts", [])
+    head = (
+        f'<h3>In flight now: <span data-k="in_flight">{int(listing.get("in_flight", 0)):,}</span></h3>'
+        '<p class="about">Oldest first (at most 20 shown); a rollout is stalled past its stall bound.</p>'
+    )
+    if not records:
+        return head
+    rows = "".join(
+        f'<tr data-agent="{escape(str(r["agent"]))}"><td>{escape(str(r["agent"]))}</td>'
+        f"<td>{_number(r.get('task_index'))}</td><td>{_number(r.get('rollout_index'))}</td>"
+        f"<td>{escape(str(r.get('stage', '')))}</td><td>{escape(str(r.get('state', '')))}</td>"
+        f"<td>{float(r.get('age_seconds', 0.0)):.1f}</td><td>{'yes' if r.get('stalled') else 'no'}</td></tr>"
+        for r in records[:20]
+    )
+    return (
+        f"{head}<table><tr><th>agent</th><th>task</th><th>rollout</th><th>stage</th><th>state</th>"
+        f"<th>age (s)</th><th>stalled</th></tr>{rows}</table>"
+    )
+
+
+def _agent(
+    row: Mapping[str, Any],
+    report: Mapping[str, Any],
+    points: Sequence[Point],
+    *,
+    x_axis: XAxis,
+    open_: bool,
+) -> str:
+    name = row["agent"]
+    events, rollouts = row["events"], row["rollouts"]
+    shown = escape(name)
+    parts = [
+        f'<details class="agent" data-agent="{shown}" id="agent-{_anchor(name)}"{" open" if open_ else ""}>'
+        f'<summary><h2>{shown}</h2> <span class="about">lost share {_lost_share(row):.1%}</span></summary>'
+    ]
+    parts.append(_coverage(rollouts, events))
+    parts.append('<div class="charts">' + _charts(points, x_axis, name) + "</div>")
+    parts.append('<div class="grid2">')
+    parts.append(_failure_kinds(events))
+    signal = report.get("training_signal", {}).get(name, {})
+    parts.append(_truncation_and_tokens(events, signal))
+    parts.append(_groups(report.get("groups", {}).get(name), signal))
+    parts.append("</div></details>")
+    return "".join(parts)
+
+
+def _coverage(rollouts: Mapping[str, Any], events: Mapping[str, Any]) -> str:
+    """The coverage bar: rollouts of the expected ones when they are known, else the outcomes read."""
+    known = rollouts["expected"] is not None
+    counts = rollouts if known else events
+    segments = [Segment(d, int(counts[d]), d) for d in _DISPOSITIONS]
+    if known:
+        segments.append(Segment("unknown", int(rollouts["unknown"] or 0), "unknown"))
+    total = int(rollouts["expected"]) if known else sum(segment.count for segment in segments)
+    what = f"of {total:,} rollouts expected" if known else f"of {total:,} outcomes read (expected not known)"
+    return f"<h3>Coverage, {what}</h3>{bar(segments, total)}"
+
+
+def _charts(points: Sequence[Point], x_axis: XAxis, name: str) -> str:
+    at = {field: index for index, field in enumerate(POINT_FIELDS)}
+    x_label = _X_LABELS[x_axis]
+
+    def series(field: str) -> list[tuple[float, float]]:
+        return [(point[0], point[at[field]]) for point in points]
+
+    rewards = line_chart(
+        [
+            Line("reward (masked included)", series("reward"), "reward"),
+            Line("reward_unmasked (measured only)", series("reward_unmasked"), "unmasked"),
+        ],
+        x_label=x_label,
+        y_label="mean reward (reward units)",
+        title=f"{name}: mean rewards along the run",
+    )
+    lost = line_chart(
+        [Line(d, series(d), d) for d in _LOST],
+        x_label=x_label,
+        y_label="outcomes so far (rollouts)",
+        title=f"{name}: outcomes lost along the run",
+    )
+    return (
+        f"<div><h3>Mean rewards along the run</h3>{rewards}</div>"
+        f"<div><h3>Masked, unscored, failed, omitted along the run</h3>{lost}</div>"
+    )
+
+
+def _table(title: str, header: tuple[str, str], rows: Sequence[tuple[str, str]], empty: str) -> str:
+    if not rows:
+        return f'<div><h3>{title}</h3><p class="none">{empty}</p></div>'
+    body = "".join(f"<tr><td>{escape(label)}</td>{cell}</tr>" for label, cell in rows)
+    return (
+        f"<div><h3>{title}</h3><table><tr><th>{header[0]}</th><th>{header[1]}</th></tr>{body}</table></div>"
+    )
+
+
+def _failure_kinds(events: Mapping[str, Any]) -> str:
+    kinds = events.get("top_failure_kinds", {})
+    rows = [(kind, _cell(f"kind:{kind}", count)) for kind, count in kinds.items()]
+    return _table("Failure kinds (the most frequent)", ("disposition:kind", "rows"), rows, "None.")
+
+
+def _truncation_and_tokens(events: Mapping[str, Any], signal: Mapping[str, Any]) -> str:
+    rows = [
+        (cause, _cell(f"truncated:{cause}", count)) for cause, count in signal.get("truncated", {}).items()
+    ]
+    rows += [
+        ("share of rows truncated", _cell("truncated_share", events.get("truncated_share"))),
+        ("mean input tokens (tokens)", _cell("mean_input_tokens", events.get("mean_input_tokens"), 1)),
+        ("mean output tokens (tokens)", _cell("mean_output_tokens", events.get("mean_output_tokens"), 1)),
+    ]
+    return _table("Truncation by cause, and tokens", ("", "value"), rows, "")
+
+
+def _groups(groups: Mapping[str, int] | None, signal: Mapping[str, Any]) -> str:
+    rows = [(state, _cell(f"group:{state}", count)) for state, count in (groups or {}).items()]
+    for key, label in (("groups_contaminated", "contaminated"), ("groups_uniform", "uniform")):
+        rows += [(f"{label}: {k}", _cell(f"{key}:{k}", v)) for k, v in signal.get(key, {}).items()]
+    rows += [(f"health: {k}", _cell(f"health:{k}", v)) for k, v in signal.get("health", {}).items()]
+    if "tasks_unhealthy" in signal:
+        rows.append(("tasks unhealthy", _cell("tasks_unhealthy", signal["tasks_unhealthy"])))
+    return _table(
+        "Groups and the training signal", ("", "groups"), rows, "No group of more than one rollout."
+    )
+
+
+def _run_totals(report: Mapping[str, Any]) -> str:
+    rows = [(key, _cell(key, value)) for key, value in report.get("gym_coverage", {}).items()]
+    rows += [
+        (f"rejected: {why}", _cell(f"rejected:{why}", n)) for why, n in report.get("rejected", {}).items()
+    ]
+    if report.get("rows_without_identity"):
+        rows.append(
+            ("rows without identity", _cell("rows_without_identity", report["rows_without_identity"]))
+        )
+    return _table("The run", ("", "value"), rows, "Nothing rejected; no expected work declared.")

@@ -1,0 +1,151 @@
+"""A run's story along the way, in bounded memory: each agent's mean rewards and outcome counts at points of
+the run, for the pictures of the HTML report and the live page (``_views.page``).
+
+Every point is read from an account snapshot, so it says what ``/metrics`` said at that moment: no rule of
+the account is computed here again. Points are taken at *instants*: for a run's files read end to end
+(``report --format html``), an instant every ``stride`` outcomes counted, and x is the agent's outcomes
+counted so far, in the order the files hold them (Gym's rows carry no timestamps); on a live endpoint, an
+instant every ``stride`` ticks of the sampler, and x is the seconds since the telemetry began.
+
+A point holds totals and running means, not a window's values, so dropping one loses resolution and nothing
+else: when ``most`` instants are kept, every other is dropped and instants are taken twice as far apart from
+then on. Each agent keeps at most ``most`` points of ``len(POINT_FIELDS)`` doubles (``memory_bound``), however
+long the run.
+"""
+
+from __future__ import annotations
+
+import threading
+from array import array
+from collections.abc import Callable
+from typing import Literal
+
+from rollout_telemetry._store.snapshot import AccountSnapshot, AgentSnapshot
+from rollout_telemetry._views.report import unmasked_mean
+
+__all__ = ["MOST_INSTANTS", "POINT_FIELDS", "Point", "RunStory", "XAxis", "point_of"]
+
+POINT_FIELDS = (
+    "x", "reward", "reward_unmasked", "measured", "masked", "unscored", "failed", "omitted",
+)  # fmt: skip
+"""What a point holds: x, the mean reward (masked included) and the unmasked one (``None`` stored as NaN
+before the first reward), then the outcomes counted by disposition, all cumulative."""
+MOST_INSTANTS = 240
+"""Instants kept at most (and so points per agent); thinned to half when reached."""
+
+XAxis = Literal["rollouts", "seconds"]
+Point = tuple[float, ...]
+_NAN = float("nan")
+_FIELDS = len(POINT_FIELDS) + 1  # the instant's number first, then the point
+
+
+def point_of(agent: AgentSnapshot, x: float) -> Point:
+    """The point of ``agent`` at ``x``: its running means and counts, as ``POINT_FIELDS`` orders them.
+
+    The unmasked mean is the report's (``unmasked_mean``): before anything was masked, failed or omitted, the
+    mean reward itself.
+    """
+    reward, unmasked = agent.mean_reward, unmasked_mean(agent)
+    return (
+        x,
+        _NAN if reward is None else reward,
+        _NAN if unmasked is None else unmasked,
+        float(agent.measured),
+        float(agent.masked),
+        float(agent.unscored),
+        float(agent.failed),
+        float(agent.omitted),
+    )
+
+
+def counted(agent: AgentSnapshot) -> int:
+    """The outcomes counted for ``agent``: the x of a run read from its files."""
+    return agent.measured + agent.masked + agent.unscored + agent.failed + agent.omitted
+
+
+class RunStory:
+    """Points of each agent at instants of the run, thinned to at most ``most`` instants; thread-safe.
+
+    Args:
+        snapshot: the account's snapshot (``RolloutTelemetry.snapshot``), taken at each instant.
+        x_axis: ``rollouts``: x is the agent's outcomes counted; ``seconds``: the snapshot's time less
+            ``origin``.
+        stride: ticks between two instants at the start (doubled at each thinning).
+    """
+
+    def __init__(
+        self,
+        snapshot: Callable[[], AccountSnapshot],
+        x_axis: XAxis,
+        *,
+        origin: float = 0.0,
+        stride: int = 1,
+        most: int = MOST_INSTANTS,
+    ) -> None:
+        if most < 2 or stride < 1:
+            msg = f"most must be at least 2 and stride at least 1, got {most} and {stride}"
+            raise ValueError(msg)
+        self._snapshot = snapshot
+        self.x_axis: XAxis = x_axis
+        self._origin = origin
+        self._stride = stride
+        self._most = most
+        self._ticks = 0
+        self._instants = 0  # instants kept now
+        self._points: dict[str, array[float]] = {}
+        self._last: dict[str, AgentSnapshot] = {}  # each agent's snapshot at its latest point
+        self._lock = threading.Lock()
+
+    def tick(self) -> None:
+        """One more outcome counted (x in rollouts) or one more sampling interval (x in seconds): at every
+        ``stride``-th tick, the account is read and each agent that changed since its last point gets one."""
+        with self._lock:
+            self._ticks += 1
+            if self._ticks % self._stride:
+                return
+            account = self._snapshot()
+            if self._instants == self._most:
+                self._thin()
+            self._instants += 1
+            for agent in account.agents:
+                if self._last.get(agent.agent) is agent:  # unchanged: the account gave the same object
+                    continue
+                self._last[agent.agent] = agent
+                points = self._points.setdefault(agent.agent, array("d"))
+                points.append(float(self._ticks))
+                points.extend(point_of(agent, self._x(agent, account)))
+
+    def points(self, account: AccountSnapshot) -> dict[str, list[Point]]:
+        """Each agent's points so far, oldest first, and its point in ``account`` last (the numbers the rest
+        of the page shows), unless that is the latest point already."""
+        with self._lock:
+            kept = {name: points.tolist() for name, points in self._points.items()}
+            last = dict(self._last)
+        story: dict[str, list[Point]] = {}
+        for agent in account.agents:
+            flat = kept.get(agent.agent, [])
+            points = [tuple(flat[at + 1 : at + _FIELDS]) for at in range(0, len(flat), _FIELDS)]
+            if last.get(agent.agent) is not agent:
+                points.append(point_of(agent, self._x(agent, account)))
+            story[agent.agent] = points
+        return story
+
+    def memory_bound(self, agents: int) -> int:
+        """The most bytes the points of ``agents`` agents take (the arrays' items; not the names)."""
+        return agents * self._most * _FIELDS * array("d").itemsize
+
+    def _x(self, agent: AgentSnapshot, account: AccountSnapshot) -> float:
+        return float(counted(agent)) if self.x_axis == "rollouts" else account.taken_at - self._origin
+
+    def _thin(self) -> None:
+        """Keep every other instant (ticks divisible by twice the stride); take them twice as far apart."""
+        self._stride *= 2
+        for name, points in self._points.items():
+            kept = array("d")
+            for at in range(0, len(points), _FIELDS):
+                if int(points[at]) % self._stride == 0:
+                    kept.extend(points[at : at + _FIELDS])
+            if not kept or kept[-_FIELDS] != points[-_FIELDS]:  # its latest point went: points() adds it
+                self._last.pop(name, None)
+            self._points[name] = kept
+        self._instants = self._most // 2

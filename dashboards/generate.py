@@ -4,7 +4,8 @@
     .venv/bin/python -m dashboards.generate --check   # exit 1 naming each file that is not what is built
 
 The dashboard (``rollout-progress.json``) comes from the panels of ``dashboards/panels.py``, the rules
-(``rules.yml``) from those of ``dashboards/rules.py``, both written into the package
+(``rules.yml``, and ``alerts.json``: when each alert fires, for the live page) from those of
+``dashboards/rules.py``, all written into the package
 (``src/rollout_telemetry/_monitoring``), which ``rollout-telemetry monitoring`` writes out for a user;
 ``dashboards/prometheus/prometheus.yml`` (docker-compose's) is that command's configuration for the
 ``exporter`` service; the queries of both are the
@@ -27,11 +28,24 @@ from dashboards.model import DATASOURCE, Row, panel_json, row_json
 from dashboards.panels import ROWS
 from rollout_telemetry._cli.monitoring import prometheus_config
 
-__all__ = ["COMPOSE_CONFIG", "PATH", "RULES_PATH", "dashboard", "main", "outputs", "refresh", "render"]
+__all__ = [
+    "ALERTS_PATH",
+    "COMPOSE_CONFIG",
+    "PATH",
+    "RULES_PATH",
+    "alerts_text",
+    "dashboard",
+    "main",
+    "outputs",
+    "refresh",
+    "render",
+]
 
 MONITORING = Path(__file__).parent.parent / "src" / "rollout_telemetry" / "_monitoring"
 PATH = MONITORING / "rollout-progress.json"
 RULES_PATH = MONITORING / "rules.yml"
+ALERTS_PATH = MONITORING / "alerts.json"
+"""The alerts' names, severities and when each fires, for the live page (which reads no YAML)."""
 COMPOSE_CONFIG = Path(__file__).parent / "prometheus" / "prometheus.yml"
 """docker-compose.yml's Prometheus configuration: scraping its ``exporter`` service."""
 GRID = 24
@@ -169,8 +183,18 @@ def outputs() -> dict[Path, str]:
     return {
         PATH: render(),
         RULES_PATH: rules.text(),
+        ALERTS_PATH: alerts_text(),
         COMPOSE_CONFIG: prometheus_config(["http://exporter:9464/metrics"]),
     }
+
+
+def alerts_text() -> str:
+    """The JSON text of ``alerts.json``: each alert of ``rules.yml``, in its order."""
+    alerts = [
+        {"alert": alert.name, "severity": alert.severity, "for_minutes": alert.minutes, "when": alert.when}
+        for alert in rules.alerting_rules()
+    ]
+    return json.dumps(alerts, indent=2, ensure_ascii=False) + "\n"
 
 
 def refresh(

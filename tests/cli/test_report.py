@@ -426,3 +426,37 @@ def test_the_intervals_and_reward_counts_are_each_agents_as_counted(
     assert row["agent"] == name[:128]
     assert (row["rewards"], row["measured_rewards"]) == ("2", "2")
     assert row["mean_reward_ci95_method"] == "wilson"
+
+
+def test_html_report_embeds_the_json_report(capsys: pytest.CaptureFixture[str]) -> None:
+    """--format html is one page holding --format json's report, with a chart per agent's rewards."""
+    assert main(["report", str(FIXTURES / "run.jsonl"), "--format", "json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert main(["report", str(FIXTURES / "run.jsonl"), "--format", "html"]) == 0
+    page = capsys.readouterr().out
+    assert page.startswith("<!doctype html>")
+    opening = '<script type="application/json" id="report">'
+    embedded = page[page.index(opening) + len(opening) : page.index("</script>", page.index(opening))]
+    assert json.loads(embedded) == report
+    assert page.count("mean rewards along the run</title>") == len(report["agents"])
+
+
+def test_html_report_of_several_runs_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    """--format html shows one run: two PATHs are a wrong input, said in one line."""
+    run = str(FIXTURES / "run.jsonl")
+    gym = str(FIXTURES / "gym" / "run.jsonl")
+    assert main(["report", run, gym, "--format", "html"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "rollout-telemetry report: --format html shows one run, and 2 files were given: give one PATH"
+    ]
+
+
+def test_gym_html_into_a_missing_folder_is_refused(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """gym --html naming a folder that does not exist fails before Gym starts, in one line."""
+    assert main(["gym", "--html", str(tmp_path / "nowhere" / "run.html"), "--", "gym", "eval", "run"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    assert "nowhere is not a directory" in err[0]

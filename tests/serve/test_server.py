@@ -360,3 +360,42 @@ def test_a_rendering_is_shared_while_it_is_written_and_never_after(clock: FakeCl
         workers.close()
     assert got == [b"rendering 0", b"rendering 0", b"rendering 1", b"rendering 2"]
     assert got[0] is got[1]
+
+
+def test_the_page_is_served_at_the_root(telemetry: RolloutTelemetry) -> None:
+    """GET / is the live page, with a policy that lets it load nothing; ?part=main is its content alone."""
+    telemetry.record("math", {"reward": 1.0})
+    with telemetry.serve(port=0) as server:
+        root = f"http://127.0.0.1:{server.port}"
+        with urllib.request.urlopen(root + "/", timeout=5) as response:
+            policy = response.headers["Content-Security-Policy"]
+            page = response.read().decode()
+            assert response.headers["Content-Type"] == "text/html; charset=utf-8"
+        assert "default-src 'none'" in policy
+        assert "connect-src 'self'" in policy
+        assert page.startswith("<!doctype html>")
+        status, main = _get(root + "/?part=main")
+        assert status == 200
+        assert main.startswith('<script type="application/json" id="report">')
+        assert 'data-agent="math"' in main
+
+
+def test_the_page_draws_the_charts_of_the_agents_named_open() -> None:
+    """An agent beyond the ten worst is charted only when named by ?open=; past MAX_OPEN names are ignored."""
+    from rollout_telemetry._serve.server import MAX_OPEN
+
+    telemetry = RolloutTelemetry(runtime_metrics=False)
+    for i in range(12):
+        telemetry.record(f"agent-{i:02d}", {"reward": 1.0, "mask_sample": i < 11})
+    with telemetry.serve(port=0) as server:
+        root = f"http://127.0.0.1:{server.port}/?part=main"
+        healthy = 'data-agent="agent-11"'
+
+        def charted(url: str) -> bool:
+            main = _get(url)[1]
+            section = main[main.index(f'<details class="agent" {healthy}') :]
+            return "<svg" in section[: section.index("</details>")]
+
+        assert not charted(root)
+        assert charted(root + "&open=agent-11")
+        assert not charted(root + "".join(f"&open=x{i}" for i in range(MAX_OPEN)) + "&open=agent-11")

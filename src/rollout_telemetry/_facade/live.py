@@ -10,10 +10,12 @@ the page weakly: a telemetry dropped without ``close()`` takes its sampler with 
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import weakref
 from collections.abc import Callable, Mapping
+from importlib import resources
 
 from rollout_telemetry._store.coverage import CoverageSnapshot
 from rollout_telemetry._store.groups import GroupsSnapshot
@@ -60,6 +62,8 @@ class LivePage:
         self._groups = groups
         self._in_flight = in_flight
         self.story = RunStory(snapshot, "seconds", origin=origin)
+        packaged = resources.files("rollout_telemetry") / "_monitoring" / "alerts.json"
+        self._alerts: list[dict[str, object]] = json.loads(packaged.read_text(encoding="utf-8"))
         self._stop = threading.Event()
         if sample:
             sampler = threading.Thread(
@@ -75,16 +79,26 @@ class LivePage:
         """Take one point of each agent that changed (the sampler's step)."""
         self.story.tick()
 
-    def render(self, part: str) -> bytes:
-        """The page, or with ``part == "main"`` its content alone (what the page fetches to update itself)."""
+    def render(self, part: str, charted: frozenset[str]) -> bytes:
+        """The page, or with ``part == "main"`` its content alone (what the page fetches to update itself),
+        with the charts of the worst agents and of the ``charted`` ones (the sections the reader opened)."""
         account = self._snapshot()
         report = build_report(account, self._coverage(), self._groups())
         points = self.story.points(account)
         in_flight = self._in_flight(IN_FLIGHT_SHOWN)
         if part == "main":
-            return render_main(report, points, x_axis="seconds", in_flight=in_flight).encode()
+            return render_main(
+                report, points, x_axis="seconds", in_flight=in_flight, charted=charted, alerts=self._alerts
+            ).encode()
         page = render_page(
-            report, points, title=self._title, x_axis="seconds", in_flight=in_flight, refresh=REFRESH_SECONDS
+            report,
+            points,
+            title=self._title,
+            x_axis="seconds",
+            in_flight=in_flight,
+            refresh=REFRESH_SECONDS,
+            charted=charted,
+            alerts=self._alerts,
         )
         return page.encode()
 

@@ -53,6 +53,7 @@ __all__ = [
     "LISTEN_BACKLOG",
     "MAX_CONNECTIONS",
     "MAX_HEAD",
+    "MAX_OPEN",
     "MAX_OUTPUT",
     "MAX_PER_SOURCE",
     "MAX_QUEUED",
@@ -71,6 +72,8 @@ _Rendering = tuple[str, tuple[str, ...], bool]  # Accept's choice, name[] filter
 
 DEFAULT_ROLLOUTS_LIMIT = 100
 """Rollouts ``GET /rollouts`` lists unless ``?limit=`` says otherwise."""
+MAX_OPEN = 50
+"""Agents a request of the live page may name with ``?open=`` (the first ones; charts cost a render each)."""
 READ_INTERVAL = 1.0
 """Seconds one listing of ``/rollouts`` and one collection for ``/metrics?name[]=`` are shared for."""
 MAX_READS_QUEUED = 64
@@ -228,7 +231,7 @@ class _Endpoint:
         reads: Workers,
         *,
         rollouts: Callable[[int], Mapping[str, object]] | None = None,
-        page: Callable[[str], bytes] | None = None,
+        page: Callable[[str, frozenset[str]], bytes] | None = None,
         writing: Callable[[bytes], bool] = lambda body: False,
     ) -> None:
         self._registry = registry
@@ -241,7 +244,7 @@ class _Endpoint:
         self._collections: _Shared[str, list[Metric]] = _Shared(reads, READ_INTERVAL)
         self._filtered: _Shared[_Rendering, tuple[bytes, str]] = _Shared(reads, READ_INTERVAL)
         self._listings: _Shared[str, tuple[bytes, list[bytes]]] = _Shared(reads, READ_INTERVAL)
-        self._pages: _Shared[str, bytes] = _Shared(reads, READ_INTERVAL)
+        self._pages: _Shared[tuple[str, frozenset[str]], bytes] = _Shared(reads, READ_INTERVAL)
         self._paths = ("/metrics",) + ("/rollouts",) * (rollouts is not None) + ("/",) * (page is not None)
 
     async def __call__(self, request: Request) -> Response:
@@ -254,10 +257,13 @@ class _Endpoint:
             return await self._page_of(self._page, request)
         return await self._metrics(request)
 
-    async def _page_of(self, page: Callable[[str], bytes], request: Request) -> Response:
-        """The live page (``?part=main``: its content alone), rendered on the read thread and shared."""
-        part = "main" if parse_qs(request.query).get("part", [""])[-1] == "main" else "page"
-        body = await self._pages.get(part, functools.partial(page, part))
+    async def _page_of(self, page: Callable[[str, frozenset[str]], bytes], request: Request) -> Response:
+        """The live page (``?part=main``: its content alone; ``&open=NAME``: an agent whose charts to draw,
+        at most ``MAX_OPEN``), rendered on the read thread and shared by those asking for the same."""
+        query = parse_qs(request.query)
+        part = "main" if query.get("part", [""])[-1] == "main" else "page"
+        charted = frozenset(query.get("open", [])[:MAX_OPEN])
+        body = await self._pages.get((part, charted), functools.partial(page, part, charted))
         return Response(200, _PAGE_HEADERS, body)
 
     async def _in_flight(self, rollouts: Callable[[int], Mapping[str, object]], request: Request) -> Response:
@@ -333,8 +339,9 @@ class MetricsServer:
     several collector processes on one node to get a port each without coordinating. ``threads`` worker
     threads render the exposition (scrapes asking for the same one share it, and each thread keeps a heap
     of its own, so few are best); password checks and ``/rollouts`` have threads of their own, and the
-    connections themselves hold none. ``page`` renders the page at ``/`` (``"main"``: its content alone) on
-    the ``/rollouts`` thread, shared for ``READ_INTERVAL``; without it, ``/`` is 404.
+    connections themselves hold none. ``page`` renders the page at ``/`` (``"main"``: its content alone; the
+    agents named by ``?open=`` charted) on the ``/rollouts`` thread, shared for ``READ_INTERVAL``; without
+    it, ``/`` is 404.
 
     Raises:
         ServeError: the address cannot be bound (every port in the range is taken, the host is unknown).
@@ -351,7 +358,7 @@ class MetricsServer:
         threads: int = 2,
         port_range: int = 1,
         rollouts: Callable[[int], Mapping[str, object]] | None = None,
-        page: Callable[[str], bytes] | None = None,
+        page: Callable[[str, frozenset[str]], bytes] | None = None,
     ) -> None:
         self._tls = tls
         context = tls.context() if tls is not None else None

@@ -65,7 +65,8 @@ def _label(value: float) -> str:
 def line_chart(lines: Sequence[Line], *, x_label: str, y_label: str, title: str) -> str:
     """An SVG line chart of ``lines`` with both axes labelled (units in the labels) and a legend.
 
-    A NaN y breaks its line (no value there yet); an empty chart says so in its middle.
+    A NaN y breaks its line (no value there yet); an empty chart says so in its middle; a line of zeros only
+    is named in the legend, not drawn (the axis shows it).
     """
     xs = [x for line in lines for x, y in line.points if math.isfinite(y)]
     ys = [y for line in lines for _, y in line.points if math.isfinite(y)]
@@ -106,12 +107,17 @@ def line_chart(lines: Sequence[Line], *, x_label: str, y_label: str, title: str)
         f'text-anchor="middle">{escape(y_label)}</text>'
     )
     for line in lines:
+        if not any(y for _, y in line.points):
+            continue
         runs: list[list[str]] = [[]]
         for x, y in line.points:
-            if math.isfinite(y):
-                runs[-1].append(f"{px(x):.1f},{py(y):.1f}")
-            elif runs[-1]:
-                runs.append([])
+            if not math.isfinite(y):
+                if runs[-1]:
+                    runs.append([])
+                continue
+            pixel = f"{px(x):.0f},{py(y):.0f}"  # whole pixels, each once: the file stays small
+            if not runs[-1] or runs[-1][-1] != pixel:
+                runs[-1].append(pixel)
         for run in runs:
             if len(run) == 1:  # one point: a dot, or it would not show
                 cx, cy = run[0].split(",")

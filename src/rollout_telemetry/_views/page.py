@@ -7,26 +7,30 @@ attached to a pull request. Every name from the run is escaped, and the embedded
 
 Agents are listed worst first (the largest share of their outcomes lost to masking, failure, omission or no
 score), the ten worst open; a filter box narrows the page to the agents whose name holds what is typed. The
-live page swaps its content for ``?part=main`` every few seconds, keeping the filter and what is open.
+live page swaps its content for ``?part=main`` every few seconds, keeping the filter and what is open; it
+draws the charts of the open sections only (``?open=NAME`` names the others the reader opened), so an update
+of 500 agents costs the endpoint what one of a dozen does.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Container, Mapping, Sequence
 from html import escape
 from typing import Any
 
 from rollout_telemetry._views.charts import Line, Segment, bar, line_chart
 from rollout_telemetry._views.story import POINT_FIELDS, Point, XAxis
 
-__all__ = ["OPEN_AGENTS", "REFRESH_SECONDS", "render_main", "render_page"]
+__all__ = ["CHART_POINTS", "OPEN_AGENTS", "REFRESH_SECONDS", "render_main", "render_page"]
 
 OPEN_AGENTS = 10
 """Agents whose section is open when the page loads (the worst); the others open on a click."""
 REFRESH_SECONDS = 5
 """Seconds between two updates of the live page."""
+CHART_POINTS = 120
+"""Points a chart's line draws at most (about one every 5 pixels); the story may hold more."""
 
 _DISPOSITIONS = ("measured", "masked", "unscored", "failed", "omitted")
 _LOST = ("masked", "unscored", "failed", "omitted")
@@ -83,7 +87,7 @@ svg .omitted{stroke:var(--omitted);fill:var(--omitted);stroke-dasharray:2 3}
 svg .unscored{stroke:var(--unscored);fill:var(--unscored);stroke-dasharray:10 3 2 3}
 .grid2{display:grid;grid-template-columns:repeat(auto-fit,minmax(16rem,1fr));gap:0 1.5rem}
 #filter{font:inherit;padding:.3rem .5rem;width:18rem;max-width:100%;margin:.4rem 0}
-.none{color:var(--muted)}
+.none{color:var(--muted)}td.when{text-align:left;max-width:40rem}
 """
 
 _SCRIPT = """
@@ -93,16 +97,19 @@ function apply(){var q=box.value.toLowerCase();
 document.querySelectorAll("[data-agent]").forEach(function(e){
 e.hidden=q!==""&&e.dataset.agent.toLowerCase().indexOf(q)<0;});}
 box.addEventListener("input",apply);apply();
-var every=Number(document.body.dataset.refresh||0);if(!every)return;
-function update(){var open=new Set();
-document.querySelectorAll("details.agent[open]").forEach(function(e){open.add(e.dataset.agent);});
-fetch("?part=main",{cache:"no-store",credentials:"same-origin"}).then(function(r){
+var every=Number(document.body.dataset.refresh||0);if(!every)return;var timer=null,busy=false;
+function update(){clearTimeout(timer);if(busy)return;busy=true;var open=new Set(),query="?part=main";
+document.querySelectorAll("details.agent[open]").forEach(function(e){open.add(e.dataset.agent);
+query+="&open="+encodeURIComponent(e.dataset.agent);});
+fetch(query,{cache:"no-store",credentials:"same-origin"}).then(function(r){
 if(!r.ok)throw new Error(r.status);return r.text();}).then(function(html){
 var main=document.getElementById("content");main.innerHTML=html;
 main.querySelectorAll("details.agent").forEach(function(e){e.open=open.has(e.dataset.agent);});
 apply();document.body.dataset.updated=String(Date.now());}).catch(function(){}).finally(function(){
-setTimeout(update,every*1000);});}
-setTimeout(update,every*1000);})();
+busy=false;timer=setTimeout(update,every*1000);});}
+document.addEventListener("toggle",function(e){var t=e.target;
+if(t.open&&t.querySelector&&t.querySelector(".charts.pending"))update();},true);
+timer=setTimeout(update,every*1000);})();
 """
 
 
@@ -114,9 +121,12 @@ def render_page(
     x_axis: XAxis,
     in_flight: Mapping[str, Any] | None = None,
     refresh: int = 0,
+    charted: Container[str] | None = None,
+    alerts: Sequence[Mapping[str, Any]] = (),
 ) -> str:
     """The whole page: ``report``'s numbers and ``story``'s charts; ``refresh`` seconds (0: never) between
     two updates of the content from ``?part=main``; ``in_flight`` (``GET /rollouts``' listing) if given."""
+    main = render_main(report, story, x_axis=x_axis, in_flight=in_flight, charted=charted, alerts=alerts)
     return (
         '<!doctype html><html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width,initial-scale=1">'
@@ -124,7 +134,7 @@ def render_page(
         f'<body data-refresh="{refresh}"><header><h1>{escape(title)}</h1>'
         f'<p class="about">{_X_NOTES[x_axis]}</p>'
         '<input id="filter" type="search" placeholder="filter agents by name" aria-label="filter agents">'
-        f'</header><main id="content">{render_main(report, story, x_axis=x_axis, in_flight=in_flight)}</main>'
+        f'</header><main id="content">{main}</main>'
         f"<script>{_SCRIPT}</script></body></html>"
     )
 
@@ -135,9 +145,13 @@ def render_main(
     *,
     x_axis: XAxis,
     in_flight: Mapping[str, Any] | None = None,
+    charted: Container[str] | None = None,
+    alerts: Sequence[Mapping[str, Any]] = (),
 ) -> str:
     """The page's content (what the live page fetches with ``?part=main``): the report's JSON, the table of
-    agents worst first, the rollouts in flight, each agent's section, then the run's totals."""
+    agents worst first, the rollouts in flight, each agent's section, then the run's totals. The open
+    sections (the ``OPEN_AGENTS`` worst) have their charts, and so have the ``charted`` agents (``None``:
+    every agent); the others say their charts come when they are opened."""
     rows = sorted(report["agents"], key=_worst_first)
     # "<" escaped inside the JSON: no agent name can close the script element it sits in.
     data = json.dumps(report, separators=(",", ":"), allow_nan=False).replace("<", "\\u003c")
@@ -148,9 +162,27 @@ def render_main(
         parts.append('<p class="none">No rollout counted yet.</p>')
     for rank, row in enumerate(rows):
         name = row["agent"]
-        parts.append(_agent(row, report, story.get(name, ()), x_axis=x_axis, open_=rank < OPEN_AGENTS))
+        opened = rank < OPEN_AGENTS
+        points = story.get(name, ()) if opened or charted is None or name in charted else None
+        parts.append(_agent(row, report, points, x_axis=x_axis, open_=opened))
     parts.append(_run_totals(report))
+    if alerts:
+        parts.append(_alerts(alerts))
     return "".join(parts)
+
+
+def _alerts(alerts: Sequence[Mapping[str, Any]]) -> str:
+    rows = "".join(
+        f"<tr><td>{escape(alert['alert'])}</td><td>{escape(alert['severity'])}</td>"
+        f'<td class="when">{escape(alert["when"])}</td></tr>'
+        for alert in alerts
+    )
+    return (
+        '<details class="alerts"><summary><h3>Alert conditions</h3></summary><p class="about">The alerts '
+        "Prometheus evaluates with the rules this package ships (<code>rollout-telemetry monitoring</code> "
+        "writes them), and when each fires: the series above are what they read.</p>"
+        f"<table><tr><th>alert</th><th>severity</th><th>fires when</th></tr>{rows}</table></details>"
+    )
 
 
 def _lost_share(row: Mapping[str, Any]) -> float:
@@ -237,7 +269,7 @@ def _in_flight(listing: Mapping[str, Any]) -> str:
 def _agent(
     row: Mapping[str, Any],
     report: Mapping[str, Any],
-    points: Sequence[Point],
+    points: Sequence[Point] | None,
     *,
     x_axis: XAxis,
     open_: bool,
@@ -250,7 +282,10 @@ def _agent(
         f'<summary><h2>{shown}</h2> <span class="about">lost share {_lost_share(row):.1%}</span></summary>'
     ]
     parts.append(_coverage(rollouts, events))
-    parts.append('<div class="charts">' + _charts(points, x_axis, name) + "</div>")
+    if points is None:  # drawn when the section is opened (the live page asks again, naming it)
+        parts.append('<div class="charts pending"><p class="none">The charts come when this opens.</p></div>')
+    else:
+        parts.append('<div class="charts">' + _charts(points, x_axis, name) + "</div>")
     parts.append('<div class="grid2">')
     parts.append(_failure_kinds(events))
     signal = report.get("training_signal", {}).get(name, {})
@@ -274,6 +309,7 @@ def _coverage(rollouts: Mapping[str, Any], events: Mapping[str, Any]) -> str:
 
 def _charts(points: Sequence[Point], x_axis: XAxis, name: str) -> str:
     at = {field: index for index, field in enumerate(POINT_FIELDS)}
+    points = _thinned(points)
     x_label = _X_LABELS[x_axis]
 
     def series(field: str) -> list[tuple[float, float]]:
@@ -298,6 +334,14 @@ def _charts(points: Sequence[Point], x_axis: XAxis, name: str) -> str:
         f"<div><h3>Mean rewards along the run</h3>{rewards}</div>"
         f"<div><h3>Masked, unscored, failed, omitted along the run</h3>{lost}</div>"
     )
+
+
+def _thinned(points: Sequence[Point]) -> Sequence[Point]:
+    """At most about ``CHART_POINTS`` of ``points``, evenly spread, the first and the last kept."""
+    step = -(-len(points) // CHART_POINTS)
+    if step <= 1:
+        return points
+    return [*points[:-1:step], points[-1]]
 
 
 def _table(title: str, header: tuple[str, str], rows: Sequence[tuple[str, str]], empty: str) -> str:

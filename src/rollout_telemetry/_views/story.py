@@ -37,6 +37,7 @@ XAxis = Literal["rollouts", "seconds"]
 Point = tuple[float, ...]
 _NAN = float("nan")
 _FIELDS = len(POINT_FIELDS) + 1  # the instant's number first, then the point
+_COUNTS = 5  # the last fields, the outcomes counted: when they are the same, so is every mean
 
 
 def point_of(agent: AgentSnapshot, x: float) -> Point:
@@ -93,7 +94,6 @@ class RunStory:
         self._ticks = 0
         self._instants = 0  # instants kept now
         self._points: dict[str, array[float]] = {}
-        self._last: dict[str, AgentSnapshot] = {}  # each agent's snapshot at its latest point
         self._lock = threading.Lock()
 
     def tick(self) -> None:
@@ -108,30 +108,33 @@ class RunStory:
                 self._thin()
             self._instants += 1
             for agent in account.agents:
-                if self._last.get(agent.agent) is agent:  # unchanged: the account gave the same object
+                point = point_of(agent, self._x(agent, account))
+                points = self._points.get(agent.agent)
+                if points is None:
+                    points = self._points[agent.agent] = array("d")
+                elif points[-_COUNTS:] == array("d", point[-_COUNTS:]):  # no outcome since: the same means
                     continue
-                self._last[agent.agent] = agent
-                points = self._points.setdefault(agent.agent, array("d"))
                 points.append(float(self._ticks))
-                points.extend(point_of(agent, self._x(agent, account)))
+                points.extend(point)
 
     def points(self, account: AccountSnapshot) -> dict[str, list[Point]]:
         """Each agent's points so far, oldest first, and its point in ``account`` last (the numbers the rest
-        of the page shows), unless that is the latest point already."""
+        of the page shows), unless the latest point is that one already."""
         with self._lock:
             kept = {name: points.tolist() for name, points in self._points.items()}
-            last = dict(self._last)
         story: dict[str, list[Point]] = {}
         for agent in account.agents:
             flat = kept.get(agent.agent, [])
             points = [tuple(flat[at + 1 : at + _FIELDS]) for at in range(0, len(flat), _FIELDS)]
-            if last.get(agent.agent) is not agent:
-                points.append(point_of(agent, self._x(agent, account)))
+            now = point_of(agent, self._x(agent, account))
+            if not points or points[-1][0] != now[0]:  # a new x: outcomes since, or (seconds) time passed
+                points.append(now)
             story[agent.agent] = points
         return story
 
     def memory_bound(self, agents: int) -> int:
-        """The most bytes the points of ``agents`` agents take (the arrays' items; not the names)."""
+        """The most bytes the points of ``agents`` agents take (the arrays' items, not the names): nothing
+        else is kept per agent."""
         return agents * self._most * _FIELDS * array("d").itemsize
 
     def _x(self, agent: AgentSnapshot, account: AccountSnapshot) -> float:
@@ -145,7 +148,5 @@ class RunStory:
             for at in range(0, len(points), _FIELDS):
                 if int(points[at]) % self._stride == 0:
                     kept.extend(points[at : at + _FIELDS])
-            if not kept or kept[-_FIELDS] != points[-_FIELDS]:  # its latest point went: points() adds it
-                self._last.pop(name, None)
             self._points[name] = kept
         self._instants = self._most // 2

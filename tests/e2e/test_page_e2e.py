@@ -1,0 +1,227 @@
+"""The HTML report and the live page in a real browser: headless Chromium (Debian's) driven by Playwright.
+
+The numbers a reader sees are read off the page and compared with ``report --format json`` and ``/metrics``;
+the page asks nothing of any other origin; markup in an agent's name stays text.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import ssl
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+import trustme
+from docs.browser import chromium, chromium_path
+
+from rollout_telemetry import BasicAuth, RolloutTelemetry, TLSConfig, hash_password
+from tests.support import samples
+
+FIXTURES = Path(__file__).parents[1] / "fixtures"
+HOSTILE = '<img src=x onerror="window.pwned=1"><script>window.pwned=2</script>"&'
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser, Page
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    """Debian's Chromium, headless; in CI a missing one fails (scripts/setup-dev installs it)."""
+    if chromium_path() is None:
+        if os.environ.get("CI"):
+            pytest.fail("chromium is not installed: scripts/setup-dev installs it")
+        pytest.skip("chromium is not installed: scripts/setup-dev installs it")
+    with chromium() as launched:
+        yield launched
+
+
+def _cli(*args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "rollout_telemetry", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    return done.stdout
+
+
+def _shown(page: Page) -> dict[str, dict[str, str]]:
+    """The overview table as the reader sees it: per agent row, each cell's visible text by its key."""
+    found: dict[str, dict[str, str]] = {}
+    for row in page.locator("table.agents tr[data-agent]").all():
+        agent = row.get_attribute("data-agent") or ""
+        found[agent] = {
+            cell.get_attribute("data-k") or "": cell.inner_text() for cell in row.locator("td[data-k]").all()
+        }
+    return found
+
+
+def _number(text: str) -> float | None:
+    return None if text == "-" else float(text.replace(",", ""))
+
+
+def _watched(page: Page) -> list[str]:
+    """Every URL the page asks for from now on."""
+    asked: list[str] = []
+    page.on("request", lambda request: asked.append(request.url))
+    return asked
+
+
+def test_the_report_shows_what_json_says(browser: Browser, tmp_path: Path) -> None:
+    """report --format html of the fixture run, opened from disk: each agent's counts and means as the JSON
+    report has them, the charts drawn, nothing fetched, and the filter narrowing the page."""
+    run = FIXTURES / "run.jsonl"
+    page_file = tmp_path / "run.html"
+    page_file.write_text(_cli("report", str(run), "--format", "html"), encoding="utf-8")
+    report = json.loads(_cli("report", str(run), "--format", "json"))
+    page = browser.new_page()
+    asked = _watched(page)
+    page.goto(page_file.as_uri())
+    shown = _shown(page)
+    assert set(shown) == {row["agent"] for row in report["agents"]}
+    for row in report["agents"]:
+        cells, events = shown[row["agent"]], row["events"]
+        for key in ("measured", "masked", "unscored", "failed", "omitted"):
+            assert _number(cells[key]) == events[key]
+        for key in ("mean_reward", "mean_reward_unmasked"):
+            expected = events[key]
+            assert _number(cells[key]) == (None if expected is None else round(expected, 3))
+        assert _number(cells["expected"]) == row["rollouts"]["expected"]
+    assert page.locator("svg.chart polyline").count() > 0
+    assert asked == [page_file.as_uri()]
+    page.fill("#filter", "math")
+    visible = [
+        row.get_attribute("data-agent") for row in page.locator("table.agents tr[data-agent]:visible").all()
+    ]
+    assert visible == ["math_agent"]
+    assert page.locator("details.agent:visible").count() == 1
+    page.close()
+
+
+def test_markup_in_an_agent_name_stays_text(browser: Browser, tmp_path: Path) -> None:
+    """An agent named with an img's onerror and a script element: neither runs; the name reads as typed."""
+    run = tmp_path / "hostile.jsonl"
+    rows = [
+        {"reward": 1.0, "mask_sample": i % 2 == 0, "_ng_environment_server": HOSTILE, "failure_kind": "x"}
+        for i in range(4)
+    ]
+    run.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    page_file = tmp_path / "hostile.html"
+    page_file.write_text(_cli("report", str(run), "--format", "html"), encoding="utf-8")
+    page = browser.new_page()
+    page.goto(page_file.as_uri())
+    assert page.evaluate("window.pwned") is None
+    assert page.locator("table.agents tr[data-agent] td a").inner_text() == HOSTILE
+    assert page.locator("img").count() == 0
+    page.close()
+
+
+@pytest.fixture(scope="module")
+def tls(tmp_path_factory: pytest.TempPathFactory) -> TLSConfig:
+    """A certificate for 127.0.0.1 from a test CA (the browser is told to accept it)."""
+    ca = trustme.CA()
+    folder = tmp_path_factory.mktemp("tls")
+    server = ca.issue_cert("127.0.0.1")
+    server.cert_chain_pems[0].write_to_path(str(folder / "server.pem"))
+    server.private_key_pem.write_to_path(str(folder / "server.key"))
+    return TLSConfig(str(folder / "server.pem"), str(folder / "server.key"))
+
+
+def _record(telemetry: RolloutTelemetry, rounds: int) -> None:
+    for i in range(rounds):
+        telemetry.record("math", {"reward": float(i % 2), "mask_sample": i % 5 == 0, "failure_kind": "judge"})
+        if i % 3 == 0:
+            telemetry.record_failure("browser", "session_lost", reason="reset timed out")
+        telemetry.record("code", {"reward": 1.0})
+
+
+def _metrics(url: str, user: str, password: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    """/metrics, read as a scraper does (the test CA's certificate unchecked, as the browser's)."""
+    token = base64.b64encode(f"{user}:{password}".encode()).decode()
+    request = urllib.request.Request(url, headers={"Authorization": f"Basic {token}"})
+    unverified = ssl._create_unverified_context()
+    with urllib.request.urlopen(request, timeout=30, context=unverified) as response:
+        return samples(response.read().decode())
+
+
+def test_the_live_page_behind_tls_and_basic_auth(browser: Browser, tls: TLSConfig) -> None:
+    """GET / over HTTPS with basic auth: the page's numbers are /metrics', it updates itself as the run goes
+    on, and it asks for nothing but its own origin."""
+    telemetry = RolloutTelemetry(run="live", runtime_metrics=False)
+    auth = BasicAuth("reader", hash_password("correct horse"))
+    _record(telemetry, 30)
+    server = telemetry.serve(port=0, tls=tls, auth=auth)
+    origin = server.url.removesuffix("/metrics")
+    context = browser.new_context(
+        ignore_https_errors=True, http_credentials={"username": "reader", "password": "correct horse"}
+    )
+    try:
+        page = context.new_page()
+        asked = _watched(page)
+        page.goto(origin + "/")
+        _same_as_metrics(page, _metrics(server.url, "reader", "correct horse"))
+        before = page.get_attribute("body", "data-updated") or ""
+        _record(telemetry, 20)
+        # A selector, not a function: the page's policy allows no script but its own (Playwright's eval).
+        page.wait_for_selector(f'body[data-updated]:not([data-updated="{before}"])', timeout=20_000)
+        _same_as_metrics(page, _metrics(server.url, "reader", "correct horse"))
+        assert all(url.startswith(origin + "/") for url in asked)
+        assert any("part=main" in url for url in asked)
+    finally:
+        context.close()
+        server.stop()
+        telemetry.close()
+
+
+def _same_as_metrics(page: Page, metrics: dict[tuple[str, frozenset[tuple[str, str]]], float]) -> None:
+    """The overview's masked and failed counts and mean reward per agent are /metrics' values."""
+
+    def total(name: str, agent: str) -> float:
+        return sum(v for (n, labels), v in metrics.items() if n == name and ("agent", agent) in labels)
+
+    shown = _shown(page)
+    assert set(shown) == {"math", "browser", "code"}
+    for agent, cells in shown.items():
+        assert _number(cells["masked"]) == total("rollout_masked_total", agent)
+        assert _number(cells["failed"]) == total("rollout_failed_total", agent)
+        reward = [
+            v for (n, labels), v in metrics.items() if n == "rollout_reward" and ("agent", agent) in labels
+        ]
+        assert _number(cells["mean_reward"]) == (round(reward[0], 3) if reward else None)
+
+
+def test_five_hundred_agents_stay_usable(browser: Browser) -> None:
+    """500 agents on the live page: it loads within seconds, the worst first, and the filter finds one."""
+    telemetry = RolloutTelemetry(runtime_metrics=False, max_agents=1000)
+    for i in range(500):
+        for j in range(10):
+            if j < i % 10:
+                telemetry.record_failure(f"agent-{i:03d}", "session_lost")
+            else:
+                telemetry.record(f"agent-{i:03d}", {"reward": 1.0})
+    server = telemetry.serve(port=0)
+    try:
+        page = browser.new_page()
+        page.goto(server.url.removesuffix("/metrics") + "/", timeout=30_000)
+        first = page.locator("table.agents tr[data-agent]").first.get_attribute("data-agent") or ""
+        assert first.endswith("9")  # lost 9 of 10: among the worst
+        page.fill("#filter", "agent-123")
+        assert [r.get_attribute("data-agent") for r in page.locator("tr[data-agent]:visible").all()] == [
+            "agent-123"
+        ]
+        section = page.locator('details.agent[data-agent="agent-123"]')
+        assert section.locator(".charts.pending").count() == 1  # not drawn until opened
+        section.locator("summary").click()
+        section.locator("svg.chart").first.wait_for(timeout=20_000)  # drawn once opened
+        page.close()
+    finally:
+        server.stop()
+        telemetry.close()

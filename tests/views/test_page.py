@@ -1,0 +1,163 @@
+"""The HTML page: the report's numbers and JSON, names escaped, worst agents first, nothing loaded."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+from html.parser import HTMLParser
+from typing import Any
+
+from rollout_telemetry._facade.telemetry import RolloutTelemetry
+from rollout_telemetry._store.coverage import CoverageSnapshot
+from rollout_telemetry._views.charts import nice_ticks
+from rollout_telemetry._views.page import OPEN_AGENTS, render_page
+from rollout_telemetry._views.report import build_report
+from rollout_telemetry._views.story import RunStory
+
+HOSTILE = '</script><script>alert("x")</script><img src=x onerror=alert(1)> & "quoted" \'\n'
+
+
+class _Elements(HTMLParser):
+    """Every start tag with its attributes, and the text of each script element."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.tags: list[tuple[str, dict[str, str | None]]] = []
+        self.scripts: list[str] = []
+        self._in_script = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, dict(attrs)))
+        self._in_script = tag == "script"
+        if self._in_script:
+            self.scripts.append("")
+
+    def handle_endtag(self, tag: str) -> None:
+        self._in_script = False
+
+    def handle_data(self, data: str) -> None:
+        if self._in_script:
+            self.scripts[-1] += data
+
+
+def _page(telemetry: RolloutTelemetry, story: RunStory | None = None) -> tuple[dict[str, Any], str]:
+    snapshot = telemetry.snapshot()
+    report = build_report(snapshot, CoverageSnapshot(agents=()))
+    points = story.points(snapshot) if story is not None else {}
+    return report, render_page(report, points, title=HOSTILE, x_axis="rollouts")
+
+
+def _parsed(page: str) -> _Elements:
+    elements = _Elements()
+    elements.feed(page)
+    elements.close()
+    return elements
+
+
+def test_a_hostile_agent_name_stays_text() -> None:
+    """An agent name holding markup makes no element: two scripts (the JSON and the page's), no img; the name
+    reads back exactly from the embedded JSON and from the sections' data attribute."""
+    telemetry = RolloutTelemetry(runtime_metrics=False)
+    telemetry.record(HOSTILE, {"reward": 1.0, "mask_sample": True, "failure_kind": "judge_failed"})
+    _, page = _page(telemetry)
+    elements = _parsed(page)
+    assert [tag for tag, _ in elements.tags].count("script") == 2
+    assert "img" not in [tag for tag, _ in elements.tags]
+    embedded = json.loads(elements.scripts[0])
+    assert [row["agent"] for row in embedded["agents"]] == [HOSTILE]
+    agents = {attrs["data-agent"] for tag, attrs in elements.tags if "data-agent" in attrs}
+    assert agents == {HOSTILE}
+    assert not any(name.startswith("on") for _, attrs in elements.tags for name in attrs)
+
+
+def test_the_embedded_json_is_the_report() -> None:
+    """The page carries ``--format json``'s report, unchanged, and each table cell's exact value."""
+    telemetry = RolloutTelemetry(runtime_metrics=False)
+    for i in range(9):
+        telemetry.record("math", {"reward": i / 8, "mask_sample": i % 4 == 0})
+    telemetry.record_failure("browser", "session_lost", reason="reset timed out")
+    report, page = _page(telemetry)
+    elements = _parsed(page)
+    assert json.loads(elements.scripts[0]) == json.loads(json.dumps(report))
+    cells = {
+        (row, attrs["data-k"]): attrs["data-v"]
+        for row, (tag, attrs) in _rows(elements)
+        if tag == "td" and "data-k" in attrs
+    }
+    math = report["agents"][[r["agent"] for r in report["agents"]].index("math")]["events"]
+    assert float(cells["math", "mean_reward"] or "nan") == math["mean_reward"]
+    assert int(cells["math", "masked"] or -1) == math["masked"] == 3
+    assert int(cells["browser", "failed"] or -1) == 1
+    assert "reset timed out" not in page  # a failure's reason is never on the page: it is about one rollout
+
+
+def _rows(elements: _Elements) -> list[tuple[str, tuple[str, dict[str, str | None]]]]:
+    """Each element inside an overview row, with the agent of the row."""
+    found, agent = [], ""
+    for tag, attrs in elements.tags:
+        if tag == "tr" and "data-agent" in attrs:
+            agent = attrs["data-agent"] or ""
+        elif tag == "tr":
+            agent = ""
+        if agent:
+            found.append((agent, (tag, attrs)))
+    return found
+
+
+def test_an_empty_run_is_a_page_that_says_so() -> None:
+    """No rollout yet: the page renders, says so, and its charts are absent rather than broken."""
+    _, page = _page(RolloutTelemetry(runtime_metrics=False))
+    assert "No rollout counted yet." in page
+    assert "<polyline" not in page
+
+
+def test_agents_are_listed_worst_first_and_the_worst_open() -> None:
+    """500 agents: ordered by the share lost, the worst ten open, every one reachable by the filter."""
+    telemetry = RolloutTelemetry(runtime_metrics=False, max_agents=1000)
+    story = RunStory(telemetry.snapshot, "rollouts")
+    for i in range(500):
+        name = f"agent-{i:03d}"
+        for j in range(10):
+            if j < i % 10:
+                telemetry.record_failure(name, "session_lost")
+            else:
+                telemetry.record(name, {"reward": 1.0})
+        story.tick()
+    _, page = _page(telemetry, story)
+    elements = _parsed(page)
+    sections = [attrs for tag, attrs in elements.tags if tag == "details"]
+    assert len(sections) == 500
+    lost = [int((attrs["data-agent"] or "")[-1]) for attrs in sections]  # agent i lost i % 10 of 10
+    assert lost == sorted(lost, reverse=True)
+    assert [("open" in attrs) for attrs in sections] == [True] * OPEN_AGENTS + [False] * (500 - OPEN_AGENTS)
+    assert any(tag == "input" and attrs.get("id") == "filter" for tag, attrs in elements.tags)
+
+
+def test_the_page_loads_nothing_from_anywhere() -> None:
+    """No src, href or url() points outside the page: it opens on an air-gapped machine."""
+    telemetry = RolloutTelemetry(runtime_metrics=False)
+    story = RunStory(telemetry.snapshot, "rollouts")
+    for i in range(50):
+        telemetry.record("math", {"reward": float(i % 3)})
+        story.tick()
+    _, page = _page(telemetry, story)
+    elements = _parsed(page)
+    for _, attrs in elements.tags:
+        assert attrs.get("src") is None
+        href = attrs.get("href")
+        assert href is None or href.startswith("#")
+    assert not re.search(r"url\(|@import|https?://", page.replace("http://www.w3.org/2000/svg", ""))
+
+
+def test_ticks_are_round_and_cover_the_values() -> None:
+    """Axis ticks are 1, 2 or 5 times a power of ten, and span the values drawn."""
+    for low, high in ((0.0, 1.0), (0.13, 0.97), (-3.0, 1234.0), (5.0, 5.0), (0.0, 1_000_000.0)):
+        ticks = nice_ticks(low, high)
+        assert ticks[0] <= low
+        assert ticks[-1] >= high
+        assert 2 <= len(ticks) <= 12
+        steps = {round(b - a, 9) for a, b in itertools.pairwise(ticks)}
+        assert len(steps) == 1
+        mantissa = f"{steps.pop():e}".split("e")[0]
+        assert float(mantissa) in (1.0, 2.0, 5.0)

@@ -14,9 +14,11 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from playwright.sync_api import Browser
 
-__all__ = ["CHROMIUM", "chromium", "chromium_path"]
+__all__ = ["CHROMIUM", "chromium", "chromium_path", "photograph"]
 
 CHROMIUM = "chromium"
 """Debian's Chromium, looked up on PATH (``ROLLOUT_TELEMETRY_CHROMIUM`` names another)."""
@@ -47,3 +49,14 @@ def chromium() -> Iterator[Browser]:
             yield browser
         finally:
             browser.close()
+
+
+def photograph(browser: Browser, url: str, path: Path, *, width: int = 1100, height: int = 1000) -> None:
+    """A PNG of the top ``width`` x ``height`` pixels of the page at ``url``, light theme, once it has loaded
+    and painted: what a reader of the docs sees first."""
+    page = browser.new_page(viewport={"width": width, "height": height}, color_scheme="light")
+    try:
+        page.goto(url, wait_until="load")
+        page.screenshot(path=str(path))
+    finally:
+        page.close()

@@ -229,7 +229,11 @@ API_JOBS: tuple[tuple[str, tuple[str, ...], str], ...] = (
         ("expect",),
         "keywords; at most one of `rollouts`, `tasks`, `identities` and `inputs` a call",
     ),
-    ("Serve `/metrics`, `/rollouts` and `/healthz`", ("serve",), "returns the running `MetricsServer`"),
+    (
+        "Serve `/metrics`, `/rollouts`, the live page at `/` and `/healthz`",
+        ("serve",),
+        "returns the running `MetricsServer`; `page=False`: no page",
+    ),
     ("Push to a Prometheus Pushgateway", ("push",), "for batch jobs a scraper cannot reach"),
     (
         "Publish beside other collectors (one prometheus_client registry)",

@@ -225,3 +225,21 @@ def test_five_hundred_agents_stay_usable(browser: Browser) -> None:
     finally:
         server.stop()
         telemetry.close()
+
+
+def test_an_empty_run_is_a_page_that_says_so(browser: Browser) -> None:
+    """The live page before the first rollout: it loads, says so, and updates without an error."""
+    telemetry = RolloutTelemetry(runtime_metrics=False)
+    server = telemetry.serve(port=0)
+    try:
+        page = browser.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda error: errors.append(str(error)))
+        page.goto(server.url.removesuffix("/metrics") + "/")
+        assert page.get_by_text("No rollout counted yet.").is_visible()
+        page.wait_for_selector("body[data-updated]", timeout=20_000)  # one update done
+        assert errors == []
+        page.close()
+    finally:
+        server.stop()
+        telemetry.close()

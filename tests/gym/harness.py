@@ -36,6 +36,9 @@ EXAMPLE_AGENT = "example_single_tool_call_simple_agent"
 TEST_AGENT = "rt_weather_simple_agent"
 """This project's test environment's agent (``tests/gym/servers``): masks the prompts with ``[mask]``."""
 TEST_TASKS = "resources_servers/rt_weather/data/tasks.jsonl"
+TROUBLED = {"humidity": ["fail", "call"], "tonight": ["answer", "call"]}
+"""The test environment's plan: task 2 fails every other first try (routed to the sidecar), task 3 alternates
+reward 0 and 1; task 1 is masked by the environment itself ([mask])."""
 _SERVER_DIRS = (
     "resources_servers/example_single_tool_call",
     "resources_servers/rt_weather",

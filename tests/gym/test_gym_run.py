@@ -9,6 +9,7 @@ keys, captured in its process through its exporter registry, and (iii) its ``_ag
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import shlex
 import signal
@@ -27,6 +28,7 @@ from tests.gym.harness import (
     EXAMPLE_AGENT,
     TEST_AGENT,
     TEST_TASKS,
+    TROUBLED,
     FakeModel,
     GymServers,
     Watch,
@@ -46,10 +48,6 @@ from tests.support import alive, samples, stop_process, wait_until
 # The first test starts Gym's servers (about a minute; two on a loaded machine; once more if Ray's raylet dies
 # at its start, tests/gym/harness.py) and a run takes up to two.
 pytestmark = pytest.mark.timeout(600)
-
-TROUBLED = {"humidity": ["fail", "call"], "tonight": ["answer", "call"]}
-"""The test environment's plan: task 2 fails every other first try (routed to the sidecar), task 3 alternates
-reward 0 and 1; task 1 is masked by the environment itself ([mask])."""
 
 
 def check_live(watch: Watch, run: GymRun) -> None:
@@ -112,13 +110,15 @@ def test_masked_and_failed_rollouts_routed_to_the_sidecar(
     gym: GymServers, gym_model: FakeModel, workdir: Path
 ) -> None:
     """The test environment masks one task and the model fails another every other try: masked counts, the
-    failures by Gym's class, Gym's masked_pct and reward_unmasked, all as Gym computes them."""
+    failures by Gym's class, Gym's masked_pct and reward_unmasked, all as Gym computes them; ``--html``
+    writes the page of the same report."""
     gym_model.plan(TROUBLED, delay=0.15)
     run = GymRun(workdir / "rollouts.jsonl", workdir / "gym-metrics.jsonl")
     command = gym.eval_command(
         TEST_AGENT, TEST_TASKS, run.output, repeats=4, concurrency=2, capture=run.capture
     )
-    watch = _watch(gym, command)
+    page = workdir / "report.html"
+    watch = _watch(gym, command, flags=("--html", str(page)))
     assert watch.wait() == 0, watch.stderr.decode(errors="replace")[-3000:]
     expected = expected_from_files(run)[TEST_AGENT]
     assert expected.masked == 4  # the [mask] task's 4 rollouts
@@ -130,6 +130,10 @@ def test_masked_and_failed_rollouts_routed_to_the_sidecar(
     progress = report["gym_progress"]
     assert progress[f"progress/{TEST_AGENT}/masked_pct"] == round(100 * 4 / 22, 2)
     assert progress[f"progress/{TEST_AGENT}/failed"] == 2
+    html = page.read_text(encoding="utf-8")
+    opening = '<script type="application/json" id="report">'
+    embedded = html[html.index(opening) + len(opening) : html.index("</script>", html.index(opening))]
+    assert json.loads(embedded) == report
 
 
 def _events(text: str) -> float:

@@ -75,17 +75,30 @@ def add_parser(commands: argparse._SubParsersAction[OneLineParser]) -> None:
 def run(args: argparse.Namespace) -> int:
     """Report each run given; the exit status is the worst: 2 for a wrong input, 1 for a file with no row."""
     paths = main_files(args.paths)
+    _check_inputs(args, paths)
+    one = len(args.paths) == 1 and os.path.lexists(args.paths[0])  # one run named: no list, no heading
+    return _report_each(args, paths, one)
+
+
+def _check_inputs(args: argparse.Namespace, paths: list[Path]) -> None:
+    """Raise ConfigError for flags that do not go with the runs given, or name a file that is not there."""
     if len(paths) > 1 and (args.failures or args.inputs):
         msg = "--failures and --inputs name one run's files: give one PATH with them"
         raise ConfigError(msg)
     if len(paths) > 1 and args.format == "html":
         msg = f"--format html shows one run, and {len(paths)} files were given: give one PATH"
         raise ConfigError(msg)
+    if args.format == "html" and sys.stdout.isatty():
+        msg = "--format html writes a page: send it to a file, as in `> run.html`, and open that in a browser"
+        raise ConfigError(msg)
     for flag, given in (("--failures", args.failures), ("--inputs", args.inputs)):
         if given and not os.path.lexists(given):  # a finished run's file that is not there: a typo
             msg = f"{flag} {given} does not exist"
             raise ConfigError(msg)
-    one = len(args.paths) == 1 and os.path.lexists(args.paths[0])  # one run named: no list, no heading
+
+
+def _report_each(args: argparse.Namespace, paths: list[Path], one: bool) -> int:
+    """Read and show each run: as it is read, or (JSON, CSV) all at once at the end; the worst status."""
     status, reports = 0, []
     for path in paths:
         try:

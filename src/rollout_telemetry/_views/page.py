@@ -156,7 +156,7 @@ def render_main(
     # "<" escaped inside the JSON: no agent name can close the script element it sits in.
     data = json.dumps(report, separators=(",", ":"), allow_nan=False).replace("<", "\\u003c")
     parts = [f'<script type="application/json" id="report">{data}</script>', _overview(rows)]
-    if in_flight is not None:
+    if in_flight is not None and in_flight.get("tracked", True):  # a run read from files tracks none
         parts.append(_in_flight(in_flight))
     if not rows:
         parts.append('<p class="none">No rollout counted yet.</p>')

@@ -678,6 +678,7 @@ class Target:
     def close(self) -> None:
         self.server.stop()
         self._stack.close()
+        self.telemetry.close()  # its background work too: the next attack counts the threads
 
 
 def full_registry() -> TargetRegistry:

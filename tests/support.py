@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
     from rollout_telemetry import RolloutTelemetry
+    from rollout_telemetry._facade.live import LivePage
     from rollout_telemetry._recording.recorder import Recorder
     from rollout_telemetry._store.coverage import CoverageSnapshot
     from rollout_telemetry._store.groups import GroupsSnapshot
@@ -304,3 +305,19 @@ def groups_of(telemetry: RolloutTelemetry) -> GroupsSnapshot:
 def coverage_of(telemetry: RolloutTelemetry) -> CoverageSnapshot:
     """The run's coverage at one moment (the recording part's)."""
     return telemetry._recorder.coverage_snapshot()
+
+
+def live_page(telemetry: RolloutTelemetry, interval: float = 5.0) -> LivePage:
+    """The live page of ``telemetry``'s run, as ``serve()`` makes it, sampled every ``interval`` seconds once
+    started; the charts' time from 0."""
+    from rollout_telemetry._facade.live import LivePage
+
+    return LivePage(
+        "test",
+        telemetry.snapshot,
+        lambda: coverage_of(telemetry),
+        lambda: groups_of(telemetry),
+        telemetry.rollouts_in_flight,
+        origin=0.0,
+        interval=interval,
+    )

@@ -8,6 +8,7 @@ import logging
 import pytest
 
 from rollout_telemetry import Disposition, OutcomeError, RolloutTelemetry
+from rollout_telemetry._recording import stalls as stalls_module
 from tests.support import FakeClock, exposition, samples, value
 
 
@@ -125,7 +126,7 @@ def test_a_stall_watcher_that_cannot_start_loses_no_rollout(
 ) -> None:
     """The watcher thread failing to start on an agent's first context is counted; the rollout it came with
     is counted as ever, and the offer is made."""
-    monkeypatch.setattr("rollout_telemetry._recording.stalls._watch", _no_thread)
+    monkeypatch.setattr(stalls_module._WATCHER, "watch", _no_thread)
     telemetry = RolloutTelemetry(clock=clock)
     with caplog.at_level(logging.ERROR, logger="rollout_telemetry"), telemetry.rollout("a") as rollout:
         rollout.complete({"reward": 1.0})
@@ -141,7 +142,7 @@ def test_with_strict_a_stall_watcher_that_cannot_start_raises_before_the_offer(
     clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """strict=True raises the watcher's error from offer(), before anything is offered."""
-    monkeypatch.setattr("rollout_telemetry._recording.stalls._watch", _no_thread)
+    monkeypatch.setattr(stalls_module._WATCHER, "watch", _no_thread)
     telemetry = RolloutTelemetry(clock=clock, strict=True)
     with pytest.raises(RuntimeError, match="can't start new thread"):
         telemetry.offer("a")

@@ -12,6 +12,7 @@ import os
 import ssl
 import subprocess
 import sys
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +27,7 @@ from tests.support import samples
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 HOSTILE = '<img src=x onerror="window.pwned=1"><script>window.pwned=2</script>"&'
+HOSTILE_KIND = 'x" tabindex="0" autofocus onfocus="window.pwned=3'
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, Page
@@ -107,10 +109,16 @@ def test_the_report_shows_what_json_says(browser: Browser, tmp_path: Path) -> No
 
 
 def test_markup_in_an_agent_name_stays_text(browser: Browser, tmp_path: Path) -> None:
-    """An agent named with an img's onerror and a script element: neither runs; the name reads as typed."""
+    """An agent named with an img's onerror and a script element, a failure kind with a focus handler: none
+    runs; the name and the kind read as typed."""
     run = tmp_path / "hostile.jsonl"
     rows = [
-        {"reward": 1.0, "mask_sample": i % 2 == 0, "_ng_environment_server": HOSTILE, "failure_kind": "x"}
+        {
+            "reward": 1.0,
+            "mask_sample": i % 2 == 0,
+            "_ng_environment_server": HOSTILE,
+            "failure_kind": HOSTILE_KIND,
+        }
         for i in range(4)
     ]
     run.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
@@ -121,6 +129,8 @@ def test_markup_in_an_agent_name_stays_text(browser: Browser, tmp_path: Path) ->
     assert page.evaluate("window.pwned") is None
     assert page.locator("table.agents tr[data-agent] td a").inner_text() == HOSTILE
     assert page.locator("img").count() == 0
+    assert page.locator("[autofocus], [onfocus]").count() == 0
+    assert HOSTILE_KIND in page.locator("details.agent").inner_text()
     page.close()
 
 
@@ -219,8 +229,11 @@ def test_five_hundred_agents_stay_usable(browser: Browser) -> None:
         ]
         section = page.locator('details.agent[data-agent="agent-123"]')
         assert section.locator(".charts.pending").count() == 1  # not drawn until opened
+        asked = _watched(page)
         section.locator("summary").click()
-        section.locator("svg.chart").first.wait_for(timeout=20_000)  # drawn once opened
+        section.locator("svg.chart").first.wait_for(timeout=20_000)  # drawn once opened, at once
+        page.wait_for_timeout(2_000)
+        assert len(asked) == 1  # one request for the opened section, none after it until the next update
         page.close()
     finally:
         server.stop()
@@ -243,3 +256,23 @@ def test_an_empty_run_is_a_page_that_says_so(browser: Browser) -> None:
     finally:
         server.stop()
         telemetry.close()
+
+
+def test_the_sampler_takes_points_as_the_run_goes_on() -> None:
+    """On the process's sampler thread, a served page gets a point per interval while its agent changes, and
+    none once closed."""
+    from tests.support import live_page, wait_until
+
+    telemetry = RolloutTelemetry(runtime_metrics=False)
+    page = live_page(telemetry, interval=0.2)
+    page.start()
+
+    def points() -> int:
+        telemetry.record("math", {"reward": 1.0})  # a change at every look: a point at every interval
+        return len(page.story.points(telemetry.snapshot(), "math"))
+
+    wait_until(lambda: points() >= 5, timeout=30, what="five points taken")
+    page.close()
+    taken = len(page.story.points(telemetry.snapshot(), "math")) - 1  # the current one is not taken
+    time.sleep(1.0)  # five intervals: a sampler still running would take points
+    assert len(page.story.points(telemetry.snapshot(), "math")) - 1 == taken

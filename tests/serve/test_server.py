@@ -185,8 +185,8 @@ def test_a_full_queue_is_refused_with_503() -> None:
 
 
 def test_stop_ends_every_thread_and_connection(telemetry: RolloutTelemetry) -> None:
-    """After stop() the server's threads are gone and its sockets closed, idle connections included; the live
-    page's sampler is the telemetry's, and its close() ends it."""
+    """After stop() the server's threads are gone and its sockets closed, idle connections included (the one
+    page sampler of the process, started on first use, stays, as the stall watcher does)."""
     threads = set(threading.enumerate())
     server = telemetry.serve(port=0)
     idle = [socket.create_connection(("127.0.0.1", server.port), timeout=10) for _ in range(20)]
@@ -194,9 +194,7 @@ def test_stop_ends_every_thread_and_connection(telemetry: RolloutTelemetry) -> N
         assert _get(server.url)[0] == 200
         assert len(set(threading.enumerate()) - threads) > 1
         server.stop()
-        assert [t.name for t in set(threading.enumerate()) - threads] == ["rollout-telemetry-page"]
-        telemetry.close()
-        assert set(threading.enumerate()) <= threads
+        assert {t.name for t in set(threading.enumerate()) - threads} <= {"rollout-telemetry-page"}
         for connection in idle:
             assert connection.recv(1) == b""  # closed by the server, not left to time out
     finally:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import re
@@ -44,7 +45,7 @@ class _Elements(HTMLParser):
 def _page(telemetry: RolloutTelemetry, story: RunStory | None = None) -> tuple[dict[str, Any], str]:
     snapshot = telemetry.snapshot()
     report = build_report(snapshot, CoverageSnapshot(agents=()))
-    points = story.points(snapshot) if story is not None else {}
+    points = functools.partial(story.points, snapshot) if story is not None else lambda name: ()
     return report, render_page(report, points, title=HOSTILE, x_axis="rollouts")
 
 
@@ -69,6 +70,37 @@ def test_a_hostile_agent_name_stays_text() -> None:
     agents = {attrs["data-agent"] for tag, attrs in elements.tags if "data-agent" in attrs}
     assert agents == {HOSTILE}
     assert not any(name.startswith("on") for _, attrs in elements.tags for name in attrs)
+
+
+def test_a_hostile_failure_kind_stays_text() -> None:
+    """A failure kind holding quotes and an event handler makes no attribute of its own anywhere."""
+    telemetry = RolloutTelemetry(runtime_metrics=False)
+    kind = 'x" autofocus onfocus="alert(1)'
+    telemetry.record_failure("a", kind)
+    telemetry.record("a", {"reward": 0.0, "mask_sample": True, "failure_kind": kind})
+    _, page = _page(telemetry)
+    elements = _parsed(page)
+    assert not any(
+        name.startswith("on") or name == "autofocus" for _, attrs in elements.tags for name in attrs
+    )
+    keys = {attrs["data-k"] for tag, attrs in elements.tags if tag == "td" and "data-k" in attrs}
+    assert f"kind:failed:{kind}" in keys
+
+
+def test_a_series_of_zeros_is_drawn_on_its_axis() -> None:
+    """An agent whose rewards are all 0 has its reward line drawn; counts of 0 sit on an axis from 0."""
+    telemetry = RolloutTelemetry(runtime_metrics=False)
+    story = RunStory(telemetry.snapshot, "rollouts")
+    for _ in range(5):
+        telemetry.record("zero", {"reward": 0.0})
+        story.tick()
+    _, page = _page(telemetry, story)
+    assert page.count('<polyline class="reward"') == 1
+    lost = page[page.index("outcomes lost along the run</title>") :]
+    lost = lost[: lost.index("</svg>")]
+    ticks = re.findall(r'text-anchor="end">([^<]+)</text>', lost)
+    assert ticks[0] == "0"
+    assert all(not tick.startswith("-") for tick in ticks)
 
 
 def test_the_embedded_json_is_the_report() -> None:

@@ -37,7 +37,7 @@ def test_each_point_is_what_the_account_said_then() -> None:
         agent = telemetry.snapshot().agent("a")
         assert agent is not None
         expected[i + 1] = (agent.mean_reward, agent.failed, agent.masked)
-    points = story.points(telemetry.snapshot())["a"]
+    points = story.points(telemetry.snapshot(), "a")
     assert [point[0] for point in points] == list(range(1, 41))
     for point in points:
         reward, failed, masked = expected[int(point[0])]
@@ -50,7 +50,7 @@ def test_points_stay_bounded_and_span_the_whole_run() -> None:
     telemetry = RolloutTelemetry(runtime_metrics=False)
     story = RunStory(telemetry.snapshot, "rollouts", most=16)
     _record(telemetry, story, "a", 1000)
-    points = story.points(telemetry.snapshot())["a"]
+    points = story.points(telemetry.snapshot(), "a")
     assert len(points) <= 16 + 1
     xs = [point[0] for point in points]
     assert xs == sorted(xs)
@@ -66,9 +66,8 @@ def test_the_last_point_is_the_report_s_numbers() -> None:
     _record(telemetry, story, "b", 5)
     snapshot = telemetry.snapshot()
     report = build_report(snapshot, CoverageSnapshot(agents=()))
-    points = story.points(snapshot)
     for row in report["agents"]:
-        last = points[row["agent"]][-1]
+        last = story.points(snapshot, row["agent"])[-1]
         assert last[REWARD] == row["events"]["mean_reward"]
         assert last[UNMASKED] == row["events"]["mean_reward_unmasked"]
         assert last[FAILED] == row["events"]["failed"]
@@ -82,9 +81,9 @@ def test_an_agent_that_did_not_change_gets_no_point() -> None:
     for _ in range(10):
         telemetry.record("busy", {"reward": 0.0})
         story.tick()
-    points = story.points(telemetry.snapshot())
-    assert len(points["quiet"]) == 1
-    assert len(points["busy"]) == 10
+    snapshot = telemetry.snapshot()
+    assert len(story.points(snapshot, "quiet")) == 1
+    assert len(story.points(snapshot, "busy")) == 10
 
 
 def test_before_any_reward_the_means_are_nan_not_zero() -> None:
@@ -93,7 +92,7 @@ def test_before_any_reward_the_means_are_nan_not_zero() -> None:
     story = RunStory(telemetry.snapshot, "rollouts")
     telemetry.record_failure("down", "judge_unavailable")
     story.tick()
-    (point,) = story.points(telemetry.snapshot())["down"]
+    (point,) = story.points(telemetry.snapshot(), "down")
     assert math.isnan(point[REWARD])
     assert point[FAILED] == 1
 
@@ -119,7 +118,8 @@ def test_the_memory_bound_holds() -> None:
     finally:
         tracemalloc.stop()
     held = sum(trace.size for trace in allocated.traces)
-    assert all(len(points) <= most + 1 for points in story.points(telemetry.snapshot()).values())
+    snapshot = telemetry.snapshot()
+    assert all(len(story.points(snapshot, name)) <= most + 1 for name in agents)
     assert 0 < held <= story.memory_bound(len(agents)) + len(agents) * 128  # and each array's own header
 
 
@@ -128,3 +128,45 @@ def test_a_stride_below_one_is_refused() -> None:
     telemetry = RolloutTelemetry(runtime_metrics=False)
     with pytest.raises(ValueError, match="stride"):
         RunStory(telemetry.snapshot, "rollouts", stride=0)
+
+
+def test_agents_taking_turns_keep_their_whole_history() -> None:
+    """Two agents counted in turns (each changes at every other instant): thinning keeps, of each agent, the
+    last point of every span, so both charts still start near the beginning and end at the last outcome."""
+    telemetry = RolloutTelemetry(runtime_metrics=False)
+    story = RunStory(telemetry.snapshot, "rollouts", most=8)
+    for i in range(1000):
+        telemetry.record("odd" if i % 2 else "even", {"reward": float(i % 3 == 0)})
+        story.tick()
+    snapshot = telemetry.snapshot()
+    for agent in ("odd", "even"):
+        points = story.points(snapshot, agent)
+        xs = [point[0] for point in points]
+        assert xs == sorted(xs)
+        assert xs[-1] == 500
+        assert xs[0] <= 500 / 4
+        assert 4 <= len(points) <= 8 + 1
+
+
+def test_a_point_taken_after_the_snapshot_is_left_out() -> None:
+    """A sampler's tick between a page's snapshot and its points: the chart ends at the snapshot's numbers."""
+    clock = [0.0]
+    telemetry = RolloutTelemetry(runtime_metrics=False, clock=lambda: clock[0])
+    story = RunStory(telemetry.snapshot, "seconds")
+    telemetry.record("a", {"reward": 1.0})
+    clock[0] = 5.0
+    story.tick()
+    page_read = telemetry.snapshot()  # the page's snapshot, at 5 s
+    clock[0] = 10.0
+    telemetry.record("a", {"reward": 0.0})
+    story.tick()  # the sampler, before the page asks for the points
+    points = story.points(page_read, "a")
+    assert [point[0] for point in points] == [5.0]
+    assert points[-1][REWARD] == 1.0
+
+
+def test_most_must_be_even() -> None:
+    """Halving ``most`` instants must leave a whole number of them."""
+    telemetry = RolloutTelemetry(runtime_metrics=False)
+    with pytest.raises(ValueError, match="even"):
+        RunStory(telemetry.snapshot, "rollouts", most=7)

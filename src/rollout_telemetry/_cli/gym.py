@@ -16,10 +16,14 @@ from typing import TYPE_CHECKING
 
 from rollout_telemetry._cli import options
 from rollout_telemetry._cli.args import OneLineParser, at_least, non_negative, writable_file
+from rollout_telemetry.errors import ConfigError
 
 if TYPE_CHECKING:
+    from rollout_telemetry._facade.telemetry import RolloutTelemetry
     from rollout_telemetry._sources.follow import RunFollower
     from rollout_telemetry._store.coverage import CoverageSnapshot
+    from rollout_telemetry._views.intervals import RewardSamples
+    from rollout_telemetry._views.story import RunStory
 
 __all__ = ["LINGER", "NAME", "STATUS_EVERY", "add_parser", "run", "status_line"]
 
@@ -94,7 +98,7 @@ def add_parser(commands: argparse._SubParsersAction[OneLineParser]) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run Gym's command to its end while serving its rollouts; print the report; return Gym's exit status."""
     from rollout_telemetry._cli.process import interrupt_on_sigterm
-    from rollout_telemetry._cli.report import observe_both, print_report
+    from rollout_telemetry._cli.report import observe_both
     from rollout_telemetry._facade.telemetry import RolloutTelemetry
     from rollout_telemetry._sources.gym import GymCommand, GymProcess, describe_status
 
@@ -134,8 +138,8 @@ def run(args: argparse.Namespace) -> int:
         if not follower.tells_of_a_run:
             print(f"rollout-telemetry gym: Gym wrote no rollout to {command.output}", file=sys.stderr)
         else:
-            html = None if story is None else (args.html, story)
-            print_report(telemetry, follower, args.format, samples, html=html)
+            if not _print_report(args, telemetry, follower, samples, story):
+                status = status or 2
             options.say_unnamed(args, follower)
             if late := sum(agent.late for agent in follower.recorder.groups_snapshot().agents):
                 print(
@@ -165,6 +169,27 @@ def run(args: argparse.Namespace) -> int:
     finally:
         server.stop()
     return status
+
+
+def _print_report(
+    args: argparse.Namespace,
+    telemetry: RolloutTelemetry,
+    follower: RunFollower,
+    samples: RewardSamples,
+    story: RunStory | None,
+) -> bool:
+    """Print the report, and write its page with ``--html``; False (said on stderr) if the page could not be
+    written: the run's end goes on all the same."""
+    from rollout_telemetry._cli.report import print_report
+
+    try:
+        print_report(
+            telemetry, follower, args.format, samples, html=None if story is None else (args.html, story)
+        )
+    except ConfigError as exc:
+        print(f"rollout-telemetry gym: {exc}", file=sys.stderr)
+        return False
+    return True
 
 
 @contextlib.contextmanager

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import glob
 import json
 import os
@@ -208,7 +209,8 @@ def html_page(report: dict[str, Any], story: RunStory, telemetry: RolloutTelemet
     """The self-contained HTML page of a run read from its files: ``report``'s numbers, ``story``'s charts."""
     from rollout_telemetry._views.page import render_page
 
-    return render_page(report, story.points(telemetry.snapshot()), title=title, x_axis=story.x_axis)
+    points = functools.partial(story.points, telemetry.snapshot())
+    return render_page(report, points, title=title, x_axis=story.x_axis)
 
 
 def _report(

@@ -4,19 +4,21 @@ A sampler thread reads the account every ``STORY_INTERVAL`` seconds into a ``Run
 ``MOST_INSTANTS`` points per agent, thinned as the run goes on); the page is rendered when asked, from one
 snapshot, on the endpoint's read thread. Nothing of this is on the recording path: ``record()`` is the same
 with the page on or off. The page and its sampler are the telemetry's (started by its first ``serve()``,
-stopped by its ``close()``), so a second endpoint of the same run shows the same history. The sampler holds
-the page weakly: a telemetry dropped without ``close()`` takes its sampler with it within an interval.
+stopped by its ``close()``, started again by a later ``serve()``), so a second endpoint of the same run shows
+the same history. One sampler thread serves every page of the process (as one watcher thread checks every
+telemetry's stalls), and holds them weakly: a telemetry dropped without ``close()`` is sampled no more once
+the garbage collector has freed it.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
-import threading
-import weakref
 from collections.abc import Callable, Mapping
 from importlib import resources
 
+from rollout_telemetry._recording.periodic import Periodic
 from rollout_telemetry._store.coverage import CoverageSnapshot
 from rollout_telemetry._store.groups import GroupsSnapshot
 from rollout_telemetry._store.snapshot import AccountSnapshot
@@ -35,13 +37,14 @@ IN_FLIGHT_SHOWN = 20
 
 
 class LivePage:
-    """The page of one telemetry's run; ``close()`` stops its sampler.
+    """The page of one telemetry's run; ``start()`` has its points taken (again after ``close()``),
+    ``close()`` stops that.
 
     Args:
         snapshot: the account's snapshot; ``coverage`` and ``groups`` the run's other stores'.
         in_flight: ``GET /rollouts``' listing for a limit.
         origin: the clock reading the charts' time starts from.
-        sample: whether to start the sampler thread (tests call ``sample()`` themselves).
+        interval: seconds between two ticks of the sampler.
     """
 
     def __init__(
@@ -54,26 +57,26 @@ class LivePage:
         *,
         origin: float,
         interval: float = STORY_INTERVAL,
-        sample: bool = True,
     ) -> None:
         self._title = title
         self._snapshot = snapshot
         self._coverage = coverage
         self._groups = groups
         self._in_flight = in_flight
+        self._interval = interval
         self.story = RunStory(snapshot, "seconds", origin=origin)
         packaged = resources.files("rollout_telemetry") / "_monitoring" / "alerts.json"
         self._alerts: list[dict[str, object]] = json.loads(packaged.read_text(encoding="utf-8"))
-        self._stop = threading.Event()
-        if sample:
-            sampler = threading.Thread(
-                target=_sample_until_gone,
-                args=(weakref.ref(self), self._stop, interval),
-                name="rollout-telemetry-page",
-                daemon=True,
-            )
-            sampler.start()
-        self._sampler = sampler if sample else None
+
+    def start(self) -> None:
+        """Take a point every ``interval`` seconds from now on, on the process's page sampler thread (started
+        on first use); again after ``close()``."""
+        _SAMPLER.watch(self, self._interval)
+
+    @property
+    def sampling(self) -> bool:
+        """Whether the sampler takes this page's points (``start()`` called, ``close()`` not since)."""
+        return _SAMPLER.watching(self)
 
     def sample(self) -> None:
         """Take one point of each agent that changed (the sampler's step)."""
@@ -84,7 +87,7 @@ class LivePage:
         with the charts of the worst agents and of the ``charted`` ones (the sections the reader opened)."""
         account = self._snapshot()
         report = build_report(account, self._coverage(), self._groups())
-        points = self.story.points(account)
+        points = functools.partial(self.story.points, account)
         in_flight = self._in_flight(IN_FLIGHT_SHOWN)
         if part == "main":
             return render_main(
@@ -103,20 +106,16 @@ class LivePage:
         return page.encode()
 
     def close(self) -> None:
-        """Stop the sampler (the points taken stay, and the page is still rendered)."""
-        self._stop.set()
-        if self._sampler is not None and self._sampler is not threading.current_thread():
-            self._sampler.join()
+        """Stop taking points (those taken stay, and the page is still rendered)."""
+        _SAMPLER.unwatch(self)
 
 
-def _sample_until_gone(page: weakref.ref[LivePage], stop: threading.Event, interval: float) -> None:
-    """The sampler: a point every ``interval`` seconds until the page is closed or gone."""
-    while not stop.wait(interval):
-        live = page()
-        if live is None:
-            return
-        try:
-            live.sample()
-        except Exception:  # logged; the next interval tries again
-            _log.exception("the live page's sampler could not read the account")
-        del live  # not held while waiting
+def _sample(page: LivePage) -> None:
+    try:
+        page.sample()
+    except Exception:  # logged; the next interval tries again
+        _log.exception("the live page's sampler could not read the account")
+
+
+_SAMPLER: Periodic[LivePage] = Periodic("rollout-telemetry-page", 0.5, _sample)
+"""The one page sampler thread of the process, taking the points of every live page."""

@@ -7,6 +7,7 @@ into the collector (unless ``strict=True``): bad input is logged once per cause 
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -129,6 +130,7 @@ class RolloutTelemetry:
         self._clock = clock
         self._run = run
         self._live: LivePage | None = None  # the page at / of serve(), once one is served
+        self._live_made = threading.Lock()
         self._rollout_log = rollout_log
         self._started = clock()
         names = Names(
@@ -464,14 +466,16 @@ class RolloutTelemetry:
         returns the running server.
 
         With ``port_range=N`` the first free port of ``port .. port+N-1`` is used (one per process). With
-        ``page=False`` there is no page (``/`` is 404) and no sampler thread keeping its history.
+        ``page=False`` there is no page (``/`` is 404) and no sampler thread keeping its history; with a page,
+        its sampler runs until ``close()`` (a later ``serve()`` starts it again).
 
         Raises:
             ServeError: the port is taken or the host cannot be bound.
         """
         from rollout_telemetry._serve.server import MetricsServer
 
-        return MetricsServer(
+        live = self._live_page() if page else None
+        server = MetricsServer(
             self.registry,
             port=port,
             host=host,
@@ -479,25 +483,28 @@ class RolloutTelemetry:
             auth=auth,
             port_range=port_range,
             rollouts=self.rollouts_in_flight,
-            page=self._live_page().render if page else None,
+            page=None if live is None else live.render,
         )
+        if live is not None:  # once bound: an address refused starts no sampler
+            live.start()
+        return server
 
     def _live_page(self) -> LivePage:
         # The run's page, made by the first serve() that shows one; its sampler runs until close().
-        if self._live is not None:
-            return self._live
-        from rollout_telemetry._facade.live import LivePage
+        with self._live_made:
+            if self._live is None:
+                from rollout_telemetry._facade.live import LivePage
 
-        recorder = self._recorder
-        self._live = LivePage(
-            f"{self._run} (live)" if self._run else "rollouts (live)",
-            self.snapshot,
-            recorder.coverage_snapshot,
-            recorder.groups_snapshot,
-            self.rollouts_in_flight,
-            origin=self._started,
-        )
-        return self._live
+                recorder = self._recorder
+                self._live = LivePage(
+                    f"{self._run} (live)" if self._run else "rollouts (live)",
+                    self.snapshot,
+                    recorder.coverage_snapshot,
+                    recorder.groups_snapshot,
+                    self.rollouts_in_flight,
+                    origin=self._started,
+                )
+            return self._live
 
     def push(
         self,

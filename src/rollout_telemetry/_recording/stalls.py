@@ -10,15 +10,12 @@ that are due.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
-import threading
-import time
-import weakref
 from collections.abc import Callable, Mapping
 
 from rollout_telemetry._recording.lifecycle import note_stalled
+from rollout_telemetry._recording.periodic import Periodic
 from rollout_telemetry._store.account import Account
 from rollout_telemetry._store.flights import FlightRecord
 from rollout_telemetry._store.names import Names
@@ -138,43 +135,19 @@ class Stalls:
             return
         self._watching = True
         if not self._account.stalls_off:
-            _watch(self, min(30.0, (self.stall_after or 600.0) / 4))
+            _WATCHER.watch(self, min(30.0, (self.stall_after or 600.0) / 4))
 
     def unwatch(self) -> None:
         """Check on the watcher thread no more, nor start to (``RolloutTelemetry.close``); ``check()`` still
         works when called."""
         self._watching = True
-        with _lock:
-            _watched.pop(self, None)
+        _WATCHER.unwatch(self)
 
 
-_watched: weakref.WeakKeyDictionary[Stalls, list[float]] = weakref.WeakKeyDictionary()
-_lock = threading.Lock()
-_thread: threading.Thread | None = None
+def _check(stalls: Stalls) -> None:
+    stalls.check()  # counts its own errors
 
 
-def _watch(stalls: Stalls, interval: float) -> None:
-    global _thread  # noqa: PLW0603 - the one watcher thread of the process, started on first use
-    with _lock:
-        _watched[stalls] = [interval, time.monotonic() + interval]
-        if _thread is None or not _thread.is_alive():
-            _thread = threading.Thread(target=_run, name="rollout-telemetry-stalls", daemon=True)
-            _thread.start()
-
-
-def _run() -> None:
-    while True:
-        time.sleep(_TICK)
-        _check_due(time.monotonic())
-
-
-def _check_due(now: float) -> None:
-    # A function of its own: no Stalls outlives the checks in a variable of the watcher's frame, so the
-    # thread keeps no telemetry alive (a rollout block that exited is taken back by the next reader).
-    with _lock:
-        due = [stalls for stalls, (_, at) in _watched.items() if at <= now]
-        for stalls in due:
-            _watched[stalls][1] = now + _watched[stalls][0]
-    for stalls in due:
-        with contextlib.suppress(Exception):  # check() counts its own errors; the watcher goes on
-            stalls.check()
+_WATCHER: Periodic[Stalls] = Periodic("rollout-telemetry-stalls", _TICK, _check)
+"""The one watcher thread of the process, checking every telemetry's stalls (a rollout block that exited is
+taken back by the next reader)."""

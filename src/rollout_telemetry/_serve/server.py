@@ -40,6 +40,7 @@ from rollout_telemetry._serve.http import HANDSHAKE_TIMEOUT, LISTEN_BACKLOG, WRI
 from rollout_telemetry._serve.messages import HEAD_TIMEOUT, IDLE_TIMEOUT, MAX_HEAD, Request, Response
 from rollout_telemetry._serve.serving import Gate, bind, endpoint_url, screen
 from rollout_telemetry._serve.workers import MAX_QUEUED, Workers
+from rollout_telemetry._views.page import MAX_OPEN
 from rollout_telemetry.errors import ConfigError
 from rollout_telemetry.exporters._exposition import encode
 
@@ -72,8 +73,6 @@ _Rendering = tuple[str, tuple[str, ...], bool]  # Accept's choice, name[] filter
 
 DEFAULT_ROLLOUTS_LIMIT = 100
 """Rollouts ``GET /rollouts`` lists unless ``?limit=`` says otherwise."""
-MAX_OPEN = 50
-"""Agents a request of the live page may name with ``?open=`` (the first ones; charts cost a render each)."""
 READ_INTERVAL = 1.0
 """Seconds one listing of ``/rollouts`` and one collection for ``/metrics?name[]=`` are shared for."""
 MAX_READS_QUEUED = 64

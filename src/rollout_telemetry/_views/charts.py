@@ -2,8 +2,8 @@
 
 SVG made here rather than a JavaScript chart library: the report is one file that opens anywhere with
 nothing to load, the live page updates by swapping the same markup, a test reads the numbers in the markup,
-and there is no vendored script to keep up to date (docs/html.md says more). Colours are classes the page's
-style sheet gives (``_views.page``), the Okabe-Ito palette, which readers with any common colour-vision
+and there is no vendored script to keep up to date (docs/guides/pages.md says more). Colours are classes the
+page's style sheet gives (``_views.page``), the Okabe-Ito palette, which readers with any common colour-vision
 deficiency tell apart; lines also differ in dash, so no series is told by its colour alone.
 """
 
@@ -62,11 +62,11 @@ def _label(value: float) -> str:
     return f"{value:.3g}"
 
 
-def line_chart(lines: Sequence[Line], *, x_label: str, y_label: str, title: str) -> str:
+def line_chart(lines: Sequence[Line], *, x_label: str, y_label: str, title: str, counts: bool = False) -> str:
     """An SVG line chart of ``lines`` with both axes labelled (units in the labels) and a legend.
 
-    A NaN y breaks its line (no value there yet); an empty chart says so in its middle; a line of zeros only
-    is named in the legend, not drawn (the axis shows it).
+    A NaN y breaks its line (no value there yet); an empty chart says so in its middle. With ``counts`` the
+    y-axis runs from 0 to at least 1 (a count of 0 drawn on its axis, never below it).
     """
     xs = [x for line in lines for x, y in line.points if math.isfinite(y)]
     ys = [y for line in lines for _, y in line.points if math.isfinite(y)]
@@ -79,7 +79,8 @@ def line_chart(lines: Sequence[Line], *, x_label: str, y_label: str, title: str)
         middle = f'x="{_WIDTH / 2}" y="{_HEIGHT / 2}" text-anchor="middle"'
         parts.append(f'<text class="empty" {middle}>no data yet</text></svg>')
         return "".join(parts)
-    x_ticks, y_ticks = nice_ticks(min(0.0, *xs), max(xs)), nice_ticks(min(ys), max(ys))
+    low, high = (0.0, max(1.0, *ys)) if counts else (min(ys), max(ys))
+    x_ticks, y_ticks = nice_ticks(min(0.0, *xs), max(xs)), nice_ticks(low, high)
     x0, x1, y0, y1 = x_ticks[0], x_ticks[-1], y_ticks[0], y_ticks[-1]
 
     def px(x: float) -> float:
@@ -107,8 +108,6 @@ def line_chart(lines: Sequence[Line], *, x_label: str, y_label: str, title: str)
         f'text-anchor="middle">{escape(y_label)}</text>'
     )
     for line in lines:
-        if not any(y for _, y in line.points):
-            continue
         runs: list[list[str]] = [[]]
         for x, y in line.points:
             if not math.isfinite(y):

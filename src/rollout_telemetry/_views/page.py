@@ -8,32 +8,36 @@ attached to a pull request. Every name from the run is escaped, and the embedded
 Agents are listed worst first (the largest share of their outcomes lost to masking, failure, omission or no
 score), the ten worst open; a filter box narrows the page to the agents whose name holds what is typed. The
 live page swaps its content for ``?part=main`` every few seconds, keeping the filter and what is open; it
-draws the charts of the open sections only (``?open=NAME`` names the others the reader opened), so an update
-of 500 agents costs the endpoint what one of a dozen does.
+draws the charts of the open sections only (``?open=NAME`` names those the reader opened, at most
+``MAX_OPEN``), so an update of 500 agents costs the endpoint little more than one of a dozen. Opening a
+section whose charts are not drawn asks for them at once; nothing else asks sooner than the next update.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Container, Mapping, Sequence
+from collections.abc import Callable, Container, Mapping, Sequence
 from html import escape
 from typing import Any
 
+from rollout_telemetry._contract.outcome import Disposition
 from rollout_telemetry._views.charts import Line, Segment, bar, line_chart
 from rollout_telemetry._views.story import POINT_FIELDS, Point, XAxis
 
-__all__ = ["CHART_POINTS", "OPEN_AGENTS", "REFRESH_SECONDS", "render_main", "render_page"]
+__all__ = ["CHART_POINTS", "MAX_OPEN", "OPEN_AGENTS", "REFRESH_SECONDS", "render_main", "render_page"]
 
 OPEN_AGENTS = 10
 """Agents whose section is open when the page loads (the worst); the others open on a click."""
 REFRESH_SECONDS = 5
 """Seconds between two updates of the live page."""
+MAX_OPEN = 50
+"""Agents the live page names with ``?open=`` at most; the endpoint charts the first ones named."""
 CHART_POINTS = 120
 """Points a chart's line draws at most (about one every 5 pixels); the story may hold more."""
 
-_DISPOSITIONS = ("measured", "masked", "unscored", "failed", "omitted")
-_LOST = ("masked", "unscored", "failed", "omitted")
+_DISPOSITIONS = tuple(disposition.value for disposition in Disposition)
+_LOST = tuple(disposition.value for disposition in Disposition if disposition is not Disposition.MEASURED)
 _X_LABELS: dict[XAxis, str] = {
     "rollouts": "rollouts of the agent, in the order written (rollouts)",
     "seconds": "time since the telemetry started (s)",
@@ -97,25 +101,29 @@ function apply(){var q=box.value.toLowerCase();
 document.querySelectorAll("[data-agent]").forEach(function(e){
 e.hidden=q!==""&&e.dataset.agent.toLowerCase().indexOf(q)<0;});}
 box.addEventListener("input",apply);apply();
-var every=Number(document.body.dataset.refresh||0);if(!every)return;var timer=null,busy=false;
-function update(){clearTimeout(timer);if(busy)return;busy=true;var open=new Set(),query="?part=main";
-document.querySelectorAll("details.agent[open]").forEach(function(e){open.add(e.dataset.agent);
-query+="&open="+encodeURIComponent(e.dataset.agent);});
+var every=Number(document.body.dataset.refresh||0);if(!every)return;
+var most=Number(document.body.dataset.maxOpen||0),timer=null,busy=false,again=false;
+function opened(){var names=[];document.querySelectorAll("details.agent[open]").forEach(function(e){
+names.push(e.dataset.agent);});return names;}
+function update(){clearTimeout(timer);if(busy){again=true;return;}busy=true;again=false;
+var query="?part=main";opened().slice(0,most).forEach(function(name){
+query+="&open="+encodeURIComponent(name);});
 fetch(query,{cache:"no-store",credentials:"same-origin"}).then(function(r){
 if(!r.ok)throw new Error(r.status);return r.text();}).then(function(html){
-var main=document.getElementById("content");main.innerHTML=html;
+var open=new Set(opened()),main=document.getElementById("content");main.innerHTML=html;
 main.querySelectorAll("details.agent").forEach(function(e){e.open=open.has(e.dataset.agent);});
 apply();document.body.dataset.updated=String(Date.now());}).catch(function(){}).finally(function(){
-busy=false;timer=setTimeout(update,every*1000);});}
-document.addEventListener("toggle",function(e){var t=e.target;
-if(t.open&&t.querySelector&&t.querySelector(".charts.pending"))update();},true);
+busy=false;if(again){update();}else{timer=setTimeout(update,every*1000);}});}
+document.addEventListener("click",function(e){
+var s=e.target.closest&&e.target.closest("details.agent>summary"),d=s&&s.parentElement;
+if(d&&!d.open&&d.querySelector(".charts.pending"))setTimeout(update,0);});
 timer=setTimeout(update,every*1000);})();
 """
 
 
 def render_page(
     report: Mapping[str, Any],
-    story: Mapping[str, Sequence[Point]],
+    points: Callable[[str], Sequence[Point]],
     *,
     title: str,
     x_axis: XAxis,
@@ -124,14 +132,16 @@ def render_page(
     charted: Container[str] | None = None,
     alerts: Sequence[Mapping[str, Any]] = (),
 ) -> str:
-    """The whole page: ``report``'s numbers and ``story``'s charts; ``refresh`` seconds (0: never) between
-    two updates of the content from ``?part=main``; ``in_flight`` (``GET /rollouts``' listing) if given."""
-    main = render_main(report, story, x_axis=x_axis, in_flight=in_flight, charted=charted, alerts=alerts)
+    """The whole page: ``report``'s numbers and the charts of each agent's ``points``; ``refresh`` seconds
+    (0: never) between two updates of the content from ``?part=main``; ``in_flight`` (``GET /rollouts``'
+    listing) if given; ``charted``: the agents whose charts are drawn besides the open ones (``None``: every
+    agent's); ``alerts``: the shipped alerts (``_monitoring/alerts.json``), listed with when each fires."""
+    main = render_main(report, points, x_axis=x_axis, in_flight=in_flight, charted=charted, alerts=alerts)
     return (
         '<!doctype html><html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width,initial-scale=1">'
         f"<title>{escape(title)} - rollout-telemetry</title><style>{_STYLE}</style></head>"
-        f'<body data-refresh="{refresh}"><header><h1>{escape(title)}</h1>'
+        f'<body data-refresh="{refresh}" data-max-open="{MAX_OPEN}"><header><h1>{escape(title)}</h1>'
         f'<p class="about">{_X_NOTES[x_axis]}</p>'
         '<input id="filter" type="search" placeholder="filter agents by name" aria-label="filter agents">'
         f'</header><main id="content">{main}</main>'
@@ -141,7 +151,7 @@ def render_page(
 
 def render_main(
     report: Mapping[str, Any],
-    story: Mapping[str, Sequence[Point]],
+    points: Callable[[str], Sequence[Point]],
     *,
     x_axis: XAxis,
     in_flight: Mapping[str, Any] | None = None,
@@ -163,8 +173,8 @@ def render_main(
     for rank, row in enumerate(rows):
         name = row["agent"]
         opened = rank < OPEN_AGENTS
-        points = story.get(name, ()) if opened or charted is None or name in charted else None
-        parts.append(_agent(row, report, points, x_axis=x_axis, open_=opened))
+        drawn = points(name) if opened or charted is None or name in charted else None
+        parts.append(_agent(row, report, drawn, x_axis=x_axis, open_=opened))
     parts.append(_run_totals(report))
     if alerts:
         parts.append(_alerts(alerts))
@@ -208,14 +218,14 @@ def _number(value: float | None, digits: int = 3) -> str:
 def _cell(key: str, value: float | None, digits: int = 3) -> str:
     """A table cell the browser test reads: ``data-k`` names the report's key, ``data-v`` its exact value."""
     exact = "" if value is None else escape(repr(value), quote=True)
-    return f'<td data-k="{key}" data-v="{exact}">{_number(value, digits)}</td>'
+    return f'<td data-k="{escape(key, quote=True)}" data-v="{exact}">{_number(value, digits)}</td>'
 
 
 def _overview(rows: Sequence[Mapping[str, Any]]) -> str:
     head = (
         "<tr><th>agent</th><th>expected</th>"
         + "".join(f"<th>{d}</th>" for d in _DISPOSITIONS)
-        + "<th>unknown</th><th>reward</th><th>reward_unmasked</th><th>lost share</th></tr>"
+        + "<th>unknown</th><th>reward</th><th>reward_unmasked</th></tr>"
     )
     body = []
     for row in rows:
@@ -228,28 +238,28 @@ def _overview(rows: Sequence[Mapping[str, Any]]) -> str:
             + _cell("unknown", rollouts["unknown"])
             + _cell("mean_reward", events["mean_reward"])
             + _cell("mean_reward_unmasked", events["mean_reward_unmasked"])
-            + _cell("lost_share", round(_lost_share(row), 4))
             + "</tr>"
         )
     return (
         '<h3>Agents, worst first</h3><p class="about">Outcomes are rows read (events); expected and unknown '
-        "are rollouts. The lost share is what was masked, unscored, failed, omitted or not seen, of all "
-        "outcomes and unseen rollouts; reward_unmasked is the mean of the measured rewards (the mean itself "
+        "are rollouts. Worst first: the largest share of outcomes and expected rollouts masked, unscored, "
+        "failed, omitted or not seen; reward_unmasked is the mean of the measured rewards (the mean itself "
         "while nothing was masked, failed or omitted).</p>"
         f'<table class="agents">{head}{"".join(body)}</table>'
     )
 
 
 def _anchor(name: str) -> str:
-    """An id for an agent's section: its name's characters as code points, so any name gives a valid id."""
-    return "-".join(str(ord(char)) for char in name[:64])
+    """An id for an agent's section: its name's characters as code points, so any name gives a valid id of
+    its own."""
+    return "-".join(str(ord(char)) for char in name)
 
 
 def _in_flight(listing: Mapping[str, Any]) -> str:
     records = listing.get("rollouts", [])
     head = (
         f'<h3>In flight now: <span data-k="in_flight">{int(listing.get("in_flight", 0)):,}</span></h3>'
-        '<p class="about">Oldest first (at most 20 shown); a rollout is stalled past its stall bound.</p>'
+        f'<p class="about">The oldest {len(records):,}; a rollout is stalled past its stall bound.</p>'
     )
     if not records:
         return head
@@ -258,7 +268,7 @@ def _in_flight(listing: Mapping[str, Any]) -> str:
         f"<td>{_number(r.get('task_index'))}</td><td>{_number(r.get('rollout_index'))}</td>"
         f"<td>{escape(str(r.get('stage', '')))}</td><td>{escape(str(r.get('state', '')))}</td>"
         f"<td>{float(r.get('age_seconds', 0.0)):.1f}</td><td>{'yes' if r.get('stalled') else 'no'}</td></tr>"
-        for r in records[:20]
+        for r in records
     )
     return (
         f"{head}<table><tr><th>agent</th><th>task</th><th>rollout</th><th>stage</th><th>state</th>"
@@ -279,7 +289,7 @@ def _agent(
     shown = escape(name)
     parts = [
         f'<details class="agent" data-agent="{shown}" id="agent-{_anchor(name)}"{" open" if open_ else ""}>'
-        f'<summary><h2>{shown}</h2> <span class="about">lost share {_lost_share(row):.1%}</span></summary>'
+        f"<summary><h2>{shown}</h2></summary>"
     ]
     parts.append(_coverage(rollouts, events))
     if points is None:  # drawn when the section is opened (the live page asks again, naming it)
@@ -329,6 +339,7 @@ def _charts(points: Sequence[Point], x_axis: XAxis, name: str) -> str:
         x_label=x_label,
         y_label="outcomes so far (rollouts)",
         title=f"{name}: outcomes lost along the run",
+        counts=True,
     )
     return (
         f"<div><h3>Mean rewards along the run</h3>{rewards}</div>"

@@ -1,0 +1,52 @@
+"""The live page of a telemetry: sampled from serve() until close(), again after a later serve()."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from rollout_telemetry import RolloutTelemetry, ServeError
+from tests.support import live_page
+
+
+def test_start_and_close_decide_whether_points_are_taken() -> None:
+    """A page is sampled from start() to close(), and again after another start()."""
+    page = live_page(RolloutTelemetry(runtime_metrics=False))
+    assert not page.sampling
+    page.start()
+    assert page.sampling
+    page.close()
+    assert not page.sampling
+    page.start()
+    assert page.sampling
+    page.close()
+
+
+def test_sample_takes_a_point_of_each_agent_that_changed() -> None:
+    """One step of the sampler: a point for the agent recorded since, the page's charts drawn from them."""
+    telemetry = RolloutTelemetry(runtime_metrics=False)
+    page = live_page(telemetry)
+    telemetry.record("math", {"reward": 1.0})
+    page.sample()
+    telemetry.record("math", {"reward": 0.0})
+    page.sample()
+    body = page.render("main", frozenset()).decode()
+    assert body.count('<polyline class="reward"') == 1
+    assert 'data-agent="math"' in body
+
+
+def test_a_refused_address_starts_no_sampling() -> None:
+    """serve() on a port in use raises, and the run's page is not sampled for it; close() ends sampling."""
+    telemetry = RolloutTelemetry(runtime_metrics=False)
+    with socket.socket() as blocker:
+        blocker.bind(("127.0.0.1", 0))
+        blocker.listen()
+        with pytest.raises(ServeError):
+            telemetry.serve(port=blocker.getsockname()[1])
+    page = telemetry._live_page()
+    assert not page.sampling
+    with telemetry.serve(port=0):
+        assert page.sampling
+    telemetry.close()
+    assert not page.sampling

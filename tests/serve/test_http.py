@@ -261,6 +261,7 @@ def test_a_body_larger_than_the_cap_waits_for_the_write_in_progress(monkeypatch:
     each one of its own) waits for that write to end and is then written whole: no 503, nothing cut. (The
     wait and the stall bounds are lengthened: what is tested is the order, not this machine's speed.)"""
     monkeypatch.setattr(http, "ROOM_WAIT", 60.0)
+    monkeypatch.setattr(http, "WRITE_TIMEOUT", 60.0)  # starved at idle priority, a write took over 10 s in CI
     monkeypatch.setattr(connections, "STALLED_AFTER", 60.0)
     size = MAX_OUTPUT + 1
     asked = [threading.Event(), threading.Event()]

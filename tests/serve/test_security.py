@@ -66,7 +66,9 @@ def _get(
 ) -> tuple[int, str]:
     request = urllib.request.Request(url, headers=headers or {})
     try:
-        with urllib.request.urlopen(request, timeout=5, context=context) as response:
+        # A minute, not seconds: a first wrong password costs an scrypt, which CI's unit tiers run at idle
+        # priority beside the README's tests (timed out at 5 s on 3.13).
+        with urllib.request.urlopen(request, timeout=60, context=context) as response:
             return response.status, response.read().decode()
     except urllib.error.HTTPError as error:
         with error:

@@ -10,17 +10,21 @@ from rollout_telemetry import RolloutTelemetry, ServeError
 from tests.support import live_page
 
 
-def test_start_and_close_decide_whether_points_are_taken() -> None:
-    """A page is sampled from start() to close(), and again after another start()."""
+def test_a_page_is_sampled_while_an_endpoint_holds_it_until_close() -> None:
+    """A page is sampled while some endpoint holds a renderer of it; not after close() until shown again."""
     page = live_page(RolloutTelemetry(runtime_metrics=False))
     assert not page.sampling
-    page.start()
+    first = page.shown()
+    second = page.shown()
     assert page.sampling
+    del first
+    assert page.sampling  # the other endpoint still serves it
     page.close()
     assert not page.sampling
-    page.start()
+    third = page.shown()
     assert page.sampling
-    page.close()
+    del second, third
+    assert not page.sampling
 
 
 def test_sample_takes_a_point_of_each_agent_that_changed() -> None:
@@ -37,7 +41,8 @@ def test_sample_takes_a_point_of_each_agent_that_changed() -> None:
 
 
 def test_a_refused_address_starts_no_sampling() -> None:
-    """serve() on a port in use raises, and the run's page is not sampled for it; close() ends sampling."""
+    """serve() on a port in use raises, and the run's page is not sampled for it; it is while a server
+    serves it, until the server stops or the telemetry closes."""
     telemetry = RolloutTelemetry(runtime_metrics=False)
     with socket.socket() as blocker:
         blocker.bind(("127.0.0.1", 0))
@@ -48,5 +53,8 @@ def test_a_refused_address_starts_no_sampling() -> None:
     assert not page.sampling
     with telemetry.serve(port=0):
         assert page.sampling
-    telemetry.close()
-    assert not page.sampling
+    assert not page.sampling  # stopped: the server let go of the page
+    with telemetry.serve(port=0):
+        assert page.sampling
+        telemetry.close()
+        assert not page.sampling

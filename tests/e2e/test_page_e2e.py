@@ -260,19 +260,19 @@ def test_an_empty_run_is_a_page_that_says_so(browser: Browser) -> None:
 
 def test_the_sampler_takes_points_as_the_run_goes_on() -> None:
     """On the process's sampler thread, a served page gets a point per interval while its agent changes, and
-    none once closed."""
+    none once no endpoint holds it."""
     from tests.support import live_page, wait_until
 
     telemetry = RolloutTelemetry(runtime_metrics=False)
     page = live_page(telemetry, interval=0.2)
-    page.start()
+    shown = page.shown()  # as an endpoint holds it
 
     def points() -> int:
         telemetry.record("math", {"reward": 1.0})  # a change at every look: a point at every interval
         return len(page.story.points(telemetry.snapshot(), "math"))
 
     wait_until(lambda: points() >= 5, timeout=30, what="five points taken")
-    page.close()
+    del shown  # the endpoint stopped: no more points
     taken = len(page.story.points(telemetry.snapshot(), "math")) - 1  # the current one is not taken
     time.sleep(1.0)  # five intervals: a sampler still running would take points
     assert len(page.story.points(telemetry.snapshot(), "math")) - 1 == taken

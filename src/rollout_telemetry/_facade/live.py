@@ -1,13 +1,12 @@
 """The live page at ``GET /`` of an endpoint: the report's pictures of the run so far, updated in the browser.
 
-A sampler thread reads the account every ``STORY_INTERVAL`` seconds into a ``RunStory`` (bounded: at most
-``MOST_INSTANTS`` points per agent, thinned as the run goes on); the page is rendered when asked, from one
-snapshot, on the endpoint's read thread. Nothing of this is on the recording path: ``record()`` is the same
-with the page on or off. The page and its sampler are the telemetry's (started by its first ``serve()``,
-stopped by its ``close()``, started again by a later ``serve()``), so a second endpoint of the same run shows
-the same history. One sampler thread serves every page of the process (as one watcher thread checks every
-telemetry's stalls), and holds them weakly: a telemetry dropped without ``close()`` is sampled no more once
-the garbage collector has freed it.
+Every ``STORY_INTERVAL`` seconds the account is read into a ``RunStory`` (bounded: at most ``MOST_INSTANTS``
+points per agent, thinned as the run goes on); the page is rendered when asked, from one snapshot, on the
+endpoint's read thread. Nothing of this is on the recording path: ``record()`` is the same with the page on
+or off. The page and its history are the telemetry's, so a second endpoint of the same run shows the same
+history; points are taken while an endpoint serves the page (a stopped server drops its hold on it) and until
+the telemetry's ``close()``. One sampler thread serves every page of the process, as one watcher thread
+checks every telemetry's stalls (``_recording.periodic``), and holds them weakly.
 """
 
 from __future__ import annotations
@@ -15,6 +14,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import weakref
 from collections.abc import Callable, Mapping
 from importlib import resources
 
@@ -67,16 +67,22 @@ class LivePage:
         self.story = RunStory(snapshot, "seconds", origin=origin)
         packaged = resources.files("rollout_telemetry") / "_monitoring" / "alerts.json"
         self._alerts: list[dict[str, object]] = json.loads(packaged.read_text(encoding="utf-8"))
+        self._shown: weakref.WeakSet[_Shown] = weakref.WeakSet()
 
-    def start(self) -> None:
-        """Take a point every ``interval`` seconds from now on, on the process's page sampler thread (started
-        on first use); again after ``close()``."""
+    def shown(self) -> Callable[[str, frozenset[str]], bytes]:
+        """A renderer of the page for one endpoint, which holds it while it serves (and drops it when it
+        stops); the page is sampled every ``interval`` seconds while some endpoint holds one, on the
+        process's page sampler thread (started on first use)."""
+        renderer = _Shown(self)
+        self._shown.add(renderer)
         _SAMPLER.watch(self, self._interval)
+        return renderer
 
     @property
     def sampling(self) -> bool:
-        """Whether the sampler takes this page's points (``start()`` called, ``close()`` not since)."""
-        return _SAMPLER.watching(self)
+        """Whether the sampler takes this page's points: an endpoint serves it, and ``close()`` was not
+        called since."""
+        return bool(self._shown) and _SAMPLER.watching(self)
 
     def sample(self) -> None:
         """Take one point of each agent that changed (the sampler's step)."""
@@ -106,11 +112,26 @@ class LivePage:
         return page.encode()
 
     def close(self) -> None:
-        """Stop taking points (those taken stay, and the page is still rendered)."""
+        """Stop taking points (those taken stay, and the page is still rendered); a later ``shown()`` takes
+        them again."""
         _SAMPLER.unwatch(self)
 
 
+class _Shown:
+    """The page as one endpoint renders it: the endpoint's hold on it keeps the page sampled."""
+
+    __slots__ = ("__weakref__", "_page")
+
+    def __init__(self, page: LivePage) -> None:
+        self._page = page
+
+    def __call__(self, part: str, charted: frozenset[str]) -> bytes:
+        return self._page.render(part, charted)
+
+
 def _sample(page: LivePage) -> None:
+    if not page.sampling:  # no endpoint serves it now: no history to keep
+        return
     try:
         page.sample()
     except Exception:  # logged; the next interval tries again

@@ -466,16 +466,15 @@ class RolloutTelemetry:
         returns the running server.
 
         With ``port_range=N`` the first free port of ``port .. port+N-1`` is used (one per process). With
-        ``page=False`` there is no page (``/`` is 404) and no sampler thread keeping its history; with a page,
-        its sampler runs until ``close()`` (a later ``serve()`` starts it again).
+        ``page=False`` there is no page (``/`` is 404) and no history is kept for it; with a page, its points
+        are taken every 5 s while a server serves it (until ``stop()``) and ``close()`` was not called.
 
         Raises:
             ServeError: the port is taken or the host cannot be bound.
         """
         from rollout_telemetry._serve.server import MetricsServer
 
-        live = self._live_page() if page else None
-        server = MetricsServer(
+        return MetricsServer(
             self.registry,
             port=port,
             host=host,
@@ -483,11 +482,8 @@ class RolloutTelemetry:
             auth=auth,
             port_range=port_range,
             rollouts=self.rollouts_in_flight,
-            page=None if live is None else live.render,
+            page=self._live_page().shown() if page else None,  # a refused address drops it at once
         )
-        if live is not None:  # once bound: an address refused starts no sampler
-            live.start()
-        return server
 
     def _live_page(self) -> LivePage:
         # The run's page, made by the first serve() that shows one; its sampler runs until close().

@@ -256,6 +256,10 @@ class _Endpoint:
             return await self._page_of(self._page, request)
         return await self._metrics(request)
 
+    def release_page(self) -> None:
+        """Hold the page no more (the server stopped)."""
+        self._page = None
+
     async def _page_of(self, page: Callable[[str, frozenset[str]], bytes], request: Request) -> Response:
         """The live page (``?part=main``: its content alone; ``&open=NAME``: an agent whose charts to draw,
         at most ``MAX_OPEN``), rendered on the read thread and shared by those asking for the same."""
@@ -368,7 +372,7 @@ class MetricsServer:
         self._reads = Workers(1, max_queued=MAX_READS_QUEUED)
         self._gate = Gate(auth) if auth is not None else None
         connections = Connections()  # the endpoint shares a rendering while it is being written
-        endpoint = _Endpoint(
+        self._endpoint = endpoint = _Endpoint(
             registry,
             self._gate,
             self._workers,
@@ -385,8 +389,9 @@ class MetricsServer:
         return endpoint_url(self.host, self.port, "/metrics", tls=self._tls is not None)
 
     def stop(self) -> None:
-        """Stop serving and release the port."""
+        """Stop serving and release the port (and the page: its history is kept while it is served)."""
         self._http.stop()
+        self._endpoint.release_page()
         self._workers.close()
         self._reads.close()
         if self._gate is not None:

@@ -103,16 +103,17 @@ def _report_each(args: argparse.Namespace, paths: list[Path], one: bool) -> int:
     status, reports = 0, []
     for path in paths:
         try:
-            report = _read(args, path)
+            read = _read(args, path)
         except RolloutTelemetryError as exc:
             print(f"rollout-telemetry report: {exc}", file=sys.stderr)
             status = 2
             continue
-        if report is None:
+        if read is None:
             status = max(status, 1)
             continue
-        if args.format == "html":
-            sys.stdout.write(report.pop(_PAGE))
+        report, page = read
+        if page is not None:  # --format html
+            sys.stdout.write(page)
             sys.stdout.flush()
         elif args.format in ("json", "csv"):
             reports.append(report)
@@ -156,8 +157,9 @@ def main_files(given: list[str]) -> list[Path]:
     ]
 
 
-def _read(args: argparse.Namespace, path: Path) -> dict[str, Any] | None:
-    """Read one run's files to their end: its report, or ``None`` (said on stderr) when no row was usable.
+def _read(args: argparse.Namespace, path: Path) -> tuple[dict[str, Any], str | None] | None:
+    """Read one run's files to their end: its report and, with ``--format html``, its page; ``None`` (said on
+    stderr) when no row was usable.
 
     Raises:
         ConfigError: the file is missing, not a run's main output, or not JSON Lines.
@@ -186,13 +188,7 @@ def _read(args: argparse.Namespace, path: Path) -> dict[str, Any] | None:
         print(f"rollout-telemetry report: no usable rollout row in {path}: {why}", file=sys.stderr)
         return None
     report = {"file": str(path), **_report(telemetry, follower, samples)}
-    if story is not None:
-        report[_PAGE] = html_page(report, story, telemetry, str(path))
-    return report
-
-
-_PAGE = "__page__"
-"""The key under which ``_read`` hands the HTML page of ``--format html`` back (not part of the report)."""
+    return report, None if story is None else html_page(report, story, telemetry, str(path))
 
 
 def observe_both(samples: RewardSamples, story: RunStory) -> Callable[[str, Classified], None]:

@@ -37,8 +37,8 @@ IN_FLIGHT_SHOWN = 20
 
 
 class LivePage:
-    """The page of one telemetry's run; ``start()`` has its points taken (again after ``close()``),
-    ``close()`` stops that.
+    """The page of one telemetry's run; its points are taken while an endpoint holds a renderer of it
+    (``shown()``), until ``close()``.
 
     Args:
         snapshot: the account's snapshot; ``coverage`` and ``groups`` the run's other stores'.

@@ -486,7 +486,7 @@ class RolloutTelemetry:
         )
 
     def _live_page(self) -> LivePage:
-        # The run's page, made by the first serve() that shows one; its sampler runs until close().
+        # The run's page, made by the first serve() that shows one; sampled while served, until close().
         with self._live_made:
             if self._live is None:
                 from rollout_telemetry._facade.live import LivePage

@@ -21,9 +21,10 @@ T = TypeVar("T")
 
 
 class Periodic(Generic[T]):
-    """``step(owner)`` every ``interval`` seconds for each owner watched, looked at every ``tick`` seconds."""
+    """``step(owner)`` every ``interval`` seconds for each owner watched (what it returns is not used), looked
+    at every ``tick`` seconds."""
 
-    def __init__(self, name: str, tick: float, step: Callable[[T], None]) -> None:
+    def __init__(self, name: str, tick: float, step: Callable[[T], object]) -> None:
         self._name = name
         self._tick = tick
         self._step = step

@@ -144,10 +144,6 @@ class Stalls:
         _WATCHER.unwatch(self)
 
 
-def _check(stalls: Stalls) -> None:
-    stalls.check()  # counts its own errors
-
-
-_WATCHER: Periodic[Stalls] = Periodic("rollout-telemetry-stalls", _TICK, _check)
-"""The one watcher thread of the process, checking every telemetry's stalls (a rollout block that exited is
-taken back by the next reader)."""
+_WATCHER: Periodic[Stalls] = Periodic("rollout-telemetry-stalls", _TICK, Stalls.check)
+"""The one watcher thread of the process, checking every telemetry's stalls (``check()`` counts its own
+errors; a rollout block that exited is taken back by the next reader)."""

@@ -46,7 +46,7 @@ def point_of(agent: AgentSnapshot, x: float) -> Point:
     mean reward itself.
     """
     reward, unmasked = agent.mean_reward, unmasked_mean(agent)
-    counts = (float(getattr(agent, disposition.value)) for disposition in Disposition)
+    counts = (float(agent.count(disposition)) for disposition in Disposition)
     return (x, _NAN if reward is None else reward, _NAN if unmasked is None else unmasked, *counts)
 
 

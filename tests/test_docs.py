@@ -107,6 +107,7 @@ def test_the_security_section_states_each_bound_as_built() -> None:
         "MAX_READS_QUEUED": str(server.MAX_READS_QUEUED),
         "MAX_OUTPUT": f"{server.MAX_OUTPUT // (1 << 20)} MiB",
         "STALLED_AFTER": seconds(server.STALLED_AFTER),
+        "NON_READER_SEND_BUFFER": f"{connections.NON_READER_SEND_BUFFER // 1024} KiB",
         "WRITE_TIMEOUT": seconds(server.WRITE_TIMEOUT),
         "ACCEPT_BATCH": str(http.ACCEPT_BATCH),
     }

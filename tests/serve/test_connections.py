@@ -18,6 +18,7 @@ from rollout_telemetry._serve.connections import (
     MAX_OUTPUT,
     MAX_PER_SOURCE,
     MAX_READERS,
+    NON_READER_SEND_BUFFER,
     READER_BODY,
     STALLED_AFTER,
     STALLED_BRIEFLY,
@@ -250,6 +251,22 @@ def test_a_large_body_taken_whole_makes_a_reader_and_a_cut_write_unmakes_it(
         _made_a_reader(connections, sockets, f"10.1.{i // 250}.{i % 250}")
     assert not is_reader("10.1.0.0", 3.0)  # the first, forgotten
     assert is_reader("10.1.0.1", 3.0)
+
+
+def test_a_source_that_is_not_a_reader_is_given_a_small_send_buffer(sockets: list[socket.socket]) -> None:
+    """A connection of a source that is not a reader asks the kernel for NON_READER_SEND_BUFFER of send
+    buffer (Linux gives twice that); one of a reader keeps the size the kernel starts a socket with."""
+    kernels = socket.socket()
+    sockets.append(kernels)
+    connections = Connections()
+    _made_a_reader(connections, sockets, "10.0.0.1")
+    reader, stranger = _writer(connections, sockets, "10.0.0.1"), _writer(connections, sockets, "10.0.0.2")
+
+    def send_buffer(sock: socket.socket) -> int:
+        return sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
+
+    assert send_buffer(stranger.sock) in (NON_READER_SEND_BUFFER, 2 * NON_READER_SEND_BUFFER)
+    assert send_buffer(reader.sock) == send_buffer(kernels) != send_buffer(stranger.sock)
 
 
 def test_one_body_larger_than_the_cap_is_written_alone(sockets: list[socket.socket]) -> None:

@@ -142,27 +142,57 @@ class _Padding:
         yield self.family
 
 
+@contextlib.contextmanager
+def _never_reading(port: int, clients: int, network: str, receive_buffer: int) -> Iterator[None]:
+    """``clients`` clients of addresses ``network.2`` on, one after another, ask for /metrics and read
+    nothing of it past the start of the response; closed on leaving."""
+    held: list[socket.socket] = []
+    try:
+        for i in range(clients):
+            client = socket.socket()
+            held.append(client)
+            client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
+            client.settimeout(5)
+            client.bind((f"{network}.{2 + i}", 0))
+            client.connect(("127.0.0.1", port))
+            client.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            client.recv(16)  # the response has started: its body is rendered; the rest is never read
+        yield
+    finally:
+        for client in held:
+            client.close()
+
+
 def test_clients_that_never_read_a_large_exposition_hold_bounded_memory(recorded: RolloutTelemetry) -> None:
     """150 clients that ask for a 2.5 MB /metrics one after another and never read it grow RSS < 100 MB."""
     recorded.registry.register(_Padding())
     with recorded.serve(port=0) as server:
         before = rss()
-        readers: list[socket.socket] = []
-        try:
-            for i in range(150):
-                reader = socket.socket()
-                reader.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-                reader.settimeout(5)
-                reader.bind((f"127.0.1.{2 + i}", 0))
-                reader.connect(("127.0.0.1", server.port))
-                reader.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
-                reader.recv(16)  # the response has started: its body is rendered; the rest is never read
-                readers.append(reader)
+        with _never_reading(server.port, 150, "127.0.1", receive_buffer=4096):
             grown = rss() - before
-        finally:
-            for reader in readers:
-                reader.close()
         assert grown < 100 * MB, f"{grown / MB:.0f} MB"
+
+
+def _kernel_tcp_memory() -> int:
+    """Bytes of memory the kernel holds for TCP sockets, all of this machine's (``/proc/net/sockstat``)."""
+    with open("/proc/net/sockstat", encoding="ascii") as stats:
+        tcp = next(line for line in stats if line.startswith("TCP:")).split()
+    return int(tcp[tcp.index("mem") + 1]) * 4096
+
+
+@pytest.mark.alone  # the kernel's TCP memory is the machine's: no other test's sockets meanwhile
+def test_clients_that_never_read_are_written_a_send_buffer_not_the_exposition(
+    recorded: RolloutTelemetry,
+) -> None:
+    """60 clients of addresses that never read a 2.5 MB /metrics make the kernel hold less than 50 MB for
+    them (NON_READER_SEND_BUFFER each, and their receive buffer), where the buffers it tunes itself took each
+    response whole (150 MB)."""
+    recorded.registry.register(_Padding())
+    with recorded.serve(port=0) as server:
+        before = _kernel_tcp_memory()
+        with _never_reading(server.port, 60, "127.0.2", receive_buffer=65536):
+            grown = _kernel_tcp_memory() - before
+    assert grown < 50 * MB, f"{grown / MB:.0f} MB"
 
 
 def _connect_from(port: int, source: str) -> socket.socket:

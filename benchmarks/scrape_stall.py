@@ -34,7 +34,7 @@ Goals: no call over 15 ms, p99 under 1 ms; scrape CPU at most 0.5x prometheus_cl
 endpoint, the worst call within 1.5x of the control's; through the registry, no full collection.
 
     .venv/bin/python benchmarks/scrape_stall.py [--case small|trainer|endpoint|all] [--seconds 10]
-        [--heap 3000000] [--runs 3]
+        [--heap 3000000] [--runs 3] [--agents 20 250]
 """
 
 from __future__ import annotations
@@ -415,7 +415,7 @@ def served(
     return summary(busy)[2]
 
 
-def endpoint(seconds: float, heap: int, runs: int) -> None:
+def endpoint(seconds: float, heap: int, runs: int, agent_counts: list[int]) -> None:
     """The served endpoint scraped from another process: ours, the spinning control, our collector through
     prometheus_client's registry and server, and prometheus_client's own metrics; small heap and trainer's."""
     print(
@@ -429,7 +429,7 @@ def endpoint(seconds: float, heap: int, runs: int) -> None:
             f"{'trainer heap' if heap_objects else 'small heap'}: {heap_objects:,} objects alive besides the "
             "series, no gc.freeze()"
         )
-        for agents in (20, 250):
+        for agents in agent_counts:
             telemetry = populated(agents)
             body = encode(telemetry.registry, PROMETHEUS_ACCEPT)[0]
             series = sum(
@@ -495,6 +495,13 @@ def main() -> None:
     parser.add_argument("--heap", type=int, default=3_000_000, help="objects on the trainer's heap")
     parser.add_argument("--case", choices=("small", "trainer", "endpoint", "all"), default="all")
     parser.add_argument("--runs", type=int, default=3, help="runs of the endpoint case")
+    parser.add_argument(
+        "--agents",
+        type=int,
+        nargs="+",
+        default=[20, 250],
+        help="agents of the endpoint case (20: 4,200 series, 250: 52,500)",
+    )
     args = parser.parse_args()
     # Plain counters also expose a `_created` sample per series by default; the account does not. To
     # compare the same series, the baseline runs with those switched off (a process-wide switch).
@@ -504,7 +511,7 @@ def main() -> None:
     if args.case in ("trainer", "all"):
         trainer_heap(args.seconds, args.heap)
     if args.case in ("endpoint", "all"):
-        endpoint(args.seconds, args.heap, args.runs)
+        endpoint(args.seconds, args.heap, args.runs, args.agents)
 
 
 if __name__ == "__main__":

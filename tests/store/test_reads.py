@@ -10,7 +10,7 @@ import pytest
 
 from rollout_telemetry import RolloutTelemetry
 from rollout_telemetry._store import account as account_module
-from rollout_telemetry._store.reads import TURN_SECONDS, read_in_turns
+from rollout_telemetry._store.reads import TURN_SECONDS, in_turns, read_in_turns
 from tests.support import FakeClock
 
 
@@ -89,3 +89,24 @@ def test_a_recorder_records_between_the_turns_of_a_snapshot(monkeypatch: pytest.
     assert {agent.agent: agent.completed for agent in telemetry.snapshot().agents} == {"a": 1, "b": 2}
     monkeypatch.undo()
     assert {agent.agent: agent.completed for agent in telemetry.snapshot().agents} == {"a": 2, "b": 2}
+
+
+def test_work_on_parts_hands_the_interpreter_over_once_a_turn(clock: FakeClock) -> None:
+    """200 parts whose work takes 0.3 turn each: every part given, in order, the interpreter handed over
+    after every fourth (the one whose work reaches TURN_SECONDS), never before the work on a part is done;
+    a part whose work is longer than a turn is followed by a hand-over of its own; no parts, no hand-over."""
+    handed: list[int] = []
+    done: list[int] = []
+    for part in in_turns(range(200), clock=clock, hand=lambda: handed.append(len(done))):
+        clock.advance(0.3 * TURN_SECONDS)
+        done.append(part)
+    assert done == list(range(200))
+    assert handed == list(range(4, 201, 4))
+    handed.clear()
+    done.clear()
+    for part in in_turns(range(3), clock=clock, hand=lambda: handed.append(len(done))):
+        clock.advance(2 * TURN_SECONDS)
+        done.append(part)
+    assert handed == [1, 2, 3]
+    assert list(in_turns([], clock=clock, hand=lambda: handed.append(-1))) == []
+    assert -1 not in handed

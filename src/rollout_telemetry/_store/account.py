@@ -32,7 +32,7 @@ from rollout_telemetry._store.flights import (
     Slot,
 )
 from rollout_telemetry._store.names import Names, cacheable
-from rollout_telemetry._store.reads import read_in_turns, read_locked
+from rollout_telemetry._store.reads import in_turns, read_in_turns, read_locked
 from rollout_telemetry._store.recovery import Recovery
 from rollout_telemetry._store.snapshot import AccountSnapshot, AgentSnapshot
 from rollout_telemetry.errors import ConfigError
@@ -518,7 +518,7 @@ class Account:
         copies = read_in_turns(self._lock, states, lambda state: state.copy(now, self._slow(state.label)))
         derived = self._derived
         agents = []
-        for copy in copies:
+        for copy in in_turns(copies):  # deriving many changed agents holds the interpreter a turn at a time
             known = derived.get(copy.label)
             if known is None or known[0] != copy:
                 # Snapshots taken at once may race here: each pair stored is a copy and its own snapshot.

@@ -1,29 +1,33 @@
-"""A read of a store under its lock that hands the interpreter to a waiting recorder as it ends.
+"""Reads that hand the interpreter to a waiting recorder: under a store's lock, and after it.
 
 A scrape copies a store under the store's lock, then renders holding the interpreter. A recorder that found
 the lock taken waits on it with the interpreter released; when the lock is freed it needs the interpreter
 back, which CPython gives only at the next forced switch (``sys.getswitchinterval()``), by which time
-back-to-back scrapes may hold the lock again: so a read ends by yielding the interpreter (``time.sleep(0)``).
+back-to-back scrapes may hold the lock again: so a read ends by handing the interpreter over (``hand_over``).
 Only readers do this; recording never yields.
 
 A read of many parts (the account's agents) takes the lock in turns (``read_in_turns``): each part is read
 whole under the lock, which is released, and the interpreter handed over, once a turn has lasted
-``TURN_SECONDS``, so a recorder waits one turn at most. The figures: docs/performance.md, "A scrape beside a
-trainer's heap".
+``TURN_SECONDS``, so a recorder waits one turn at most. What is derived from the parts after the lock is
+released (each agent's snapshot, the exposition's lines) is made in turns too (``in_turns``): a recorder the
+interpreter's switch took the interpreter from gets it back after a turn, not after the switch interval
+(5 ms) or, when the endpoint's other threads take their turn first, twice that. The figures:
+docs/performance.md, "A scrape beside a trainer's heap" and "The endpoint scraped from another process".
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TypeVar
 
-__all__ = ["TURN_SECONDS", "read_in_turns", "read_locked"]
+__all__ = ["TURN_SECONDS", "hand_over", "in_turns", "read_in_turns", "read_locked"]
 
 TURN_SECONDS = 0.001
-"""How long a read in turns holds the lock at most at a time (beyond the part it is reading)."""
+"""How long a read in turns holds the lock, or the interpreter, at most at a time (beyond the part it is
+reading)."""
 
 _Part = TypeVar("_Part")
 _Read = TypeVar("_Read")
@@ -34,6 +38,12 @@ def read_locked(lock: threading.Lock | threading.RLock) -> Iterator[None]:
     """Hold ``lock`` for the block, then let a thread that waited on it run at once."""
     with lock:
         yield
+    hand_over()
+
+
+def hand_over() -> None:
+    """Let a thread that waits for the interpreter (or for a lock just released) run now: the interpreter is
+    released for a moment, and one that waited takes it then."""
     time.sleep(0)
 
 
@@ -57,5 +67,22 @@ def read_in_turns(
                 done += 1
                 if clock() >= ends:
                     break
-        time.sleep(0)
+        hand_over()
     return results
+
+
+def in_turns(
+    parts: Iterable[_Part],
+    *,
+    clock: Callable[[], float] = time.perf_counter,
+    hand: Callable[[], None] = hand_over,
+) -> Iterator[_Part]:
+    """Each of ``parts``, in turns of about ``TURN_SECONDS`` (on ``clock``): once the work on the parts given
+    so far has lasted a turn, the interpreter is handed over (``hand``) before the next one. For work on many
+    parts outside any lock, so a thread waiting for the interpreter waits a turn at most."""
+    ends = clock() + TURN_SECONDS
+    for part in parts:
+        yield part
+        if clock() >= ends:
+            hand()
+            ends = clock() + TURN_SECONDS

@@ -26,6 +26,7 @@ from prometheus_client.samples import Exemplar, Sample
 from rollout_telemetry._contract.outcome import Disposition
 from rollout_telemetry._store.coverage import CoverageSnapshot
 from rollout_telemetry._store.groups import GroupsSnapshot
+from rollout_telemetry._store.reads import in_turns
 from rollout_telemetry._store.runtime import RuntimeSnapshot
 from rollout_telemetry._store.snapshot import AccountSnapshot, AgentSnapshot
 from rollout_telemetry._views.family import Family
@@ -260,7 +261,7 @@ class AccountCollector(_CatalogueCollector[AccountSnapshot]):
         rows = [
             self._written(AccountSnapshot((), snap.rejected, snap.overflow, snap.taken_at), families, write)
         ]
-        for agent in snap.agents:
+        for agent in in_turns(snap.agents):  # many changed agents: the interpreter handed over between turns
             one = AccountSnapshot((agent,), taken_at=snap.taken_at)
             entry = rows_kept.get(agent.agent)
             if entry is None or entry[0] is not agent:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import math
 import threading
 
@@ -226,3 +227,30 @@ def test_an_unchecked_nan_reward_changes_no_sum(clock: FakeClock) -> None:
     assert agent is not None
     assert agent.measured == 2
     assert (agent.reward_positive, agent.reward_negative) == (0.0, 0.5)
+
+
+def test_a_kept_copy_holds_its_numbers_where_the_collector_stops_tracking_them(clock: FakeClock) -> None:
+    """What a snapshot copies of an agent and keeps until the next one holds the cells' sums and the rollouts
+    in flight in tuples of numbers and strings: after one pass of the garbage collector none of them is
+    tracked, so replacing them at the next snapshot promotes nothing of theirs (only the copy, its counts by
+    kind and its snapshot are tracked)."""
+    account = _account(clock)
+    account.count("math", classify({"reward": 0.5}))
+    account.count("math", absent(Disposition.FAILED, "session_lost"))
+    account.begin("math", clock())
+    account.snapshot()
+    copy = account._derived["math"][0]
+    taken = copy.flights
+    kept = [
+        copy.positive,
+        copy.negative,
+        copy.unrewarded,
+        taken.starts,
+        taken.stages,
+        taken.flags,
+        taken.beats,
+    ]
+    kept.append(taken.stage_labels)
+    assert len(taken.starts) == 1
+    gc.collect()
+    assert [gc.is_tracked(part) for part in kept] == [False] * len(kept)

@@ -94,7 +94,10 @@ class AgentState:
         flights, waits = self.flights.taken(now, slow_after), self.flights.waits.copy()
         return AgentCopy(
             label=self.label,
-            cells=[(d, c.kinds.copy(), c.positive, c.negative, c.unrewarded) for d, c in self.cells.items()],
+            kinds=tuple([cell.kinds.copy() for cell in self.cells.values()]),
+            positive=tuple([cell.positive for cell in self.cells.values()]),
+            negative=tuple([cell.negative for cell in self.cells.values()]),
+            unrewarded=tuple([cell.unrewarded for cell in self.cells.values()]),
             labels=self.labels.copy(),
             lifecycle=self.lifecycle,
             flights=flights,
@@ -119,16 +122,18 @@ class AgentState:
         )
 
 
-CellCopy = tuple[Disposition, dict[str | int | None, int], float, float, int]
-"""One cell, copied: (disposition, counts by kind key, positive sum, negative sum, unrewarded)."""
-
-
 @dataclass(frozen=True, slots=True)
 class AgentCopy:
     """What a snapshot copies of one ``AgentState`` under the lock (the fields as there)."""
 
     label: str
-    cells: list[CellCopy]
+    kinds: tuple[dict[str | int | None, int], ...]
+    """Each cell's counts by kind key, in ``Disposition`` order."""
+    positive: tuple[float, ...]
+    """Each cell's positive sum, in ``Disposition`` order; so ``negative`` and ``unrewarded``: tuples of
+    numbers only, which the garbage collector leaves alone (a dict beside them would keep them tracked)."""
+    negative: tuple[float, ...]
+    unrewarded: tuple[int, ...]
     labels: dict[str | int | None, str]
     lifecycle: bool
     flights: Taken
@@ -162,7 +167,9 @@ class AgentCopy:
         positive: dict[Disposition, float] = {}
         negative: dict[Disposition, float] = {}
         reward_buckets: tuple[int, ...] = ()
-        for disposition, counts, pos, neg, unrew in self.cells:
+        for disposition, counts, pos, neg, unrew in zip(
+            Disposition, self.kinds, self.positive, self.negative, self.unrewarded, strict=True
+        ):
             totals[disposition] = sum(counts.values())
             if disposition is _MEASURED and self.reward_bounds is not None:
                 reward_buckets = tuple(counts.get(index, 0) for index in range(len(self.reward_bounds) + 1))

@@ -270,16 +270,18 @@ class Flights:
         handful of objects for the garbage collector however many rollouts are in flight. ``Taken`` counts
         them after the lock is released."""
         self.reclaim()
+        # Tuples: those of numbers and strings (or empty) are left alone by the garbage collector, so the
+        # copies a snapshot keeps are not promoted scrape after scrape.
         slots = [s for s in self.slots if s.start is not None]
         return Taken(
-            cast(list[float], [s.start for s in slots]),  # a taken slot has its start
-            [s.stage for s in slots],
-            [s.flags for s in slots],
-            [s.flight for s in slots],
-            [s.beat for s in slots],
+            cast(tuple[float, ...], tuple([s.start for s in slots])),  # a taken slot has its start
+            tuple([s.stage for s in slots]),
+            tuple([s.flags for s in slots]),
+            tuple([s.flight for s in slots]),
+            tuple([s.beat for s in slots]),
             now=now,
             slow_after=slow_after,
-            stage_labels=frozenset(self.stage_labels),
+            stage_labels=tuple(self.stage_labels),
             seen=self.states_seen,
         )
 
@@ -309,15 +311,15 @@ class Taken:
 
     def __init__(
         self,
-        starts: list[float],
-        stages: list[str],
-        flags: list[int],
-        flights: list[Flight | None],
-        beats: list[float],
+        starts: tuple[float, ...],
+        stages: tuple[str, ...],
+        flags: tuple[int, ...],
+        flights: tuple[Flight | None, ...],
+        beats: tuple[float, ...],
         *,
         now: float,
         slow_after: float | None,
-        stage_labels: frozenset[str],
+        stage_labels: tuple[str, ...],
         seen: set[RolloutState],
     ) -> None:
         self.starts = starts

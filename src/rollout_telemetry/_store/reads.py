@@ -23,11 +23,15 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TypeVar
 
-__all__ = ["TURN_SECONDS", "hand_over", "in_turns", "read_in_turns", "read_locked"]
+__all__ = ["HAND_OVER_SECONDS", "TURN_SECONDS", "hand_over", "in_turns", "read_in_turns", "read_locked"]
 
 TURN_SECONDS = 0.001
 """How long a read in turns holds the lock, or the interpreter, at most at a time (beyond the part it is
 reading)."""
+
+HAND_OVER_SECONDS = 50e-6
+"""How long a hand-over lets the interpreter go: long enough for the thread its release wakes to take it.
+``time.sleep(0)`` returns before that thread runs, more often than not, and takes the interpreter back."""
 
 _Part = TypeVar("_Part")
 _Read = TypeVar("_Read")
@@ -43,8 +47,8 @@ def read_locked(lock: threading.Lock | threading.RLock) -> Iterator[None]:
 
 def hand_over() -> None:
     """Let a thread that waits for the interpreter (or for a lock just released) run now: the interpreter is
-    released for a moment, and one that waited takes it then."""
-    time.sleep(0)
+    released for ``HAND_OVER_SECONDS``, and one that waited takes it then."""
+    time.sleep(HAND_OVER_SECONDS)
 
 
 def read_in_turns(

@@ -152,3 +152,37 @@ def test_name_filter_returns_that_family(telemetry: RolloutTelemetry) -> None:
     text = generate_latest(telemetry.registry.restricted_registry(["rollout_failed_total"])).decode()
     assert sample_names(text) == {"rollout_failed_total"}
     assert value(text, "rollout_failed_total", agent="math", failure_kind="session_lost") == 1.0
+
+
+def test_a_registry_formats_a_family_in_turns(clock: FakeClock, monkeypatch: pytest.MonkeyPatch) -> None:
+    """prometheus_client formats each family's samples as it iterates them, holding the interpreter: the
+    samples are given in turns, so the interpreter is handed over within a family of 300 series (once a
+    turn: at least once every 5 samples when each takes 0.3 turn), and the exposition is the same bytes."""
+    from collections.abc import Iterable, Iterator
+
+    from prometheus_client.exposition import generate_latest
+
+    from rollout_telemetry._store.reads import TURN_SECONDS, in_turns
+    from rollout_telemetry.exporters import prometheus
+
+    telemetry = RolloutTelemetry(clock=clock, runtime_metrics=False)
+    for agent in range(300):
+        telemetry.record(f"agent-{agent}", {"reward": 1.0})
+    before = generate_latest(telemetry.registry)
+    ticking, handed = FakeClock(), [0]
+
+    def tick() -> float:
+        ticking.advance(0.3 * TURN_SECONDS)  # each sample's formatting takes 0.3 turn
+        return ticking()
+
+    def hand() -> None:
+        handed[0] += 1
+
+    def turns(parts: Iterable[object]) -> Iterator[object]:
+        return in_turns(parts, clock=tick, hand=hand)
+
+    monkeypatch.setattr(prometheus, "in_turns", turns)
+    assert generate_latest(telemetry.registry) == before
+    formatted = sum(len(family.samples) for family in telemetry.registry.collect())
+    assert formatted > 4 * 300  # completed, rewarded, both reward sums, the reward gauge: 300 each
+    assert handed[0] >= formatted // 5

@@ -9,7 +9,8 @@ filtering finds the families.
 Served by the package's own endpoint, the same collectors write their families as text themselves
 (``render``, through ``_exposition.encode``): the bytes prometheus_client would write from ``collect()``,
 without an object per series, and the account's collector keeps each agent's lines while its snapshot is
-unchanged, so a scrape's cost follows what changed.
+unchanged, so a scrape's cost follows what changed. Through a registry, ``collect()`` yields families whose
+samples are made as prometheus_client reads them (``_Samples``), so none outlives its line.
 """
 
 from __future__ import annotations
@@ -101,7 +102,7 @@ class _CatalogueCollector(Collector, Generic[S]):
         if fmt is not None:
             yield Rendered(self.render(fmt))
             return
-        parts = self._parts(self._read())
+        parts = functools.partial(self._parts, self._read())
         for index, family in enumerate(self._described()):
             samples = _Samples(functools.partial(self._samples, index), parts)
             if samples:
@@ -115,10 +116,10 @@ class _CatalogueCollector(Collector, Generic[S]):
         layouts = self._layouts_of(fmt)
         return _joined(layouts, self._rows(fmt, len(layouts), functools.partial(self._write, layouts)))
 
-    def _parts(self, snap: S) -> Sequence[S]:
+    def _parts(self, snap: S) -> Iterator[S]:
         """``snap`` in the parts whose samples are made apart, in order (``render`` keeps what was made from a
-        part while it is the same)."""
-        return (snap,)
+        part while it is the same), each made as it is asked for."""
+        yield snap
 
     def _rows(
         self, kept: Kept, families: int, write: Callable[[int, S], bytes]
@@ -251,12 +252,11 @@ class AccountCollector(_CatalogueCollector[AccountSnapshot]):
             if d is disposition
         }
 
-    def _parts(self, snap: AccountSnapshot) -> Sequence[AccountSnapshot]:
+    def _parts(self, snap: AccountSnapshot) -> Iterator[AccountSnapshot]:
         """The account's own families (rejections, overflow), then each agent alone."""
-        return (
-            AccountSnapshot((), snap.rejected, snap.overflow, snap.taken_at),
-            *(AccountSnapshot((agent,), taken_at=snap.taken_at) for agent in snap.agents),
-        )
+        yield AccountSnapshot((), snap.rejected, snap.overflow, snap.taken_at)
+        for agent in snap.agents:
+            yield AccountSnapshot((agent,), taken_at=snap.taken_at)
 
     def _rows(
         self, kept: Kept, families: int, write: Callable[[int, AccountSnapshot], bytes]
@@ -268,10 +268,10 @@ class AccountCollector(_CatalogueCollector[AccountSnapshot]):
         changed agent's families are read again, and only those whose samples changed are made again; so a
         scrape's cost, and what it allocates (``collect()`` makes objects), follows what changed.
         """
-        head, *agents = self._parts(self._read())
+        parts = self._parts(self._read())
         rows_kept: dict[str, tuple[AgentSnapshot, Sequence[Written]]] = self._kept.setdefault(kept, {})
-        rows = [self._written(head, families, write)]
-        for one in in_turns(agents):  # many changed agents: the interpreter handed over between turns
+        rows = [self._written(next(parts), families, write)]
+        for one in in_turns(parts):  # many changed agents: the interpreter handed over between turns
             agent = one.agents[0]
             entry = rows_kept.get(agent.agent)
             if entry is None or entry[0] is not agent:
@@ -297,18 +297,18 @@ class _Samples(Sequence[Sample]):
 
     __slots__ = ("_make", "_parts")
 
-    def __init__(self, make: Callable[[Any], tuple[Sample, ...]], parts: Sequence[Any]) -> None:
+    def __init__(self, make: Callable[[Any], tuple[Sample, ...]], parts: Callable[[], Iterable[Any]]) -> None:
         self._make = make
         self._parts = parts
 
     def __iter__(self) -> Iterator[Sample]:
-        return in_turns(itertools.chain.from_iterable(map(self._make, self._parts)))
+        return in_turns(itertools.chain.from_iterable(map(self._make, self._parts())))
 
     def __bool__(self) -> bool:
-        return any(map(self._make, self._parts))
+        return any(map(self._make, self._parts()))
 
     def __len__(self) -> int:
-        return sum(len(self._make(part)) for part in self._parts)
+        return sum(len(self._make(part)) for part in self._parts())
 
     @overload
     def __getitem__(self, index: int) -> Sample: ...

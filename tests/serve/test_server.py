@@ -299,6 +299,47 @@ def test_fifty_distinct_name_filters_share_one_collection() -> None:
     assert counting.collected <= 2, counting.collected
 
 
+def test_a_name_filter_reads_only_the_families_it_can_match(telemetry: RolloutTelemetry) -> None:
+    """/metrics?name[]=rollout_completed_total reads the samples of that family alone: the telemetry's
+    families make their samples as they are read, so the others' would be made for nothing. The body is the
+    family as the full exposition has it."""
+    for agent in range(20):
+        telemetry.record(f"agent_{agent}", {"reward": 1.0})
+        telemetry.record_failure(f"agent_{agent}", "session_lost")
+    read: list[str] = []
+    registry = telemetry.registry
+    collect = registry.collect
+
+    def noting() -> Iterator[Metric]:
+        for family in collect():
+            samples = family.samples
+            family.samples = _Noted(family.name, samples, read)  # type: ignore[assignment]
+            yield family
+
+    registry.collect = noting  # type: ignore[method-assign]
+    with telemetry.serve(port=0) as server:
+        status, body = _get(f"http://127.0.0.1:{server.port}/metrics?name[]=rollout_completed_total")
+        filtered = set(read)
+        _, whole = _get(f"http://127.0.0.1:{server.port}/metrics")
+    assert status == 200
+    assert filtered == {"rollout_completed"}
+    assert sample_names(body) == {"rollout_completed_total"}
+    completed = {key: value for key, value in samples(whole).items() if key[0] == "rollout_completed_total"}
+    assert samples(body) == completed
+
+
+class _Noted(list[object]):
+    """Samples that note the family's name each time they are read."""
+
+    def __init__(self, name: str, samples: object, read: list[str]) -> None:
+        super().__init__(samples)  # type: ignore[call-overload]
+        self._name, self._read = name, read
+
+    def __iter__(self) -> Iterator[object]:
+        self._read.append(self._name)
+        return super().__iter__()
+
+
 def test_rollouts_lists_each_rollouts_state_and_heartbeat_age(clock: FakeClock) -> None:
     """GET /rollouts gives every resident rollout's state, stage, age, attempt and heartbeat age; in_flight
     counts those without an outcome, and the slow bound is given beside the stall bound."""

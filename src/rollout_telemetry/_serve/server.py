@@ -194,6 +194,22 @@ class _Shared(Generic[K, V]):
             del self._entries[key]
 
 
+_SUFFIXES = {
+    "counter": ("_total", "_created"),
+    "summary": ("_sum", "_count", "_created"),
+    "histogram": ("_bucket", "_sum", "_count", "_created"),
+    "gaugehistogram": ("_bucket", "_gcount", "_gsum"),
+    "info": ("_info",),
+}
+"""The names a family's samples can have beside the family's own, by type, as prometheus_client names them."""
+
+
+def _sample_names(family: Metric) -> Iterator[str]:
+    yield family.name
+    for suffix in _SUFFIXES.get(family.type, ()):
+        yield family.name + suffix
+
+
 class _Families(Collector):
     """Metric families collected once, restricted to some sample names, for an encoder to read."""
 
@@ -202,8 +218,11 @@ class _Families(Collector):
         self._names = names
 
     def collect(self) -> Iterator[Metric]:
-        """prometheus_client's name filter: a family keeps the samples with one of the names, if any."""
+        """prometheus_client's name filter: a family keeps the samples with one of the names, if any. A family
+        none of whose sample names is asked for is passed over unread (its samples may be made as read)."""
         for family in self._families:
+            if self._names.isdisjoint(_sample_names(family)):
+                continue
             samples = [sample for sample in family.samples if sample.name in self._names]
             if samples:
                 kept = Metric(family.name, family.documentation, family.type, family.unit)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import gc
+from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from rollout_telemetry import RolloutTelemetry
 from rollout_telemetry._views.run_series import PROCESS_FAMILIES
@@ -186,3 +188,30 @@ def test_a_registry_formats_a_family_in_turns(clock: FakeClock, monkeypatch: pyt
     formatted = sum(len(family.samples) for family in telemetry.registry.collect())
     assert formatted > 4 * 300  # completed, rewarded, both reward sums, the reward gauge: 300 each
     assert handed[0] >= formatted // 5
+
+
+def test_a_registry_makes_no_samples_of_a_family_without_any(
+    clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through a registry, a family with no sample in the snapshot (a healthy run's failure families) is left
+    out without its samples being made for every agent to find it empty; each one published is made once."""
+    from prometheus_client.exposition import generate_latest
+
+    from rollout_telemetry.exporters import prometheus
+
+    telemetry = RolloutTelemetry(clock=clock, runtime_metrics=False)
+    for agent in range(30):
+        telemetry.record(f"agent-{agent}", {"reward": 1.0})
+    made: list[str] = []
+    samples = prometheus._CatalogueCollector._samples
+
+    def noting(self: Any, index: int, snap: Any) -> Any:
+        made.append(self._empty(tuple(self._described())[index]).name)
+        return samples(self, index, snap)
+
+    monkeypatch.setattr(prometheus._CatalogueCollector, "_samples", noting)
+    published = {
+        family.name for family in text_string_to_metric_families(generate_latest(telemetry.registry).decode())
+    }
+    assert set(made) == published
+    assert all(made.count(name) <= 31 for name in published)  # the account's own part and each agent's

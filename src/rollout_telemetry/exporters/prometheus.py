@@ -274,8 +274,8 @@ class AccountCollector(_CatalogueCollector[AccountSnapshot]):
 
         The account hands out the same ``AgentSnapshot`` while an agent's counts are unchanged: its row is
         kept whole, but for a family whose samples depend on the time (``Family.timely``), read again. A
-        changed agent's families are read again, and only those whose samples changed are made again; so a
-        scrape's cost, and what it allocates (``collect()`` makes objects), follows what changed.
+        changed agent's families are read again, and only those whose samples changed are written again; so a
+        scrape's cost, and what it allocates, follows what changed.
         """
         parts = self._parts(self._read())
         rows_kept: dict[str, tuple[AgentSnapshot, Sequence[Written]]] = self._kept.setdefault(kept, {})

@@ -1,0 +1,95 @@
+"""How fast record() could be against one prometheus_client .labels().inc() if its lock cost nothing.
+
+``benchmarks/record.py`` is run in fresh processes, alternately on this tree and on a copy of it whose
+``Account.count`` takes no lock at all (unsafe: for measuring only, never imported by anything else), and the
+``record()`` against one ``.labels().inc()`` ratios of each run are printed side by side (measured, masked,
+failed). No design that keeps ``record()``'s layers (the facade, ``check_outcome`` and ``Account.count``)
+and stays thread-safe can do better than the copy: it is the ceiling of those layers on the interpreter that
+runs the script.
+
+    .venv/bin/python benchmarks/record_ceiling.py [--processes 2] [--calls 100000] [--rounds 11]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+OUTCOMES = ("measured", "masked", "failed")
+_RATIO = re.compile(r"^record\(\) (\w+) .*one inc: +([\d.]+)x", re.MULTILINE)
+
+
+def unlocked_copy(into: Path) -> Path:
+    """A copy of this tree's ``src`` whose ``Account.count`` neither takes nor gives back its lock."""
+    src = into / "src"
+    shutil.copytree(ROOT / "src", src)
+    account = src / "rollout_telemetry" / "_store" / "account.py"
+    text = account.read_text()
+    start = text.index("    def count(")
+    end = text.index("\n    def ", start + 1)
+    body = text[start:end]
+    for call in ("lock.acquire()", "lock.release()"):
+        if body.count(call) != 1:
+            sys.exit(f"record_ceiling.py: Account.count no longer calls {call} once; update this script")
+        body = body.replace(call, "pass")
+    account.write_text(text[:start] + body + text[end:])
+    return src
+
+
+def ratios(src: Path, calls: int, rounds: int) -> dict[str, float]:
+    """One run of ``benchmarks/record.py`` with ``src``'s package: record() against one inc, by outcome."""
+    env = {**os.environ, "PYTHONPATH": str(src)}
+    imported = subprocess.run(
+        [sys.executable, "-c", "import rollout_telemetry; print(rollout_telemetry.__file__)"],
+        env=env, capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    if not Path(imported.strip()).is_relative_to(src):
+        sys.exit(f"record_ceiling.py: {src} was not the package imported ({imported.strip()})")
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "record.py"), f"--calls={calls}", f"--rounds={rounds}"],
+        env=env, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no message"])[-1]
+        sys.exit(f"record_ceiling.py: benchmarks/record.py failed: {last}")
+    found = {outcome: float(value) for outcome, value in _RATIO.findall(done.stdout)}
+    if set(found) != set(OUTCOMES):
+        sys.exit("record_ceiling.py: benchmarks/record.py no longer prints record()'s one-inc ratios")
+    return found
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--processes", type=int, default=2, help="runs of each tree, alternately")
+    parser.add_argument("--calls", type=int, default=100_000)
+    parser.add_argument("--rounds", type=int, default=11)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        trees = {"this tree": ROOT / "src", "without the lock": unlocked_copy(Path(tmp))}
+        runs: dict[str, list[dict[str, float]]] = {tree: [] for tree in trees}
+        for _ in range(args.processes):
+            for tree, src in trees.items():
+                runs[tree].append(ratios(src, args.calls, args.rounds))
+    version = ".".join(map(str, sys.version_info[:3]))
+    print(
+        f"record() against one prometheus_client .labels().inc(), CPython {version}, runs: {args.processes}"
+    )
+    print(f"{'':<18}" + "".join(f"{outcome:>22}" for outcome in OUTCOMES))
+    for tree, found in runs.items():
+        cells = []
+        for outcome in OUTCOMES:
+            values = [run[outcome] for run in found]
+            cells.append(f"{statistics.median(values):.2f}x ({min(values):.2f}-{max(values):.2f})")
+        print(f"{tree:<18}" + "".join(f"{cell:>22}" for cell in cells))
+
+
+if __name__ == "__main__":
+    main()

@@ -37,6 +37,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from prometheus_client import CollectorRegistry, Counter
 
 from rollout_telemetry import RolloutTelemetry
+from rollout_telemetry._cli.args import at_least_one  # the CLI's check, and its message
 
 OUTCOMES = ("measured", "masked", "failed")
 
@@ -215,8 +216,8 @@ def ratio(numerator: list[float], denominator: list[float]) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--calls", type=int, default=200_000)
-    parser.add_argument("--rounds", type=int, default=11)
+    parser.add_argument("--calls", type=at_least_one, default=200_000, help="calls per timing")
+    parser.add_argument("--rounds", type=at_least_one, default=11, help="interleaved rounds")
     args = parser.parse_args()
     times = measure(args.calls, args.rounds)
     for name, seconds in times.items():

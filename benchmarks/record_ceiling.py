@@ -22,6 +22,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from rollout_telemetry._cli.args import at_least_one  # the CLI's check, and its message
+
 ROOT = Path(__file__).resolve().parents[1]
 OUTCOMES = ("measured", "masked", "failed")
 _RATIO = re.compile(r"^record\(\) (\w+) .*one inc: +([\d.]+)x", re.MULTILINE)
@@ -68,9 +70,9 @@ def ratios(src: Path, calls: int, rounds: int) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--processes", type=int, default=2, help="runs of each tree, alternately")
-    parser.add_argument("--calls", type=int, default=100_000)
-    parser.add_argument("--rounds", type=int, default=11)
+    parser.add_argument("--processes", type=at_least_one, default=2, help="runs of each tree, alternately")
+    parser.add_argument("--calls", type=at_least_one, default=100_000, help="calls per timing")
+    parser.add_argument("--rounds", type=at_least_one, default=11, help="interleaved rounds per run")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         trees = {"this tree": ROOT / "src", "without the lock": unlocked_copy(Path(tmp))}

@@ -1,11 +1,11 @@
-"""How fast record() could be against one prometheus_client .labels().inc() if its lock cost nothing.
+"""How much faster record() is than one prometheus_client .labels().inc(), and would be with no lock.
 
 ``benchmarks/record.py`` is run in fresh processes, alternately on this tree and on a copy of it whose
-``Account.count`` takes no lock at all (unsafe: for measuring only, never imported by anything else), and the
-``record()`` against one ``.labels().inc()`` ratios of each run are printed side by side (measured, masked,
-failed). No design that keeps ``record()``'s layers (the facade, ``check_outcome`` and ``Account.count``)
-and stays thread-safe can do better than the copy: it is the ceiling of those layers on the interpreter that
-runs the script.
+``Account.count`` takes no lock at all (unsafe: for measuring only, never imported by anything else). For
+each: how many times slower one ``.labels().inc()`` is than ``record()`` (measured, masked, failed), the
+median and the range over the runs. No design that keeps ``record()``'s layers (the facade,
+``check_outcome`` and ``Account.count``) and stays thread-safe can do better than the copy: it is the
+ceiling of those layers on the interpreter that runs the script.
 
     .venv/bin/python benchmarks/record_ceiling.py [--processes 2] [--calls 100000] [--rounds 11]
 """
@@ -35,34 +35,39 @@ def unlocked_copy(into: Path) -> Path:
     shutil.copytree(ROOT / "src", src)
     account = src / "rollout_telemetry" / "_store" / "account.py"
     text = account.read_text()
-    start = text.index("    def count(")
-    end = text.index("\n    def ", start + 1)
+    start = text.find("    def count(")
+    end = text.find("\n    def ", start + 1)
     body = text[start:end]
     for call in ("lock.acquire()", "lock.release()"):
-        if body.count(call) != 1:
+        if start < 0 or end < 0 or body.count(call) != 1:
             sys.exit(f"record_ceiling.py: Account.count no longer calls {call} once; update this script")
         body = body.replace(call, "pass")
     account.write_text(text[:start] + body + text[end:])
     return src
 
 
-def ratios(src: Path, calls: int, rounds: int) -> dict[str, float]:
-    """One run of ``benchmarks/record.py`` with ``src``'s package: record() against one inc, by outcome."""
-    env = {**os.environ, "PYTHONPATH": str(src)}
-    imported = subprocess.run(
-        [sys.executable, "-c", "import rollout_telemetry; print(rollout_telemetry.__file__)"],
-        env=env, capture_output=True, text=True, check=True,
-    ).stdout  # fmt: skip
-    if not Path(imported.strip()).is_relative_to(src):
-        sys.exit(f"record_ceiling.py: {src} was not the package imported ({imported.strip()})")
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "record.py"), f"--calls={calls}", f"--rounds={rounds}"],
-        env=env, capture_output=True, text=True, check=False,
-    )  # fmt: skip
+def run(command: list[str], env: dict[str, str]) -> str:
+    """What ``command`` printed; if it failed, exit with the last line it wrote to stderr."""
+    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["no message"])[-1]
-        sys.exit(f"record_ceiling.py: benchmarks/record.py failed: {last}")
-    found = {outcome: float(value) for outcome, value in _RATIO.findall(done.stdout)}
+        sys.exit(f"record_ceiling.py: {Path(command[1]).name} failed: {last}")
+    return done.stdout
+
+
+def ratios(src: Path, calls: int, rounds: int) -> dict[str, float]:
+    """One run of ``benchmarks/record.py`` with ``src``'s package: how much slower one inc is, by outcome."""
+    env = {**os.environ, "PYTHONPATH": str(src)}
+    imported = run(
+        [sys.executable, "-P", "-c", "import rollout_telemetry; print(rollout_telemetry.__file__)"], env
+    )
+    if not Path(imported.strip()).is_relative_to(src):
+        sys.exit(f"record_ceiling.py: {src} was not the package imported ({imported.strip()})")
+    printed = run(
+        [sys.executable, str(ROOT / "benchmarks" / "record.py"), f"--calls={calls}", f"--rounds={rounds}"],
+        env,
+    )
+    found = {outcome: float(value) for outcome, value in _RATIO.findall(printed)}
     if set(found) != set(OUTCOMES):
         sys.exit("record_ceiling.py: benchmarks/record.py no longer prints record()'s one-inc ratios")
     return found
@@ -81,14 +86,13 @@ def main() -> None:
             for tree, src in trees.items():
                 runs[tree].append(ratios(src, args.calls, args.rounds))
     version = ".".join(map(str, sys.version_info[:3]))
-    print(
-        f"record() against one prometheus_client .labels().inc(), CPython {version}, runs: {args.processes}"
-    )
+    runs_of = f"median and range of {args.processes} runs"
+    print(f"one .labels().inc() is slower than record() by (CPython {version}, {runs_of})")
     print(f"{'':<18}" + "".join(f"{outcome:>22}" for outcome in OUTCOMES))
     for tree, found in runs.items():
         cells = []
         for outcome in OUTCOMES:
-            values = [run[outcome] for run in found]
+            values = [one[outcome] for one in found]
             cells.append(f"{statistics.median(values):.2f}x ({min(values):.2f}-{max(values):.2f})")
         print(f"{tree:<18}" + "".join(f"{cell:>22}" for cell in cells))
 

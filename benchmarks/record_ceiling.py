@@ -86,7 +86,7 @@ def main() -> None:
             for tree, src in trees.items():
                 runs[tree].append(ratios(src, args.calls, args.rounds))
     version = ".".join(map(str, sys.version_info[:3]))
-    runs_of = f"median and range of {args.processes} runs"
+    runs_of = f"median and range over runs: {args.processes}"
     print(f"one .labels().inc() is slower than record() by (CPython {version}, {runs_of})")
     print(f"{'':<18}" + "".join(f"{outcome:>22}" for outcome in OUTCOMES))
     for tree, found in runs.items():

@@ -19,7 +19,7 @@ import functools
 import itertools
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, Generic, Literal, TypeVar, overload
+from typing import Any, Generic, TypeVar, overload
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -123,10 +123,10 @@ class _CatalogueCollector(Collector, Generic[S]):
         yield snap
 
     def _rows(
-        self, kept: Kept, families: int, write: Callable[[int, S], bytes]
+        self, fmt: Format, families: int, write: Callable[[int, S], bytes]
     ) -> Sequence[Sequence[Written]]:
         """Each family's lines from one snapshot, made by ``write(index, part)``, as rows of families
-        (``_written``), a row for each of its ``_parts``; ``kept`` names the format, for a collector that
+        (``_written``), a row for each of its ``_parts``; ``fmt`` names the format, for a collector that
         keeps the rows of unchanged parts between scrapes."""
         return [self._written(part, families, write) for part in self._parts(self._read())]
 
@@ -235,7 +235,7 @@ class AccountCollector(_CatalogueCollector[AccountSnapshot]):
         self, read_snapshot: Callable[[], AccountSnapshot], const_labels: Mapping[str, str] | None = None
     ) -> None:
         super().__init__(read_snapshot, FAMILIES, const_labels)
-        self._kept: dict[Kept, dict[str, Any]] = {}
+        self._kept: dict[Format, dict[str, Any]] = {}
         self._timely = tuple(index for index, family in enumerate(FAMILIES) if family.timely)
 
     def _histogram_families(self) -> Sequence[Family[Any]]:
@@ -268,7 +268,7 @@ class AccountCollector(_CatalogueCollector[AccountSnapshot]):
             yield AccountSnapshot((agent,), taken_at=snap.taken_at)
 
     def _rows(
-        self, kept: Kept, families: int, write: Callable[[int, AccountSnapshot], bytes]
+        self, fmt: Format, families: int, write: Callable[[int, AccountSnapshot], bytes]
     ) -> Sequence[Sequence[Written]]:
         """A row per agent, each kept while the agent is the same, after a row of the account's own families.
 
@@ -278,7 +278,7 @@ class AccountCollector(_CatalogueCollector[AccountSnapshot]):
         scrape's cost, and what it allocates, follows what changed.
         """
         parts = self._parts(self._read())
-        rows_kept: dict[str, tuple[AgentSnapshot, Sequence[Written]]] = self._kept.setdefault(kept, {})
+        rows_kept: dict[str, tuple[AgentSnapshot, Sequence[Written]]] = self._kept.setdefault(fmt, {})
         rows = [self._written(next(parts), families, write)]
         for one in in_turns(parts):  # many changed agents: the interpreter handed over between turns
             agent = one.agents[0]
@@ -357,9 +357,6 @@ _NEGATIVE_ZERO = object()
 Written = tuple[object, bytes]
 """A family's samples from one snapshot (or part of one), as ``_key`` makes them, and its lines (UTF-8)."""
 _NOTHING: Any = ((), b"")  # a family without samples: no lines; replaced before it is read
-
-Kept = Literal["text", "openmetrics"]
-"""What a collector keeps rows of: the lines of a format."""
 
 
 def _joined(layouts: Sequence[Layout], rows: Sequence[Sequence[Written]]) -> list[bytes]:

@@ -162,11 +162,12 @@ def run_calls(rev: str, which: str, outcome: str, calls: int) -> None:
 
 
 def worker(command: list[str], env: Mapping[str, str]) -> subprocess.CompletedProcess[str]:
-    """Run one measuring process; if it fails, exit with the last line it wrote to stderr."""
+    """Run one measuring process; if it fails, exit with the last line it wrote to stderr (named by the
+    script that ran it)."""
     done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["no message"])[-1]
-        sys.exit(f"record_against.py: a measuring process failed: {last}")
+        sys.exit(f"{Path(sys.argv[0]).name}: a measuring process failed: {last}")
     return done
 
 

@@ -17,11 +17,13 @@ import os
 import re
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/ is a package of the checkout
+
+from benchmarks.record_against import worker  # its one line when a measuring process fails
 from rollout_telemetry._cli.args import at_least_one  # the CLI's check, and its message
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,27 +48,18 @@ def unlocked_copy(into: Path) -> Path:
     return src
 
 
-def run(command: list[str], env: dict[str, str]) -> str:
-    """What ``command`` printed; if it failed, exit with the last line it wrote to stderr."""
-    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or ["no message"])[-1]
-        sys.exit(f"record_ceiling.py: {Path(command[1]).name} failed: {last}")
-    return done.stdout
-
-
 def ratios(src: Path, calls: int, rounds: int) -> dict[str, float]:
     """One run of ``benchmarks/record.py`` with ``src``'s package: how much slower one inc is, by outcome."""
     env = {**os.environ, "PYTHONPATH": str(src)}
-    imported = run(
+    imported = worker(
         [sys.executable, "-P", "-c", "import rollout_telemetry; print(rollout_telemetry.__file__)"], env
-    )
+    ).stdout
     if not Path(imported.strip()).is_relative_to(src):
         sys.exit(f"record_ceiling.py: {src} was not the package imported ({imported.strip()})")
-    printed = run(
+    printed = worker(
         [sys.executable, str(ROOT / "benchmarks" / "record.py"), f"--calls={calls}", f"--rounds={rounds}"],
         env,
-    )
+    ).stdout
     found = {outcome: float(value) for outcome, value in _RATIO.findall(printed)}
     if set(found) != set(OUTCOMES):
         sys.exit("record_ceiling.py: benchmarks/record.py no longer prints record()'s one-inc ratios")

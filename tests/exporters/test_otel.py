@@ -149,7 +149,7 @@ def test_annotate_mode_sets_attributes_on_the_current_span(
     provider.add_span_processor(SimpleSpanProcessor(spans))
     telemetry = RolloutTelemetry(clock=clock, tracer_provider=provider, span_mode="annotate")
     with provider.get_tracer("test").start_as_current_span("post_run"):
-        with telemetry.rollout("a", task_index=3) as rollout:
+        with telemetry.rollout("a", task_index=3, rollout_index=0) as rollout:
             rollout.complete({"reward": 1.0})
         assert spans.get_finished_spans() == ()
     span = _only(spans)
@@ -173,6 +173,25 @@ def test_reason_is_truncated_and_redacted(spans: InMemorySpanExporter, clock: Fa
         rollout.fail("session_lost", reason="token sk-SECRET rejected by the sandbox after a long wait")
     description = _only(spans).status.description
     assert description == "token [redacted] rej…"
+
+
+def test_a_truncation_reason_is_redacted_too(spans: InMemorySpanExporter, clock: FakeClock) -> None:
+    """rollout.truncation_reason is free text: it goes through the redaction hook, then the length limit, as a
+    failure reason does (docs/guides/security.md)."""
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(spans))
+    telemetry = RolloutTelemetry(
+        clock=clock,
+        tracer_provider=provider,
+        reason_limit=20,
+        redact_reason=lambda text: text.replace("sk-SECRET", "[redacted]"),
+    )
+    reason = "length: key sk-SECRET leaked into a very long reason"
+    with telemetry.rollout("a") as rollout:
+        rollout.complete({"reward": 0.0, "response": {"incomplete_details": {"reason": reason}}})
+    attributes = dict(_only(spans).attributes or {})
+    assert attributes["rollout.truncation_reason"] == "length: key [redacte…"
+    assert attributes["rollout.truncation_cause"] == "other"
 
 
 def test_no_sdk_configured_creates_no_spans(clock: FakeClock) -> None:
@@ -350,7 +369,7 @@ def test_two_hundred_concurrent_async_rollouts_with_spans_and_metrics(
     during: list[float] = []
 
     async def one(i: int) -> None:
-        async with telemetry.rollout("a", task_index=i) as rollout:
+        async with telemetry.rollout("a", task_index=i, rollout_index=0) as rollout:
             await release.wait()
             rollout.complete({"reward": 1.0, "mask_sample": i % 4 == 0})
 

@@ -121,8 +121,8 @@ ATTRIBUTES: tuple[SpanAttribute, ...] = (
     ),
     _span(
         "rollout.truncation_reason", "string", "when the model response was cut short",
-        "the raw `incomplete_details.reason` or `finish_reason`, cut to `reason_limit` characters "
-        "(never a label)",
+        "the `incomplete_details.reason` or `finish_reason`, after the `redact_reason` hook, cut to "
+        "`reason_limit` characters (never a label)",
     ),
     _span(
         "gen_ai.usage.input_tokens", "int", "when the model response carries `usage`",

@@ -25,6 +25,7 @@ from opentelemetry.trace import ProxyTracerProvider, Span, Status, StatusCode, T
 from rollout_telemetry._contract.failure_where import Where
 from rollout_telemetry._contract.generation import truncation_cause
 from rollout_telemetry._contract.outcome import Classified, Disposition
+from rollout_telemetry._contract.shown import shown
 from rollout_telemetry._recording.semconv import (
     ATTRIBUTES,
     EVALUATION_EVENT,
@@ -147,10 +148,10 @@ class SpanRecorder:
         evaluation_event: EvaluationEvent = "log",
     ) -> None:
         if mode not in ("span", "annotate", "off"):
-            msg = f"span_mode must be 'span', 'annotate' or 'off', got {mode!r}"
+            msg = f"span_mode must be 'span', 'annotate' or 'off', got {shown(mode, 60)}"
             raise ConfigError(msg)
         if evaluation_event not in ("log", "span"):
-            msg = f"evaluation_event must be 'log' or 'span', got {evaluation_event!r}"
+            msg = f"evaluation_event must be 'log' or 'span', got {shown(evaluation_event, 60)}"
             raise ConfigError(msg)
         self._logger_provider = logger_provider
         self._evaluation_as = evaluation_event
@@ -339,9 +340,9 @@ class SpanRecorder:
         if generation is not None:
             if generation[0] is not None:
                 self._usage(attributes, generation[0])
-            if generation[1] is not None:  # the raw reason: here and nowhere else
+            if generation[1] is not None:  # free text: through the redact hook, here and nowhere else
                 attributes["rollout.truncation_cause"] = truncation_cause(generation[1])
-                attributes["rollout.truncation_reason"] = generation[1][: self._reason_limit]
+                attributes["rollout.truncation_reason"] = self.clean_reason(generation[1])
         span.set_attributes(attributes)
         cleaned = self.clean_reason(failure_reason) if failure_reason is not None else None
         if cleaned is not None:

@@ -16,11 +16,11 @@ from rollout_telemetry import Disposition, RolloutTelemetry, VerifyResponse
 from tests.support import FakeClock, examples
 
 AGENTS = st.sampled_from(["math", "code", "browser"])
-BAD_AGENTS = st.sampled_from(["", None, 3, b"x", ("t",), ["unhashable"]])
+BAD_AGENTS = st.sampled_from(["", None, 3, b"x", ("t",), ["unhashable"], 10**5000])
 KINDS = st.one_of(st.none(), st.sampled_from(["session_lost", "judge_failed", "ns:odd_kind", "free text!"]))
 BAD_KINDS = st.sampled_from([3, 1.5, ["x"], {"k": 1}, b"bytes"])
 REWARDS = st.one_of(st.none(), st.floats(-1e6, 1e6, allow_nan=False), st.booleans(), st.integers(-5, 5))
-BAD_REWARDS = st.sampled_from([math.nan, math.inf, -math.inf, "0.5", [1], {"r": 1}, object()])
+BAD_REWARDS = st.sampled_from([math.nan, math.inf, -math.inf, "0.5", [1], {"r": 1}, object(), 10**5000])
 BAD_MASKS = st.sampled_from(["true", 1, 0.0, [], "no"])
 REASONS = st.one_of(st.none(), st.text(max_size=30))
 BAD_REASONS = st.sampled_from([3, b"x", ["r"]])

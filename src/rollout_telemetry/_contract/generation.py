@@ -13,6 +13,7 @@ import numbers
 from collections.abc import Mapping
 from typing import Literal
 
+from rollout_telemetry._contract.shown import shown
 from rollout_telemetry.errors import OutcomeError
 
 __all__ = [
@@ -104,10 +105,10 @@ def _token_count(value: object, name: str) -> int:
         return 0
     if type(value) is not int:
         if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-            raise OutcomeError(name, f"must be an integer >= 0, got {value!r:.40}")
+            raise OutcomeError(name, f"must be an integer >= 0, got {shown(value, 40)}")
         value = int.__int__(int(value))  # a numpy integer, say; a subclass's own methods are not run
     if not 0 <= value <= MAX_TOKENS:
-        raise OutcomeError(name, f"must be an integer from 0 to {MAX_TOKENS}, got {value!r:.40}")
+        raise OutcomeError(name, f"must be an integer from 0 to {MAX_TOKENS}, got {shown(value, 40)}")
     return value
 
 

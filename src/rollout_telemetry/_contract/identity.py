@@ -6,6 +6,7 @@ decide which of two outcomes of one identity stands with ``rank`` and ``supersed
 
 from __future__ import annotations
 
+from rollout_telemetry._contract.shown import shown
 from rollout_telemetry.errors import ConfigError, OutcomeError
 
 __all__ = [
@@ -58,11 +59,12 @@ def member(task_index: object, rollout_index: object, attempt: object = None) ->
 def _refusal(task_index: object, rollout_index: object, attempt: object) -> OutcomeError:
     # Which part of an identity ``member`` refused, and why: the attempt first, then the task index.
     if attempt is not None and (type(attempt) is not int or not 0 <= attempt <= MAX_ATTEMPT):
-        return OutcomeError("attempt", f"must be an integer from 0 to {MAX_ATTEMPT}, got {attempt!r:.40}")
+        msg = f"must be an integer from 0 to {MAX_ATTEMPT}, got {shown(attempt, 40)}"
+        return OutcomeError("attempt", msg)
     if type(task_index) is not int or not 0 <= task_index <= MAX_TASK_INDEX:
-        msg = f"must be an integer from 0 to {MAX_TASK_INDEX}, got {task_index!r:.40}"
+        msg = f"must be an integer from 0 to {MAX_TASK_INDEX}, got {shown(task_index, 40)}"
         return OutcomeError("task_index", msg)
-    msg = f"must be an integer from 0 to {MAX_ROLLOUT_INDEX}, got {rollout_index!r:.40}"
+    msg = f"must be an integer from 0 to {MAX_ROLLOUT_INDEX}, got {shown(rollout_index, 40)}"
     return OutcomeError("rollout_index", msg)
 
 
@@ -112,5 +114,5 @@ def check_task_size(size: object, name: str = "group_size") -> None:
         ConfigError: naming ``name``.
     """
     if type(size) is not int or not 1 <= size <= MAX_ROLLOUT_INDEX + 1:
-        msg = f"{name} must be an integer from 1 to {MAX_ROLLOUT_INDEX + 1}, got {size!r}"
+        msg = f"{name} must be an integer from 1 to {MAX_ROLLOUT_INDEX + 1}, got {shown(size, 60)}"
         raise ConfigError(msg)

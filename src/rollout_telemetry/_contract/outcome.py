@@ -27,6 +27,7 @@ from decimal import Decimal
 from enum import StrEnum
 
 from rollout_telemetry._contract.generation import Generation, check_generation
+from rollout_telemetry._contract.shown import shown
 from rollout_telemetry.errors import OutcomeError
 
 __all__ = [
@@ -165,7 +166,7 @@ def check_outcome(  # noqa: PLR0912, PLR0917 - one rule per field, the fields as
 
 
 def _out_of_range(reward: object) -> OutcomeError:
-    return OutcomeError("reward", f"must be a finite number within +-{MAX_REWARD:g}, got {reward!r:.40}")
+    return OutcomeError("reward", f"must be a finite number within +-{MAX_REWARD:g}, got {shown(reward, 40)}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from typing import Literal
 
 from rollout_telemetry._contract.outcome import MAX_REWARD
+from rollout_telemetry._contract.shown import shown
 from rollout_telemetry.errors import ConfigError
 
 __all__ = [
@@ -50,10 +51,13 @@ def check_reward_range(reward_range: Iterable[float]) -> RewardRange:
             raise TypeError
         low, high = float(bounds[0]), float(bounds[1])  # any real number: int, float, Fraction, Decimal
     except (TypeError, ValueError):
-        msg = f"reward_range must be a pair of numbers (lowest, highest), got {reward_range!r:.60}"
+        msg = f"reward_range must be a pair of numbers (lowest, highest), got {shown(reward_range, 60)}"
         raise ConfigError(msg) from None
     if not (math.isfinite(low) and math.isfinite(high) and -MAX_REWARD <= low < high <= MAX_REWARD):
-        msg = f"reward_range must be finite, lowest < highest, within +-{MAX_REWARD:g}: ({low!r}, {high!r})"
+        msg = (
+            f"reward_range must be finite, lowest < highest, within +-{MAX_REWARD:g}: "
+            f"({shown(low, 60)}, {shown(high, 60)})"
+        )
         raise ConfigError(msg)
     return low, high
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from rollout_telemetry._contract.shown import shown
 from rollout_telemetry._recording.lifecycle import AsyncWith
 from rollout_telemetry._store.runtime import Runtime
 from rollout_telemetry.errors import OutcomeError, RolloutUsageError
@@ -48,7 +49,7 @@ class OutputWrite(AsyncWith):
             self._reject(RolloutUsageError("outcome_outside_block", outside))
             return
         if type(size) is not int or size < 0:
-            self._reject(OutcomeError("size", f"must be an integer >= 0, got {size!r:.50}"))
+            self._reject(OutcomeError("size", f"must be an integer >= 0, got {shown(size, 50)}"))
             return
         self._size = size if self._size is None else self._size + size
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from rollout_telemetry._contract.labels import MAX_LABEL_LENGTH, label_value
+from rollout_telemetry._contract.shown import shown
 from rollout_telemetry._views.series import CATALOGUE
 from rollout_telemetry.errors import TargetRefused
 
@@ -78,23 +79,23 @@ class Target:
             or not 0 < int(port) <= 65535
             or len(address) > _MAX_ADDRESS
         ):
-            raise TargetRefused("malformed", f"a target address is host:port, got {address!r:.100}")
+            raise TargetRefused("malformed", f"a target address is host:port, got {shown(address, 100)}")
         # One spelling per target, so that no alias ([10.0.0.1]:9464, 10.0.0.1:09464, FD00:0::2) is a second
         # target of the same exporter, scraped and summed twice.
         key = _host_key(host)
         address = f"[{key}]:{int(port)}" if ":" in key else f"{key}:{int(port)}"
         if scheme not in ("http", "https"):
-            raise TargetRefused("malformed", f"scheme must be http or https, got {scheme!r:.20}")
+            raise TargetRefused("malformed", f"scheme must be http or https, got {shown(scheme, 20)}")
         if not isinstance(labels, Mapping | None) or len(labels or {}) > MAX_TARGET_LABELS:
             msg = f"a target's labels are a mapping of at most {MAX_TARGET_LABELS} names to values"
             raise TargetRefused("malformed", msg)
         for name in labels or {}:
             if not isinstance(name, str) or len(name) > MAX_LABEL_LENGTH or not _LABEL_NAME.fullmatch(name):
-                raise TargetRefused("malformed", f"invalid target label name {name!r:.100}")
+                raise TargetRefused("malformed", f"invalid target label name {shown(name, 100)}")
             if name.startswith("__") or name in RESERVED_LABELS:
                 msg = (
-                    f"target label {name!r} is reserved (Prometheus's job, instance and __* labels, and the "
-                    "labels of the exporter's own series)"
+                    f"target label {shown(name, 100)} is reserved (Prometheus's job, instance and __* "
+                    "labels, and the labels of the exporter's own series)"
                 )
                 raise TargetRefused("reserved_label", msg)
         pairs = tuple(sorted((name, label_value(str(value))) for name, value in (labels or {}).items()))

@@ -15,6 +15,7 @@ from __future__ import annotations
 from rollout_telemetry import _fork
 from rollout_telemetry._contract.labels import MAX_LABEL_LENGTH, label_value
 from rollout_telemetry._contract.outcome import Disposition
+from rollout_telemetry._contract.shown import shown
 from rollout_telemetry.errors import ConfigError, OutcomeError
 from rollout_telemetry.failure_kinds import OTHER, STAGES, UNSPECIFIED, KindValidator
 
@@ -75,7 +76,7 @@ class Names:
         """
         if type(name) is not str:
             if not isinstance(name, str):
-                msg = f"must be a non-empty string, got {type(name).__name__} {name!r:.60}"
+                msg = f"must be a non-empty string, got {type(name).__name__} {shown(name, 60)}"
                 raise OutcomeError("agent", msg)
             name = str.__str__(name)  # a str subclass (an enum member, say): its plain value
         if not name:

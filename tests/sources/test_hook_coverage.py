@@ -25,7 +25,7 @@ from rollout_telemetry._cli.simulation import DemoConfig, run_demo
 from rollout_telemetry._facade.telemetry import run_follower
 from rollout_telemetry._sources.follow import RunFiles
 from rollout_telemetry._views.report import build_report
-from rollout_telemetry.errors import ConfigError, OutcomeError
+from rollout_telemetry.errors import ConfigError
 from tests.support import (
     FakeClock,
     coverage_of,
@@ -300,8 +300,9 @@ def test_bad_expected_work_is_refused() -> None:
         telemetry.expect("math", tasks=-1)
     with pytest.raises(ConfigError, match="rollouts_per_task"):
         telemetry.expect("math", tasks=1, rollouts_per_task=0)
-    with pytest.raises(OutcomeError, match="task_index"):
-        telemetry.expect("math", identities=[(-1, 0)])
+    with pytest.raises(ConfigError, match=r"^identities\[1\]: task_index: .* got -1$"):
+        telemetry.expect("math", identities=[(0, 0), (-1, 0)])
+    assert coverage_of(telemetry).agents == ()  # refused before anything was declared
     telemetry.expect(max_attempts=3)
     with pytest.raises(ConfigError, match="3 attempts, not 5"):
         telemetry.expect(max_attempts=5)

@@ -7,8 +7,9 @@ import os
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
-from rollout_telemetry._contract.identity import check_task_size
-from rollout_telemetry.errors import ConfigError, Rejection
+from rollout_telemetry._contract.identity import MAX_ATTEMPT, MAX_TASK_INDEX, check_identity, check_task_size
+from rollout_telemetry._contract.shown import shown
+from rollout_telemetry.errors import ConfigError, OutcomeError, Rejection
 
 __all__ = ["check_work", "identity_pairs", "inputs_of", "task_identities"]
 
@@ -29,7 +30,8 @@ def check_work(  # noqa: PLR0917 - expect()'s arguments, checked before anything
         ConfigError: what is wrong, in a line.
     """
     if not all(isinstance(agent, str) for agent in agents):
-        msg = f"expect() takes agent names, then the work as keywords (rollouts=N, tasks=N): got {agents!r}"
+        msg = "expect() takes agent names, then the work as keywords (rollouts=N, tasks=N): got "
+        msg += shown(agents, 60)
         raise ConfigError(msg)
     if tasks is None and rollouts_per_task != 1:
         msg = "rollouts_per_task is the rollouts of each of tasks=: give tasks too"
@@ -40,34 +42,43 @@ def check_work(  # noqa: PLR0917 - expect()'s arguments, checked before anything
         msg = "give at most one of rollouts, tasks, identities and inputs"
         raise ConfigError(msg)
     if inputs is not None and not isinstance(inputs, str | os.PathLike):
-        msg = f"inputs must be the path of a materialized inputs file, got {inputs!r:.60}"
+        msg = f"inputs must be the path of a materialized inputs file, got {shown(inputs, 60)}"
         raise ConfigError(msg)
     if inputs is not None and len(agents) > 1:
         msg = "with inputs=, give at most one agent: the one of rows that name none"
         raise ConfigError(msg)
     for name, count in (("rollouts", rollouts), ("tasks", tasks)):
-        if count is not None and (type(count) is not int or count < 0):
-            msg = f"{name} must be an integer >= 0, got {count!r}"
+        if count is not None and (type(count) is not int or not 0 <= count <= MAX_TASK_INDEX):
+            msg = f"{name} must be an integer from 0 to {MAX_TASK_INDEX}, got {shown(count, 60)}"
             raise ConfigError(msg)
     if tasks is not None:
         check_task_size(rollouts_per_task, "rollouts_per_task")
-    if max_attempts is not None and (type(max_attempts) is not int or max_attempts < 1):
-        msg = f"max_attempts must be an integer >= 1, got {max_attempts!r}"
+    if max_attempts is not None and (
+        type(max_attempts) is not int or not 1 <= max_attempts <= MAX_ATTEMPT + 1
+    ):
+        msg = f"max_attempts must be an integer from 1 to {MAX_ATTEMPT + 1}, got {shown(max_attempts, 60)}"
         raise ConfigError(msg)
 
 
 def identity_pairs(identities: object) -> tuple[tuple[int, int], ...]:
-    """``identities`` as a tuple of (task index, rollout index) pairs (their values are checked where they are
-    declared: ``OutcomeError``).
+    """``identities`` as a tuple of (task index, rollout index) pairs, each checked (``check_identity``)
+    before any is declared.
 
     Raises:
-        ConfigError: ``identities`` is not an iterable of pairs.
+        ConfigError: ``identities`` is not an iterable of pairs, or a pair is not a valid identity (named by
+            its position).
     """
     if isinstance(identities, Iterable) and not isinstance(identities, str | bytes):
         pairs = tuple(identities)
         if all(isinstance(pair, tuple | list) and len(pair) == 2 for pair in pairs):
+            for position, (task, rollout) in enumerate(pairs):
+                try:
+                    check_identity(task, rollout)
+                except OutcomeError as exc:
+                    msg = f"identities[{position}]: {exc}"
+                    raise ConfigError(msg) from None
             return tuple((task, rollout) for task, rollout in pairs)
-    msg = f"identities must be (task_index, rollout_index) pairs, got {identities!r:.60}"
+    msg = f"identities must be (task_index, rollout_index) pairs, got {shown(identities, 60)}"
     raise ConfigError(msg)
 
 

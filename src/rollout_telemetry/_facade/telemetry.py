@@ -18,6 +18,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from rollout_telemetry._contract.group_state import DEFAULT_MIN_VALID
 from rollout_telemetry._contract.outcome import Disposition, check_outcome
 from rollout_telemetry._contract.reward_range import check_reward_range
+from rollout_telemetry._contract.shown import shown
 from rollout_telemetry._facade.expected import check_work, identity_pairs, inputs_of, task_identities
 from rollout_telemetry._recording.lifecycle import Cleanup, OfferedContext, RolloutContext, Shared
 from rollout_telemetry._recording.output import OutputWrite
@@ -381,11 +382,12 @@ class RolloutTelemetry:
 
         Raises:
             ConfigError: a count is not a whole number in its range, more than one of ``rollouts``, ``tasks``,
-                ``identities`` and ``inputs`` is given, ``identities`` are not pairs of numbers, ``inputs``
-                is not a path, comes with more than one agent or cannot be read, the reward range is not two
-                finite numbers, the lowest below the highest, an agent already has a measured reward under
-                another range, or ``max_attempts`` differs from the one the coverage account counts.
-            OutcomeError: an agent name or an identity is invalid (what came before it is declared).
+                ``identities`` and ``inputs`` is given, ``identities`` are not pairs of valid indices
+                (nothing is declared then), ``inputs`` is not a path, comes with more than one agent or cannot
+                be read, the reward range is not two finite numbers, the lowest below the highest, an agent
+                already has a measured reward under another range, or ``max_attempts`` differs from the one
+                the coverage account counts.
+            OutcomeError: an agent name is invalid (the agents before it are declared).
         """
         check_work(agents, rollouts, tasks, rollouts_per_task, identities, inputs, group_size, max_attempts)
         pairs = None if identities is None else identity_pairs(identities)
@@ -434,7 +436,7 @@ class RolloutTelemetry:
             ConfigError: ``limit`` is not a whole number of at least 0.
         """
         if type(limit) is not int or limit < 0:
-            msg = f"limit must be a whole number of at least 0, got {limit!r:.40}"
+            msg = f"limit must be a whole number of at least 0, got {shown(limit, 40)}"
             raise ConfigError(msg)
         return self._stalls.in_flight(limit)
 

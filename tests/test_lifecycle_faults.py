@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from rollout_telemetry import Disposition, OutcomeError, RolloutTelemetry
+from rollout_telemetry import ConfigError, Disposition, OutcomeError, RolloutTelemetry
 from rollout_telemetry._recording import stalls as stalls_module
 from tests.support import FakeClock, exposition, samples, value
 
@@ -167,3 +167,49 @@ def test_an_unprintable_exception_leaving_the_block_is_still_one_failure(clock: 
     assert agent is not None
     assert (agent.failed, dict(agent.kinds[Disposition.FAILED])) == (1, {"agent_run_error": 1})
     assert _phases(telemetry) == {"offered": 0, "resident": 0, "active": 0}
+
+
+@pytest.mark.parametrize("made_by", ["offer", "rollout"])
+@pytest.mark.parametrize(
+    ("identity", "reason"),
+    [
+        ({"task_index": "task-17", "rollout_index": 0}, "invalid_task_index"),
+        ({"rollout_index": "0"}, "invalid_task_index"),
+        ({"rollout_index": 0}, "invalid_task_index"),
+        ({"task_index": 10**5000, "rollout_index": 0}, "invalid_task_index"),
+        ({"task_index": 0, "rollout_index": 10**5000}, "invalid_rollout_index"),
+        ({"task_index": 0, "rollout_index": 0, "attempt": 10**5000}, "invalid_attempt"),
+        ({"task_index": 0, "rollout_index": 0, "attempt": True}, "invalid_attempt"),
+    ],
+)
+def test_a_refused_identity_is_counted_and_never_carried_on(
+    clock: FakeClock, made_by: str, identity: dict[str, object], reason: str
+) -> None:
+    """A string, a 5,000-digit integer or a rollout index without its task never raises into the block: it
+    is one counted rejection, the rollout runs ungrouped, and the listing of rollouts in flight (what
+    /rollouts and the page show) carries no part of the refused identity."""
+    telemetry = RolloutTelemetry(clock=clock)
+    with getattr(telemetry, made_by)("a", **identity) as rollout:
+        assert (rollout.task_index, rollout.rollout_index, rollout.attempt) == (None, None, None)
+        listing = telemetry.rollouts_in_flight()["rollouts"]
+        assert isinstance(listing, list)
+        (listed,) = listing
+        assert (listed["task_index"], listed["rollout_index"], listed["attempt"]) == (None, None, None)
+        rollout.complete({"reward": 1.0})
+    assert telemetry.snapshot().rejected == {reason: 1}
+    assert telemetry.snapshot().agent("a").measured == 1  # type: ignore[union-attr]
+
+
+def test_expect_refuses_a_bad_identity_before_declaring_any() -> None:
+    """expect() with a 5,000-digit task index raises its own one-line ConfigError naming the pair, and
+    declares nothing."""
+    telemetry = RolloutTelemetry()
+    with pytest.raises(ConfigError, match=r"^identities\[1\]: task_index: .* got an integer of 16,610 bits$"):
+        telemetry.expect("a", identities=[(0, 0), (10**5000, 0)])
+    with pytest.raises(
+        ConfigError, match=r"^max_attempts must be an integer from 1 to 65535, got an integer"
+    ):
+        telemetry.expect(max_attempts=10**5000)
+    with pytest.raises(ConfigError, match=r"^tasks must be an integer from 0 to \d+, got an integer"):
+        telemetry.expect("a", tasks=10**5000)
+    assert telemetry.snapshot().agents == ()

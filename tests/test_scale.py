@@ -27,7 +27,7 @@ def test_threads_and_tasks_recording_at_once_are_exact(clock: FakeClock) -> None
                 telemetry.record(f"agent_{index % 2}", {"reward": 1.0, "mask_sample": i % 4 == 1})
 
     async def task_body(i: int) -> None:
-        async with telemetry.rollout("async_agent", task_index=i) as rollout:
+        async with telemetry.rollout("async_agent", task_index=i, rollout_index=0) as rollout:
             await asyncio.sleep(0)
             if i % 5 == 0:
                 rollout.omit("cancelled")

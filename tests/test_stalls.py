@@ -17,7 +17,7 @@ from tests.support import FakeClock, exposition, promtool_check_metrics, traced,
 
 def test_a_rollout_starts_at_agent_and_moves_through_stages(telemetry: RolloutTelemetry) -> None:
     """rollout.stage() moves the rollout's in-flight series; every stage seen stays published, at 0."""
-    with telemetry.rollout("a", task_index=1) as rollout:
+    with telemetry.rollout("a", task_index=1, rollout_index=0) as rollout:
         assert (
             value(
                 exposition(telemetry.registry), "rollout_in_flight", agent="a", stage="agent", state="active"

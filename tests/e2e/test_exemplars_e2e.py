@@ -21,7 +21,7 @@ def test_prometheus_stores_the_trace_id_of_the_last_failed_rollout(tmp_path: Pat
     provider.add_span_processor(SimpleSpanProcessor(spans))
     telemetry = RolloutTelemetry(run="exemplars", tracer_provider=provider)
     for i in range(3):
-        with telemetry.rollout("browser", task_index=i) as rollout:
+        with telemetry.rollout("browser", task_index=i, rollout_index=0) as rollout:
             rollout.fail("session_lost", reason=f"reset {i} timed out")
     last = spans.get_finished_spans()[-1]
     expected = format(last.context.trace_id, "032x")

@@ -104,7 +104,7 @@ def test_demo_sends_spans_and_metrics(capsys: pytest.CaptureFixture[str]) -> Non
 
 def _rollouts(telemetry: RolloutTelemetry, indices: range) -> None:
     for i in indices:
-        with telemetry.rollout("math", task_index=i) as rollout:
+        with telemetry.rollout("math", task_index=i, rollout_index=0) as rollout:
             rollout.complete({"reward": 1.0})
 
 

@@ -31,7 +31,7 @@ def _record_through_spans(telemetry: RolloutTelemetry) -> None:
     # No time taken here: a recorder that waited for the network would wait the export timeout (0.5 s or
     # more) on each of these spans, far past the test's timeout.
     for i in range(ROLLOUTS):
-        with telemetry.rollout("math", task_index=i) as rollout:
+        with telemetry.rollout("math", task_index=i, rollout_index=0) as rollout:
             if i % 3:
                 rollout.complete({"reward": 1.0})
             else:

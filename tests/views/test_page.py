@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import itertools
 import json
+import math
 import re
 from html.parser import HTMLParser
 from typing import Any
@@ -193,3 +194,27 @@ def test_ticks_are_round_and_cover_the_values() -> None:
         assert len(steps) == 1
         mantissa = f"{steps.pop():e}".split("e")[0]
         assert float(mantissa) in (1.0, 2.0, 5.0)
+
+
+def test_every_value_the_page_formats_renders() -> None:
+    """Whatever a listing of rollouts in flight holds (a string, None, a bool, a 5,000-digit integer, NaN,
+    inf, markup) renders as text in its cell: the page is never an error, and nothing becomes an element."""
+    telemetry = RolloutTelemetry(runtime_metrics=False)
+    telemetry.record("a", {"reward": 1.0})
+    report = build_report(telemetry.snapshot(), CoverageSnapshot(agents=()))
+    values: list[object] = ["task-17", None, True, 10**5000, math.nan, math.inf, HOSTILE, ["x"]]
+    rollouts = [
+        {"agent": value, "task_index": value, "rollout_index": value, "stage": value, "state": value}
+        | {"age_seconds": value, "stalled": value}
+        for value in values
+    ]
+    listing = {"tracked": True, "in_flight": 10**5000, "rollouts": rollouts}
+    page = render_page(report, lambda name: (), title="t", x_axis="seconds", in_flight=listing)
+    elements = _parsed(page)
+    assert "img" not in [tag for tag, _ in elements.tags]
+    in_flight = page.split("In flight now", 1)[1].split("</table>", 1)[0]
+    cells = re.findall(r"<tr data-agent=[^>]*>(.*?)</tr>", in_flight, re.S)
+    assert len(cells) == len(values)
+    assert "task-17" in cells[0]
+    assert "an integer of 16,610 bits" in cells[3]
+    assert "<td>-</td>" in cells[4]  # NaN and inf are no number

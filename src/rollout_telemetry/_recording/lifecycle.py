@@ -31,6 +31,7 @@ from rollout_telemetry._contract.failure_where import Where, failure_where, stag
 from rollout_telemetry._contract.health import TRAJECTORY, health_of
 from rollout_telemetry._contract.identity import Member, member
 from rollout_telemetry._contract.outcome import Classified, Disposition, absent, classify
+from rollout_telemetry._contract.shown import shown
 from rollout_telemetry._recording.rollout_log import INFO, ROLLOUTS, log_outcome
 from rollout_telemetry._store.flights import CANCELLED, STAGED
 from rollout_telemetry.errors import OutcomeError, RolloutUsageError
@@ -163,7 +164,11 @@ class AsyncWith:
 
 
 class RolloutContext(AsyncWith):
-    """One rollout in flight. Use as ``with`` or ``async with``; record its outcome inside the block."""
+    """One rollout in flight. Use as ``with`` or ``async with``; record its outcome inside the block.
+
+    ``task_index``, ``rollout_index`` and ``attempt`` are its identity as given; an identity refused as the
+    block is entered (a counted rejection) reads ``None`` from then on, and the rollout goes ungrouped.
+    """
 
     __slots__ = (
         "_handle",
@@ -205,16 +210,18 @@ class RolloutContext(AsyncWith):
     def __enter__(self) -> RolloutContext:
         if self._state != _NEW:
             self._shared.rejections.reject(
-                RolloutUsageError("rollout_reentered", f"rollout of {self.agent!r} entered twice")
+                RolloutUsageError("rollout_reentered", f"rollout of {shown(self.agent, 60)} entered twice")
             )
             return self
         now = self._shared.clock()
         refused = None
-        if self.task_index is not None or self.attempt is not None:
+        if self.task_index is not None or self.rollout_index is not None or self.attempt is not None:
             try:  # checked before anything is counted: a bad identity is rejected, the rollout goes ungrouped
                 self._member = member(self.task_index, self.rollout_index, self.attempt)
             except OutcomeError as exc:
                 refused = exc
+                # Never carried on: not to the span, the listing of rollouts in flight or the page.
+                self.task_index = self.rollout_index = self.attempt = None
         try:
             self._handle = self._shared.account.begin(self.agent, now, self, self._offered)
         except Exception as exc:
@@ -417,12 +424,11 @@ class RolloutContext(AsyncWith):
             return  # entering was refused and counted; its outcome has nothing to add
         if self._state == _NEW:
             reason = "outcome_outside_block"
-            msg = (
-                f"{what}() on a rollout of {self.agent!r} outside its with block: the outcome is not counted"
-            )
+            msg = f"{what}() on a rollout of {shown(self.agent, 60)} outside its with block: "
+            msg += "the outcome is not counted"
         else:
             reason = "duplicate_outcome"
-            msg = f"rollout of {self.agent!r} already has an outcome: this {what}() is not counted"
+            msg = f"rollout of {shown(self.agent, 60)} already has an outcome: this {what}() is not counted"
         self._shared.rejections.reject(RolloutUsageError(reason, msg))
 
     def _finish(
@@ -512,7 +518,7 @@ class Cleanup(AsyncWith):
     def __enter__(self) -> Cleanup:
         if self._state is not None:
             self._shared.rejections.reject(
-                RolloutUsageError("cleanup_reentered", f"cleanup of {self._agent!r} entered twice")
+                RolloutUsageError("cleanup_reentered", f"cleanup of {shown(self._agent, 60)} entered twice")
             )
             return self
         try:
@@ -539,7 +545,8 @@ class Cleanup(AsyncWith):
         if self._state is None:
             self._shared.rejections.reject(
                 RolloutUsageError(
-                    "outcome_outside_block", f"fail() on a cleanup of {self._agent!r} outside its block"
+                    "outcome_outside_block",
+                    f"fail() on a cleanup of {shown(self._agent, 60)} outside its block",
                 )
             )
             return

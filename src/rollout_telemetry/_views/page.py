@@ -22,6 +22,7 @@ from html import escape
 from typing import Any
 
 from rollout_telemetry._contract.outcome import Disposition
+from rollout_telemetry._contract.shown import shown
 from rollout_telemetry._views.charts import Line, Segment, bar, line_chart
 from rollout_telemetry._views.story import POINT_FIELDS, Point, XAxis
 
@@ -35,6 +36,8 @@ MAX_OPEN = 50
 """Agents the live page names with ``?open=`` at most; the endpoint charts the first ones named."""
 CHART_POINTS = 120
 """Points a chart's line draws at most (about one every 5 pixels); the story may hold more."""
+
+_LONGEST = 10**30  # integers this long or longer are shown by their size (``shown``)
 
 _DISPOSITIONS = tuple(disposition.value for disposition in Disposition)
 _LOST = tuple(disposition.value for disposition in Disposition if disposition is not Disposition.MEASURED)
@@ -207,17 +210,26 @@ def _worst_first(row: Mapping[str, Any]) -> tuple[float, str]:
     return (-_lost_share(row), row["agent"])
 
 
-def _number(value: float | None, digits: int = 3) -> str:
+def _number(value: object, digits: int = 3) -> str:
+    """A number as the page shows it, escaped; total: whatever a hook handed us renders (a string or a bool
+    as its text, an integer too long to print by its size, NaN and inf as ``-``), never an exception."""
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return "-"
-    if isinstance(value, int):
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) < _LONGEST:
         return f"{value:,}"
-    return f"{value:.{digits}f}"
+    return escape(shown(value), quote=True)
 
 
-def _cell(key: str, value: float | None, digits: int = 3) -> str:
+def _text(value: object) -> str:
+    """A text as the page shows it, escaped for an element or an attribute; total, as ``_number``."""
+    return escape(value if isinstance(value, str) else "" if value is None else shown(value), quote=True)
+
+
+def _cell(key: str, value: object, digits: int = 3) -> str:
     """A table cell the browser test reads: ``data-k`` names the report's key, ``data-v`` its exact value."""
-    exact = "" if value is None else escape(repr(value), quote=True)
+    exact = "" if value is None else escape(shown(value), quote=True)
     return f'<td data-k="{escape(key, quote=True)}" data-v="{exact}">{_number(value, digits)}</td>'
 
 
@@ -258,16 +270,16 @@ def _anchor(name: str) -> str:
 def _in_flight(listing: Mapping[str, Any]) -> str:
     records = listing.get("rollouts", [])
     head = (
-        f'<h3>In flight now: <span data-k="in_flight">{int(listing.get("in_flight", 0)):,}</span></h3>'
+        f'<h3>In flight now: <span data-k="in_flight">{_number(listing.get("in_flight", 0))}</span></h3>'
         f'<p class="about">The oldest {len(records):,}; a rollout is stalled past its stall bound.</p>'
     )
     if not records:
         return head
     rows = "".join(
-        f'<tr data-agent="{escape(str(r["agent"]))}"><td>{escape(str(r["agent"]))}</td>'
+        f'<tr data-agent="{_text(r.get("agent"))}"><td>{_text(r.get("agent"))}</td>'
         f"<td>{_number(r.get('task_index'))}</td><td>{_number(r.get('rollout_index'))}</td>"
-        f"<td>{escape(str(r.get('stage', '')))}</td><td>{escape(str(r.get('state', '')))}</td>"
-        f"<td>{float(r.get('age_seconds', 0.0)):.1f}</td><td>{'yes' if r.get('stalled') else 'no'}</td></tr>"
+        f"<td>{_text(r.get('stage'))}</td><td>{_text(r.get('state'))}</td>"
+        f"<td>{_number(r.get('age_seconds'), 1)}</td><td>{'yes' if r.get('stalled') else 'no'}</td></tr>"
         for r in records
     )
     return (

@@ -3,6 +3,10 @@ repository; a wrong input is one line and exit status 2 (promtool's check of wha
 
 from __future__ import annotations
 
+import os
+import stat
+import threading
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -10,6 +14,7 @@ import yaml
 from dashboards import generate
 
 from rollout_telemetry._cli.main import main
+from rollout_telemetry._cli.monitoring import FILES, prometheus_config
 
 
 def test_it_writes_the_configuration_and_the_packages_rules_and_dashboard(
@@ -117,3 +122,123 @@ def test_a_scrape_url_with_a_user_or_a_query_is_refused_and_paths_keep_their_cha
     text = (tmp_path / "ok" / "prometheus.yml").read_text(encoding="utf-8")
     assert "\N{GRINNING FACE}" in text
     assert yaml.safe_load(text)["scrape_configs"][0]["tls_config"]["ca_file"] == str(ca)
+
+
+def _refused(folder: Path, err: str, name: str, what: str) -> None:
+    """One line on stderr naming ``folder / name`` and what it is; nothing written in ``folder``."""
+    assert err.count("\n") == 1, err
+    assert f"{folder / name} is {what}, not a regular file" in err, err
+    assert sorted(os.listdir(folder)) == [name], "nothing else written"
+
+
+def test_a_dangling_link_in_dir_is_refused_and_nothing_is_created_outside(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """DIR/prometheus.yml a link to a file that does not exist outside DIR: refused in one line, status 2,
+    the link's target not created and no other file written."""
+    folder, outside = tmp_path / "monitoring", tmp_path / "outside"
+    folder.mkdir()
+    outside.mkdir()
+    (folder / "prometheus.yml").symlink_to(outside / "x")
+    assert main(["monitoring", str(folder)]) == 2
+    _refused(folder, capsys.readouterr().err, "prometheus.yml", "a symbolic link")
+    assert list(outside.iterdir()) == []
+    assert (folder / "prometheus.yml").is_symlink()
+
+
+def test_a_link_to_a_file_is_not_overwritten_with_force(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """DIR/rules.yml a link to a file outside DIR: refused even with --force, the target's bytes unchanged
+    and the link still a link."""
+    folder, target = tmp_path / "monitoring", tmp_path / "mine.yml"
+    folder.mkdir()
+    target.write_text("# my own rules\n")
+    (folder / "rules.yml").symlink_to(target)
+    assert main(["monitoring", str(folder), "--force"]) == 2
+    _refused(folder, capsys.readouterr().err, "rules.yml", "a symbolic link")
+    assert target.read_text() == "# my own rules\n"
+    assert (folder / "rules.yml").readlink() == target
+
+
+def test_a_link_to_dev_zero_is_refused_without_reading_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """DIR/prometheus.yml a link to /dev/zero (endless): refused at once, in one line, never read."""
+    folder = tmp_path / "monitoring"
+    folder.mkdir()
+    (folder / "prometheus.yml").symlink_to("/dev/zero")
+    tracemalloc.start()
+    try:
+        assert main(["monitoring", str(folder), "--force"]) == 2
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    _refused(folder, capsys.readouterr().err, "prometheus.yml", "a symbolic link")
+    assert peak < 8 * 2**20
+
+
+def test_a_fifo_in_dir_is_refused_promptly(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """DIR/rollout-progress.json a named pipe with no writer: refused in one line, status 2, without waiting
+    on the pipe (the command runs in a thread, so a wait fails this test instead of hanging the tier)."""
+    folder = tmp_path / "monitoring"
+    folder.mkdir()
+    os.mkfifo(folder / "rollout-progress.json")
+    status: list[int] = []
+    command = threading.Thread(target=lambda: status.append(main(["monitoring", str(folder)])), daemon=True)
+    command.start()
+    command.join(timeout=30)
+    assert not command.is_alive(), "the command waits on the pipe"
+    assert status == [2]
+    _refused(folder, capsys.readouterr().err, "rollout-progress.json", "a named pipe (FIFO)")
+
+
+def test_a_directory_where_a_file_should_be_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """DIR/prometheus.yml a folder: one line naming it and saying it is a directory, status 2, nothing
+    written (the files are all checked before any is written, so rules.yml is not written either)."""
+    folder = tmp_path / "monitoring"
+    (folder / "prometheus.yml").mkdir(parents=True)
+    assert main(["monitoring", str(folder), "--force"]) == 2
+    _refused(folder, capsys.readouterr().err, "prometheus.yml", "a directory")
+
+
+def test_a_large_existing_file_is_compared_by_its_first_bytes_only(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An existing rules.yml of 64 MiB (sparse) differs from the package's: said as before, status 2, and
+    what is read to tell is at most what would be written, not the whole file."""
+    folder = tmp_path / "monitoring"
+    folder.mkdir()
+    (folder / "rules.yml").touch()
+    os.truncate(folder / "rules.yml", 64 * 2**20)
+    tracemalloc.start()
+    try:
+        assert main(["monitoring", str(folder)]) == 2
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert "rules.yml exists and differs: --force to overwrite it" in capsys.readouterr().err
+    assert peak < 8 * 2**20
+    assert sorted(os.listdir(folder)) == ["rules.yml"]
+
+
+def test_the_files_are_written_whole_as_before(tmp_path: Path) -> None:
+    """The normal case: the three files are regular files readable by Prometheus' own user (mode 0644),
+    prometheus.yml is ``prometheus_config``'s text byte for byte, nothing else is left in DIR, and a file
+    edited since is replaced by a new file with --force (its other names, hard links, keep the edit)."""
+    folder = tmp_path / "monitoring"
+    scrape = "http://10.0.0.1:9464/metrics"
+    assert main(["monitoring", str(folder), "--scrape", scrape]) == 0
+    assert sorted(os.listdir(folder)) == sorted(["prometheus.yml", *FILES])
+    assert (folder / "prometheus.yml").read_bytes() == prometheus_config([scrape]).encode("utf-8")
+    for name in os.listdir(folder):
+        mode = os.lstat(folder / name).st_mode
+        assert stat.S_ISREG(mode) and stat.S_IMODE(mode) == 0o644, name  # noqa: PT018
+    (folder / "rules.yml").write_text("# my own rules\n")
+    os.link(folder / "rules.yml", tmp_path / "kept.yml")
+    assert main(["monitoring", str(folder), "--scrape", scrape, "--force"]) == 0
+    assert (folder / "rules.yml").read_bytes() == generate.RULES_PATH.read_bytes()
+    assert (tmp_path / "kept.yml").read_text() == "# my own rules\n"
+    assert sorted(os.listdir(folder)) == sorted(["prometheus.yml", *FILES])

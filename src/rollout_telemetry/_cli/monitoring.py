@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 
 from rollout_telemetry._cli import options
 from rollout_telemetry._cli.args import OneLineParser, url
+from rollout_telemetry._files import read_prefix, write_whole
 from rollout_telemetry.errors import ConfigError
 
 __all__ = ["FILES", "JOB", "NAME", "add_parser", "prometheus_config", "run"]
@@ -39,7 +40,9 @@ def add_parser(commands: argparse._SubParsersAction[OneLineParser]) -> None:
             "it is), then print the command that runs Prometheus on them."
         ),
     )
-    monitoring.add_argument("dir", metavar="DIR", help="the folder to write to (made if missing)")
+    monitoring.add_argument(
+        "dir", metavar="DIR", help="the folder to write to (made if missing; followed if a link)"
+    )
     monitoring.add_argument(
         "--scrape",
         metavar="URL",
@@ -54,7 +57,11 @@ def add_parser(commands: argparse._SubParsersAction[OneLineParser]) -> None:
         "--user", metavar="NAME", help="the basic-auth user Prometheus scrapes the endpoints as"
     )
     monitoring.add_argument("--password-file", metavar="FILE", help="a file holding that user's password")
-    monitoring.add_argument("--force", action="store_true", help="overwrite files that exist and differ")
+    monitoring.add_argument(
+        "--force",
+        action="store_true",
+        help="overwrite files that exist and differ (never a link, a pipe or a folder: those are refused)",
+    )
     options.add_logging_options(monitoring, argparse.SUPPRESS)
 
 
@@ -134,18 +141,20 @@ def run(args: argparse.Namespace) -> int:
 
     packaged = resources.files("rollout_telemetry") / "_monitoring"
     texts |= {name: (packaged / name).read_text(encoding="utf-8") for name in FILES}
+    written = {name: text.encode("utf-8") for name, text in texts.items()}
     try:
         folder.mkdir(parents=True, exist_ok=True)
+        # Every name is looked at before any is written: a link, a pipe or a folder refuses them all.
         clashes = [
-            path
-            for name, text in texts.items()
-            if (path := folder / name).exists() and path.read_text(encoding="utf-8") != text
+            folder / name
+            for name, data in written.items()
+            if read_prefix(folder / name, len(data) + 1) not in (None, data)
         ]
         if clashes and not args.force:
             msg = f"{clashes[0]} exists and differs: --force to overwrite it"
             raise ConfigError(msg)
-        for name, text in texts.items():
-            (folder / name).write_text(text, encoding="utf-8")
+        for name, data in written.items():
+            write_whole(folder / name, data)
     except OSError as exc:
         msg = f"cannot write to {folder}: {exc.strerror or exc}"
         raise ConfigError(msg) from None

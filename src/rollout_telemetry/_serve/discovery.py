@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import tempfile
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from rollout_telemetry._files import write_whole
 from rollout_telemetry._serve.http import HttpServer
 from rollout_telemetry._serve.messages import Request, Response
 from rollout_telemetry._serve.registry import (
@@ -75,17 +74,7 @@ class FileSD:
             if text == self._written:
                 return False
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd, temporary = tempfile.mkstemp(prefix=f".{self.path.name}.", dir=self.path.parent)
-            try:
-                with os.fdopen(fd, "w", encoding="utf-8") as file:
-                    file.write(text)
-                    file.flush()
-                    os.fsync(file.fileno())
-                os.chmod(temporary, 0o644)
-                os.replace(temporary, self.path)  # Prometheus never sees a half-written file
-            except BaseException:
-                Path(temporary).unlink(missing_ok=True)
-                raise
+            write_whole(self.path, text.encode("utf-8"))  # Prometheus never sees a half-written file
             self._written = text
             return True
 

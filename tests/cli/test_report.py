@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import json
+import os
+import re
+import stat
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from rollout_telemetry._cli.main import main
-from rollout_telemetry._facade.telemetry import run_follower
+from rollout_telemetry._cli.report import print_report
+from rollout_telemetry._facade.telemetry import RolloutTelemetry, run_follower
+from rollout_telemetry._sources.run_files import RunFiles
+from rollout_telemetry._views.story import RunStory
+from rollout_telemetry.errors import ConfigError
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 
@@ -460,3 +468,57 @@ def test_gym_html_into_a_missing_folder_is_refused(
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1
     assert "nowhere is not a directory" in err[0]
+
+
+@pytest.mark.parametrize(
+    ("make", "what"),
+    [
+        (lambda path, outside: path.symlink_to(outside), "a symbolic link"),
+        (lambda path, outside: os.mkfifo(path), "a named pipe (FIFO)"),
+        (lambda path, outside: path.mkdir(), "a directory"),
+    ],
+    ids=["dangling link", "fifo", "directory"],
+)
+def test_gym_html_naming_what_is_not_a_regular_file_is_refused(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, make: Callable[[Path, Path], None], what: str
+) -> None:
+    """gym --html naming a link (to a file not there yet), a named pipe or a folder fails before Gym starts,
+    in one line naming the path and what it is; the link's target is not created."""
+    page, outside = tmp_path / "run.html", tmp_path / "outside.html"
+    make(page, outside)
+    assert main(["gym", "--html", str(page), "--", "gym", "eval", "run"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    assert f"{page} is {what}, not a regular file" in err[0]
+    assert not outside.exists()
+
+
+def _html_of_the_fixture_run(page: Path) -> None:
+    """Print the fixture run's report and write its page to ``page``, as `gym --html` does at a run's end."""
+    telemetry = RolloutTelemetry()
+    story = RunStory(telemetry.snapshot, "rollouts")
+    follower = run_follower(telemetry, RunFiles(FIXTURES / "run.jsonl"), observe=lambda *_: story.tick())
+    follower.poll()
+    print_report(telemetry, follower, "json", html=(page, story))
+
+
+def test_the_html_page_is_written_whole_and_never_through_a_link(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The page is a new regular file (a hard link to the old one keeps the old page, readable by others:
+    0644); a link put at its path since the command started is refused (ConfigError naming it) and the link's
+    target keeps its bytes."""
+    page = tmp_path / "run.html"
+    page.write_text("old page")
+    os.link(page, tmp_path / "kept.html")
+    _html_of_the_fixture_run(page)
+    assert page.read_text().startswith("<!doctype html>")
+    assert stat.S_IMODE(page.stat().st_mode) == 0o644
+    assert (tmp_path / "kept.html").read_text() == "old page"
+    page.unlink()
+    page.symlink_to(tmp_path / "kept.html")
+    with pytest.raises(ConfigError, match=re.escape(f"{page} is a symbolic link, not a regular file")):
+        _html_of_the_fixture_run(page)
+    assert (tmp_path / "kept.html").read_text() == "old page"
+    assert sorted(os.listdir(tmp_path)) == ["kept.html", "run.html"]
+    capsys.readouterr()

@@ -16,6 +16,9 @@ from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 from urllib.parse import urlsplit
 
+from rollout_telemetry._files import regular_file_at
+from rollout_telemetry.errors import ConfigError
+
 _N = TypeVar("_N", int, float)
 
 __all__ = [
@@ -147,11 +150,13 @@ def url(text: str) -> str:
 
 
 def writable_file(text: str) -> Path:
-    """A file that can be written: not a directory, in a directory that exists and can be written to."""
+    """A file that can be written: a regular file or nothing (not a link, a pipe or a directory), in a
+    directory that exists and can be written to."""
     path = Path(text)
-    if path.is_dir():
-        msg = f"{text} is a directory, not a file"
-        raise argparse.ArgumentTypeError(msg)
+    try:
+        regular_file_at(path)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
     folder = path.parent
     if not folder.is_dir():
         msg = f"{text} cannot be written: {folder} is not a directory"

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from rollout_telemetry._cli import options
 from rollout_telemetry._cli.args import OneLineParser
+from rollout_telemetry._files import regular_file_at, write_whole
 from rollout_telemetry.errors import ConfigError, RolloutTelemetryError
 
 if TYPE_CHECKING:
@@ -234,14 +235,17 @@ def print_report(
     ``html``, the same report as a page written to its path, with its story's charts.
 
     Raises:
-        ConfigError: the page cannot be written (the report is printed all the same).
+        ConfigError: the page cannot be written, or its path is not a regular file (the report is printed all
+            the same).
     """
     report = _report(telemetry, follower, samples)
     show_report(report, output_format)
     if html is not None:
         path, story = html
+        page = html_page(report, story, telemetry, str(follower.files.main))
         try:
-            path.write_text(html_page(report, story, telemetry, str(follower.files.main)), encoding="utf-8")
+            regular_file_at(path)  # a link, a pipe or a folder there since the command started: refused
+            write_whole(path, page.encode("utf-8"))
         except OSError as exc:
             msg = f"cannot write the HTML report to {path}: {exc.strerror or exc}"
             raise ConfigError(msg) from exc

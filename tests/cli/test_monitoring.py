@@ -242,3 +242,40 @@ def test_the_files_are_written_whole_as_before(tmp_path: Path) -> None:
     assert (folder / "rules.yml").read_bytes() == generate.RULES_PATH.read_bytes()
     assert (tmp_path / "kept.yml").read_text() == "# my own rules\n"
     assert sorted(os.listdir(folder)) == sorted(["prometheus.yml", *FILES])
+
+
+REFUSED_CHARACTERS = [
+    ("\x7f", "the control character U+007F"),  # DEL: YAML refuses it in a file
+    ("\x80", "the control character U+0080"),  # C1
+    ("\x85", "the control character U+0085"),  # NEL: YAML reads a line break, folded into a space
+    ("\x9f", "the control character U+009F"),
+    ("\x01", "the control character U+0001"),  # C0: escaped, but no name means one
+    ("\t", "the control character U+0009"),  # urlsplit drops it from a URL unsaid
+    ("\ufffe", "the non-character U+FFFE"),  # YAML refuses it
+    ("\uffff", "the non-character U+FFFF"),
+    ("\udcff", "a byte that is not UTF-8, the lone surrogate U+DCFF"),  # argv's byte 0xFF
+]
+VALUES = {
+    "--scrape": ["--scrape", "http://h:9464/metrics{}"],
+    "--user": ["--user", "prom{}", "--password-file", "password"],
+    "--password-file": ["--user", "prometheus", "--password-file", "pass{}word"],
+    "--ca-file": ["--scrape", "https://h:9464/metrics", "--ca-file", "ca{}.pem"],
+}
+
+
+@pytest.mark.parametrize("option", VALUES)
+@pytest.mark.parametrize(("character", "said"), REFUSED_CHARACTERS, ids=lambda c: ascii(c)[1:-1])
+def test_a_character_a_configuration_cannot_hold_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], option: str, character: str, said: str
+) -> None:
+    """DEL, the C1 controls (NEL among them), the C0 controls, U+FFFE/U+FFFF and a byte that is not UTF-8, in
+    any value written into prometheus.yml: one line naming the option and the character as U+XXXX, status 2,
+    nothing written (promtool refused the configuration, or YAML turned NEL into a space)."""
+    argv = [part.format(character) for part in VALUES[option]]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(tmp_path)
+        assert main(["monitoring", "out", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert f"rollout-telemetry monitoring: {option}: contains {said};" in err, err
+    assert not (tmp_path / "out").exists()

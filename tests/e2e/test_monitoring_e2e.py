@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
+from rollout_telemetry._cli.main import main
 from tests.support import free_port, require_tool, stop_process, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
@@ -115,3 +116,31 @@ def test_the_wheel_alone_gives_prometheus_its_configuration_rules_and_dashboard(
     finally:
         stop_process(prometheus, timeout=10)
         stop_process(demo, timeout=10)
+
+
+def test_promtool_accepts_a_configuration_with_characters_beyond_ascii(tmp_path: Path) -> None:
+    """A user name and a path with an é (and a path with an emoji) are written as they are and pass
+    ``promtool check config``; the same configuration with a DEL in the user name, which ``monitoring``
+    refuses, is one promtool refuses too."""
+    (tmp_path / "password").write_text("secret")
+    argv = ["monitoring", "out", "--scrape", "http://127.0.0.1:9464/m\N{GRINNING FACE}triques"]
+    auth = ["--user", "prom\N{LATIN SMALL LETTER E WITH ACUTE}th\N{LATIN SMALL LETTER E WITH ACUTE}e"]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(tmp_path)
+        assert main([*argv, *auth, "--password-file", "password"]) == 0
+    config = tmp_path / "out" / "prometheus.yml"
+    (job,) = yaml.safe_load(config.read_text(encoding="utf-8"))["scrape_configs"]
+    assert job["basic_auth"]["username"] == auth[1]
+    assert job["metrics_path"] == "/m\N{GRINNING FACE}triques"
+    promtool = require_tool("promtool")
+    checked = subprocess.run(
+        [promtool, "check", "config", config], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    config.write_text(
+        config.read_text(encoding="utf-8").replace('username: "prom', 'username: "prom\x7f'), encoding="utf-8"
+    )
+    checked = subprocess.run(
+        [promtool, "check", "config", config], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert checked.returncode != 0 and "control characters" in checked.stdout + checked.stderr  # noqa: PT018

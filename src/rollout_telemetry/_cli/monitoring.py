@@ -77,9 +77,10 @@ def prometheus_config(
 
     Raises:
         ConfigError: the URLs differ in scheme or path (one job has one of each), one has a user, a query or a
-            fragment, or only one of ``user`` and ``password_file`` is given.
+            fragment, only one of ``user`` and ``password_file`` is given, or a value holds a character a
+            configuration cannot (``_yaml_text``).
     """
-    parts = [urlsplit(address) for address in scrape]
+    parts = [urlsplit(_yaml_text("--scrape", address)) for address in scrape]
     for address, part in zip(scrape, parts, strict=True):
         if part.username is not None or part.query or part.fragment:
             msg = f"give --scrape URLs without a user, query or fragment (--user for basic auth): {address}"
@@ -105,25 +106,53 @@ def prometheus_config(
         "scrape_configs:",
         f"  - job_name: {JOB}",
         f"    scheme: {schemes.pop()}",
-        f"    metrics_path: {_quoted(paths.pop())}",
+        f"    metrics_path: {_quoted('--scrape', paths.pop())}",
     ]
     if ca_file is not None:
-        lines += ["    tls_config:", f"      ca_file: {_quoted(str(Path(ca_file).resolve()))}"]
+        lines += ["    tls_config:", f"      ca_file: {_quoted('--ca-file', str(Path(ca_file).resolve()))}"]
     if user is not None and password_file is not None:
-        password = _quoted(str(Path(password_file).resolve()))
+        password = _quoted("--password-file", str(Path(password_file).resolve()))
         lines += [
             "    basic_auth:",
-            f"      username: {_quoted(user)}",
+            f"      username: {_quoted('--user', user)}",
             f"      password_file: {password}",
         ]
     lines += ["    static_configs:", "      - targets:"]
-    lines += [f"          - {_quoted(part.netloc.rpartition('@')[2])}" for part in parts]
+    lines += [f"          - {_quoted('--scrape', part.netloc.rpartition('@')[2])}" for part in parts]
     return "\n".join(lines) + "\n"
 
 
-def _quoted(value: str) -> str:
-    """``value`` as a YAML double-quoted scalar (JSON's string syntax, which YAML reads), characters kept."""
-    return json.dumps(value, ensure_ascii=False)
+def _quoted(option: str, value: str) -> str:
+    """``value`` (given as ``option``) as a YAML double-quoted scalar (JSON's string syntax, which YAML
+    reads), characters kept: every value written into the configuration is checked by ``_yaml_text`` here."""
+    return json.dumps(_yaml_text(option, value), ensure_ascii=False)
+
+
+def _yaml_text(option: str, value: str) -> str:
+    """``value``, given as ``option``, if a configuration can hold it as it is: no control character, no lone
+    surrogate, no non-character.
+
+    YAML refuses DEL, the C1 controls and U+FFFE/U+FFFF in a file (promtool: "control characters are not
+    allowed") and reads NEL (U+0085) as a line break, folded into a space; the C0 controls it would read back
+    escaped, but no user name, host, path or file name means one, and ``urlsplit`` drops a tab or a newline
+    from a URL unsaid. A lone surrogate is a byte of the command line that is not UTF-8.
+
+    Raises:
+        ConfigError: one line naming ``option`` and the first such character, as ``U+XXXX``.
+    """
+    for char in value:
+        code = ord(char)
+        if code < 0x20 or 0x7F <= code <= 0x9F:
+            what = "the control character"
+        elif 0xD800 <= code <= 0xDFFF:
+            what = "a byte that is not UTF-8, the lone surrogate"
+        elif 0xFDD0 <= code <= 0xFDEF or code & 0xFFFE == 0xFFFE:
+            what = "the non-character"
+        else:
+            continue
+        msg = f"{option}: contains {what} U+{code:04X}; a Prometheus configuration cannot hold it as it is"
+        raise ConfigError(msg)
+    return value
 
 
 def run(args: argparse.Namespace) -> int:

@@ -6,11 +6,10 @@ Made from the report's data (``build_report`` with the rewards read), so its fig
 
 from __future__ import annotations
 
-import csv
-import io
 from collections.abc import Sequence
 from typing import Any
 
+from rollout_telemetry._views.escaping import csv_text
 from rollout_telemetry._views.intervals import BOOTSTRAP, BOOTSTRAP_MOST, NORMAL, RESAMPLES, WILSON
 
 __all__ = ["render_csv", "render_markdown"]
@@ -75,11 +74,10 @@ def render_markdown(report: dict[str, Any], heading: str | None = None) -> str:
 
 
 def render_csv(reports: Sequence[dict[str, Any]]) -> str:
-    """A row per agent of each report: its file, the counts, and each mean with its interval and method."""
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
+    """A row per agent of each report: its file, the counts, and each mean with its interval and method (text
+    quoted and neutralised for spreadsheets, numbers bare)."""
     means = ("mean_reward", "mean_reward_unmasked")
-    writer.writerow(
+    rows: list[list[object]] = [
         [
             "file",
             "agent",
@@ -88,16 +86,16 @@ def render_csv(reports: Sequence[dict[str, Any]]) -> str:
             "measured_rewards",
             *(f"{mean}{part}" for mean in means for part in ("", "_ci95_low", "_ci95_high", "_ci95_method")),
         ]
-    )
+    ]
     for report in reports:
         for row in report["agents"]:
             counts, events = row["rollouts"], row["events"]
-            cells: list[object] = [report.get("file", ""), row["agent"]]
-            cells += ["" if counts[column] is None else counts[column] for column in _COUNTS]
-            cells += [events.get("rewards", ""), events.get("measured_rewards", "")]
+            cells: list[object] = [report.get("file"), row["agent"]]
+            cells += [counts[column] for column in _COUNTS]
+            cells += [events.get("rewards"), events.get("measured_rewards")]
             for mean in means:
                 ci = events.get(f"{mean}_ci95")
-                cells.append("" if events[mean] is None else events[mean])
-                cells += ["", "", ""] if ci is None else [ci["low"], ci["high"], ci["method"]]
-            writer.writerow(cells)
-    return out.getvalue()
+                cells.append(events[mean])
+                cells += [None, None, None] if ci is None else [ci["low"], ci["high"], ci["method"]]
+            rows.append(cells)
+    return csv_text(rows)

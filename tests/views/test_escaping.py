@@ -1,0 +1,78 @@
+"""Any text, written by the one escaping function of its format, reads back as that text: a spreadsheet's
+cell, a Markdown renderer's table cell or heading, a terminal's characters."""
+
+from __future__ import annotations
+
+import csv
+import io
+import unicodedata
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rollout_telemetry._views.escaping import csv_text, visible
+from tests.support import examples
+
+_BIDI_CLASSES = {"LRE", "RLE", "PDF", "LRO", "RLO", "LRI", "RLI", "FSI", "PDI"}
+_ATTACKS = [
+    *"\\`*_{}[]()#!|<>&~$:=+-@ \t\n\r\x00\x02\x1b\x7f\x85\u2028\u202e\ud800a1é",
+    *(
+        "__",
+        "  ",
+        "**",
+        "~~",
+        "$$",
+        "{#id}",
+        "&amp;",
+        "&#60;",
+        "&nbsp;",
+        "<img src=x>",
+        "<script>",
+        "![i](u)",
+    ),
+    *("[a](b)", "<https://e.x>", "https://evil.example", "www.evil.example", "\x1b]8;;"),
+]
+TEXT = st.lists(st.one_of(st.sampled_from(_ATTACKS), st.characters()), max_size=16).map("".join)
+
+
+def _shown(text: str) -> str:
+    """What ``text`` must read as: each control character (C0, DEL, C1, line and paragraph separators,
+    bidirectional controls, lone surrogates) as Python's ``ascii`` writes it, anything else as it is."""
+
+    def one(char: str) -> str:
+        hidden = unicodedata.category(char) in ("Cc", "Zl", "Zp", "Cs") or (
+            unicodedata.category(char) == "Cf"
+            and (unicodedata.bidirectional(char) in _BIDI_CLASSES or char in "\u200e\u200f\u061c")
+        )
+        return ascii(char)[1:-1] if hidden else char
+
+    return "".join(one(char) for char in text)
+
+
+@settings(max_examples=examples(500), deadline=None)
+@given(TEXT)
+def test_visible_leaves_no_control_character(text: str) -> None:
+    """Control characters become their escapes, nothing else changes, and a second pass changes nothing."""
+    assert visible(text) == _shown(text)
+    assert visible(visible(text)) == visible(text)
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(st.lists(st.one_of(TEXT, st.integers(-(10**6), 10**6), st.floats(-1e6, 1e6), st.none()), min_size=1))
+def test_csv_cells_read_back_as_their_text_and_numbers(cells: list[object]) -> None:
+    """A row of any text and numbers is one CSV record as wide as the row; read back, every text cell is its
+    text (controls as escapes), after a ``'`` where it would start a formula, and every number is the same
+    number."""
+    out = csv_text([cells])
+    (row,) = csv.reader(io.StringIO(out, newline=""), quoting=csv.QUOTE_NONNUMERIC)
+    assert len(row) == len(cells)
+    read_back: list[object] = list(row)  # floats where unquoted, whatever typeshed says
+    for written, read in zip(cells, read_back, strict=True):
+        if written is None:
+            assert read == ""
+        elif isinstance(written, int | float):
+            assert read == float(written)
+        else:
+            assert isinstance(written, str)
+            shown = _shown(written)
+            assert read == ("'" + shown if shown.startswith(("=", "+", "-", "@")) else shown)

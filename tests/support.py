@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import re
 import shutil
@@ -11,6 +12,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
+from html.parser import HTMLParser
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -321,3 +323,59 @@ def live_page(telemetry: RolloutTelemetry, interval: float = 5.0) -> LivePage:
         origin=0.0,
         interval=interval,
     )
+
+
+def markdown_renderers() -> list[tuple[str, Callable[[str], str]]]:
+    """Markdown renderers with raw HTML on, by name: markdown-it-py (CommonMark with tables; rich brings it)
+    and, where the docs extra put it in the environment, Python-Markdown with tables and attribute lists
+    (MkDocs' renderer; not in the other interpreters' venvs)."""
+    from markdown_it import MarkdownIt
+
+    renderers: list[tuple[str, Callable[[str], str]]] = [
+        ("markdown-it", MarkdownIt("commonmark", {"html": True}).enable("table").render)
+    ]
+    try:
+        markdown = importlib.import_module("markdown")  # untyped
+    except ImportError:
+        return renderers
+    renderers.append(
+        ("Python-Markdown", lambda text: markdown.markdown(text, extensions=["tables", "attr_list"]))
+    )
+    return renderers
+
+
+class RenderedMarkdown(HTMLParser):
+    """What a Markdown renderer's HTML holds: every tag opened, each table body row's cells' text and each
+    heading's text (character references decoded)."""
+
+    def __init__(self, html: str) -> None:
+        super().__init__(convert_charrefs=True)
+        self.tags: list[str] = []
+        self.rows: list[list[str]] = []
+        self.headings: list[str] = []
+        self._open: list[str] = []
+        self.feed(html)
+        self.close()
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append(tag)
+        self._open.append(tag)
+        if tag == "tr" and "tbody" in self._open:
+            self.rows.append([])
+        elif tag == "td" and "tbody" in self._open:
+            self.rows[-1].append("")
+        elif tag in ("h1", "h2", "h3", "h4", "h5", "h6"):
+            self.headings.append("")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in self._open:  # closes it and whatever was left open inside it
+            del self._open[len(self._open) - 1 - self._open[::-1].index(tag) :]
+
+    def handle_data(self, data: str) -> None:
+        for tag in reversed(self._open):
+            if tag == "td" and "tbody" in self._open:
+                self.rows[-1][-1] += data
+                return
+            if tag in ("h1", "h2", "h3", "h4", "h5", "h6"):
+                self.headings[-1] += data
+                return

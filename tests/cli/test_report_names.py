@@ -6,11 +6,13 @@ from __future__ import annotations
 import csv
 import io
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from rollout_telemetry._cli.main import main
+from tests.support import RenderedMarkdown, markdown_renderers
 
 # Each hostile agent name, and the text it must come back as in a table cell (Markdown's, the terminal's):
 # control characters written as their escapes, every other character as it is.
@@ -82,3 +84,28 @@ def test_csv_cells_are_text_a_spreadsheet_does_not_run(
         assert isinstance(figures["file"], str)
         assert (figures["measured"], figures["mean_reward"]) == (2.0, 0.25)
         assert figures["mean_reward_ci95_low"] == -0.5  # a negative number is a number, not a formula
+
+
+@pytest.mark.parametrize(("renderer", "render"), markdown_renderers())
+def test_markdown_names_and_paths_are_inert_text(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], renderer: str, render: Callable[[str], str]
+) -> None:
+    """Rendered with HTML enabled, two runs' Markdown (one run's file named as an attack) holds exactly a
+    table row per agent and the two headings, no image, script, link or other heading; each name and path is
+    the text of its cell or heading."""
+    names = list(HOSTILE)
+    hostile_path = _run(tmp_path / "x\n# h1 ![i](evil.png) <img src=x> [a](b) #.jsonl", names)
+    plain = _run(tmp_path / "plain.jsonl", ["math_agent"])
+    assert main(["report", str(hostile_path), str(plain), "--format", "markdown"]) == 0
+    text = capsys.readouterr().out
+    rendered = RenderedMarkdown(render(text))
+    assert [row[0].strip() for row in rendered.rows] == [
+        *(HOSTILE[name] for name in sorted(names)),
+        "math_agent",
+    ]
+    assert all(len(row) == 12 for row in rendered.rows)
+    shown_path = str(hostile_path).replace("\n", "\\n")
+    assert [heading.strip() for heading in rendered.headings] == [shown_path, str(plain)]
+    allowed = {"h3", "table", "thead", "tbody", "tr", "th", "td", "ul", "li", "em", "p"}
+    assert set(rendered.tags) <= allowed, f"{renderer}: {set(rendered.tags) - allowed}"
+    assert rendered.tags.count("h3") == 2

@@ -6,12 +6,14 @@ from __future__ import annotations
 import csv
 import io
 import unicodedata
+from collections.abc import Callable
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rollout_telemetry._views.escaping import csv_text, visible
-from tests.support import examples
+from rollout_telemetry._views.escaping import csv_text, markdown_text, visible
+from tests.support import RenderedMarkdown, examples, markdown_renderers
 
 _BIDI_CLASSES = {"LRE", "RLE", "PDF", "LRO", "RLO", "LRI", "RLI", "FSI", "PDI"}
 _ATTACKS = [
@@ -76,3 +78,18 @@ def test_csv_cells_read_back_as_their_text_and_numbers(cells: list[object]) -> N
             assert isinstance(written, str)
             shown = _shown(written)
             assert read == ("'" + shown if shown.startswith(("=", "+", "-", "@")) else shown)
+
+
+@pytest.mark.parametrize(("name", "render"), markdown_renderers())
+@settings(max_examples=examples(500), deadline=None)
+@given(text=TEXT)
+def test_markdown_text_renders_as_its_text(name: str, render: Callable[[str], str], text: str) -> None:
+    """Any text, as a table cell and as a heading, renders as that one cell and that one heading holding the
+    text (controls as escapes, the ends' spaces trimmed as Markdown trims them): no other tag."""
+    shown = _shown(text).strip()
+    table = RenderedMarkdown(render(f"| agent | n |\n|---|---:|\n| {markdown_text(text)} | 1 |\n"))
+    assert table.tags == ["table", "thead", "tr", "th", "th", "tbody", "tr", "td", "td"], name
+    assert [[cell.strip() for cell in row] for row in table.rows] == [[shown, "1"]]
+    heading = RenderedMarkdown(render(f"### {markdown_text(text)}\n"))
+    assert heading.tags == ["h3"], name
+    assert [found.strip() for found in heading.headings] == [shown]

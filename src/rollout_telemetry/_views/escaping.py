@@ -7,16 +7,21 @@ go through here:
 
 - :func:`csv_text`: every text cell quoted, its control characters made visible (a CR or LF cannot end a row,
   nor an escape sequence reach a terminal showing the file) and, when it starts as a formula would (``= + -
-  @``), prefixed with ``'`` as OWASP advises; numbers stay numbers.
+  @``), prefixed with ``'`` as OWASP advises; numbers stay numbers;
+- :func:`markdown_text`: control characters made visible, Markdown's punctuation backslash-escaped and
+  ``< > &`` (with ``~ $``) written as character references, so no emphasis, link, image, heading, table cell
+  or HTML forms, in CommonMark and Python-Markdown alike (GitHub still links a bare ``https://`` or ``www.``
+  address, to the address it shows).
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import re
 from collections.abc import Iterable, Sequence
 
-__all__ = ["csv_text", "visible"]
+__all__ = ["csv_text", "markdown_text", "visible"]
 
 _INVISIBLE: dict[int, str] = {
     **{code: f"\\x{code:02x}" for code in (*range(0x20), *range(0x7F, 0xA0))},  # C0, DEL, C1
@@ -57,3 +62,28 @@ def csv_text(rows: Iterable[Sequence[object]]) -> str:
     writer = csv.writer(out, lineterminator="\n", quoting=csv.QUOTE_NONNUMERIC)
     writer.writerows([_csv_cell(cell) for cell in row] for row in rows)
     return out.getvalue()
+
+
+# Backslash escapes for what CommonMark and Python-Markdown both unescape (``|`` too: in a table, or with the
+# tables extension); character references for the rest, which Python-Markdown would show with its backslash.
+_MARKDOWN: dict[int, str] = {
+    **{ord(char): "\\" + char for char in "\\`*{}[]()#!|"},
+    **{ord("<"): "&lt;", ord(">"): "&gt;", ord("&"): "&amp;", ord("~"): "&#126;", ord("$"): "&#36;"},
+}
+_UNDERSCORES = re.compile("_+")
+
+
+def _underscores(run: re.Match[str]) -> str:
+    """A run of underscores escaped unless it is between two letters or digits: there it can neither open nor
+    close emphasis, so ``snake_case`` stays as it is."""
+    text, start, end = run.string, run.start(), run.end()
+    if start > 0 and end < len(text) and text[start - 1].isalnum() and text[end].isalnum():
+        return run.group()
+    return "\\_" * (end - start)
+
+
+def markdown_text(value: str) -> str:
+    """``value`` as Markdown that renders as its own text (its control characters made visible): no table
+    cell ends, no line breaks, nothing becomes emphasis, code, a link, an image, a heading or HTML."""
+    escaped = visible(value).translate(_MARKDOWN)
+    return _UNDERSCORES.sub(_underscores, escaped)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from rollout_telemetry._views.escaping import csv_text
+from rollout_telemetry._views.escaping import csv_text, markdown_text
 from rollout_telemetry._views.intervals import BOOTSTRAP, BOOTSTRAP_MOST, NORMAL, RESAMPLES, WILSON
 
 __all__ = ["render_csv", "render_markdown"]
@@ -36,7 +36,7 @@ def _count(value: int | None) -> str:
 
 def render_markdown(report: dict[str, Any], heading: str | None = None) -> str:
     """The per-agent table in Markdown, then what each column counts and which intervals were used."""
-    lines = [] if heading is None else [f"### {heading}", ""]
+    lines = [] if heading is None else [f"### {markdown_text(heading)}", ""]
     lines += [
         "| agent | mean reward [95% CI] | reward_unmasked [95% CI] | "
         + " | ".join(_COUNTS)
@@ -48,9 +48,8 @@ def render_markdown(report: dict[str, Any], heading: str | None = None) -> str:
         counts, events = row["rollouts"], row["events"]
         every, measured = events.get("mean_reward_ci95"), events.get("mean_reward_unmasked_ci95")
         methods |= {ci["method"] for ci in (every, measured) if ci is not None}
-        agent = row["agent"].replace("|", "\\|")
         cells = [
-            agent,
+            markdown_text(row["agent"]),
             _mean(events["mean_reward"], every),
             _mean(events["mean_reward_unmasked"], measured),
             *(_count(counts[column]) for column in _COUNTS),

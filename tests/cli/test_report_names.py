@@ -109,3 +109,80 @@ def test_markdown_names_and_paths_are_inert_text(
     allowed = {"h3", "table", "thead", "tbody", "tr", "th", "td", "ul", "li", "em", "p"}
     assert set(rendered.tags) <= allowed, f"{renderer}: {set(rendered.tags) - allowed}"
     assert rendered.tags.count("h3") == 2
+
+
+BROKEN_MARKUP = ["[/x]", "[bold red]x"]
+LINKS = ["[link=https://evil.example]click[/link]", "x\x1b]8;;https://evil.example\x1b\\y"]
+MARKUP = [*BROKEN_MARKUP, LINKS[0]]
+"""The names as they must read in the terminal (the escape sequence's is ``x\\x1b]8;;...``)."""
+
+
+def _terminal_report(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, names: list[str]
+) -> tuple[Path, list[str]]:
+    """The table of a run of ``names`` under a heading (a second run beside it) and, 80 columns wide, an agent
+    at a time (each name its table's title), as printed to a terminal: the two outputs."""
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    monkeypatch.setenv("COLUMNS", "250")
+    folder = tmp_path / "[bold red]runs" / "[link=https:" / "evil.example]run["  # [link=https:/evil...[/link]
+    folder.mkdir(parents=True)
+    path = _run(folder / "link].jsonl", names)
+    other = _run(tmp_path / "other.jsonl", ["math_agent"])
+    assert main(["report", str(path), str(other)]) == 0
+    wide = capsys.readouterr().out
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["report", str(path)]) == 0
+    return path, [wide, capsys.readouterr().out]
+
+
+def test_the_terminal_table_prints_markup_in_names_as_text(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a terminal, names (and a path) holding rich markup are printed as they read, exit 0, where ``[/x]``
+    raised a MarkupError and ``[bold red]`` coloured the rest of the cell."""
+    path, outputs = _terminal_report(tmp_path, capsys, monkeypatch, BROKEN_MARKUP)
+    for out in outputs:
+        assert all(name in out for name in BROKEN_MARKUP)
+    assert str(path) in outputs[0]  # the heading: the path as it is
+
+
+def test_the_terminal_table_writes_no_hyperlink_or_escape_from_a_name(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a terminal, a name (or path) holding ``[link=...]`` markup or an OSC 8 escape sequence is printed as
+    text: no hyperlink, nor any other OSC sequence, reaches the terminal."""
+    path, outputs = _terminal_report(tmp_path, capsys, monkeypatch, LINKS)
+    for out in outputs:
+        assert LINKS[0] in out
+        assert "x\\x1b]8;;https://evil.example\\x1b\\y" in out
+        assert "\x1b]" not in out
+    assert str(path) in outputs[0]
+
+
+def test_gyms_end_of_run_report_prints_markup_as_text_and_writes_its_page(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``gym``'s report at the end of a run (``print_report``) prints such names as text and goes on to write
+    the ``--html`` page, where a MarkupError stopped it before the page."""
+    from rollout_telemetry import RolloutTelemetry
+    from rollout_telemetry._cli.report import print_report
+    from rollout_telemetry._facade.telemetry import run_follower
+    from rollout_telemetry._sources.follow import RunFiles
+    from rollout_telemetry._views.intervals import RewardSamples
+    from rollout_telemetry._views.story import RunStory
+
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    monkeypatch.setenv("COLUMNS", "250")
+    path = _run(tmp_path / "run.jsonl", MARKUP)
+    telemetry = RolloutTelemetry()
+    samples = RewardSamples()
+    story = RunStory(telemetry.snapshot, "rollouts")
+    follower = run_follower(telemetry, RunFiles.from_main(path), observe=samples.observe)
+    follower.read_all()
+    follower.finish()
+    page = tmp_path / "run.html"
+    print_report(telemetry, follower, "table", samples, html=(page, story))
+    out = capsys.readouterr().out
+    assert all(name in out for name in MARKUP)
+    assert "\x1b]" not in out
+    assert "[/x]" in page.read_text(encoding="utf-8")

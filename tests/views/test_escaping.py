@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rollout_telemetry._views.escaping import csv_text, markdown_text, visible
+from rollout_telemetry._views.escaping import csv_text, markdown_text, terminal_text, visible
 from tests.support import RenderedMarkdown, examples, markdown_renderers
 
 _BIDI_CLASSES = {"LRE", "RLE", "PDF", "LRO", "RLO", "LRI", "RLI", "FSI", "PDI"}
@@ -93,3 +93,16 @@ def test_markdown_text_renders_as_its_text(name: str, render: Callable[[str], st
     heading = RenderedMarkdown(render(f"### {markdown_text(text)}\n"))
     assert heading.tags == ["h3"], name
     assert [found.strip() for found in heading.headings] == [shown]
+
+
+def test_terminal_text_is_never_markup() -> None:
+    """rich prints the value's characters, its markup as written and its escape sequences visible."""
+    from rich.console import Console
+
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=True, width=200)
+    for value in ("[/x]", "[link=https://evil.example]click[/link]", "[bold red]x", "x\x1b]8;;h\x1b\\y"):
+        console.print(terminal_text(value))
+    printed = out.getvalue()
+    assert "[/x]\n[link=https://evil.example]click[/link]\n[bold red]x\nx\\x1b]8;;h\\x1b\\y\n" in printed
+    assert "\x1b]" not in printed

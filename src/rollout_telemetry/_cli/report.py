@@ -254,6 +254,7 @@ def print_report(
 def show_report(report: dict[str, Any], output_format: str, *, heading: str | None = None) -> None:
     """Print a report, as a table (as wide as the terminal, under ``heading`` if given), as JSON, or as the
     summary for a paper: Markdown (under a ``heading`` of its own) or CSV."""
+    from rollout_telemetry._views.escaping import terminal_text
     from rollout_telemetry._views.report import render_table
 
     if output_format == "json":
@@ -276,7 +277,7 @@ def show_report(report: dict[str, Any], output_format: str, *, heading: str | No
     if not console.is_terminal:  # piped: as wide as COLUMNS says, else wide rather than squeezed
         console = Console(width=int(os.environ.get("COLUMNS", "") or 0) or 200)
     if heading is not None:
-        console.rule(heading, align="left")
+        console.rule(terminal_text(heading), align="left")  # a path: text, never markup
     console.print(render_table(report, console.width))
 
 

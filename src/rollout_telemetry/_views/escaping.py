@@ -11,7 +11,9 @@ go through here:
 - :func:`markdown_text`: control characters made visible, Markdown's punctuation backslash-escaped and
   ``< > &`` (with ``~ $``) written as character references, so no emphasis, link, image, heading, table cell
   or HTML forms, in CommonMark and Python-Markdown alike (GitHub still links a bare ``https://`` or ``www.``
-  address, to the address it shows).
+  address, to the address it shows);
+- :func:`terminal_text`: a rich ``Text`` (never markup) of the value with its control characters made
+  visible, so no escape sequence reaches the terminal.
 """
 
 from __future__ import annotations
@@ -20,8 +22,12 @@ import csv
 import io
 import re
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
-__all__ = ["csv_text", "markdown_text", "visible"]
+if TYPE_CHECKING:
+    from rich.text import Text
+
+__all__ = ["csv_text", "markdown_text", "terminal_text", "visible"]
 
 _INVISIBLE: dict[int, str] = {
     **{code: f"\\x{code:02x}" for code in (*range(0x20), *range(0x7F, 0xA0))},  # C0, DEL, C1
@@ -87,3 +93,11 @@ def markdown_text(value: str) -> str:
     cell ends, no line breaks, nothing becomes emphasis, code, a link, an image, a heading or HTML."""
     escaped = visible(value).translate(_MARKDOWN)
     return _UNDERSCORES.sub(_underscores, escaped)
+
+
+def terminal_text(value: str, style: str = "") -> Text:
+    """``value`` as rich ``Text`` in ``style``: shown as it is, never read as markup, its control characters
+    visible."""
+    from rich.text import Text
+
+    return Text(visible(value), style=style)

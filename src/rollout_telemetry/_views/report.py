@@ -25,7 +25,7 @@ reward lies, truncations by cause, and the health checks of the rollouts that ca
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rollout_telemetry._contract.group_state import GROUP_STATES
 from rollout_telemetry._contract.health import HEALTH_CHECKS
@@ -33,8 +33,13 @@ from rollout_telemetry._contract.outcome import Disposition
 from rollout_telemetry._store.coverage import CoverageSnapshot
 from rollout_telemetry._store.groups import AgentGroups, GroupsSnapshot
 from rollout_telemetry._store.snapshot import AccountSnapshot, AgentSnapshot
+from rollout_telemetry._views.escaping import terminal_text
 from rollout_telemetry._views.intervals import Interval, RewardSamples
 from rollout_telemetry._views.progress import coverage_metrics, expected_rollouts, progress_metrics
+
+if TYPE_CHECKING:
+    from rich.table import Table
+    from rich.text import Text
 
 __all__ = ["build_report", "render_table", "unmasked_mean"]
 
@@ -178,6 +183,19 @@ def _signal_cells(row: dict[str, Any]) -> list[str]:
     ]
 
 
+def _add_row(table: Table, *cells: str | Text) -> None:
+    """Add a row of ``cells`` to ``table``, each string as text (``terminal_text``): a name from the run such
+    as ``[/x]`` or ``[link=...]`` is shown as it is, never read as rich markup."""
+    table.add_row(*(terminal_text(cell) if isinstance(cell, str) else cell for cell in cells))
+
+
+def _section(name: str, what: str) -> Text:
+    """A section's row in an agent's table: its ``name`` in bold, then what it counts."""
+    from rich.text import Text
+
+    return Text.assemble((name, "bold"), f" ({what})" if what else "")
+
+
 def _signal_table(signal: dict[str, Any]) -> Any:
     from rich.table import Table
 
@@ -190,7 +208,7 @@ def _signal_table(signal: dict[str, Any]) -> Any:
     for column in _SIGNAL_COLUMNS:
         table.add_column(column, justify="right")
     for agent, row in signal.items():
-        table.add_row(agent, *_signal_cells(row))
+        _add_row(table, agent, *_signal_cells(row))
     return table
 
 
@@ -248,15 +266,17 @@ def _by_agent_tables(report: dict[str, Any]) -> list[Any]:
     signal = report.get("training_signal", {})
     for row in report["agents"]:
         counts, seen = row["rollouts"], row["events"]
-        table = Table(title=row["agent"], title_justify="left", show_header=False)
+        table = Table(
+            title=terminal_text(row["agent"], "table.title"), title_justify="left", show_header=False
+        )
         table.add_column("figure")
         table.add_column("value", justify="right")
-        table.add_row("[bold]rollouts[/] (identities, newest attempt)", "")
+        _add_row(table, _section("rollouts", "identities, newest attempt"), "")
         for column in _ROLLOUT_COLUMNS:
-            table.add_row(f"  {column}", _number(counts[column]))
-        table.add_row("[bold]events[/] (every row read)", "")
+            _add_row(table, f"  {column}", _number(counts[column]))
+        _add_row(table, _section("events", "every row read"), "")
         for column in _EVENT_COLUMNS:
-            table.add_row(f"  {column}", _number(seen[column]))
+            _add_row(table, f"  {column}", _number(seen[column]))
         kinds = ", ".join(f"{kind} ({count})" for kind, count in seen["top_failure_kinds"].items())
         for label, value in (
             ("mean reward", _number(seen["mean_reward"], "{:+.4f}")),
@@ -267,15 +287,15 @@ def _by_agent_tables(report: dict[str, Any]) -> list[Any]:
             ("mean tokens out", _number(seen["mean_output_tokens"], "{:.1f}")),
             ("top failure kinds", kinds or "-"),
         ):
-            table.add_row(f"  {label}", value)
+            _add_row(table, f"  {label}", value)
         if (groups := report.get("groups", {}).get(row["agent"])) is not None:
-            table.add_row("[bold]groups[/] (tasks of several rollouts)", "")
+            _add_row(table, _section("groups", "tasks of several rollouts"), "")
             for column in (*GROUP_STATES, "open"):
-                table.add_row(f"  {column}", _number(groups[column]))
+                _add_row(table, f"  {column}", _number(groups[column]))
         if row["agent"] in signal:
-            table.add_row("[bold]training signal[/]", "")
+            _add_row(table, _section("training signal", ""), "")
             for label, value in zip(_SIGNAL_COLUMNS, _signal_cells(signal[row["agent"]]), strict=True):
-                table.add_row(f"  {label}", value)
+                _add_row(table, f"  {label}", value)
         tables.append(table)
     return tables
 
@@ -308,9 +328,10 @@ def render_table(report: dict[str, Any], width: int = _WIDE) -> Any:
     events.add_column("top failure kinds")
     for row in report["agents"]:
         counts, seen = row["rollouts"], row["events"]
-        rollouts.add_row(row["agent"], *(_number(counts[c]) for c in _ROLLOUT_COLUMNS))
+        _add_row(rollouts, row["agent"], *(_number(counts[c]) for c in _ROLLOUT_COLUMNS))
         kinds = ", ".join(f"{kind} ({count})" for kind, count in seen["top_failure_kinds"].items())
-        events.add_row(
+        _add_row(
+            events,
             row["agent"],
             *(_number(seen[c]) for c in _EVENT_COLUMNS),
             _number(seen["mean_reward"], "{:+.4f}"),
@@ -343,7 +364,7 @@ def _wide_tables(report: dict[str, Any]) -> list[Any]:
         for column in (*GROUP_STATES, "open"):
             by_state.add_column(column, justify="right", no_wrap=True)
         for agent, counts in report["groups"].items():
-            by_state.add_row(agent, *(_number(counts[c]) for c in (*GROUP_STATES, "open")))
+            _add_row(by_state, agent, *(_number(counts[c]) for c in (*GROUP_STATES, "open")))
         parts.append(by_state)
     if report.get("training_signal"):
         parts.append(_signal_table(report["training_signal"]))
@@ -361,13 +382,15 @@ def _keys_and_notes(report: dict[str, Any]) -> list[Any]:
             keys.add_column("key")
             keys.add_column("value", justify="right")
             for key, value in report[section].items():
-                keys.add_row(key, str(value))
+                _add_row(keys, key, str(value))
             parts.append(keys)
     if report["rows_without_identity"]:
         parts.append(
-            f"rows without an identity (counted, matched to nothing): {report['rows_without_identity']}"
+            terminal_text(
+                f"rows without an identity (counted, matched to nothing): {report['rows_without_identity']}"
+            )
         )
     if report["rejected"]:
         rejected = ", ".join(f"{reason}: {count}" for reason, count in sorted(report["rejected"].items()))
-        parts.append(f"rejected rows: {rejected}")
+        parts.append(terminal_text(f"rejected rows: {rejected}"))
     return parts

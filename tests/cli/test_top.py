@@ -240,3 +240,29 @@ def test_the_time_left_is_at_the_rate_of_the_agents_with_expected_work() -> None
     crowded = SourceView("done-" + "x" * 60, up=True, agents=(expected,), stall_after_seconds=5.0)
     (line,) = [line for line in _screen(TopView((crowded,), 1.0, NOW)) if " up " in line]
     assert "ETA" not in line
+
+
+def test_names_from_a_run_reach_the_terminal_as_text() -> None:
+    """Agent names, kinds, stages, a source's label and error holding markup or escape sequences (an OSC 8
+    hyperlink, a newline) are shown as text on one line each, their control characters as ``\\x1b``, ``\\n``:
+    no escape sequence from them reaches the terminal."""
+    link = "\x1b]8;;h\x1b\\"  # opens a hyperlink to h; short, so no column cuts it
+    shown = "\\x1b]8;;h\\x1b\\"
+    agent = _row("a" + link, failed={"k" + link: 1})
+    in_flight = (InFlightRollout("[/x]\n", "s" + link, 95.0, state="running"),)
+    up = SourceView("n" + link, up=True, agents=(agent,), in_flight=in_flight, note="[bold]note\x1b[2J")
+    down = SourceView("[link=https://evil.example]d[/link]", up=False, error="e" + link, down_for=1.0)
+    out = io.StringIO()
+    console = Console(width=250, height=24, file=out, force_terminal=True)
+    console.print(render(TopView((up, down), interval=1.0, now=NOW), width=250, height=24))
+    screen = out.getvalue()
+    assert "\x1b]" not in screen
+    assert "\x1b[2J" not in screen
+    text = "\n".join(_screen(TopView((up, down), interval=1.0, now=NOW), width=250))
+    assert f"n{shown}  up  1 agent  [bold]note\\x1b[2J" in text
+    assert f"a{shown} " in text
+    assert f"1 k{shown}" in text
+    assert "[link=https://evil.example]d[/link]  DOWN  e" + shown in text
+    (line,) = [line for line in text.splitlines() if line.startswith("[/x]")]
+    assert line.split()[:2] == ["[/x]\\n", "-"]
+    assert "s\\x1b]8;;" in line  # the stage, cut to its column

@@ -22,6 +22,7 @@ from rollout_telemetry._cli.top_model import (
     top_kind,
     windowed_means,
 )
+from rollout_telemetry._views.escaping import visible
 
 __all__ = ["render"]
 
@@ -69,6 +70,9 @@ def _widths(width: int, longest_agent: int = 0) -> dict[str, int]:
 
 
 def _fit(text: str, width: int, *, right: bool = False, ellipsis: str = "~") -> str:
+    """A cell ``width`` wide: ``text`` (a name from the run, say) with its control characters made visible, so
+    no escape sequence reaches the terminal, cut with ``ellipsis`` or padded."""
+    text = visible(text)
     if len(text) > width:
         text = text[: max(width - 1, 0)] + ellipsis if width > 1 else text[:width]
     return text.rjust(width) if right else text.ljust(width)
@@ -192,26 +196,27 @@ def _source_line(source: SourceView, width: int) -> Text:
         line.append(text, style=style)
         return True
 
+    label = visible(source.label)  # what the source and its readings say is text, its controls visible
     if source.waiting:
-        line.append(source.label, style="bold")
+        line.append(label, style="bold")
         line.append("  connecting…", style="dim")
         return line
     if not source.up:
-        line.append(source.label, style="bold")
+        line.append(label, style="bold")
         line.append("  DOWN", style="bold red")
-        line.append(f"  {source.error}")
+        line.append(f"  {visible(str(source.error))}")
         if source.down_for is not None:
             line.append(f"  (last read {age(source.down_for)} ago)", style="dim")
         return line
-    line.append(source.label, style="bold")
+    line.append(label, style="bold")
     line.append("  up", style="green")
     in_flight = [a.totals.in_flight for a in source.agents if a.totals.in_flight is not None]
     stalled = sum(a.totals.stalled or 0 for a in source.agents)
     line.append(f"  {len(source.agents)} agent{'' if len(source.agents) == 1 else 's'}")
     if not source.agents:
-        line.append(f": {source.note or 'no rollout recorded yet'}", style="yellow")
+        line.append(f": {visible(source.note or 'no rollout recorded yet')}", style="yellow")
     elif source.note:
-        line.append(f"  {source.note}", style="yellow")
+        line.append(f"  {visible(source.note)}", style="yellow")
     if in_flight:
         line.append(f"  {_count(sum(in_flight))} in flight")
     if stalled:  # before what the line may crop: a stall is what to see first

@@ -108,8 +108,8 @@ def add_parser(commands: argparse._SubParsersAction[OneLineParser]) -> None:
         "too_easy (most tasks uniform at the lowest or highest reward), hollow (turns with no message) or "
         "length_drift (answers up to three times longer); or the collection stop recovering: "
         "retries_exhausted (15%% of the rollouts fail on every attempt), loop_lag (the event loop blocked "
-        "0.3 s every second), cleanup_leak (30%% of the session releases fail) or slow_rollouts (rollouts "
-        "take three times longer, most past --slow-after)",
+        "0.3 s about every second), cleanup_leak (30%% of the session releases fail) or slow_rollouts "
+        "(rollouts take three times longer, most past --slow-after)",
     )
     demo.add_argument(
         "--drop-after",
@@ -130,6 +130,7 @@ def run(args: argparse.Namespace) -> int:
     import asyncio
 
     from rollout_telemetry._cli.process import freeze_the_heap, install_sigterm, interrupt_on_sigterm
+    from rollout_telemetry._cli.scenario_clock import ScenarioLoop
     from rollout_telemetry._cli.simulation import DemoConfig, run_demo, summary_lines
     from rollout_telemetry._facade.telemetry import RolloutTelemetry
 
@@ -154,8 +155,11 @@ def run(args: argparse.Namespace) -> int:
     )
     security = options.endpoint_security(args)  # every input checked before anything starts
     otlp = otlp_export(args, NAME)
+    # The run's time is its scenario's: a busy machine neither stretches a rollout nor makes one stall.
+    loop = ScenarioLoop()
     telemetry = RolloutTelemetry(
         run=args.run,
+        clock=loop.time,
         tracer_provider=None if otlp is None else otlp.tracer_provider,
         meter_provider=None if otlp is None else otlp.meter_provider,
         logger_provider=None if otlp is None else otlp.logger_provider,
@@ -174,19 +178,19 @@ def run(args: argparse.Namespace) -> int:
             print(line, flush=True)
 
     async def main_task() -> None:
-        loop = asyncio.get_running_loop()
         task = asyncio.current_task()
         assert task is not None
         install_sigterm(lambda: _cancel(loop, task))
         if args.warmup > 0:
             telemetry.expect(*config.agents)
             await asyncio.sleep(args.warmup)
-        await run_demo(telemetry, config, on_tick=tick, tick_seconds=args.summary_interval)
+        await run_demo(telemetry, config, on_tick=tick, tick_seconds=args.summary_interval, block=loop.block)
         if args.linger > 0:
             await asyncio.sleep(args.linger)
 
     try:
-        asyncio.run(main_task())
+        with asyncio.Runner(loop_factory=lambda: loop) as runner:
+            runner.run(main_task())
     except (KeyboardInterrupt, asyncio.CancelledError):
         print("stopping", flush=True)
     finally:

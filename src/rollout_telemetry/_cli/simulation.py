@@ -35,8 +35,8 @@ The recovery and runtime scenarios break the collection itself:
 
 - ``retries_exhausted``: 15% of the rollouts fail on every attempt (a task whose sandbox image is gone) and
   run out of NeMo Gym's 3 attempts;
-- ``loop_lag``: the collector's event loop is blocked for 0.3 s every second (post-processing that does not
-  await), so every rollout on it waits;
+- ``loop_lag``: the collector's event loop is blocked for 0.3 s about every second (post-processing that
+  does not await), so every rollout on it waits;
 - ``cleanup_leak``: 30% of the environment sessions fail to be released (a leaking sandbox pool), so the
   unresolved cleanups grow;
 - ``slow_rollouts``: rollouts take three times longer (a slow model server), so most pass ``slow_after``.
@@ -387,13 +387,16 @@ class _Output:
         self._sink.close()
 
 
-async def _block_loop(phase: _Phase, after: float) -> None:
-    """From ``after`` seconds on, block the event loop for ``phase.blocking`` seconds every second: work on
-    the loop that does not await."""
+async def _block_loop(
+    phase: _Phase, after: float, block: Callable[[float], None], rng: random.Random
+) -> None:
+    """From ``after`` seconds on, block the event loop for ``phase.blocking`` seconds a second on average:
+    work on the loop that does not await (``block``), at moments spread at random, as such work comes, so
+    that it falls at any point of any other timer's wait."""
     await asyncio.sleep(after)
     while True:
-        time.sleep(phase.blocking)
-        await asyncio.sleep(1.0)
+        block(phase.blocking)
+        await asyncio.sleep(rng.uniform(0.5, 1.5))
 
 
 async def run_demo(
@@ -402,8 +405,11 @@ async def run_demo(
     *,
     on_tick: Callable[[], None] | None = None,
     tick_seconds: float = 5.0,
+    block: Callable[[float], None] = time.sleep,
 ) -> int:
-    """Run the simulated collection; return how many rollouts were started (their retries aside)."""
+    """Run the simulated collection; return how many rollouts were started (their retries aside). ``block``
+    holds the event loop for some seconds (the ``loop_lag`` scenario): on the demo's ``ScenarioLoop``, its
+    ``block``, which counts them in the scenario's time."""
     rng = random.Random(config.seed)
     planned = _declare(telemetry, config)
     before, after = _phases(config)
@@ -415,7 +421,11 @@ async def run_demo(
     limit = asyncio.Semaphore(config.concurrency)
     tasks: set[asyncio.Task[None]] = set()
     started = 0
-    blocker = asyncio.create_task(_block_loop(after, config.drop_after)) if after.blocking else None
+    blocker = (
+        asyncio.create_task(_block_loop(after, config.drop_after, block, random.Random(rng.random())))
+        if after.blocking
+        else None
+    )
     output = _Output(telemetry)
 
     try:

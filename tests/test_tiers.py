@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import fcntl
+import itertools
 import os
 from pathlib import Path
 
@@ -199,3 +200,123 @@ def test_the_interpreters_profile_takes_a_third_of_the_examples() -> None:
         assert (examples(300), examples(60), examples(1)) == (99, 20, 1)
     finally:
         settings.load_profile(before)
+
+
+CLOCK_READS = frozenset({"monotonic", "monotonic_ns", "perf_counter", "perf_counter_ns", "time", "time_ns"})
+"""The time module's clocks that move by themselves: a value read from one depends on the machine's speed."""
+BOUND_NOTE = "# bound:"
+"""The comment an assertion on the wall clock carries (on its lines or in the comment right above): the
+same-run control it is compared with, or why its bound holds on the slowest machine that runs the suite."""
+
+
+def _reads_the_clock(node: ast.AST, timed: set[str]) -> bool:
+    """Whether the value of ``node`` is a clock's reading (``time.monotonic()``...), a name assigned from
+    one, or arithmetic on them (``now - started``, ``max(elapsed, 0)``); any other call is a value of its
+    own."""
+    if isinstance(node, ast.Name):
+        return node.id in timed
+    if isinstance(node, ast.BinOp):
+        return _reads_the_clock(node.left, timed) or _reads_the_clock(node.right, timed)
+    if isinstance(node, ast.UnaryOp):
+        return _reads_the_clock(node.operand, timed)
+    if isinstance(node, ast.IfExp):
+        return _reads_the_clock(node.body, timed) or _reads_the_clock(node.orelse, timed)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _ARITHMETIC:
+        return any(_reads_the_clock(arg, timed) for arg in node.args)
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and isinstance(node.func.value, ast.Name)
+        and node.func.value.id == "time"
+        and node.func.attr in CLOCK_READS
+    )
+
+
+_ARITHMETIC = frozenset({"abs", "float", "int", "max", "min", "round", "sum"})
+_ORDER = (ast.Lt, ast.LtE, ast.Gt, ast.GtE)
+
+
+def _timed_names(scope: ast.AST) -> set[str]:
+    """The names assigned in ``scope`` from a clock read, or from names so assigned (``now - started``)."""
+    assignments = [node for node in ast.walk(scope) if isinstance(node, ast.Assign | ast.AugAssign)]
+    timed: set[str] = set()
+    changed = True
+    while changed:
+        changed = False
+        for node in assignments:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names = {n.id for target in targets for n in ast.walk(target) if isinstance(n, ast.Name)}
+            if not names <= timed and _reads_the_clock(node.value, timed):
+                timed |= names
+                changed = True
+    return timed
+
+
+def _bound_noted(lines: list[str], node: ast.stmt) -> bool:
+    """Whether ``BOUND_NOTE`` is on the lines of ``node`` or in the comment lines right above it."""
+    first = node.lineno - 1
+    while first > 0 and lines[first - 1].lstrip().startswith("#"):
+        first -= 1
+    return any(BOUND_NOTE in line for line in lines[first : node.end_lineno])
+
+
+def unbounded_clock_assertions(source: str) -> list[int]:
+    """The lines of each ``assert`` in ``source`` that compares a value read from the wall clock (directly, or
+    through names its function assigned from it) with one that is not (a constant, a setting), without a
+    ``BOUND_NOTE`` comment on its lines or the line above. Two clock readings compared (an order of events)
+    depend on no machine's speed."""
+    tree = ast.parse(source)
+    lines = source.splitlines()
+    found = set()
+    functions = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+    top = ast.Module(body=[node for node in tree.body if not isinstance(node, functions)], type_ignores=[])
+    scopes = [node for node in ast.walk(tree) if isinstance(node, functions[:2])]
+    for scope in [top, *scopes]:
+        timed = _timed_names(scope)
+        for node in ast.walk(scope):
+            if not isinstance(node, ast.Assert):
+                continue
+            for compare in (n for n in ast.walk(node.test) if isinstance(n, ast.Compare)):
+                sides = [compare.left, *compare.comparators]
+                read = [_reads_the_clock(side, timed) for side in sides]
+                pairs = zip(compare.ops, itertools.pairwise(read), strict=True)
+                unequal = any(isinstance(op, _ORDER) and a != b for op, (a, b) in pairs)
+                if unequal and not _bound_noted(lines, node):
+                    found.add(node.lineno)
+    return sorted(found)
+
+
+TIMED_MODULES = sorted(path for path in TESTS.rglob("test_*.py") if tier_of(path) in ("e2e", "gym", "slow"))
+
+
+@pytest.mark.parametrize("path", TIMED_MODULES, ids=lambda path: path.relative_to(TESTS).as_posix())
+def test_a_wall_clock_assertion_names_its_control_or_its_wide_bound(path: Path) -> None:
+    """In the tiers that run on the wall clock, an assertion on a duration says what makes its verdict the
+    code's and not the machine's: a control measured in the same run, or a bound so wide that the slowest
+    machine that runs the suite meets it (``# bound: ...``)."""
+    assert unbounded_clock_assertions(path.read_text()) == []
+
+
+def test_the_check_finds_a_duration_compared_with_a_constant() -> None:
+    """An elapsed time, a clock read inline or a name derived from one, asserted against a constant, is
+    found; the same with its bound explained, or a wait that is not an assertion, is not."""
+    source = """
+import time
+started = time.monotonic()
+elapsed = time.monotonic() - started
+took = elapsed * 1000
+assert elapsed < 2.0
+assert time.perf_counter() - started < 1
+assert took < 50, took
+# bound: Prometheus' default scrape timeout,
+# wide enough for any machine
+assert elapsed < 10
+assert elapsed < 10  # bound: ten times the server's own deadline
+while time.monotonic() < started + 5:
+    pass
+assert 3 == 3
+assert time.monotonic() >= started
+stamp = scraped_after(started)
+assert stamp is not None and stamp < 5
+"""
+    assert unbounded_clock_assertions(source) == [6, 7, 8]

@@ -1,5 +1,5 @@
-"""The demo's loop keeps the scenario's time on the wall clock: a rollout lasts what it was drawn, however busy
-the machine (real time: the e2e tier)."""
+"""The demo's loop keeps the scenario's time on the wall clock: a rollout lasts what it was drawn, however
+busy the machine (real time: the e2e tier)."""
 
 from __future__ import annotations
 

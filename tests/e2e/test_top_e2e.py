@@ -123,7 +123,6 @@ def test_top_shows_a_live_exporter_and_a_down_one_and_q_quits(tmp_path: Path) ->
     demo += ["--linger", "300", "--failed", "0.2"]
     nothing = f"http://127.0.0.1:{free_port()}"
     with Exporter(demo, tmp_path / "demo.log") as exporter, terminal() as term:
-        started = time.monotonic()
         term.start(_top(exporter.url, nothing, "--interval", "0.5", env="NO_COLOR=1"))
         screen = term.wait_for(re.compile(r"up  3 agents"))
         screen = term.wait_for(f"{nothing.removeprefix('http://')}  DOWN  connection refused")
@@ -152,7 +151,6 @@ def test_top_shows_a_live_exporter_and_a_down_one_and_q_quits(tmp_path: Path) ->
         term.keys("q")
         final = term.wait_for("EXIT=", timeout=15)
         assert "EXIT=0" in final
-        assert time.monotonic() - started < 60
 
 
 def test_top_follows_a_runs_files_and_ctrl_c_exits_0(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ Prometheus through the target registry, over ``http_sd_configs`` and ``file_sd_c
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import signal
@@ -69,6 +70,20 @@ class RayCluster(NamedTuple):
     nodes: list[str]
 
 
+DASHBOARD_PORT = 8265
+"""Ray's default dashboard port."""
+
+
+@contextlib.contextmanager
+def _holding(port: int) -> Iterator[None]:
+    """``port`` on 127.0.0.1 taken while inside: by this socket, or already by another process."""
+    with socket.socket() as holder:
+        with contextlib.suppress(OSError):  # taken already: the case holds all the same
+            holder.bind(("127.0.0.1", port))
+            holder.listen()
+        yield
+
+
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[RayCluster]:
     """A head node and one more, one CPU and a small object store each, on this machine."""
@@ -80,10 +95,20 @@ def cluster() -> Iterator[RayCluster]:
         for name, value in ray_environment(folder).items():
             patch.setenv(name, value)
         started = time.monotonic()
-        cluster = Cluster(
-            initialize_head=True,
-            head_node_args={"num_cpus": 1, "object_store_memory": STORE, "include_dashboard": False},
-        )
+        # Ray checks a dashboard port given to it (its default, 8265, included) with a socket it leaves open
+        # when the port is taken: by another Ray on the machine (NeMo Gym's, a docs example's) while this
+        # cluster starts, whenever the machine's load lets the two overlap. Given none, it finds a port with
+        # no such socket. The port is held here while the cluster starts, so that the case is always tried.
+        with _holding(DASHBOARD_PORT):
+            cluster = Cluster(
+                initialize_head=True,
+                head_node_args={
+                    "num_cpus": 1,
+                    "object_store_memory": STORE,
+                    "include_dashboard": False,
+                    "dashboard_port": None,
+                },
+            )
         try:
             cluster.add_node(num_cpus=1, object_store_memory=STORE)
             cluster.wait_for_nodes(timeout=60)

@@ -74,7 +74,7 @@ def test_scrapes_during_heavy_recording_are_consistent(clock: FakeClock) -> None
         thread.start()
     checked = 0
     try:
-        for _ in range(200):
+        for _ in range(100):
             text = exposition(telemetry.registry)
             if "rollout_failed_total" not in text:
                 continue

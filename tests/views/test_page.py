@@ -156,7 +156,7 @@ def test_agents_are_listed_worst_first_and_the_worst_open() -> None:
                 telemetry.record_failure(name, "session_lost")
             else:
                 telemetry.record(name, {"reward": 1.0})
-        story.tick()
+    story.tick()
     _, page = _page(telemetry, story)
     elements = _parsed(page)
     sections = [attrs for tag, attrs in elements.tags if tag == "details"]

@@ -22,7 +22,7 @@ import trustme
 from rollout_telemetry import BasicAuth, ConfigError, RolloutTelemetry, TLSConfig, hash_password
 from rollout_telemetry._cli.main import main
 from rollout_telemetry._serve.auth import AUTH_THREADS, FAILURE_BURST
-from rollout_telemetry._serve.server import MetricsServer
+from rollout_telemetry._serve.server import MAX_HEAD, MetricsServer
 from tests.support import held, raw_request, samples
 
 PASSWORD = "correct horse battery staple"
@@ -369,3 +369,67 @@ def test_password_checks_never_delay_a_verified_scrape(
             finally:
                 release.set()
         assert statuses == [200] * 5, statuses
+
+
+def _head_lines(port: int, request: bytes) -> list[str]:
+    """The status line and header lines of the reply to ``request``, as sent (repeated headers kept)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=60) as sock:
+        sock.sendall(request)
+        reply = b""
+        while chunk := sock.recv(65536):
+            reply += chunk
+    return reply.partition(b"\r\n\r\n")[0].decode("latin-1").split("\r\n")
+
+
+_ASKED = {
+    "/metrics": b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n",
+    "/metrics?name[]=": b"GET /metrics?name[]=rollout_completed_total HTTP/1.1\r\nHost: x\r\n\r\n",
+    "/rollouts": b"GET /rollouts HTTP/1.1\r\nHost: x\r\n\r\n",
+    "/": b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
+    "/?part=main": b"GET /?part=main HTTP/1.1\r\nHost: x\r\n\r\n",
+    "HEAD /": b"HEAD / HTTP/1.1\r\nHost: x\r\n\r\n",
+    "/healthz": b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n",
+    "404": b"GET /admin HTTP/1.1\r\nHost: x\r\n\r\n",
+    "405": b"POST /metrics HTTP/1.1\r\nHost: x\r\n\r\n",
+    "400": b"GET /metrics\r\nHost: x\r\n\r\n",
+    "431": b"GET /metrics HTTP/1.1\r\nX-Pad: " + b"a" * MAX_HEAD + b"\r\n\r\n",
+    "/rollouts?limit=0": b"GET /rollouts?limit=0 HTTP/1.1\r\nHost: x\r\n\r\n",
+}
+
+
+@pytest.mark.parametrize("asked", list(_ASKED))
+def test_every_response_of_the_endpoint_says_nosniff(server: MetricsServer, asked: str) -> None:
+    """Whatever is asked, the answer carries X-Content-Type-Options: nosniff once (a browser takes each body
+    for its Content-Type), and Cache-Control: no-store once."""
+    lines = [line.lower() for line in _head_lines(server.port, _ASKED[asked])]
+    assert lines.count("x-content-type-options: nosniff") == 1, lines
+    assert lines.count("cache-control: no-store") == 1, lines
+    assert sum(line.startswith("x-content-type-options:") for line in lines) == 1
+
+
+def test_refusals_behind_basic_auth_and_discovery_say_nosniff(recorded: RolloutTelemetry) -> None:
+    """A 401 of an endpoint behind basic auth, its authorised answers, and service discovery's /targets and
+    its 404 carry X-Content-Type-Options: nosniff, once."""
+    from rollout_telemetry._serve.discovery import DiscoveryServer, TargetRegistry
+
+    auth = BasicAuth("prometheus", hash_password(PASSWORD))
+    token = base64.b64encode(f"prometheus:{PASSWORD}".encode())
+    authorised = b"Authorization: Basic " + token + b"\r\n"
+    with recorded.serve(port=0, auth=auth) as secured:
+        asked = [
+            (secured.port, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n", "401"),
+            (secured.port, b"GET /metrics HTTP/1.1\r\nHost: x\r\n" + authorised + b"\r\n", "200"),
+            (secured.port, b"GET / HTTP/1.1\r\nHost: x\r\n" + authorised + b"\r\n", "200"),
+        ]
+        discovery = DiscoveryServer(TargetRegistry())
+        try:
+            asked += [
+                (discovery.port, b"GET /targets HTTP/1.1\r\nHost: x\r\n\r\n", "200"),
+                (discovery.port, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n", "404"),
+            ]
+            for port, request, status in asked:
+                lines = [line.lower() for line in _head_lines(port, request)]
+                assert lines[0].split(" ")[1] == status, lines
+                assert lines.count("x-content-type-options: nosniff") == 1, lines
+        finally:
+            discovery.stop()

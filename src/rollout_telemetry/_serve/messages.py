@@ -48,7 +48,8 @@ class Request:
 
 @dataclass(frozen=True, slots=True)
 class Response:
-    """A status, extra headers and a body; ``Content-Length`` and ``Connection: close`` are added."""
+    """A status, extra headers and a body; ``Content-Length``, ``Cache-Control: no-store``,
+    ``X-Content-Type-Options: nosniff`` and ``Connection: close`` are added to every response."""
 
     status: int
     headers: tuple[tuple[str, str], ...] = ()
@@ -63,9 +64,17 @@ class Response:
         """The status line and headers on the wire (the same for HEAD, which sends no body)."""
         lines = [f"HTTP/1.1 {self.status} {HTTPStatus(self.status).phrase}"]
         lines += [f"{name}: {value}" for name, value in self.headers]
-        lines += [f"Content-Length: {len(self.body)}", "Cache-Control: no-store", "Connection: close"]
+        lines += [f"Content-Length: {len(self.body)}", *_ALWAYS]
         return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
+
+_ALWAYS = (
+    "Cache-Control: no-store",
+    # A browser takes each body for its Content-Type and nothing else: a JSON listing or an exposition
+    # holding a run's names is never sniffed as a page, nor a plain-text error as a script.
+    "X-Content-Type-Options: nosniff",
+    "Connection: close",
+)
 
 Handler = Callable[[Request], Awaitable[Response]]
 

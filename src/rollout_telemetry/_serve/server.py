@@ -328,8 +328,6 @@ _PAGE_HEADERS = (
         "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; connect-src 'self'; "
         "img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
     ),
-    ("Cache-Control", "no-store"),
-    ("X-Content-Type-Options", "nosniff"),
 )
 
 GZIP_LEVEL = 1

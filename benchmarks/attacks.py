@@ -17,7 +17,16 @@ at start (``freeze_the_heap``): a test worker's heap from the tests before is no
     .venv/bin/python benchmarks/attacks.py attack slowloris --port 9464 --connections 8 [--seconds 30]
 
 The attacks named ``targets-...`` are on service discovery's ``GET /targets`` (the same HTTP stack, a full
-registry behind basic auth) and scrape that.
+registry behind basic auth) and scrape that. Those named ``...-at-the-agent-cap`` read ``/rollouts`` as the
+authorised client while 20,000 rollouts are in flight over as many agents as the cap admits, each with a
+full history on the live page; an attack with a control in ``CONTROLS`` (the live page's ``?open=`` floods,
+against the ``name[]=`` flood) also prints the ratio of ``record()``'s 99th percentile under it to under its
+control, when both are in the run (``--rounds``: each round runs every attack named once, in order, so an
+attack and its control are measured one after the other, round after round; the ratio of each round is
+printed, and their median), in one command:
+
+    .venv/bin/python benchmarks/attacks.py --rounds 3 --only filtered-readers-16-at-the-agent-cap
+        page-open-readers-16-at-the-agent-cap page-open-agents-readers-16-at-the-agent-cap
 """
 
 from __future__ import annotations
@@ -28,10 +37,12 @@ import functools
 import gc
 import http.client
 import os
+import random
 import selectors
 import signal
 import socket
 import ssl
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -74,6 +85,7 @@ class Attack:
     in_flight: int = 0  # rollouts in flight on the server (/rollouts lists up to 1,000 of them)
     endpoint: str = "/metrics"  # or "/targets": service discovery's, with a full registry (MAX_TARGETS)
     at_the_caps: bool = False  # every agent, failure kind and stage the cardinality caps admit, long labels
+    at_the_agent_cap: bool = False  # as many agents as the cap admits, each with the live page's full history
 
 
 ATTACKS = {
@@ -95,6 +107,22 @@ ATTACKS = {
     "rollouts-readers-50": Attack("rollouts-reader", 50, holds=False, in_flight=10_000),
     "filtered-readers-50": Attack("filtered-reader", 50, holds=False, in_flight=10_000),
     "rollouts-and-filtered-readers-50": Attack("mixed-reader", 50, holds=False, in_flight=10_000),
+    # ... and the live page's: a new ?open= set on every request, of names that are no agent's or of the
+    # agents', beside the same flood of new name[]= filters (the control), /rollouts read meanwhile.
+    "filtered-readers-16-at-the-agent-cap": Attack(
+        "filtered-reader", 16, holds=False, in_flight=20_000, endpoint="/rollouts", at_the_agent_cap=True
+    ),
+    "page-open-readers-16-at-the-agent-cap": Attack(
+        "page-open-reader", 16, holds=False, in_flight=20_000, endpoint="/rollouts", at_the_agent_cap=True
+    ),
+    "page-open-agents-readers-16-at-the-agent-cap": Attack(
+        "page-open-agents-reader",
+        16,
+        holds=False,
+        in_flight=20_000,
+        endpoint="/rollouts",
+        at_the_agent_cap=True,
+    ),
     # ... a reconnect flood against a remote TLS scraper (7), memory (8).
     "reconnect-flood-2000": Attack("idle", 2000, tls=True, scraper_source="127.0.0.2", scraper_delay=0.1),
     "tls-churn-400": Attack("tls-idle", 400, tls=True, rotate=True),
@@ -123,6 +151,19 @@ ATTACKS = {
     "targets-slowloris-1000": Attack("slowloris", 1000, auth=True, endpoint="/targets"),
     "targets-readers-64": Attack("targets-reader", 64, auth=True, holds=False, endpoint="/targets"),
 }
+
+
+CONTROLS = {
+    "page-open-readers-16-at-the-agent-cap": "filtered-readers-16-at-the-agent-cap",
+    "page-open-agents-readers-16-at-the-agent-cap": "filtered-readers-16-at-the-agent-cap",
+}
+"""Attacks compared with another: the ratio of ``record()``'s 99th percentile under each is printed."""
+AGENT_CAP = 256
+"""The agents an ``at_the_agent_cap`` server counts: the package's ``DEFAULT_MAX_AGENTS`` (checked there)."""
+AGENT_NAMES = "agent-{:03d}"
+"""The agents of an ``at_the_agent_cap`` server (the attacker names them without importing the package)."""
+OPEN_NAMED = 50
+"""Sections a ``?open=`` attacker names in each request (the page names at most ``MAX_OPEN``, 50)."""
 
 
 def rotating_source(n: int) -> str:
@@ -196,6 +237,8 @@ REQUESTERS = (
     "mixed-reader",
     "targets-reader",
     "metrics-reader",
+    "page-open-reader",
+    "page-open-agents-reader",
 )
 KINDS = (*BEHAVIOURS, "tls-request", *REQUESTERS)
 
@@ -370,21 +413,35 @@ def tls_request_attack(port: int, per_second: int, stop: threading.Event) -> Non
         key.data.close()
 
 
+_FIXED_PATHS = {
+    "rollouts-reader": "/rollouts?limit=1000",
+    "metrics-reader": "/metrics",  # the whole exposition, as a second Prometheus would
+}
+
+
 def _request_of(kind: str, client: int, attempt: int) -> tuple[str, dict[str, str]]:
-    """The path and headers of one request of a requesting attacker: each guess and filter is new."""
+    """The path and headers of one request of a requesting attacker: each guess, filter and set is new."""
     if kind == "wrong-password":
         token = base64.b64encode(f"prometheus:guess-{client}-{attempt}".encode()).decode()
         return "/metrics", {"Authorization": f"Basic {token}"}
-    if kind == "rollouts-reader":
-        return "/rollouts?limit=1000", {}
+    if kind in _FIXED_PATHS:
+        return _FIXED_PATHS[kind], {}
     if kind == "mixed-reader":  # half the clients read /rollouts, half their own filter
         return _request_of("rollouts-reader" if client % 2 else "filtered-reader", client, attempt)
-    if kind == "metrics-reader":  # the whole exposition, as a second Prometheus would
-        return "/metrics", {}
     if kind == "targets-reader":  # with the password, as often as answered: a full /targets each time
         token = base64.b64encode(f"prometheus:{PASSWORD}".encode()).decode()
         return "/targets", {"Authorization": f"Basic {token}"}
+    if kind.startswith("page-open"):  # the live page's update, naming a new set of sections each time
+        return "/?part=main" + "".join(f"&open={name}" for name in _opened(kind, client, attempt)), {}
     return f"/metrics?name[]=rollout_completed_total&name[]=other_{client}_{attempt}", {}
+
+
+def _opened(kind: str, client: int, attempt: int) -> list[str]:
+    """The sections a ``?open=`` attacker names: no agent's (``page-open-reader``), or a random set of the
+    agents' (``page-open-agents-reader``)."""
+    if kind == "page-open-agents-reader":
+        return [AGENT_NAMES.format(i) for i in random.sample(range(AGENT_CAP), OPEN_NAMED)]
+    return [f"x{client}-{attempt}-{i}" for i in range(OPEN_NAMED)]
 
 
 def request_attack(
@@ -512,6 +569,24 @@ def fill_to_the_caps(telemetry: RolloutTelemetry) -> None:
         logger.setLevel(level)
 
 
+def fill_to_the_agent_cap(telemetry: RolloutTelemetry) -> None:
+    """Record into as many agents as the default cap admits (``math`` and ``browser`` among them), each
+    changing at every instant of the live page's history until each chart draws all the points it can."""
+    from rollout_telemetry._store.names import DEFAULT_MAX_AGENTS
+    from rollout_telemetry._views.page import CHART_POINTS
+
+    assert AGENT_CAP == DEFAULT_MAX_AGENTS, "AGENT_CAP is the package's DEFAULT_MAX_AGENTS"
+    agents = ["math", "browser", *(AGENT_NAMES.format(i) for i in range(AGENT_CAP - 2))]
+    page = telemetry._live_page()  # the page serve() shows: its history, as its sampler takes it
+    for instant in range(CHART_POINTS - 1):  # with the current point, as many as a chart draws unthinned
+        for n, agent in enumerate(agents):
+            masked = (instant + n) % 7 == 0
+            telemetry.record(agent, {"reward": float((instant + n) % 3 == 0), "mask_sample": masked})
+            if (instant + n) % 5 == 0:
+                telemetry.record_failure(agent, "session_lost")
+        page.sample()
+
+
 class _Sampler:
     """A thread that records a rollout every 2 ms (timing each call) and samples RSS (keeping its peak)."""
 
@@ -519,6 +594,7 @@ class _Sampler:
         self._record = record
         self._stop = threading.Event()
         self.worst_record = 0.0
+        self.durations: list[float] = []
         self.peak_rss = rss()
         self._thread = threading.Thread(target=self._run, name="attack-sampler", daemon=True)
         self._thread.start()
@@ -528,15 +604,19 @@ class _Sampler:
         while not self._stop.wait(0.002):
             started = time.perf_counter()
             self._record()
-            self.worst_record = max(self.worst_record, time.perf_counter() - started)
+            took = time.perf_counter() - started
+            self.worst_record = max(self.worst_record, took)
+            self.durations.append(took)
             samples += 1
             if samples % 25 == 0:
                 self.peak_rss = max(self.peak_rss, rss())
 
-    def reset(self) -> tuple[float, int]:
-        """The worst record() and peak RSS so far, both then started again."""
-        figures = (self.worst_record, self.peak_rss)
-        self.worst_record, self.peak_rss = 0.0, rss()
+    def reset(self) -> tuple[float, int, float]:
+        """The worst record() and peak RSS so far, and record()'s 99th percentile, all then started again."""
+        durations = sorted(self.durations)
+        p99 = durations[min(len(durations) - 1, len(durations) * 99 // 100)] if durations else 0.0
+        figures = (self.worst_record, self.peak_rss, p99)
+        self.worst_record, self.peak_rss, self.durations = 0.0, rss(), []
         return figures
 
     def stop(self) -> None:
@@ -556,6 +636,7 @@ class Outcome:
     verified_after: float | None = None  # a restarted scraper: seconds until its first 200
     threads_during: int = 0  # threads while the attack held its connections (no thread per connection)
     gc_pause: float = 0.0  # seconds: the garbage collector's longest pause during the attack
+    record_p99: tuple[float, float] = (0.0, 0.0)  # seconds: record()'s 99th percentile before and during
 
     @property
     def held(self) -> int:
@@ -572,7 +653,8 @@ class Outcome:
             f"{name:28} {self.held}/{len(self.latencies)} within 1 s, worst {worst:5.2f} s"
             f"{'+' if worst >= 3 else ' '}{verified}; RSS {before:4.0f} -> peak {peak:4.0f}"
             f" -> {after:4.0f} MB after; record() worst {self.worst_record[0] * 1000:5.1f}"
-            f" -> {self.worst_record[1] * 1000:6.1f} ms; GC pause {self.gc_pause * 1000:5.1f} ms;"
+            f" -> {self.worst_record[1] * 1000:6.1f} ms (p99 {self.record_p99[0] * 1e6:4.0f} ->"
+            f" {self.record_p99[1] * 1e6:6.0f} us); GC pause {self.gc_pause * 1000:5.1f} ms;"
             f" fds/threads back in {back}"
         )
 
@@ -611,6 +693,8 @@ class Target:
             self.telemetry.registry.register(_Padding(attack.padding_mb))  # type: ignore[arg-type]
         if attack.at_the_caps:
             fill_to_the_caps(self.telemetry)
+        if attack.at_the_agent_cap:
+            fill_to_the_agent_cap(self.telemetry)
         self._stack = ExitStack()
         for i in range(attack.in_flight):
             self._stack.enter_context(self.telemetry.rollout("browser", task_index=i, rollout_index=0))
@@ -670,7 +754,11 @@ class Target:
         except OSError:
             return None
         elapsed = time.monotonic() - started
-        expected = {"/metrics": b"rollout_completed_total", "/targets": b'[{"targets":'}.get(path, b"ok")
+        expected = {
+            "/metrics": b"rollout_completed_total",
+            "/targets": b'[{"targets":',
+            "/rollouts": b'"rollouts":[',
+        }.get(path, b"ok")
         if not reply.startswith(b"HTTP/1.1 200 ") or expected not in reply or elapsed > timeout:
             return None
         return elapsed
@@ -761,7 +849,7 @@ def run_attack(
             target.scrape(path=None if attack.verified else "/healthz")
         time.sleep(1)
         base = (open_descriptors(), threading.active_count())
-        record_before, _ = sampler.reset()
+        record_before, _, p99_before = sampler.reset()
         baseline_rss = rss()
         latencies: list[float | None] = []
         verified_after = None
@@ -773,7 +861,7 @@ def run_attack(
                 latencies.append(target.scrape())
                 time.sleep(0.5)
             threads_during = threading.active_count()
-            record_during, peak = sampler.reset()
+            record_during, peak, p99_during = sampler.reset()
         recovered, after_rss = _aftermath(base, baseline_rss, settle, early)
         peak = max(peak, sampler.reset()[1])
         return Outcome(
@@ -785,6 +873,7 @@ def run_attack(
             verified_after,
             threads_during,
             pauses.longest,
+            (p99_before, p99_during),
         )
     finally:
         sampler.stop()
@@ -806,15 +895,38 @@ def main() -> None:
     one.add_argument("--sources", type=int, default=0, help="connections spread over 127.0.0.2 and on")
     parser.add_argument("--scrapes", type=int, default=5, help="authorised scrapes during each attack")
     parser.add_argument("--only", nargs="*", choices=sorted(ATTACKS), help="run only these")
+    parser.add_argument("--rounds", type=int, default=1, help="run them all this many times, interleaved")
     args = parser.parse_args()
     if args.command == "attack":
         attack(args.port, args.kind, args.connections, args.seconds, rotate=args.rotate, sources=args.sources)
         return
+    if args.rounds < 1:
+        parser.error(f"--rounds must be at least 1, got {args.rounds}")
     print("attack                       scrapes within 1 s (3.00+ = failed or over 3 s); RSS before ->")
     print("                             peak -> 10 s after; worst record() before -> during the attack")
+    outcomes: dict[str, list[Outcome]] = {}
     with tempfile.TemporaryDirectory() as folder:
-        for name in args.only or list(ATTACKS):
-            print(run_attack(ATTACKS[name], Path(folder), scrapes=args.scrapes).line(name), flush=True)
+        for _ in range(args.rounds):
+            for name in args.only or list(ATTACKS):
+                outcome = run_attack(ATTACKS[name], Path(folder), scrapes=args.scrapes)
+                outcomes.setdefault(name, []).append(outcome)
+                print(outcome.line(name), flush=True)
+    for name, control in CONTROLS.items():
+        if name in outcomes and control in outcomes:
+            print(_compared(name, outcomes[name], control, outcomes[control]))
+
+
+def _compared(name: str, under: list[Outcome], control: str, against: list[Outcome]) -> str:
+    """``record()``'s 99th percentile under an attack against under its control, round by round (each
+    round's pair run one after the other), and the attack's scrapes."""
+    ratios = sorted(u.record_p99[1] / a.record_p99[1] for u, a in zip(under, against, strict=True))
+    latencies = [3.0 if latency is None else latency for outcome in under for latency in outcome.latencies]
+    held = sum(outcome.held for outcome in under)
+    return (
+        f"{name}: record() p99 over {control}'s: {', '.join(f'{r:.2f}' for r in ratios)}"
+        f" (median {statistics.median(ratios):.2f}); {ATTACKS[name].endpoint} answered within 1 s"
+        f" {held}/{len(latencies)}, worst {max(latencies):.2f} s"
+    )
 
 
 if __name__ == "__main__":

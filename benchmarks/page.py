@@ -36,7 +36,7 @@ from docs.browser import chromium
 from rollout_telemetry._facade.telemetry import RolloutTelemetry
 from rollout_telemetry._store.coverage import CoverageSnapshot
 from rollout_telemetry._views import story as story_module
-from rollout_telemetry._views.page import render_main
+from rollout_telemetry._views.page import Page
 from rollout_telemetry._views.report import build_report
 from rollout_telemetry._views.story import MOST_INSTANTS, RunStory
 
@@ -125,9 +125,8 @@ def live_history(agents: int) -> None:
     )
     started = time.perf_counter()
     report = build_report(snapshot, CoverageSnapshot(agents=()))
-    main = render_main(
-        report, functools.partial(story.points, snapshot), x_axis="seconds", charted=frozenset()
-    )
+    page = Page(report, functools.partial(story.points, snapshot), title="live", x_axis="seconds")
+    main = page.main(frozenset())
     took = time.perf_counter() - started
     size = len(main.encode()) / 1e6
     print(f"  one update of the live page (?part=main), ten charted: {size:.2f} MB in {took * 1000:.0f} ms")

@@ -319,7 +319,6 @@ def live_page(telemetry: RolloutTelemetry, interval: float = 5.0) -> LivePage:
         telemetry.snapshot,
         lambda: coverage_of(telemetry),
         lambda: groups_of(telemetry),
-        telemetry.rollouts_in_flight,
         origin=0.0,
         interval=interval,
     )

@@ -35,7 +35,7 @@ def test_sample_takes_a_point_of_each_agent_that_changed() -> None:
     page.sample()
     telemetry.record("math", {"reward": 0.0})
     page.sample()
-    body = page.render("main", frozenset()).decode()
+    body = page.read().main(frozenset())
     assert body.count('<polyline class="reward"') == 1
     assert 'data-agent="math"' in body
 

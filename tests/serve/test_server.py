@@ -19,7 +19,7 @@ from prometheus_client.core import CounterMetricFamily
 from rollout_telemetry import RolloutTelemetry, ServeError
 from rollout_telemetry._serve.server import READ_INTERVAL, MetricsServer, _Shared
 from rollout_telemetry._serve.workers import Busy, Workers
-from tests.support import FakeClock, raw_request, sample_names, samples
+from tests.support import FakeClock, live_page, raw_request, sample_names, samples
 
 
 def _get(url: str) -> tuple[int, str]:
@@ -258,6 +258,35 @@ def test_fifty_readers_of_rollouts_share_one_listing() -> None:
         listing = json.loads(body)
         assert listing["in_flight"] == 10_000
         assert [r["task_index"] for r in listing["rollouts"]] == list(range(951 + i))
+    assert len(calls) <= 2, len(calls)
+
+
+def test_the_page_and_rollouts_share_one_listing() -> None:
+    """Readers of /rollouts and of the page at once cost one listing of the rollouts in flight (the account is
+    not read for them twice): the page says how many are in flight and lists the oldest IN_FLIGHT_SHOWN."""
+    from rollout_telemetry._views.page import IN_FLIGHT_SHOWN
+
+    calls: list[int] = []
+
+    def rollouts(limit: int) -> dict[str, object]:
+        calls.append(limit)
+        listing = [
+            {"agent": "math", "task_index": i, "stage": "agent", "state": "active", "age_seconds": 1.0}
+            for i in range(limit)
+        ]
+        return {"in_flight": 10_000, "rollouts": listing}
+
+    telemetry = RolloutTelemetry(runtime_metrics=False)
+    telemetry.record("math", {"reward": 1.0})
+    page = live_page(telemetry)
+    with MetricsServer(CollectorRegistry(), port=0, rollouts=rollouts, page=page.shown()) as server:
+        base = server.url.removesuffix("/metrics")
+        results = _get_all([f"{base}/rollouts"] * 10 + [f"{base}/?part=main"] * 10)
+    assert all(status == 200 for status, _ in results)
+    for _, main in results[10:]:
+        assert '<span data-k="in_flight">10,000</span>' in main
+        listed = main[main.index("In flight now") :]
+        assert listed[: listed.index("</table>")].count('<tr data-agent="math">') == IN_FLIGHT_SHOWN
     assert len(calls) <= 2, len(calls)
 
 

@@ -9,22 +9,36 @@ of what a broken server does (hold a connection for ever, keep a scraper out whi
 from __future__ import annotations
 
 import hashlib
+import random
 import select
 import socket
 import ssl
 import threading
 import time
+import urllib.request
+from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
 
 from rollout_telemetry import BasicAuth, RolloutTelemetry, TLSConfig, hash_password
+from rollout_telemetry._facade.live import LivePage
 from rollout_telemetry._serve.auth import AUTH_THREADS, AUTH_WAIT, FAILURE_BURST
 from rollout_telemetry._serve.http import LINGER
-from rollout_telemetry._serve.server import HEAD_TIMEOUT, IDLE_TIMEOUT, WRITE_TIMEOUT, MetricsServer
+from rollout_telemetry._serve.server import (
+    HEAD_TIMEOUT,
+    IDLE_TIMEOUT,
+    READ_INTERVAL,
+    WRITE_TIMEOUT,
+    MetricsServer,
+)
+from rollout_telemetry._store.snapshot import AccountSnapshot
+from rollout_telemetry._views.page import REFRESH_SECONDS
+from rollout_telemetry._views.story import Point
 from tests.serve.test_http import MB, ca, tls, trusting
 from tests.serve.test_security import PASSWORD, _basic, _get, _Guessers, recorded, server
-from tests.support import rss, wait_until
+from tests.support import coverage_of, groups_of, rss, wait_until
 
 __all__ = ["ca", "recorded", "server", "tls", "trusting"]  # the fixtures, imported for the tests below
 
@@ -156,3 +170,91 @@ def test_tls_memory_is_given_back_after_churn(
             timeout=WRITE_TIMEOUT + LINGER + WIDE,
             what=f"RSS back within 100 MB (it grew {(rss() - before) / MB:.0f} MB)",
         )
+
+
+PAGE_AGENTS = 40
+OPEN_READERS = 8
+OPEN_REQUESTS = 30
+"""Requests each reader of the page makes, each naming a new set of sections."""
+
+
+def _named(reader: int, request: int) -> list[str]:
+    """A new ?open= set: ten names no agent has, or five of them and five agents' picked at random."""
+    unknown = [f"x{reader}-{request}-{i}" for i in range(10)]
+    if request % 2:
+        return unknown
+    chosen = random.Random(reader * OPEN_REQUESTS + request).sample(range(PAGE_AGENTS), 5)
+    return unknown[:5] + [f"agent-{i:02d}" for i in chosen]
+
+
+def test_a_flood_of_new_open_sets_reads_the_run_once_an_interval(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Readers of the live page naming a new ?open= set on every request (names no agent has, and the
+    agents'): the run is read for the page at most once a READ_INTERVAL and each agent's charts drawn at most
+    once an update, /rollouts is answered all along, and every reader gets the charts of the agents it
+    named."""
+    telemetry = RolloutTelemetry(runtime_metrics=False)
+    for i in range(PAGE_AGENTS):
+        telemetry.record(f"agent-{i:02d}", {"reward": 1.0, "mask_sample": i % 3 == 0})
+    reads = Counter[str]()
+
+    def snapshot() -> AccountSnapshot:  # once a read of the run for the page (no sampler tick meanwhile)
+        reads["page"] += 1
+        return telemetry.snapshot()
+
+    page = LivePage(
+        "flood",
+        snapshot,
+        lambda: coverage_of(telemetry),
+        lambda: groups_of(telemetry),
+        origin=0.0,
+        interval=3600.0,
+    )
+    drawn = Counter[str]()
+    points = page.story.points
+
+    def counted(account: AccountSnapshot, agent: str) -> Sequence[Point]:
+        drawn[agent] += 1
+        return points(account, agent)
+
+    monkeypatch.setattr(page.story, "points", counted)
+    server = MetricsServer(
+        telemetry.registry, port=0, rollouts=telemetry.rollouts_in_flight, page=page.shown()
+    )
+    root = f"http://127.0.0.1:{server.port}"
+    missing: list[str] = []
+
+    def reader(number: int) -> None:
+        for request in range(OPEN_REQUESTS):
+            named = _named(number, request)
+            url = f"{root}/?part=main" + "".join(f"&open={name}" for name in named)
+            with urllib.request.urlopen(url, timeout=60) as response:
+                main = response.read().decode()
+            for name in (name for name in named if name.startswith("agent-")):
+                section = main[main.index(f'data-agent="{name}" id=') :]
+                if '<svg class="chart"' not in section[: section.index("</details>")]:
+                    missing.append(name)
+
+    listings = 0
+    try:
+        started = time.monotonic()
+        readers = [threading.Thread(target=reader, args=(i,)) for i in range(OPEN_READERS)]
+        for thread in readers:
+            thread.start()
+        while any(thread.is_alive() for thread in readers):
+            with urllib.request.urlopen(f"{root}/rollouts", timeout=60) as response:
+                assert response.status == 200
+                assert b'"rollouts":[' in response.read()
+                listings += 1
+        for thread in readers:
+            thread.join()
+        elapsed = time.monotonic() - started
+    finally:
+        server.stop()
+    # Each read is shared for READ_INTERVAL from when it began, and each drawing of an agent's charts for
+    # REFRESH_SECONDS after the read that made it (both on the monotonic clock): at least that far apart.
+    # bound: counts per interval of the run's own length: a slower machine makes the run longer, not more
+    # reads an interval.
+    assert reads["page"] <= elapsed // READ_INTERVAL + 1, (reads, elapsed)
+    assert max(drawn.values()) <= elapsed // REFRESH_SECONDS + 1, (drawn, elapsed)
+    assert missing == []
+    assert listings >= 1

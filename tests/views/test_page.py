@@ -6,16 +6,18 @@ import functools
 import itertools
 import json
 import math
+import random
 import re
+from collections.abc import Sequence
 from html.parser import HTMLParser
 from typing import Any
 
 from rollout_telemetry._facade.telemetry import RolloutTelemetry
 from rollout_telemetry._store.coverage import CoverageSnapshot
 from rollout_telemetry._views.charts import nice_ticks
-from rollout_telemetry._views.page import OPEN_AGENTS, render_page
+from rollout_telemetry._views.page import MAX_OPEN, OPEN_AGENTS, REFRESH_SECONDS, Drawings, Page, render_page
 from rollout_telemetry._views.report import build_report
-from rollout_telemetry._views.story import RunStory
+from rollout_telemetry._views.story import Point, RunStory
 
 HOSTILE = '</script><script>alert("x")</script><img src=x onerror=alert(1)> & "quoted" \'\n'
 
@@ -218,3 +220,67 @@ def test_every_value_the_page_formats_renders() -> None:
     assert "task-17" in cells[0]
     assert "an integer of 16,610 bits" in cells[3]
     assert "<td>-</td>" in cells[4]  # NaN and inf are no number
+
+
+def _counting(
+    telemetry: RolloutTelemetry, agents: int, drawings: Drawings | None = None, at: float = 0.0
+) -> tuple[Page, dict[str, int]]:
+    """A page of ``agents`` agents, read at ``at``, whose points count how often each agent's charts are
+    drawn."""
+    story = RunStory(telemetry.snapshot, "rollouts")
+    for i in range(agents):
+        telemetry.record(f"agent-{i:02d}", {"reward": 1.0, "mask_sample": i % 3 == 0})
+        story.tick()
+    snapshot = telemetry.snapshot()
+    drawn = dict.fromkeys((f"agent-{i:02d}" for i in range(agents)), 0)
+
+    def points(name: str) -> Sequence[Point]:
+        drawn[name] += 1
+        return story.points(snapshot, name)
+
+    report = build_report(snapshot, CoverageSnapshot(agents=()))
+    page = Page(report, points, title="live", x_axis="seconds", refresh=5, drawings=drawings, at=at)
+    return page, drawn
+
+
+def test_any_sets_of_open_sections_draw_each_agents_charts_once() -> None:
+    """Two hundred pages of one read, each naming a new set of sections (of agents and of no agent): each
+    agent's charts are drawn once at most, and each page has the charts of every agent it named."""
+    telemetry = RolloutTelemetry(runtime_metrics=False)
+    page, drawn = _counting(telemetry, 40)
+    chooser = random.Random(7)
+    for request in range(200):
+        named = [f"agent-{i:02d}" for i in chooser.sample(range(40), 5)] + [
+            f"x{request}-{i}" for i in range(5)
+        ]
+        chooser.shuffle(named)
+        body = page.main(page.charted(named))
+        for name in named[:MAX_OPEN]:
+            if name.startswith("agent-"):
+                section = body[body.index(f'data-agent="{name}" id=') :]
+                assert '<svg class="chart"' in section[: section.index("</details>")], name
+    assert set(drawn.values()) == {1}
+
+
+def test_names_of_no_agent_ask_for_the_same_page() -> None:
+    """Of the names a reader gives, the first MAX_OPEN count, a name no agent has is dropped, and the worst
+    agents (always charted) are not asked for again: any set of unknown names is the page of none."""
+    telemetry = RolloutTelemetry(runtime_metrics=False)
+    page, _ = _counting(telemetry, 40)
+    worst = "agent-00"  # masked: among the worst, whose charts are always drawn
+    assert page.charted([f"x{i}" for i in range(MAX_OPEN)]) == frozenset()
+    assert page.charted(["x", "agent-01", worst, "agent-01"]) == {"agent-01"}
+    assert page.charted([*(f"x{i}" for i in range(MAX_OPEN)), "agent-01"]) == frozenset()
+
+
+def test_the_live_pages_charts_are_drawn_at_most_once_an_update() -> None:
+    """Reads within an update of the one that drew an agent's charts show that drawing; a read an update
+    later draws them again, and so does a read made before the drawing (it cannot show what came after)."""
+    telemetry = RolloutTelemetry(runtime_metrics=False)
+    drawings = Drawings(REFRESH_SECONDS)
+    counts = []
+    for at in (10.0, 10.5, 10.0 + REFRESH_SECONDS - 0.01, 10.0 + REFRESH_SECONDS, 9.0):
+        page, drawn = _counting(telemetry, 1, drawings, at)
+        assert '<svg class="chart"' in page.main(frozenset())
+        counts.append(drawn["agent-00"])
+    assert counts == [1, 0, 0, 1, 1]

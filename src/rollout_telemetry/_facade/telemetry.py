@@ -499,7 +499,6 @@ class RolloutTelemetry:
                     self.snapshot,
                     recorder.coverage_snapshot,
                     recorder.groups_snapshot,
-                    self.rollouts_in_flight,
                     origin=self._started,
                 )
             return self._live

@@ -5,8 +5,8 @@ Binds 127.0.0.1 unless told otherwise. Optional TLS (certificate, key, optional 
 verification) and optional HTTP basic auth (``rollout_telemetry.auth``). Connections, deadlines and worker
 threads are ``rollout_telemetry._http``'s; this module says what is answered. Rendering runs on worker
 threads, never on the event loop: scrapes asking for the same exposition at the same time share one
-rendering, and ``/rollouts`` and filtered ``/metrics`` are shared for ``READ_INTERVAL`` on a thread of their
-own, so that many readers cost what one does.
+rendering, and ``/rollouts``, filtered ``/metrics`` and the page's read of the run are shared for
+``READ_INTERVAL`` on a thread of their own, so that many readers cost what one does.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import gzip
 import json
 import ssl
 import time
-from collections.abc import Callable, Hashable, Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 from urllib.parse import parse_qs
@@ -70,13 +70,15 @@ __all__ = [
 ]
 
 _Rendering = tuple[str, tuple[str, ...], bool]  # Accept's choice, name[] filter, gzip
+_PageRender = Callable[[str, Sequence[str]], bytes]  # one read's page for ?part= and the ?open= names
 
 DEFAULT_ROLLOUTS_LIMIT = 100
 """Rollouts ``GET /rollouts`` lists unless ``?limit=`` says otherwise."""
 READ_INTERVAL = 1.0
-"""Seconds one listing of ``/rollouts`` and one collection for ``/metrics?name[]=`` are shared for."""
+"""Seconds one listing of ``/rollouts``, one collection for ``/metrics?name[]=`` and one read of the run for
+the page are shared for."""
 MAX_READS_QUEUED = 64
-"""Renders of ``/rollouts`` and ``/metrics?name[]=`` that may wait for their thread (503 beyond)."""
+"""Renders of ``/rollouts``, ``/metrics?name[]=`` and the page that may wait for their thread (503 beyond)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,7 +240,10 @@ class _Endpoint:
     rendering), share it: one body in memory, however many read it at once (``writing`` says whether a body
     is still being written). ``/rollouts`` and ``/metrics?name[]=`` are shared for ``READ_INTERVAL`` on a
     thread of their own: one collection of the registry and one listing of the rollouts in flight per
-    interval, whatever the readers ask, so many readers cost what one does and never delay a scrape.
+    interval, whatever the readers ask, so many readers cost what one does and never delay a scrape. So is
+    the page's read of the run, which lists that interval's rollouts in flight: the page for each set of
+    open sections is assembled from it there (those asking for the same set at once share one), each agent's
+    charts drawn at most once whatever the sets (``_views.page``).
     """
 
     def __init__(
@@ -249,7 +254,7 @@ class _Endpoint:
         reads: Workers,
         *,
         rollouts: Callable[[int], Mapping[str, object]] | None = None,
-        page: Callable[[str, frozenset[str]], bytes] | None = None,
+        page: Callable[[Mapping[str, object] | None], _PageRender] | None = None,
         writing: Callable[[bytes], bool] = lambda body: False,
     ) -> None:
         self._registry = registry
@@ -261,8 +266,11 @@ class _Endpoint:
         )
         self._collections: _Shared[str, list[Metric]] = _Shared(reads, READ_INTERVAL)
         self._filtered: _Shared[_Rendering, tuple[bytes, str]] = _Shared(reads, READ_INTERVAL)
-        self._listings: _Shared[str, tuple[bytes, list[bytes]]] = _Shared(reads, READ_INTERVAL)
-        self._pages: _Shared[tuple[str, frozenset[str]], bytes] = _Shared(reads, READ_INTERVAL)
+        self._listings: _Shared[str, _Listing] = _Shared(reads, READ_INTERVAL)
+        self._page_reads: _Shared[str, _PageRender] = _Shared(reads, READ_INTERVAL)
+        # Shared while being assembled only: cheap to make again, and a second's worth of pages for every
+        # set asked for would be a megabyte each.
+        self._pages: _Shared[tuple[_PageRender, str, tuple[str, ...]], bytes] = _Shared(reads, 0)
         self._paths = ("/metrics",) + ("/rollouts",) * (rollouts is not None) + ("/",) * (page is not None)
 
     async def __call__(self, request: Request) -> Response:
@@ -279,14 +287,23 @@ class _Endpoint:
         """Hold the page no more (the server stopped)."""
         self._page = None
 
-    async def _page_of(self, page: Callable[[str, frozenset[str]], bytes], request: Request) -> Response:
+    async def _page_of(
+        self, read: Callable[[Mapping[str, object] | None], _PageRender], request: Request
+    ) -> Response:
         """The live page (``?part=main``: its content alone; ``&open=NAME``: an agent whose charts to draw,
-        at most ``MAX_OPEN``), rendered on the read thread and shared by those asking for the same."""
+        at most ``MAX_OPEN``), assembled on the read thread from the interval's read of the run, which lists
+        the interval's rollouts in flight (``/rollouts``' listing: the account is not read for them twice)."""
         query = parse_qs(request.query)
         part = "main" if query.get("part", [""])[-1] == "main" else "page"
-        charted = frozenset(query.get("open", [])[:MAX_OPEN])
-        body = await self._pages.get((part, charted), functools.partial(page, part, charted))
+        named = tuple(query.get("open", []))
+        listing = None if self._rollouts is None else (await self._listing(self._rollouts)).listing
+        render = await self._page_reads.get("page", functools.partial(read, listing))
+        body = await self._pages.get((render, part, named), functools.partial(render, part, named))
         return Response(200, _PAGE_HEADERS, body)
+
+    async def _listing(self, rollouts: Callable[[int], Mapping[str, object]]) -> _Listing:
+        """The interval's listing of the rollouts in flight, shared by ``/rollouts`` and the page."""
+        return await self._listings.get("rollouts", functools.partial(_Listing.of, rollouts))
 
     async def _in_flight(self, rollouts: Callable[[int], Mapping[str, object]], request: Request) -> Response:
         """The rollouts in flight, oldest first, as JSON: ``?limit=`` (default 100, at most 1000)."""
@@ -297,8 +314,8 @@ class _Endpoint:
             limit = -1
         if not 1 <= limit <= MAX_ROLLOUTS_LIMIT:
             return Response.text(400, f"limit must be a whole number from 1 to {MAX_ROLLOUTS_LIMIT}\n")
-        opening, records = await self._listings.get("rollouts", functools.partial(_listing, rollouts))
-        body = opening + b",".join(records[:limit]) + b"]}"  # a copy of encoded bytes: cheap on the loop
+        listing = await self._listing(rollouts)
+        body = listing.opening + b",".join(listing.records[:limit]) + b"]}"  # joined bytes: cheap on the loop
         return Response(200, (("Content-Type", "application/json"),), body)
 
     async def _metrics(self, request: Request) -> Response:
@@ -342,14 +359,25 @@ def _encode(collector: Collector, accept: str, gzipped: bool) -> tuple[bytes, st
     return (gzip.compress(body, GZIP_LEVEL) if gzipped else body), content_type
 
 
-def _listing(rollouts: Callable[[int], Mapping[str, object]]) -> tuple[bytes, list[bytes]]:
-    """The longest listing of rollouts in flight, encoded once: its opening and each rollout's JSON, so a
-    response for any ``limit`` is a join of bytes already made."""
-    listing = dict(rollouts(MAX_ROLLOUTS_LIMIT))
-    records = listing.pop("rollouts", [])
-    assert isinstance(records, list)
-    opening = json.dumps(listing, separators=(",", ":"))[:-1] + ("," if listing else "") + '"rollouts":['
-    return opening.encode(), [json.dumps(record, separators=(",", ":")).encode() for record in records]
+@dataclass(frozen=True, slots=True)
+class _Listing:
+    """The longest listing of rollouts in flight (``listing``), encoded once: its opening and each rollout's
+    JSON, so a response for any ``limit`` is a join of bytes already made."""
+
+    listing: Mapping[str, object]
+    opening: bytes
+    records: list[bytes]
+
+    @classmethod
+    def of(cls, rollouts: Callable[[int], Mapping[str, object]]) -> _Listing:
+        """The listing now (on the read thread)."""
+        listing = rollouts(MAX_ROLLOUTS_LIMIT)
+        head = {key: value for key, value in listing.items() if key != "rollouts"}
+        records = listing.get("rollouts", [])
+        assert isinstance(records, list)
+        opening = json.dumps(head, separators=(",", ":"))[:-1] + ("," if head else "") + '"rollouts":['
+        encoded = [json.dumps(record, separators=(",", ":")).encode() for record in records]
+        return cls(listing, opening.encode(), encoded)
 
 
 class MetricsServer:
@@ -359,9 +387,10 @@ class MetricsServer:
     several collector processes on one node to get a port each without coordinating. ``threads`` worker
     threads render the exposition (scrapes asking for the same one share it, and each thread keeps a heap
     of its own, so few are best); password checks and ``/rollouts`` have threads of their own, and the
-    connections themselves hold none. ``page`` renders the page at ``/`` (``"main"``: its content alone; the
-    agents named by ``?open=`` charted) on the ``/rollouts`` thread, shared for ``READ_INTERVAL``; without
-    it, ``/`` is 404.
+    connections themselves hold none. ``page`` reads the run for the page at ``/``, given ``/rollouts``'
+    listing, and returns what renders that read for a ``?part=`` (``main``: its content alone) and the
+    ``?open=`` names (the agents whose charts to draw), on the ``/rollouts`` thread, one read shared for
+    ``READ_INTERVAL``; without it, ``/`` is 404.
 
     Raises:
         ServeError: the address cannot be bound (every port in the range is taken, the host is unknown).
@@ -378,7 +407,7 @@ class MetricsServer:
         threads: int = 2,
         port_range: int = 1,
         rollouts: Callable[[int], Mapping[str, object]] | None = None,
-        page: Callable[[str, frozenset[str]], bytes] | None = None,
+        page: Callable[[Mapping[str, object] | None], Callable[[str, Sequence[str]], bytes]] | None = None,
     ) -> None:
         self._tls = tls
         context = tls.context() if tls is not None else None

@@ -11,13 +11,20 @@ live page swaps its content for ``?part=main`` every few seconds, keeping the fi
 draws the charts of the open sections only (``?open=NAME`` names those the reader opened, at most
 ``MAX_OPEN``), so an update of 500 agents costs the endpoint little more than one of a dozen. Opening a
 section whose charts are not drawn asks for them at once; nothing else asks sooner than the next update.
+
+A ``Page`` is one read of the run: its tables are made once, and each agent's section once with its charts
+and once without, so the page for any set of open sections is assembled from the same parts (names no agent
+has are dropped: every such set asks for the same page), and an agent's charts are drawn at most once a read.
+The live page keeps its drawings across reads (``Drawings``): an agent's charts are drawn at most once an
+update (``REFRESH_SECONDS``), whichever readers ask, however often.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
-from collections.abc import Callable, Container, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from html import escape
 from typing import Any
 
@@ -26,7 +33,16 @@ from rollout_telemetry._contract.shown import shown
 from rollout_telemetry._views.charts import Line, Segment, bar, line_chart
 from rollout_telemetry._views.story import POINT_FIELDS, Point, XAxis
 
-__all__ = ["CHART_POINTS", "MAX_OPEN", "OPEN_AGENTS", "REFRESH_SECONDS", "render_main", "render_page"]
+__all__ = [
+    "CHART_POINTS",
+    "IN_FLIGHT_SHOWN",
+    "MAX_OPEN",
+    "OPEN_AGENTS",
+    "REFRESH_SECONDS",
+    "Drawings",
+    "Page",
+    "render_page",
+]
 
 OPEN_AGENTS = 10
 """Agents whose section is open when the page loads (the worst); the others open on a click."""
@@ -36,6 +52,8 @@ MAX_OPEN = 50
 """Agents the live page names with ``?open=`` at most; the endpoint charts the first ones named."""
 CHART_POINTS = 120
 """Points a chart's line draws at most (about one every 5 pixels); the story may hold more."""
+IN_FLIGHT_SHOWN = 20
+"""Rollouts in flight the page lists, the oldest (the first of ``GET /rollouts``' listing)."""
 
 _LONGEST = 10**30  # integers this long or longer are shown by their size (``shown``)
 
@@ -124,64 +142,144 @@ timer=setTimeout(update,every*1000);})();
 """
 
 
+class Drawings:
+    """Each agent's charts as last drawn, shown again by the pages read within ``fresh_for`` seconds after
+    the read that drew them: an agent's charts are drawn at most once per ``fresh_for``, whatever sets of
+    sections readers ask for and however often. One drawing is kept per agent charted (a few kilobytes).
+    """
+
+    def __init__(self, fresh_for: float) -> None:
+        self._fresh_for = fresh_for
+        self._drawn: dict[str, tuple[float, str]] = {}
+
+    def get(self, agent: str, at: float, draw: Callable[[], str]) -> str:
+        """The charts of ``agent`` for a read made at ``at``: those kept if drawn at most ``fresh_for``
+        seconds before it (never after it: they would show what the read has not), else ``draw()``'s."""
+        kept = self._drawn.get(agent)
+        if kept is not None and 0 <= at - kept[0] < self._fresh_for:
+            return kept[1]
+        drawing = draw()
+        if kept is None or at >= kept[0]:  # a race of two endpoints' reads keeps the later drawing
+            self._drawn[agent] = (at, drawing)
+        return drawing
+
+
+class Page:
+    """One read of a run as a page: the report's numbers, the rollouts in flight and each agent's section,
+    made once; the whole page or its content for any set of open sections is assembled from them.
+
+    The ten worst agents' sections are open and charted; another agent's charts are drawn when it is
+    ``charted``. Each agent's section is made at most once with its charts and once without, whatever sets
+    are asked for, so a read costs at most one drawing of each agent's charts. Sections are kept as they
+    are made (a race of two threads makes one twice, the same).
+
+    Args:
+        report: ``build_report``'s numbers; ``points`` each agent's points for its charts.
+        title: the page's; ``refresh``: seconds between two updates of the content (0: never).
+        in_flight: ``GET /rollouts``' listing, if shown; ``alerts``: the shipped alerts, listed with when
+            each fires.
+        drawings: charts kept across reads (the live page's), this read made at ``at`` seconds of the clock
+            they are kept by; without them, each agent's are drawn for this read.
+    """
+
+    def __init__(
+        self,
+        report: Mapping[str, Any],
+        points: Callable[[str], Sequence[Point]],
+        *,
+        title: str,
+        x_axis: XAxis,
+        in_flight: Mapping[str, Any] | None = None,
+        refresh: int = 0,
+        alerts: Sequence[Mapping[str, Any]] = (),
+        drawings: Drawings | None = None,
+        at: float = 0.0,
+    ) -> None:
+        self._report = report
+        self._drawings = drawings
+        self._at = at
+        self._points = points
+        self._title = title
+        self._x_axis: XAxis = x_axis
+        self._refresh = refresh
+        self._rows = sorted(report["agents"], key=_worst_first)
+        self._open = {row["agent"] for row in self._rows[:OPEN_AGENTS]}
+        self._agents = frozenset(row["agent"] for row in self._rows)
+        # "<" escaped inside the JSON: no agent name can close the script element it sits in.
+        data = json.dumps(report, separators=(",", ":"), allow_nan=False).replace("<", "\\u003c")
+        opening = [f'<script type="application/json" id="report">{data}</script>', _overview(self._rows)]
+        if in_flight is not None and in_flight.get("tracked", True):  # a run read from files tracks none
+            opening.append(_in_flight(in_flight))
+        if not self._rows:
+            opening.append('<p class="none">No rollout counted yet.</p>')
+        self._opening = "".join(opening)
+        self._closing = _run_totals(report) + (_alerts(alerts) if alerts else "")
+        self._sections: dict[tuple[str, bool], str] = {}
+
+    def charted(self, named: Iterable[str]) -> frozenset[str]:
+        """The agents among the first ``MAX_OPEN`` of ``named`` whose charts are not drawn unless asked for:
+        the worst are always drawn, and a name no agent has is dropped, so every set of such names asks for
+        the same page."""
+        return frozenset(itertools.islice(named, MAX_OPEN)).intersection(self._agents).difference(self._open)
+
+    def main(self, charted: Container[str] | None = None) -> str:
+        """The page's content (what the live page fetches with ``?part=main``): the report's JSON, the table
+        of agents worst first, the rollouts in flight, each agent's section, then the run's totals. The open
+        sections (the ``OPEN_AGENTS`` worst) have their charts, and so have the ``charted`` agents (``None``:
+        every agent); the others say their charts come when they are opened."""
+        parts = [self._opening]
+        for row in self._rows:
+            name = row["agent"]
+            parts.append(self._section(row, charted is None or name in self._open or name in charted))
+        parts.append(self._closing)
+        return "".join(parts)
+
+    def document(self, charted: Container[str] | None = None) -> str:
+        """The whole page, its content ``main(charted)``."""
+        x_note = _X_NOTES[self._x_axis]
+        return (
+            '<!doctype html><html lang="en"><head><meta charset="utf-8">'
+            '<meta name="viewport" content="width=device-width,initial-scale=1">'
+            f"<title>{escape(self._title)} - rollout-telemetry</title><style>{_STYLE}</style></head>"
+            f'<body data-refresh="{self._refresh}" data-max-open="{MAX_OPEN}"><header>'
+            f'<h1>{escape(self._title)}</h1><p class="about">{x_note}</p>'
+            '<input id="filter" type="search" placeholder="filter agents by name" aria-label="filter agents">'
+            f'</header><main id="content">{self.main(charted)}</main>'
+            f"<script>{_SCRIPT}</script></body></html>"
+        )
+
+    def render(self, part: str, named: Sequence[str]) -> bytes:
+        """What the endpoint sends for ``?part=`` and the ``?open=`` names: the content (``main``) or the
+        whole page, the agents ``named`` charted (``charted``)."""
+        charted = self.charted(named)
+        return (self.main(charted) if part == "main" else self.document(charted)).encode()
+
+    def _section(self, row: Mapping[str, Any], drawn: bool) -> str:
+        name = row["agent"]
+        section = self._sections.get((name, drawn))
+        if section is None:
+            charts = self._charts(name) if drawn else None
+            section = _agent(row, self._report, charts, open_=name in self._open)
+            self._sections[name, drawn] = section
+        return section
+
+    def _charts(self, name: str) -> str:
+        def draw() -> str:
+            return _charts(self._points(name), self._x_axis, name)
+
+        return draw() if self._drawings is None else self._drawings.get(name, self._at, draw)
+
+
 def render_page(
     report: Mapping[str, Any],
     points: Callable[[str], Sequence[Point]],
     *,
     title: str,
     x_axis: XAxis,
-    in_flight: Mapping[str, Any] | None = None,
-    refresh: int = 0,
-    charted: Container[str] | None = None,
-    alerts: Sequence[Mapping[str, Any]] = (),
 ) -> str:
-    """The whole page: ``report``'s numbers and the charts of each agent's ``points``; ``refresh`` seconds
-    (0: never) between two updates of the content from ``?part=main``; ``in_flight`` (``GET /rollouts``'
-    listing) if given; ``charted``: the agents whose charts are drawn besides the open ones (``None``: every
-    agent's); ``alerts``: the shipped alerts (``_monitoring/alerts.json``), listed with when each fires."""
-    main = render_main(report, points, x_axis=x_axis, in_flight=in_flight, charted=charted, alerts=alerts)
-    return (
-        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
-        '<meta name="viewport" content="width=device-width,initial-scale=1">'
-        f"<title>{escape(title)} - rollout-telemetry</title><style>{_STYLE}</style></head>"
-        f'<body data-refresh="{refresh}" data-max-open="{MAX_OPEN}"><header><h1>{escape(title)}</h1>'
-        f'<p class="about">{_X_NOTES[x_axis]}</p>'
-        '<input id="filter" type="search" placeholder="filter agents by name" aria-label="filter agents">'
-        f'</header><main id="content">{main}</main>'
-        f"<script>{_SCRIPT}</script></body></html>"
-    )
-
-
-def render_main(
-    report: Mapping[str, Any],
-    points: Callable[[str], Sequence[Point]],
-    *,
-    x_axis: XAxis,
-    in_flight: Mapping[str, Any] | None = None,
-    charted: Container[str] | None = None,
-    alerts: Sequence[Mapping[str, Any]] = (),
-) -> str:
-    """The page's content (what the live page fetches with ``?part=main``): the report's JSON, the table of
-    agents worst first, the rollouts in flight, each agent's section, then the run's totals. The open
-    sections (the ``OPEN_AGENTS`` worst) have their charts, and so have the ``charted`` agents (``None``:
-    every agent); the others say their charts come when they are opened."""
-    rows = sorted(report["agents"], key=_worst_first)
-    # "<" escaped inside the JSON: no agent name can close the script element it sits in.
-    data = json.dumps(report, separators=(",", ":"), allow_nan=False).replace("<", "\\u003c")
-    parts = [f'<script type="application/json" id="report">{data}</script>', _overview(rows)]
-    if in_flight is not None and in_flight.get("tracked", True):  # a run read from files tracks none
-        parts.append(_in_flight(in_flight))
-    if not rows:
-        parts.append('<p class="none">No rollout counted yet.</p>')
-    for rank, row in enumerate(rows):
-        name = row["agent"]
-        opened = rank < OPEN_AGENTS
-        drawn = points(name) if opened or charted is None or name in charted else None
-        parts.append(_agent(row, report, drawn, x_axis=x_axis, open_=opened))
-    parts.append(_run_totals(report))
-    if alerts:
-        parts.append(_alerts(alerts))
-    return "".join(parts)
+    """The report's page (``report --format html``): ``report``'s numbers and the charts of every agent's
+    ``points``; it never updates itself."""
+    return Page(report, points, title=title, x_axis=x_axis).document()
 
 
 def _alerts(alerts: Sequence[Mapping[str, Any]]) -> str:
@@ -268,7 +366,7 @@ def _anchor(name: str) -> str:
 
 
 def _in_flight(listing: Mapping[str, Any]) -> str:
-    records = listing.get("rollouts", [])
+    records = listing.get("rollouts", [])[:IN_FLIGHT_SHOWN]
     head = (
         f'<h3>In flight now: <span data-k="in_flight">{_number(listing.get("in_flight", 0))}</span></h3>'
         f'<p class="about">The oldest {len(records):,}; a rollout is stalled past its stall bound.</p>'
@@ -288,14 +386,7 @@ def _in_flight(listing: Mapping[str, Any]) -> str:
     )
 
 
-def _agent(
-    row: Mapping[str, Any],
-    report: Mapping[str, Any],
-    points: Sequence[Point] | None,
-    *,
-    x_axis: XAxis,
-    open_: bool,
-) -> str:
+def _agent(row: Mapping[str, Any], report: Mapping[str, Any], charts: str | None, *, open_: bool) -> str:
     name = row["agent"]
     events, rollouts = row["events"], row["rollouts"]
     shown = escape(name)
@@ -304,10 +395,10 @@ def _agent(
         f"<summary><h2>{shown}</h2></summary>"
     ]
     parts.append(_coverage(rollouts, events))
-    if points is None:  # drawn when the section is opened (the live page asks again, naming it)
+    if charts is None:  # drawn when the section is opened (the live page asks again, naming it)
         parts.append('<div class="charts pending"><p class="none">The charts come when this opens.</p></div>')
     else:
-        parts.append('<div class="charts">' + _charts(points, x_axis, name) + "</div>")
+        parts.append(f'<div class="charts">{charts}</div>')
     parts.append('<div class="grid2">')
     parts.append(_failure_kinds(events))
     signal = report.get("training_signal", {}).get(name, {})

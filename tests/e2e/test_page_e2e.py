@@ -1,7 +1,8 @@
 """The HTML report and the live page in a real browser: headless Chromium (Debian's) driven by Playwright.
 
 The numbers a reader sees are read off the page and compared with ``report --format json`` and ``/metrics``;
-the page asks nothing of any other origin; markup in an agent's name stays text.
+the page asks nothing of any other origin; markup in an agent's name stays text; the pages' policy lets their
+own script run and refuses any other, and the report opened from disk connects nowhere.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import socket
 import ssl
 import subprocess
 import sys
@@ -30,7 +32,9 @@ HOSTILE = '<img src=x onerror="window.pwned=1"><script>window.pwned=2</script>"&
 HOSTILE_KIND = 'x" tabindex="0" autofocus onfocus="window.pwned=3'
 
 if TYPE_CHECKING:
-    from playwright.sync_api import Browser, Page
+    from collections.abc import Callable
+
+    from playwright.sync_api import Browser, Page, Route
 
 
 @pytest.fixture(scope="module")
@@ -276,3 +280,153 @@ def test_the_sampler_takes_points_as_the_run_goes_on() -> None:
     taken = len(page.story.points(telemetry.snapshot(), "math")) - 1  # the current one is not taken
     time.sleep(1.0)  # five intervals: a sampler still running would take points
     assert len(page.story.points(telemetry.snapshot(), "math")) - 1 == taken
+
+
+_REFUSALS = """
+window.refused = [];
+document.addEventListener("securitypolicyviolation", function (event) {
+  window.refused.push(event.effectiveDirective);
+});
+"""
+
+
+def _refusals(page: Page) -> Callable[[], list[str]]:
+    """What the page's policy refuses from now on: the directives of its violation events, then the browser's
+    console messages about the policy."""
+    console: list[str] = []
+    page.on("console", lambda message: console.append(message.text))
+    page.add_init_script(_REFUSALS)  # run by the browser itself, before the page's script: no policy stops it
+
+    def refused() -> list[str]:
+        said = [text for text in console if "Content Security Policy" in text]
+        return [*page.evaluate("window.refused || []"), *said]
+
+    return refused
+
+
+def test_the_live_page_runs_its_own_script_under_its_policy(browser: Browser) -> None:
+    """The live page's script runs under its policy: the filter narrows the page, the page updates itself
+    from its origin, and the browser refuses nothing on it."""
+    telemetry = RolloutTelemetry(runtime_metrics=False)
+    _record(telemetry, 10)
+    server = telemetry.serve(port=0)
+    try:
+        page = browser.new_page()
+        refused = _refusals(page)
+        page.goto(server.url.removesuffix("/metrics") + "/")
+        page.fill("#filter", "math")
+        assert [r.get_attribute("data-agent") for r in page.locator("tr[data-agent]:visible").all()] == [
+            "math"
+        ]
+        page.wait_for_selector("body[data-updated]", timeout=20_000)  # fetched ?part=main and swapped it in
+        assert page.locator("tr[data-agent]:visible").count() == 1  # the filter kept
+        assert refused() == []
+        page.close()
+    finally:
+        server.stop()
+        telemetry.close()
+
+
+INJECTED = (
+    "<style>#filter{display:none}</style><script>window.pwned=1</script>"
+    '<p id="styled" style="display:none">styled</p>'
+)
+"""An inline script, a style element and a style attribute that are not the page's own."""
+
+
+def test_an_inline_script_not_the_pages_own_is_refused(browser: Browser) -> None:
+    """The live page with an inline script, a style element and a style attribute added, under the page's own
+    headers: none of them applies, the browser reports each, and the page's own script still runs."""
+    telemetry = RolloutTelemetry(runtime_metrics=False)
+    _record(telemetry, 10)
+    server = telemetry.serve(port=0)
+    root = server.url.removesuffix("/metrics") + "/"
+
+    def injected(route: Route) -> None:
+        response = route.fetch()
+        headers = {k: v for k, v in response.headers.items() if k.lower() != "content-length"}
+        assert "content-security-policy" in headers
+        body = response.text().replace("</body>", INJECTED + "</body>")
+        route.fulfill(status=response.status, headers=headers, body=body)
+
+    try:
+        page = browser.new_page()
+        refused = _refusals(page)
+        page.route(root, injected)
+        page.goto(root)
+        page.fill("#filter", "math")  # visible: the injected style did not hide it
+        assert [r.get_attribute("data-agent") for r in page.locator("tr[data-agent]:visible").all()] == [
+            "math"
+        ]
+        assert page.locator("#styled").is_visible()
+        assert page.evaluate("window.pwned") is None
+        directives = page.evaluate("window.refused")
+        assert {"script-src-elem", "style-src-elem", "style-src-attr"} <= set(directives), refused()
+        page.close()
+    finally:
+        server.stop()
+        telemetry.close()
+
+
+_SEND = """url => Promise.all([
+  fetch(url, {mode: "no-cors"}).then(() => "answered", () => "refused"),
+  new Promise(done => {
+    const image = new Image();
+    image.onload = image.onerror = () => done(image.complete && image.naturalWidth ? "answered" : "refused");
+    image.src = url + "image.png";
+  }),
+])"""
+"""Send the run's data to ``url``, as a script that got into the page would: a fetch and an image."""
+
+
+@pytest.fixture
+def listener() -> Iterator[socket.socket]:
+    """A socket listening on 127.0.0.1 that never answers: a connection to it shows in its accept queue."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        yield sock
+
+
+def _connections(sock: socket.socket) -> int:
+    """Connections waiting in ``sock``'s queue, each accepted (and closed) now."""
+    sock.setblocking(False)
+    count = 0
+    while True:
+        try:
+            connection, _ = sock.accept()
+        except BlockingIOError:
+            return count
+        connection.close()
+        count += 1
+
+
+def test_the_report_opened_from_disk_sends_nothing_anywhere(
+    browser: Browser, tmp_path: Path, listener: socket.socket
+) -> None:
+    """The report file carries its policy: opened from disk, a fetch and an image to a listener on
+    127.0.0.1 are refused and the listener sees no connection, and an inline script added to the file does
+    not run; the same file without its policy reaches the listener (what the policy stops is real)."""
+    html = _cli("report", str(FIXTURES / "run.jsonl"), "--format", "html")
+    policy = html[html.index('<meta http-equiv="Content-Security-Policy"') :]
+    policy = policy[: policy.index(">") + 1]
+    assert "default-src 'none'" in policy
+    assert "connect-src" not in policy
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}/"
+    guarded, bare = tmp_path / "run.html", tmp_path / "bare.html"
+    guarded.write_text(html.replace("</body>", "<script>window.pwned=1</script></body>"), encoding="utf-8")
+    bare.write_text(html.replace(policy, ""), encoding="utf-8")
+    page = browser.new_page()
+    refused = _refusals(page)
+    page.goto(guarded.as_uri())
+    assert page.locator("svg.chart polyline").count() > 0
+    assert page.evaluate(_SEND, url) == ["refused", "refused"]
+    assert page.evaluate("window.pwned") is None
+    assert {"connect-src", "img-src", "script-src-elem"} <= set(page.evaluate("window.refused")), refused()
+    assert _connections(listener) == 0
+    page.goto(bare.as_uri())
+    page.evaluate("url => { fetch(url, {mode: 'no-cors'}).catch(() => null); }", url)  # not awaited
+    listener.settimeout(10)
+    connection, _ = listener.accept()  # the page without its policy reached out
+    connection.close()
+    page.close()

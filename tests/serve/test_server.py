@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import gzip
+import hashlib
 import json
 import logging
 import socket
@@ -431,7 +433,9 @@ def test_a_rendering_is_shared_while_it_is_written_and_never_after(clock: FakeCl
 
 
 def test_the_page_is_served_at_the_root(telemetry: RolloutTelemetry) -> None:
-    """GET / is the live page, with a policy that lets it load nothing; ?part=main is its content alone."""
+    """GET / is the live page, with a policy that lets it load nothing, run no script but its own (by its
+    hash) and fetch only from its origin, the policy its <meta> gives and no frame; ?part=main is its
+    content alone."""
     telemetry.record("math", {"reward": 1.0})
     with telemetry.serve(port=0) as server:
         root = f"http://127.0.0.1:{server.port}"
@@ -441,6 +445,13 @@ def test_the_page_is_served_at_the_root(telemetry: RolloutTelemetry) -> None:
             assert response.headers["Content-Type"] == "text/html; charset=utf-8"
         assert "default-src 'none'" in policy
         assert "connect-src 'self'" in policy
+        assert "'unsafe-inline'" not in policy
+        assert policy.endswith("; frame-ancestors 'none'")
+        script = page[page.rindex("<script>") + len("<script>") : page.rindex("</script>")]
+        digest = base64.b64encode(hashlib.sha256(script.encode()).digest()).decode()
+        assert f"script-src 'sha256-{digest}'" in policy
+        meta = f'<meta http-equiv="Content-Security-Policy" content="{policy}">'
+        assert meta.replace("; frame-ancestors 'none'", "") in page
         assert page.startswith("<!doctype html>")
         status, main = _get(root + "/?part=main")
         assert status == 200
@@ -462,7 +473,7 @@ def test_the_page_draws_the_charts_of_the_agents_named_open() -> None:
         def charted(url: str) -> bool:
             main = _get(url)[1]
             section = main[main.index(f'<details class="agent" {healthy}') :]
-            return "<svg" in section[: section.index("</details>")]
+            return '<svg class="chart"' in section[: section.index("</details>")]
 
         assert not charted(root)
         assert charted(root + "&open=agent-11")

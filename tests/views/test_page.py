@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import base64
 import functools
+import hashlib
 import itertools
 import json
 import math
@@ -23,26 +25,27 @@ HOSTILE = '</script><script>alert("x")</script><img src=x onerror=alert(1)> & "q
 
 
 class _Elements(HTMLParser):
-    """Every start tag with its attributes, and the text of each script element."""
+    """Every start tag with its attributes, and the text of each script and style element."""
 
     def __init__(self) -> None:
         super().__init__(convert_charrefs=True)
         self.tags: list[tuple[str, dict[str, str | None]]] = []
         self.scripts: list[str] = []
-        self._in_script = False
+        self.styles: list[str] = []
+        self._text: list[str] | None = None
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         self.tags.append((tag, dict(attrs)))
-        self._in_script = tag == "script"
-        if self._in_script:
-            self.scripts.append("")
+        self._text = {"script": self.scripts, "style": self.styles}.get(tag)
+        if self._text is not None:
+            self._text.append("")
 
     def handle_endtag(self, tag: str) -> None:
-        self._in_script = False
+        self._text = None
 
     def handle_data(self, data: str) -> None:
-        if self._in_script:
-            self.scripts[-1] += data
+        if self._text is not None:
+            self._text[-1] += data
 
 
 def _page(telemetry: RolloutTelemetry, story: RunStory | None = None) -> tuple[dict[str, Any], str]:
@@ -220,6 +223,44 @@ def test_every_value_the_page_formats_renders() -> None:
     assert "task-17" in cells[0]
     assert "an integer of 16,610 bits" in cells[3]
     assert "<td>-</td>" in cells[4]  # NaN and inf are no number
+
+
+def _policy(elements: _Elements) -> dict[str, list[str]]:
+    """The page's Content-Security-Policy, from its <meta>: each directive's sources by its name."""
+    (content,) = [
+        attrs["content"] or ""
+        for tag, attrs in elements.tags
+        if tag == "meta" and (attrs.get("http-equiv") or "").lower() == "content-security-policy"
+    ]
+    directives = (part.split() for part in content.split(";") if part.strip())
+    return {name: sources for name, *sources in directives}
+
+
+def _sha256(text: str) -> str:
+    return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode() + "'"
+
+
+def test_the_policy_allows_the_pages_own_script_and_style_only() -> None:
+    """The report's policy loads nothing and connects nowhere; it allows exactly the page's one script and
+    one style element by their hashes, never inline code or style attributes, and no element carries one."""
+    telemetry = RolloutTelemetry(runtime_metrics=False)
+    story = RunStory(telemetry.snapshot, "rollouts")
+    for i in range(20):
+        telemetry.record("math", {"reward": float(i % 3), "mask_sample": i % 4 == 0})
+        telemetry.record_failure("browser", "session_lost")
+        story.tick()
+    _, page = _page(telemetry, story)
+    elements = _parsed(page)
+    policy = _policy(elements)
+    assert policy["default-src"] == ["'none'"]
+    assert "connect-src" not in policy
+    scripts = [attrs for tag, attrs in elements.tags if tag == "script"]
+    executed = [text for attrs, text in zip(scripts, elements.scripts, strict=True) if "type" not in attrs]
+    assert len(executed) == 1
+    assert policy["script-src"] == [_sha256(executed[0])]
+    assert policy["style-src"] == [_sha256(text) for text in elements.styles]
+    assert not any("style" in attrs for _, attrs in elements.tags)
+    assert '<rect class="failed"' in page  # the coverage bar is drawn without style attributes
 
 
 def _counting(

@@ -40,7 +40,7 @@ from rollout_telemetry._serve.http import HANDSHAKE_TIMEOUT, LISTEN_BACKLOG, WRI
 from rollout_telemetry._serve.messages import HEAD_TIMEOUT, IDLE_TIMEOUT, MAX_HEAD, Request, Response
 from rollout_telemetry._serve.serving import Gate, bind, endpoint_url, screen
 from rollout_telemetry._serve.workers import MAX_QUEUED, Workers
-from rollout_telemetry._views.page import MAX_OPEN
+from rollout_telemetry._views.page import MAX_OPEN, page_policy
 from rollout_telemetry.errors import ConfigError
 from rollout_telemetry.exporters._exposition import encode
 
@@ -339,12 +339,9 @@ class _Endpoint:
 
 _PAGE_HEADERS = (
     ("Content-Type", "text/html; charset=utf-8"),
-    # The page loads nothing from anywhere: its style and script are inline, it fetches only itself.
-    (
-        "Content-Security-Policy",
-        "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; connect-src 'self'; "
-        "img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
-    ),
+    # The page's own policy (its <meta> says the same), and no page of another origin may frame it: a
+    # directive only a header can give.
+    ("Content-Security-Policy", f"{page_policy(updates=True)}; frame-ancestors 'none'"),
 )
 
 GZIP_LEVEL = 1

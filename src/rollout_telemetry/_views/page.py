@@ -17,10 +17,17 @@ and once without, so the page for any set of open sections is assembled from the
 has are dropped: every such set asks for the same page), and an agent's charts are drawn at most once a read.
 The live page keeps its drawings across reads (``Drawings``): an agent's charts are drawn at most once an
 update (``REFRESH_SECONDS``), whichever readers ask, however often.
+
+Its Content-Security-Policy (``page_policy``, in a ``<meta>`` of the page and in the live page's header)
+allows its one style sheet and its one script by their SHA-256 hashes, computed here from the constants: no
+other inline script or style runs, and nothing is loaded. The report opened from disk may connect nowhere;
+the live page only to its own origin, for its updates.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import itertools
 import json
 import math
@@ -41,6 +48,7 @@ __all__ = [
     "REFRESH_SECONDS",
     "Drawings",
     "Page",
+    "page_policy",
     "render_page",
 ]
 
@@ -88,8 +96,8 @@ border-bottom:1px solid var(--grid)}td:first-child,th:first-child{text-align:lef
 th{font-weight:600}
 details.agent{border:1px solid var(--grid);border-radius:6px;margin:.6rem 0;padding:.4rem .8rem;
 content-visibility:auto;contain-intrinsic-size:auto 40rem}summary{cursor:pointer}
-.bar{display:flex;height:1.1rem;border-radius:3px;overflow:hidden;background:var(--panel);margin:.3rem 0}
-.bar span{display:block;height:100%}
+svg.bar{display:block;width:100%;height:1.1rem;border-radius:3px;background:var(--panel);margin:.3rem 0}
+svg.bar rect{stroke:none}
 .legend,figcaption{display:flex;flex-wrap:wrap;gap:.2rem 1rem;color:var(--muted);font-size:.85rem}
 .key::before{content:"";display:inline-block;width:.8rem;height:.8rem;margin-right:.3rem;
 vertical-align:-.1rem;background:currentColor;border-radius:2px}
@@ -97,9 +105,9 @@ vertical-align:-.1rem;background:currentColor;border-radius:2px}
 .key.unscored::before{background:var(--unscored)}.key.failed::before{background:var(--failed)}
 .key.omitted::before{background:var(--omitted)}.key.unknown::before{background:var(--unknown)}
 .key.reward::before{background:var(--reward)}.key.unmasked::before{background:var(--unmasked)}
-.bar .measured{background:var(--measured)}.bar .masked{background:var(--masked)}
-.bar .unscored{background:var(--unscored)}.bar .failed{background:var(--failed)}
-.bar .omitted{background:var(--omitted)}.bar .unknown{background:var(--unknown)}
+svg.bar .measured{fill:var(--measured)}svg.bar .masked{fill:var(--masked)}
+svg.bar .unscored{fill:var(--unscored)}svg.bar .failed{fill:var(--failed)}
+svg.bar .omitted{fill:var(--omitted)}svg.bar .unknown{fill:var(--unknown)}
 figure{margin:.3rem 0}.charts{display:grid;grid-template-columns:repeat(auto-fit,minmax(22rem,1fr));gap:.5rem}
 svg.chart{width:100%;height:auto}svg .grid{stroke:var(--grid)}svg .axis{stroke:var(--muted)}
 svg text{fill:var(--muted);font-size:11px}svg .axis-label{font-size:12px}
@@ -140,6 +148,27 @@ var s=e.target.closest&&e.target.closest("details.agent>summary"),d=s&&s.parentE
 if(d&&!d.open&&d.querySelector(".charts.pending"))setTimeout(update,0);});
 timer=setTimeout(update,every*1000);})();
 """
+
+
+def _hash_source(text: str) -> str:
+    """The CSP source that allows an inline element whose text is exactly ``text``."""
+    return f"'sha256-{base64.b64encode(hashlib.sha256(text.encode()).digest()).decode()}'"
+
+
+# Hashes, not 'unsafe-inline', for both: the style is one constant <style> element, and nothing carries a
+# style= attribute (the coverage bar is SVG whose widths are geometry), so no injected style or script
+# applies; 'unsafe-inline' for styles would let injected markup restyle the page to mislead its reader.
+_POLICY = (
+    f"default-src 'none'; style-src {_hash_source(_STYLE)}; script-src {_hash_source(_SCRIPT)}; "
+    "base-uri 'none'; form-action 'none'"
+)
+
+
+def page_policy(*, updates: bool) -> str:
+    """The Content-Security-Policy of a page: its own style and script only, nothing loaded from anywhere;
+    a page that ``updates`` itself (the live page) may fetch from its own origin, the report nothing at all
+    (opened from disk, it cannot send its numbers anywhere)."""
+    return f"{_POLICY}; connect-src 'self'" if updates else _POLICY
 
 
 class Drawings:
@@ -235,10 +264,11 @@ class Page:
         return "".join(parts)
 
     def document(self, charted: Container[str] | None = None) -> str:
-        """The whole page, its content ``main(charted)``."""
+        """The whole page, its content ``main(charted)``, under its policy (``page_policy``)."""
         x_note = _X_NOTES[self._x_axis]
         return (
             '<!doctype html><html lang="en"><head><meta charset="utf-8">'
+            f'<meta http-equiv="Content-Security-Policy" content="{page_policy(updates=self._refresh > 0)}">'
             '<meta name="viewport" content="width=device-width,initial-scale=1">'
             f"<title>{escape(self._title)} - rollout-telemetry</title><style>{_STYLE}</style></head>"
             f'<body data-refresh="{self._refresh}" data-max-open="{MAX_OPEN}"><header>'

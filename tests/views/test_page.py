@@ -214,7 +214,7 @@ def test_every_value_the_page_formats_renders() -> None:
         for value in values
     ]
     listing = {"tracked": True, "in_flight": 10**5000, "rollouts": rollouts}
-    page = render_page(report, lambda name: (), title="t", x_axis="seconds", in_flight=listing)
+    page = Page(report, lambda name: (), title="t", x_axis="seconds", in_flight=listing).document()
     elements = _parsed(page)
     assert "img" not in [tag for tag, _ in elements.tags]
     in_flight = page.split("In flight now", 1)[1].split("</table>", 1)[0]

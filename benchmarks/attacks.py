@@ -6,7 +6,8 @@ The one attack driver: ``benchmarks/attacks.py`` prints figures, ``tests/slow/te
 a server in this process on 127.0.0.1 while a thread of this process records a rollout every 2 ms (as a
 collector would). While the attack runs, an authorised scrape is made every 0.5 s (after the previous one
 answered or gave up at 3 s); a scraper "restarted" has not been verified before the attack, and its first
-scrape may take up to 5 s. Per attack: how many scrapes answered within 1 s, the worst latency, this
+scrape may take up to 5 s. Per attack: how many scrapes answered within 1 s, the worst latency beside the
+worst of the same scrapes just before the attack (its unattacked control, in the same run), this
 process's RSS before the attack, at its peak and 10 s after the attacker stopped, the worst ``record()``
 call before and during the attack, the longest pause of this process's garbage collector during it, and how
 long file descriptors and threads took to return to their baseline. What this process held before the
@@ -51,7 +52,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -593,6 +594,7 @@ class _Sampler:
     def __init__(self, record: Callable[[], None]) -> None:
         self._record = record
         self._stop = threading.Event()
+        self.calls = 0  # record() calls made, every one of which the account must count
         self.worst_record = 0.0
         self.durations: list[float] = []
         self.peak_rss = rss()
@@ -604,6 +606,7 @@ class _Sampler:
         while not self._stop.wait(0.002):
             started = time.perf_counter()
             self._record()
+            self.calls += 1
             took = time.perf_counter() - started
             self.worst_record = max(self.worst_record, took)
             self.durations.append(took)
@@ -628,7 +631,7 @@ class _Sampler:
 class Outcome:
     """What one attack did to the server and its scraper."""
 
-    latencies: list[float | None]  # each scrape during the attack: seconds, None if failed or over 3 s
+    latencies: list[float | None]  # each scrape during the attack: seconds, None if failed or too slow
     rss: tuple[int, int, int]  # bytes before the attack, at its peak, 10 s after it (or when back)
     worst_record: tuple[float, float]  # seconds: the worst record() call before and during the attack
     descriptors: tuple[tuple[int, int], tuple[int, int]]  # (fds, threads) before and after
@@ -637,21 +640,29 @@ class Outcome:
     threads_during: int = 0  # threads while the attack held its connections (no thread per connection)
     gc_pause: float = 0.0  # seconds: the garbage collector's longest pause during the attack
     record_p99: tuple[float, float] = (0.0, 0.0)  # seconds: record()'s 99th percentile before and during
+    control: list[float | None] = field(default_factory=list)  # the same scrapes just before the attack
+    recorded: tuple[int, int] = (0, 0)  # outcomes recorded, and counted by the account, when it was over
 
     @property
     def held(self) -> int:
         """Scrapes that answered within 1 s."""
-        return sum(1 for latency in self.latencies if latency is not None and latency <= 1)
+        return self.held_within(1.0)
+
+    def held_within(self, seconds: float) -> int:
+        """Scrapes that answered within ``seconds``."""
+        return sum(1 for latency in self.latencies if latency is not None and latency <= seconds)
 
     def line(self, name: str) -> str:
         """One line of figures."""
         worst = max((3.0 if latency is None else latency) for latency in self.latencies)
+        unattacked = max((3.0 if latency is None else latency) for latency in self.control or [0.0])
         before, peak, after = (value / MB for value in self.rss)
         verified = f", verified in {self.verified_after:.1f} s" if self.verified_after is not None else ""
         back = f"{self.recovered:.1f} s" if self.recovered is not None else "NOT back"
         return (
             f"{name:28} {self.held}/{len(self.latencies)} within 1 s, worst {worst:5.2f} s"
-            f"{'+' if worst >= 3 else ' '}{verified}; RSS {before:4.0f} -> peak {peak:4.0f}"
+            f"{'+' if worst >= 3 else ' '} (unattacked {unattacked:4.2f} s){verified};"
+            f" RSS {before:4.0f} -> peak {peak:4.0f}"
             f" -> {after:4.0f} MB after; record() worst {self.worst_record[0] * 1000:5.1f}"
             f" -> {self.worst_record[1] * 1000:6.1f} ms (p99 {self.record_p99[0] * 1e6:4.0f} ->"
             f" {self.record_p99[1] * 1e6:6.0f} us); GC pause {self.gc_pause * 1000:5.1f} ms;"
@@ -835,19 +846,30 @@ def _aftermath(
 
 
 def run_attack(
-    attack: Attack, folder: Path, *, scrapes: int = 5, settle: float = 10.0, early: bool = False
+    attack: Attack,
+    folder: Path,
+    *,
+    scrapes: int = 5,
+    settle: float = 10.0,
+    early: bool = False,
+    patience: float = 3.0,
 ) -> Outcome:
     """Run one attack against a fresh server; ``settle`` seconds after it (or, ``early``, as soon as
-    descriptors, threads and RSS are back) measure what it left."""
+    descriptors, threads and RSS are back) measure what it left. A scrape gives up after ``patience``
+    seconds (a restarted scraper's verification after ``patience + 2``); the same scrapes are made just before
+    the attack, as its control."""
     gc.collect()
     gc.freeze()
     target = Target(attack, folder)
+    math = target.telemetry.snapshot().agent("math")
+    counted_before = 0 if math is None else math.measured
     sampler = _Sampler(lambda: target.telemetry.record("math", {"reward": 1.0}))
     pauses = _Pauses()
     try:
         for _ in range(3):  # warm: the threads exist and have rendered (a verified scraper: verified)
             target.scrape(path=None if attack.verified else "/healthz")
         time.sleep(1)
+        control = [target.scrape(timeout=patience) for _ in range(min(scrapes, 3))]
         base = (open_descriptors(), threading.active_count())
         record_before, _, p99_before = sampler.reset()
         baseline_rss = rss()
@@ -856,14 +878,17 @@ def run_attack(
         with pauses, attacker(target.server.port, attack):
             _take_hold(attack, base[0])
             if not attack.verified:
-                verified_after = _first_success(target, within=5)
+                verified_after = _first_success(target, within=patience + 2)
             for _ in range(scrapes):
-                latencies.append(target.scrape())
+                latencies.append(target.scrape(timeout=patience))
                 time.sleep(0.5)
             threads_during = threading.active_count()
             record_during, peak, p99_during = sampler.reset()
         recovered, after_rss = _aftermath(base, baseline_rss, settle, early)
         peak = max(peak, sampler.reset()[1])
+        sampler.stop()
+        math = target.telemetry.snapshot().agent("math")
+        recorded = (counted_before + sampler.calls, 0 if math is None else math.measured)
         return Outcome(
             latencies,
             (baseline_rss, max(peak, after_rss), after_rss),
@@ -874,6 +899,8 @@ def run_attack(
             threads_during,
             pauses.longest,
             (p99_before, p99_during),
+            control,
+            recorded,
         )
     finally:
         sampler.stop()

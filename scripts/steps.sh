@@ -4,7 +4,7 @@
 #   start NAME COMMAND...   run COMMAND in the background, its output kept for NAME
 #   finish NAME...          wait for each, print its output and duration; failed ones go in $failed
 #   checks                  lint, format, types, the layers' contract, the generated files, the docs site
-#   unit_tier X.Y           the unit tier on Python X.Y, a third of the random examples
+#   unit_tier X.Y [WORKERS] the unit tier on Python X.Y, a third of the random examples
 
 steps_logs="$(mktemp -d)"
 steps_started_at="$(date +%s.%N)"
@@ -59,13 +59,14 @@ checks() {
 }
 
 unit_tier() {
-    local venv
+    local venv workers="${2:-2}"
     if [ "$1" = 3.11 ]; then venv=.venv; else venv="$(bash scripts/setup-python "$1")"; fi
-    # Two workers: a third of the tier's time is waiting (threads, sockets, the processes a few tests start).
+    # WORKERS processes (default two: a third of the tier's time is waiting, on threads, sockets and the
+    # processes a few tests start; 0: the tests in this process, when other steps fill the cores meanwhile).
     # A test's limit of 300 s, not 60: beside the other steps a test gets a share of the cores; the README's
     # command runs these same tests at 60 s each, which is what catches a hang. A third of the random
     # examples (tests/support.py: examples): here the interpreter is under test; the README's command proves
     # each property at its full count.
-    "$venv/bin/python" -m pytest -q -m unit -p no:cacheprovider -n 2 --timeout 300 \
+    "$venv/bin/python" -m pytest -q -m unit -p no:cacheprovider -n "$workers" --timeout 300 \
         --hypothesis-profile interpreters
 }

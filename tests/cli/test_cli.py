@@ -30,9 +30,10 @@ def test_each_command_has_help(command: str, capsys: pytest.CaptureFixture[str])
 
 def test_demo_runs_and_prints_url_and_summaries(capsys: pytest.CaptureFixture[str]) -> None:
     """A short demo serves, prints its URL and one summary line per agent."""
+    # No stalled rollout: one would hold the end for stall_after + 2 s.
     code = main(
         ["demo", "--port", "0", "--duration", "1", "--rate", "200", "--seed", "3",
-         "--max-rollout-seconds", "0.05", "--summary-interval", "0.5", "--agents", "a,b"]
+         "--max-rollout-seconds", "0.05", "--summary-interval", "0.5", "--agents", "a,b", "--stalled", "0"]
     )  # fmt: skip
     assert code == 0
     out = capsys.readouterr().out

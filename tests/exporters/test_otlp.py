@@ -80,9 +80,10 @@ def test_spans_and_metrics_reach_a_real_receiver() -> None:
 def test_demo_sends_spans_and_metrics(capsys: pytest.CaptureFixture[str]) -> None:
     """``demo --otlp-endpoint`` exports the simulated run's spans and metrics."""
     with OTLPReceiver() as receiver:
+        # No stalled rollout: one would hold the end for stall_after + 2 s.
         code = main(
             ["demo", "--port", "0", "--duration", "1", "--rate", "100", "--seed", "1", "--failed", "0.3",
-             "--max-rollout-seconds", "0.05", "--summary-interval", "10",
+             "--max-rollout-seconds", "0.05", "--summary-interval", "10", "--stalled", "0",
              "--otlp-endpoint", receiver.endpoint]
         )  # fmt: skip
         assert code == 0  # a demo that hung past its --duration fails on the test's timeout

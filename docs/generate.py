@@ -77,7 +77,14 @@ def metrics_page() -> str:
 
 def spans_page() -> str:
     """Every attribute a rollout span or one of its events carries: type, where, when, opt-in, meaning."""
-    from rollout_telemetry._recording.semconv import ATTRIBUTES
+    from rollout_telemetry._recording.semconv import (
+        ATTRIBUTES,
+        REGISTRY,
+        REGISTRY_COMMITS,
+        REGISTRY_SCHEMA_URL,
+    )
+
+    commits = ", ".join(f"`{path}` at `{commit[:8]}`" for path, commit in REGISTRY_COMMITS.items())
 
     return _page(
         "Span attributes",
@@ -88,7 +95,11 @@ def spans_page() -> str:
         "`OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental`. The `gen_ai.evaluation.result` event "
         "is a log record in the span's context where a logger provider is configured, else a span event "
         '(`evaluation_event="span"`: always a span event). See '
-        "[OpenTelemetry](../guides/opentelemetry.md).",
+        "[OpenTelemetry](../guides/opentelemetry.md).\n\n"
+        f"Every `gen_ai.*` name here, in both modes, is checked against the registry of `{REGISTRY}` "
+        f"({commits}; schema URL `{REGISTRY_SCHEMA_URL}`, which its README declares): defined there, not "
+        "deprecated, of its type, an enum's value among its members, and each event's required attributes "
+        "present. That repository has no tagged release yet, so the registry is pinned by commit.",
         ("attribute", "type", "on", "set", "opt-in", "meaning"),
         (
             (

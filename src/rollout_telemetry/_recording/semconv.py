@@ -36,6 +36,9 @@ __all__ = [
     "LATEST",
     "OPT_IN_TOKEN",
     "OPT_IN_VARIABLE",
+    "REGISTRY",
+    "REGISTRY_COMMITS",
+    "REGISTRY_SCHEMA_URL",
     "SpanAttribute",
     "latest_experimental",
     "schema_url",
@@ -51,6 +54,22 @@ OPT_IN_TOKEN = "gen_ai_latest_experimental"
 
 EVALUATION_EVENT = "gen_ai.evaluation.result"
 """The event a rollout's outcome is reported as, with the opt-in."""
+
+REGISTRY = "open-telemetry/semantic-conventions-genai"
+"""The repository of the GenAI conventions' registry every ``gen_ai.*`` name emitted here is checked against
+(tests/recording/test_semconv_registry.py, on the facts in tests/fixtures/semconv-genai/registry.json): each
+is defined there, not deprecated, of the registry's type, an enum's value one of its members, and each
+event's required attributes present. The repository has no tagged release yet."""
+REGISTRY_SCHEMA_URL = "https://opentelemetry.io/schemas/gen-ai/1.42.0"
+"""The schema URL the registry's README declares (the tracer's stays the release pinned above: no release of
+the registry exists to name)."""
+REGISTRY_COMMITS: Mapping[str, str] = {
+    "model/gen-ai/registry.yaml": "e9de14bafd9725937c6b0c219897260074a2896c",
+    "model/gen-ai/spans.yaml": "e9de14bafd9725937c6b0c219897260074a2896c",
+    "model/gen-ai/metrics.yaml": "e9de14bafd9725937c6b0c219897260074a2896c",
+    "model/gen-ai/events.yaml": "6fd0d763a092db245a54104fc1124031eb3c51d2",
+}
+"""The registry's files the check reads, at the commits read."""
 
 
 def latest_experimental(environ: Mapping[str, str] = os.environ) -> bool:

@@ -209,9 +209,7 @@ def test_the_files_that_hold_no_rollout_are_said_in_one_line_each(shipped: Path)
     assert sorted(report["file"] for report in json.loads(result.stdout)) == sorted(map(str, with_rows))
     lines = [line for line in result.stderr.splitlines() if "WARNING" not in line]
     notes = [line for line in lines if line.endswith("--agent NAME names them")]
-    stems = {
-        path: path.name.removesuffix(".jsonl") for path in with_rows
-    }  # what rows naming none are shown as
+    stems = {path: path.name.removesuffix(".jsonl") for path in with_rows}  # rows naming none shown as
     unnamed = {
         path: agents[stems[path]]["rows"]
         for path in with_rows

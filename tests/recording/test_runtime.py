@@ -266,9 +266,7 @@ def test_the_runtime_histograms_are_written_as_prometheus_client_writes_them(clo
     observations, one late)."""
     runtime = Runtime()
     registry = CollectorRegistry()
-    registry.register(
-        RuntimeCollector(runtime.snapshot, {"run": "r"})
-    )  # the telemetry's, without the process
+    registry.register(RuntimeCollector(runtime.snapshot, {"run": "r"}))  # the telemetry's, not the process
 
     async def main() -> None:
         LoopLag(runtime).watch(interval=0.125)

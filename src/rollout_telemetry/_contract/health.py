@@ -115,9 +115,7 @@ def findings(trajectory: object) -> tuple[HealthCheck, ...] | None:
         return None
     try:
         return _findings(trajectory)
-    except (
-        Exception
-    ):  # a trajectory nested past the recursion limit, or a caller's object that raised: unread
+    except Exception:  # nested past the recursion limit, or a caller's object that raised: unread
         return None
 
 

@@ -394,9 +394,8 @@ class RolloutTelemetry:
         checked = None if reward_range is None else check_reward_range(reward_range)
         recorder = self._recorder
         read = None
-        if (
-            inputs is not None
-        ):  # read whole before anything is declared: a file that cannot be read is refused
+        # Read whole before anything is declared: a file that cannot be read is refused.
+        if inputs is not None:
             read = inputs_of(inputs, agents[0] if agents else None, recorder.reject)
         if max_attempts is not None:
             recorder.cover(max_attempts)

@@ -180,9 +180,8 @@ def _checked(interval: float) -> float:
 _gc_targets: tuple[weakref.ref[Runtime], ...] = ()
 """The runtimes that time collections, held weakly; replaced whole (the hook reads it without a lock)."""
 _gc_started: list[float | None] = [None]  # the running collection's start; None between collections
-_gc_lock = (
-    threading.RLock()
-)  # reentrant: a weak reference's callback may run in a collection set off under it
+# Reentrant: a weak reference's callback may run in a collection set off under it.
+_gc_lock = threading.RLock()
 
 
 def _gc_hook(phase: str, info: Mapping[str, int]) -> None:

@@ -207,9 +207,8 @@ class Account:
         lock = self._lock
         lock.acquire()
         try:
-            if (
-                in_flight is not None
-            ):  # the lifecycle: terminal in the same step, its slot kept until it exits
+            # The lifecycle: terminal in the same step, its slot kept until it exits.
+            if in_flight is not None:
                 slot.flags |= TERMINAL
                 bucket = bisect.bisect_left(DURATION_BUCKETS, duration)
                 state.duration_buckets[bucket] += 1

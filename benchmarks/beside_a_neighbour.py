@@ -5,7 +5,7 @@ The neighbour (``--neighbour ci-job``): two processes that spin on the CPU, one 
 page by page in a loop, and one that writes 4 MiB files and fsyncs each; ``one-core``: one spinning process
 (the last wave's "one core busy"). Each run clones this checkout's HEAD into a temporary folder, then runs, in
 it, the README's second command as written (``--ci``: ``CI=true bash .ci/run`` instead), the neighbour
-started just before and stopped just after.
+started just before and stopped just after; each run's whole output is kept in ``--logs``.
 
     .venv/bin/python benchmarks/beside_a_neighbour.py [--runs 5] [--neighbour ci-job|one-core] [--ci]
 """
@@ -82,7 +82,7 @@ def neighbour(kind: str, folder: Path) -> Iterator[None]:
             process.wait()
 
 
-def one_run(command: str, kind: str) -> tuple[bool, float, str]:
+def one_run(command: str, kind: str, keep: Path) -> tuple[bool, float, str]:
     """Clone HEAD and run ``command`` in the clone beside the neighbour: (passed, seconds, pytest's last
     lines)."""
     with tempfile.TemporaryDirectory(prefix="beside-a-neighbour-") as folder:
@@ -96,6 +96,7 @@ def one_run(command: str, kind: str) -> tuple[bool, float, str]:
             )
             took = time.monotonic() - started
         text = log.read_text(encoding="utf-8", errors="replace")
+        keep.write_text(text, encoding="utf-8")
     summary = [line for line in text.splitlines() if re.search(r"\b(passed|failed|error)\b", line)]
     if done.returncode != 0:
         failures = [line for line in text.splitlines() if line.startswith(("FAILED ", "ERROR "))]
@@ -110,16 +111,25 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=1, help="runs in a row (default: 1)")
     parser.add_argument("--neighbour", choices=sorted(NEIGHBOURS), default="ci-job")
     parser.add_argument("--ci", action="store_true", help="run CI=true bash .ci/run instead")
+    parser.add_argument(
+        "--logs",
+        type=Path,
+        default=Path(tempfile.gettempdir()) / "beside-a-neighbour-logs",
+        help="where each run's whole output is kept (default: %(default)s)",
+    )
     args = parser.parse_args()
     if args.runs < 1:
         parser.error("--runs must be at least 1")
     command = "CI=true bash .ci/run" if args.ci else readme_test_command()
     print(f"{command!r} on a fresh clone of HEAD beside the {args.neighbour} neighbour, {args.runs} runs")
     passed = 0
+    args.logs.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
     for run in range(1, args.runs + 1):
-        ok, took, summary = one_run(command, args.neighbour)
+        keep = args.logs / f"{stamp}-run{run}.log"
+        ok, took, summary = one_run(command, args.neighbour, keep)
         passed += ok
-        print(f"run {run}: {'passed' if ok else 'FAILED'} in {took:.0f} s: {summary}", flush=True)
+        print(f"run {run}: {'passed' if ok else 'FAILED'} in {took:.0f} s: {summary} ({keep})", flush=True)
     print(f"{passed} of {args.runs} passed")
 
 

@@ -63,10 +63,7 @@ unit_tier() {
     if [ "$1" = 3.11 ]; then venv=.venv; else venv="$(bash scripts/setup-python "$1")"; fi
     # WORKERS processes (default two: a third of the tier's time is waiting, on threads, sockets and the
     # processes a few tests start; 0: the tests in this process, when other steps fill the cores meanwhile).
-    # A test's limit of 300 s, not 60: beside the other steps a test gets a share of the cores; the README's
-    # command runs these same tests at 60 s each, which is what catches a hang. A third of the random
-    # examples (tests/support.py: examples): here the interpreter is under test; the README's command proves
-    # each property at its full count.
-    "$venv/bin/python" -m pytest -q -m unit -p no:cacheprovider -n "$workers" --timeout 300 \
-        --hypothesis-profile interpreters
+    # A third of the random examples (tests/support.py: examples): here the interpreter is under test; the
+    # README's command proves each property at its full count.
+    "$venv/bin/python" -m pytest -q -m unit -p no:cacheprovider -n "$workers" --hypothesis-profile interpreters
 }

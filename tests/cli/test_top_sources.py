@@ -179,7 +179,6 @@ def test_an_unreachable_exporter_is_down_and_says_why() -> None:
     assert (view.up, view.down_for, view.error) == (False, None, "connection refused")
 
 
-@pytest.mark.timeout(150)  # three reads of up to 30 s each, and the certificates
 def test_tls_client_certificate_and_basic_auth(tmp_path: Path) -> None:
     """The client side of serve's security: verify against the CA, present a certificate, send a password."""
     ca = trustme.CA()
@@ -224,7 +223,6 @@ def test_follow_source_reads_a_runs_files() -> None:
         assert totals.mean_reward == agent.mean_reward
 
 
-@pytest.mark.timeout(120)  # two reads of up to 30 s each
 def test_an_exporter_tracking_no_rollout_block_says_so_and_gives_done_of_expected() -> None:
     """An exporter that tracked no rollout block (one following files) says so in /rollouts: no list, not an
     empty one; its expected work gives done of expected per agent. Once a block is tracked: an empty list."""

@@ -180,7 +180,6 @@ def test_prune_keeps_a_target_registered_again_while_it_was_probed(clock: FakeCl
     assert targets.target_groups() == [{"targets": ["10.0.0.2:1"], "labels": {"pid": "2"}}]
 
 
-@pytest.mark.timeout(180)  # CPU work only (7 s alone), at a lower priority beside other runs in CI
 def test_concurrent_registrations_lose_nothing() -> None:
     """Sixteen threads registering, renewing and deregistering at once leave exactly the expected set."""
     targets = TargetRegistry()

@@ -24,8 +24,6 @@ pytestmark = [
     # An attack takes the machine (its flood, the server, the recorder): other tests beside it would be the
     # ones it slowed, and its own figures would be theirs.
     pytest.mark.alone,
-    # An attack runs up to 90 s (tls-churn-400 on a loaded machine), then 10 s of recovery: 180 s bound it.
-    pytest.mark.timeout(180),
 ]
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from rollout_telemetry._cli.simulation import DROP_SCENARIOS
 from tests.e2e.prometheus import Prometheus
-from tests.e2e.scenarios import fired_alerts, scenario_demos, short_rules
+from tests.e2e.scenarios import GRACE, fired_alerts, scenario_demos, short_rules
 
 DROP_AFTER = 25.0
 """Seconds of the healthy phase: more than the window plus the comparison offset."""
@@ -29,7 +29,7 @@ EXPECTED = {
 
 
 # The demos run DROP_AFTER + WATCH; Prometheus and each demo may take 30 s to start on a loaded machine.
-@pytest.mark.timeout(DROP_AFTER + WATCH + 120)
+@pytest.mark.timeout(DROP_AFTER + WATCH + GRACE + 120)
 def test_each_scenario_fires_exactly_its_alert(tmp_path: Path) -> None:
     """healthy fires nothing; truncation and policy their reward-drop alert only; infrastructure its own and
     RolloutBaselineContaminated (its failures leave valid members beside failed ones)."""
@@ -44,5 +44,7 @@ def test_each_scenario_fires_exactly_its_alert(tmp_path: Path) -> None:
             for family in ("rollout_tokens_total", "rollout_truncated_total", "rollout_groups_total"):
                 assert prometheus.query(f'{family}{{run="{scenario}"}}'), (scenario, family)
 
-    fired = fired_alerts(tmp_path, demos, short_rules(), DROP_AFTER + WATCH, check=every_cause_visible)
+    fired = fired_alerts(
+        tmp_path, demos, short_rules(), DROP_AFTER + WATCH, expected=EXPECTED, check=every_cause_visible
+    )
     assert fired == EXPECTED

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from rollout_telemetry._cli.simulation import RECOVERY_SCENARIOS
-from tests.e2e.scenarios import fired_alerts, scenario_demos, short_rules
+from tests.e2e.scenarios import GRACE, fired_alerts, scenario_demos, short_rules
 
 DROP_AFTER = 30.0
 """Seconds before the scenario's cause: three of the 10-second windows of clean baseline."""
@@ -38,7 +38,7 @@ RolloutEventLoopLag alone."""
 
 
 # The demos run DROP_AFTER + WATCH; Prometheus and each demo may take 30 s to start on a loaded machine.
-@pytest.mark.timeout(DROP_AFTER + WATCH + 120)
+@pytest.mark.timeout(DROP_AFTER + WATCH + GRACE + 120)
 def test_each_recovery_scenario_fires_exactly_its_alerts(tmp_path: Path) -> None:
     """retries_exhausted, loop_lag, cleanup_leak and slow_rollouts each fire their alerts and no other."""
     assert set(EXPECTED) == set(RECOVERY_SCENARIOS)
@@ -51,6 +51,8 @@ def test_each_recovery_scenario_fires_exactly_its_alerts(tmp_path: Path) -> None
         extra=SLOW_AFTER,
     )
     assert (
-        fired_alerts(tmp_path, demos, short_rules(), DROP_AFTER + WATCH, machine_bound=("loop_lag",))
+        fired_alerts(
+            tmp_path, demos, short_rules(), DROP_AFTER + WATCH, expected=EXPECTED, machine_bound=("loop_lag",)
+        )
         == EXPECTED
     )

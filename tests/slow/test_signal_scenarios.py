@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from rollout_telemetry._cli.simulation import SIGNAL_SCENARIOS
-from tests.e2e.scenarios import fired_alerts, scenario_demos, short_rules
+from tests.e2e.scenarios import GRACE, fired_alerts, scenario_demos, short_rules
 
 DROP_AFTER = 60.0
 """Seconds before the scenario's cause: more than the windows and the comparison offset, and enough of a
@@ -31,11 +31,14 @@ EXPECTED = {
 
 
 # The demos run DROP_AFTER + WATCH; Prometheus and each demo may take 30 s to start on a loaded machine.
-@pytest.mark.timeout(DROP_AFTER + WATCH + 120)
+@pytest.mark.timeout(DROP_AFTER + WATCH + GRACE + 120)
 def test_each_signal_scenario_fires_exactly_its_alerts(tmp_path: Path) -> None:
     """contaminated, too_hard, too_easy, hollow and length_drift each fire their alerts and no other."""
     assert set(EXPECTED) == set(SIGNAL_SCENARIOS)
     demos = scenario_demos(
         SIGNAL_SCENARIOS, rate=100, agents="math_agent", drop_after=DROP_AFTER, watch=WATCH
     )
-    assert fired_alerts(tmp_path, demos, short_rules(trailing="120s"), DROP_AFTER + WATCH) == EXPECTED
+    assert (
+        fired_alerts(tmp_path, demos, short_rules(trailing="120s"), DROP_AFTER + WATCH, expected=EXPECTED)
+        == EXPECTED
+    )

@@ -140,8 +140,8 @@ def test_the_security_section_states_each_bound_as_built() -> None:
 
 
 def _default_threads() -> int:
-    """The default of ``MetricsServer(threads=)``."""
-    default = inspect.signature(server.MetricsServer).parameters["threads"].default
+    """The default of ``start_server(threads=)``."""
+    default = inspect.signature(server.start_server).parameters["threads"].default
     assert isinstance(default, int)
     return default
 

@@ -64,9 +64,9 @@ OUTSIDE = {
     "Literal", "LoggerProvider", "Mapping", "MeterProvider", "None", "Path", "SSLContext", "Self", "Sequence",
     "True", "TracebackType", "TracerProvider",
 }  # fmt: skip
-# Handles the telemetry makes for the user (``rollout()``, ``cleanup()``, ``output_write()``): their
-# constructors are the telemetry's, not the user's.
-MADE_FOR_THE_USER = {"Cleanup", "OutputWrite", "RolloutContext"}
+# Handles the telemetry makes for the user (``rollout()``, ``cleanup()``, ``output_write()``, ``serve()``):
+# their constructors are the telemetry's, not the user's.
+MADE_FOR_THE_USER = {"Cleanup", "MetricsServer", "OutputWrite", "RolloutContext"}
 
 
 def _signatures() -> Iterator[tuple[str, str]]:
@@ -111,3 +111,16 @@ def test_the_facade_has_at_most_15_public_members() -> None:
     members = {name for name in dir(telemetry) if not name.startswith("_")}
     assert len(members) <= 15, sorted(members)
     assert members == set(API_MEMBERS)
+
+
+def test_the_serving_types_carry_what_a_user_configures_or_reads() -> None:
+    """``TLSConfig`` and ``BasicAuth`` carry what a user configures (the files; a user name and a hash, read
+    from a file or the environment), ``MetricsServer`` what a user does with a running server; what the server
+    calls itself (an SSL context, a password check) is none of theirs."""
+
+    def public(cls: type) -> set[str]:
+        return {name for name in dir(cls) if not name.startswith("_")}
+
+    assert public(rollout_telemetry.TLSConfig) == {"certfile", "keyfile", "client_cafile"}
+    assert public(rollout_telemetry.BasicAuth) == {"username", "password_hash", "from_file", "from_env"}
+    assert public(rollout_telemetry.MetricsServer) == {"url", "stop"}  # and its host and port, once made

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import trustme
 
-from rollout_telemetry import failure_kinds
+from rollout_telemetry import BasicAuth, TLSConfig, failure_kinds, hash_password
 from rollout_telemetry._cli.top_model import AgentTotals, Reading
 from rollout_telemetry._cli.top_sources import (
     ClientSecurity,
@@ -23,7 +23,6 @@ from rollout_telemetry._cli.top_sources import (
     parse_rollouts,
 )
 from rollout_telemetry._facade.telemetry import RolloutTelemetry, run_follower
-from rollout_telemetry._serve.server import BasicAuth, TLSConfig, hash_password
 from rollout_telemetry._sources.follow import RunFiles
 from tests.support import FakeClock, exposition, free_port
 

@@ -22,6 +22,7 @@ import trustme
 from rollout_telemetry import BasicAuth, ConfigError, RolloutTelemetry, TLSConfig, hash_password
 from rollout_telemetry._cli.main import main
 from rollout_telemetry._serve.auth import AUTH_THREADS, FAILURE_BURST
+from rollout_telemetry._serve.credentials import credentials, matches
 from rollout_telemetry._serve.server import MAX_HEAD, MetricsServer
 from tests.support import held, raw_request, samples
 
@@ -133,14 +134,21 @@ def test_password_hash_from_a_file_or_the_environment(
     monkeypatch.setenv("METRICS_PASSWORD_HASH", digest)
     from_env = BasicAuth.from_env("p", "METRICS_PASSWORD_HASH")
     header = _basic("p", PASSWORD)["Authorization"]
-    assert from_file.check(header)
-    assert from_env.check(header)
-    assert not from_env.check(_basic("p", "nope")["Authorization"])
+    assert matches(from_file, *_credentials(header))
+    assert matches(from_env, *_credentials(header))
+    assert not matches(from_env, *_credentials(_basic("p", "nope")["Authorization"]))
     monkeypatch.delenv("METRICS_PASSWORD_HASH")
     with pytest.raises(ConfigError, match="METRICS_PASSWORD_HASH"):
         BasicAuth.from_env("p", "METRICS_PASSWORD_HASH")
     with pytest.raises(ConfigError, match="hash-password"):
         BasicAuth("p", "plaintext")
+
+
+def _credentials(header: str) -> tuple[bytes, bytes]:
+    """The user name and password a well-formed basic ``Authorization`` header carries."""
+    parsed = credentials(header)
+    assert parsed is not None
+    return parsed
 
 
 class _Lines:

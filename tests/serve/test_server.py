@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry, Counter, Metric
 from prometheus_client.core import CounterMetricFamily
 
 from rollout_telemetry import RolloutTelemetry, ServeError
-from rollout_telemetry._serve.server import READ_INTERVAL, MetricsServer, _Shared
+from rollout_telemetry._serve.server import READ_INTERVAL, _Shared, start_server
 from rollout_telemetry._serve.workers import Busy, Workers
 from tests.support import FakeClock, live_page, raw_request, sample_names, samples
 
@@ -252,7 +252,7 @@ def test_fifty_readers_of_rollouts_share_one_listing() -> None:
         listing = [{"task_index": i} for i in range(limit)]
         return {"in_flight": 10_000, "stall_after_seconds": None, "rollouts": listing}
 
-    with MetricsServer(CollectorRegistry(), port=0, rollouts=rollouts) as server:
+    with start_server(CollectorRegistry(), port=0, rollouts=rollouts) as server:
         base = server.url.removesuffix("/metrics")
         results = _get_all([f"{base}/rollouts?limit={951 + i}" for i in range(50)])
     for i, (status, body) in enumerate(results):
@@ -281,7 +281,7 @@ def test_the_page_and_rollouts_share_one_listing() -> None:
     telemetry = RolloutTelemetry(runtime_metrics=False)
     telemetry.record("math", {"reward": 1.0})
     page = live_page(telemetry)
-    with MetricsServer(CollectorRegistry(), port=0, rollouts=rollouts, page=page.shown()) as server:
+    with start_server(CollectorRegistry(), port=0, rollouts=rollouts, page=page.shown()) as server:
         base = server.url.removesuffix("/metrics")
         results = _get_all([f"{base}/rollouts"] * 10 + [f"{base}/?part=main"] * 10)
     assert all(status == 200 for status, _ in results)
@@ -318,7 +318,7 @@ def test_fifty_distinct_name_filters_share_one_collection() -> None:
     registry = CollectorRegistry()
     counting = _Counting()
     registry.register(counting)
-    with MetricsServer(registry, port=0) as server:
+    with start_server(registry, port=0) as server:
         counting.collected = 0
         urls = [f"{server.url}?name[]=first_events_total&name[]=unknown_{i}" for i in range(25)] + [
             f"{server.url}?name[]=second_events_total&name[]=other_{i}" for i in range(25)

@@ -32,6 +32,7 @@ from rollout_telemetry._serve.server import (
     READ_INTERVAL,
     WRITE_TIMEOUT,
     MetricsServer,
+    start_server,
 )
 from rollout_telemetry._store.snapshot import AccountSnapshot
 from rollout_telemetry._views.page import REFRESH_SECONDS
@@ -217,7 +218,7 @@ def test_a_flood_of_new_open_sets_reads_the_run_once_an_interval(monkeypatch: py
         return points(account, agent)
 
     monkeypatch.setattr(page.story, "points", counted)
-    server = MetricsServer(
+    server = start_server(
         telemetry.registry, port=0, rollouts=telemetry.rollouts_in_flight, page=page.shown()
     )
     root = f"http://127.0.0.1:{server.port}"

@@ -225,7 +225,7 @@ def endpoint_security(args: argparse.Namespace) -> tuple[TLSConfig | None, Basic
         ConfigError: flags that do not go together, or a file that cannot be used.
     """
     from rollout_telemetry._serve.credentials import BasicAuth
-    from rollout_telemetry._serve.server import TLSConfig
+    from rollout_telemetry._serve.server import TLSConfig, server_context
 
     tls = None
     if args.tls_client_ca and not (args.tls_cert and args.tls_key):
@@ -236,7 +236,7 @@ def endpoint_security(args: argparse.Namespace) -> tuple[TLSConfig | None, Basic
         raise ConfigError(msg)
     if args.tls_cert:
         tls = TLSConfig(args.tls_cert, args.tls_key, args.tls_client_ca)
-        tls.context()  # load the files now: a wrong one is named before anything starts
+        server_context(tls)  # load the files now: a wrong one is named before anything starts
     if args.basic_auth_hash_file and args.basic_auth_hash_env:
         msg = "give the password hash once: --basic-auth-hash-file or --basic-auth-hash-env, not both"
         raise ConfigError(msg)

@@ -473,9 +473,9 @@ class RolloutTelemetry:
         Raises:
             ServeError: the port is taken or the host cannot be bound.
         """
-        from rollout_telemetry._serve.server import MetricsServer
+        from rollout_telemetry._serve.server import start_server
 
-        return MetricsServer(
+        return start_server(
             self.registry,
             port=port,
             host=host,

@@ -21,6 +21,7 @@ from rollout_telemetry._serve.discovery import (
     TargetRegistry,
     listening,
 )
+from rollout_telemetry._serve.server import server_context
 from rollout_telemetry.errors import RefusalReason
 
 if TYPE_CHECKING:
@@ -178,7 +179,7 @@ def start_registry(
         ray.exceptions.GetTimeoutError: the registry did not start within ``START_TIMEOUT``.
     """
     if tls is not None:
-        tls.context()  # a wrong file is named here, not in the actor's log
+        server_context(tls)  # a wrong file is named here, not in the actor's log
     strategy = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
     options: dict[str, Any] = {
         "name": name,

@@ -36,7 +36,7 @@ from collections.abc import Callable
 from enum import StrEnum
 
 from rollout_telemetry._serve.connections import evictable
-from rollout_telemetry._serve.credentials import BasicAuth, credentials
+from rollout_telemetry._serve.credentials import credentials
 from rollout_telemetry._serve.workers import Workers
 
 __all__ = [
@@ -102,22 +102,23 @@ class _Remembered:
 
 
 class Authenticator:
-    """One server's gate in front of a ``BasicAuth``: credentials checked before, attempts per source.
+    """One server's gate in front of a password check: credentials checked before, attempts per source.
 
     ``screen()`` decides whatever can be decided without scrypt (on the event loop); what is left goes to
-    ``verify()`` (scrypt, on a worker thread), in the order ``PasswordChecks`` gives. Thread-safe.
+    ``verify()`` (``matches``: scrypt, on a worker thread), in the order ``PasswordChecks`` gives.
+    Thread-safe.
     """
 
     def __init__(
         self,
-        auth: BasicAuth,
+        matches: Callable[[bytes, bytes], bool],
         *,
         clock: Callable[[], float] = time.monotonic,
         burst: int = FAILURE_BURST,
         refill: float = FAILURE_REFILL,
         max_sources: int = MAX_SOURCES,
     ) -> None:
-        self.auth = auth
+        self._matches = matches
         self._clock = clock
         self._burst = burst
         self._refill = refill
@@ -153,7 +154,7 @@ class Authenticator:
         parsed = credentials(header)
         if parsed is None:
             return Verdict.DENIED
-        if not self.auth.verify(*parsed):
+        if not self._matches(*parsed):
             self._refused.add(self._mac(*parsed))
             return Verdict.DENIED
         self._verified.add(self._mac(*parsed))

@@ -1,5 +1,6 @@
 """HTTP basic auth credentials: the configured user name and scrypt password hash (``BasicAuth``, made by
-``hash_password``), and the user name and password an ``Authorization`` header carries (``credentials``).
+``hash_password``), the user name and password an ``Authorization`` header carries (``credentials``), and
+whether they are the configured ones (``matches``).
 
 A check costs scrypt (about 40 ms and 16 MiB) by design, which is what makes a stolen hash expensive to crack;
 what a running server does so that guessing costs the guesser more than us is ``auth``'s.
@@ -18,7 +19,7 @@ from pathlib import Path
 
 from rollout_telemetry.errors import ConfigError
 
-__all__ = ["BasicAuth", "credentials", "hash_password"]
+__all__ = ["BasicAuth", "credentials", "hash_password", "matches"]
 
 _SCRYPT_N, _SCRYPT_R, _SCRYPT_P = 2**14, 8, 1
 
@@ -92,18 +93,14 @@ class BasicAuth:
             msg = "password hash must come from 'rollout-telemetry hash-password' (scrypt$n$r$p$salt$hash)"
             raise ConfigError(msg)
 
-    def verify(self, username: bytes, password: bytes) -> bool:
-        """Return whether this is the user and password (scrypt, then constant-time comparisons).
 
-        Slow by design (about 40 ms): call it off an event loop.
-        """
-        _, n, r, p, salt, expected = self.password_hash.split("$")
-        digest = hashlib.scrypt(password, salt=base64.b64decode(salt), n=int(n), r=int(r), p=int(p))
-        user_ok = hmac.compare_digest(username, self.username.encode())
-        password_ok = hmac.compare_digest(digest, base64.b64decode(expected))
-        return user_ok and password_ok
+def matches(auth: BasicAuth, username: bytes, password: bytes) -> bool:
+    """Return whether ``username`` and ``password`` are ``auth``'s (scrypt, then constant-time comparisons).
 
-    def check(self, header: str | None) -> bool:
-        """Return whether an ``Authorization`` header carries this user and password (constant time)."""
-        parsed = credentials(header)
-        return parsed is not None and self.verify(*parsed)
+    Slow by design (about 40 ms): call it off an event loop.
+    """
+    _, n, r, p, salt, expected = auth.password_hash.split("$")
+    digest = hashlib.scrypt(password, salt=base64.b64decode(salt), n=int(n), r=int(r), p=int(p))
+    user_ok = hmac.compare_digest(username, auth.username.encode())
+    password_ok = hmac.compare_digest(digest, base64.b64decode(expected))
+    return user_ok and password_ok

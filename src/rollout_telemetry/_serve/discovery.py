@@ -24,6 +24,7 @@ from rollout_telemetry._serve.registry import (
     TargetRegistry,
     listening,
 )
+from rollout_telemetry._serve.server import server_context
 from rollout_telemetry._serve.serving import Gate, bind, endpoint_url, screen
 from rollout_telemetry._serve.targets import (
     MAX_TARGET_LABELS,
@@ -133,7 +134,7 @@ class DiscoveryServer:
         auth: BasicAuth | None = None,
         threads: int = DISCOVERY_THREADS,
     ) -> None:
-        context = tls.context() if tls is not None else None
+        context = server_context(tls) if tls is not None else None
         listener = bind(host, port, 1, what="service discovery")
         self.host = host
         self.port: int = listener.getsockname()[1]

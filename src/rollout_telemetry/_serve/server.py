@@ -67,6 +67,8 @@ __all__ = [
     "MetricsServer",
     "TLSConfig",
     "hash_password",
+    "server_context",
+    "start_server",
 ]
 
 _Rendering = tuple[str, tuple[str, ...], bool]  # Accept's choice, name[] filter, gzip
@@ -89,29 +91,30 @@ class TLSConfig:
     keyfile: str
     client_cafile: str | None = None
 
-    def context(self) -> ssl.SSLContext:
-        """Build the server-side SSL context.
 
-        Raises:
-            ConfigError: a file is missing, unreadable, not PEM, or the key does not match the certificate;
-                the message names the file.
-        """
-        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        context.minimum_version = ssl.TLSVersion.TLSv1_2
-        context.options |= ssl.OP_NO_RENEGOTIATION  # a client could make the server redo handshakes
+def server_context(tls: TLSConfig) -> ssl.SSLContext:
+    """The server-side SSL context of ``tls``, its files loaded.
+
+    Raises:
+        ConfigError: a file is missing, unreadable, not PEM, or the key does not match the certificate; the
+            message names the file.
+    """
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.options |= ssl.OP_NO_RENEGOTIATION  # a client could make the server redo handshakes
+    try:
+        context.load_cert_chain(tls.certfile, tls.keyfile)
+    except OSError as exc:  # ssl.SSLError is an OSError too
+        msg = f"TLS certificate {tls.certfile} with key {tls.keyfile}: {_tls_problem(exc)}"
+        raise ConfigError(msg) from exc
+    if tls.client_cafile:
         try:
-            context.load_cert_chain(self.certfile, self.keyfile)
-        except OSError as exc:  # ssl.SSLError is an OSError too
-            msg = f"TLS certificate {self.certfile} with key {self.keyfile}: {_tls_problem(exc)}"
+            context.load_verify_locations(tls.client_cafile)
+        except OSError as exc:
+            msg = f"TLS client CA {tls.client_cafile}: {_tls_problem(exc, ca=True)}"
             raise ConfigError(msg) from exc
-        if self.client_cafile:
-            try:
-                context.load_verify_locations(self.client_cafile)
-            except OSError as exc:
-                msg = f"TLS client CA {self.client_cafile}: {_tls_problem(exc, ca=True)}"
-                raise ConfigError(msg) from exc
-            context.verify_mode = ssl.CERT_REQUIRED
-        return context
+        context.verify_mode = ssl.CERT_REQUIRED
+    return context
 
 
 def _tls_problem(exc: OSError, *, ca: bool = False) -> str:
@@ -378,7 +381,45 @@ class _Listing:
 
 
 class MetricsServer:
-    """A running ``/metrics`` endpoint; ``stop()`` (or leaving the ``with`` block) shuts it down.
+    """The running endpoint ``RolloutTelemetry.serve()`` returns; ``stop()`` (or leaving the ``with`` block)
+    shuts it down. Made by ``serve()``: its constructor is not for users."""
+
+    def __init__(self, host: str, port: int, url: str, stop: Callable[[], None]) -> None:
+        self.host = host
+        self.port = port
+        self._url = url
+        self._stop = stop
+
+    @property
+    def url(self) -> str:
+        """The URL of ``/metrics``."""
+        return self._url
+
+    def stop(self) -> None:
+        """Stop serving and release the port (and the page: its history is kept while it is served)."""
+        self._stop()
+
+    def __enter__(self) -> MetricsServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def start_server(
+    registry: CollectorRegistry,
+    *,
+    port: int = 9464,
+    host: str = "127.0.0.1",
+    tls: TLSConfig | None = None,
+    auth: BasicAuth | None = None,
+    threads: int = 2,
+    port_range: int = 1,
+    rollouts: Callable[[int], Mapping[str, object]] | None = None,
+    page: Callable[[Mapping[str, object] | None], Callable[[str, Sequence[str]], bytes]] | None = None,
+) -> MetricsServer:
+    """Serve ``registry``'s ``/metrics`` (and ``/rollouts``, the page, ``/healthz``) until the server returned
+    is stopped.
 
     With ``port_range=N`` the first free port of ``port .. port+N-1`` is taken: the documented way for
     several collector processes on one node to get a port each without coordinating. ``threads`` worker
@@ -390,58 +431,28 @@ class MetricsServer:
     ``READ_INTERVAL``; without it, ``/`` is 404.
 
     Raises:
+        ConfigError: a TLS file cannot be loaded.
         ServeError: the address cannot be bound (every port in the range is taken, the host is unknown).
     """
+    context = server_context(tls) if tls is not None else None
+    listener = bind(host, port, port_range, what="metrics")
+    bound: int = listener.getsockname()[1]
+    workers = Workers(threads)
+    reads = Workers(1, max_queued=MAX_READS_QUEUED)
+    gate = Gate(auth) if auth is not None else None
+    connections = Connections()  # the endpoint shares a rendering while it is being written
+    endpoint = _Endpoint(
+        registry, gate, workers, reads, rollouts=rollouts, page=page, writing=connections.writing
+    )
+    http = HttpServer(listener, endpoint, tls=context, connections=connections)
 
-    def __init__(
-        self,
-        registry: CollectorRegistry,
-        *,
-        port: int = 9464,
-        host: str = "127.0.0.1",
-        tls: TLSConfig | None = None,
-        auth: BasicAuth | None = None,
-        threads: int = 2,
-        port_range: int = 1,
-        rollouts: Callable[[int], Mapping[str, object]] | None = None,
-        page: Callable[[Mapping[str, object] | None], Callable[[str, Sequence[str]], bytes]] | None = None,
-    ) -> None:
-        self._tls = tls
-        context = tls.context() if tls is not None else None
-        listener = bind(host, port, port_range, what="metrics")
-        self.host = host
-        self.port: int = listener.getsockname()[1]
-        self._workers = Workers(threads)
-        self._reads = Workers(1, max_queued=MAX_READS_QUEUED)
-        self._gate = Gate(auth) if auth is not None else None
-        connections = Connections()  # the endpoint shares a rendering while it is being written
-        self._endpoint = endpoint = _Endpoint(
-            registry,
-            self._gate,
-            self._workers,
-            self._reads,
-            rollouts=rollouts,
-            page=page,
-            writing=connections.writing,
-        )
-        self._http = HttpServer(listener, endpoint, tls=context, connections=connections)
+    def stop() -> None:
+        http.stop()
+        endpoint.release_page()
+        workers.close()
+        reads.close()
+        if gate is not None:
+            gate.close()
 
-    @property
-    def url(self) -> str:
-        """The URL of ``/metrics``."""
-        return endpoint_url(self.host, self.port, "/metrics", tls=self._tls is not None)
-
-    def stop(self) -> None:
-        """Stop serving and release the port (and the page: its history is kept while it is served)."""
-        self._http.stop()
-        self._endpoint.release_page()
-        self._workers.close()
-        self._reads.close()
-        if self._gate is not None:
-            self._gate.close()
-
-    def __enter__(self) -> MetricsServer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+    url = endpoint_url(host, bound, "/metrics", tls=tls is not None)
+    return MetricsServer(host, bound, url, stop)

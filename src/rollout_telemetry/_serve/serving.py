@@ -9,12 +9,13 @@ for both, written here.
 from __future__ import annotations
 
 import errno
+import functools
 import socket
 from collections.abc import Sequence
 
 from rollout_telemetry._serve.auth import Authenticator, PasswordChecks, Verdict
 from rollout_telemetry._serve.connections import source_of
-from rollout_telemetry._serve.credentials import BasicAuth
+from rollout_telemetry._serve.credentials import BasicAuth, matches
 from rollout_telemetry._serve.http import LISTEN_BACKLOG
 from rollout_telemetry._serve.messages import Request, Response
 from rollout_telemetry.errors import ServeError
@@ -67,7 +68,7 @@ class Gate:
     seen before) on ``PasswordChecks``' own threads, never the threads that render. ``close()`` stops them."""
 
     def __init__(self, auth: BasicAuth) -> None:
-        self._authenticator = Authenticator(auth)
+        self._authenticator = Authenticator(functools.partial(matches, auth))
         self._checks = PasswordChecks(self._authenticator)
 
     async def refusal(self, request: Request) -> Response | None:

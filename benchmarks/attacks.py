@@ -797,7 +797,7 @@ def _take_hold(attack: Attack, descriptors: int) -> None:
     """Wait until the attack holds half the connections it can here, or holds no more for 2 s (the server
     closes them as fast as they come: TLS connections idle after their handshake), up to 30 s; a second for
     an attack that holds none."""
-    from rollout_telemetry._serve.server import MAX_CONNECTIONS, MAX_PER_SOURCE
+    from rollout_telemetry._serve.connections import MAX_CONNECTIONS, MAX_PER_SOURCE
 
     if not attack.holds:
         time.sleep(1)

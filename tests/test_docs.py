@@ -11,7 +11,7 @@ import pytest
 from docs import generate
 
 from rollout_telemetry._cli.main import EXAMPLES
-from rollout_telemetry._serve import auth, connections, discovery, http, server
+from rollout_telemetry._serve import auth, connections, discovery, endpoint, http, messages, server, workers
 
 ROOT = Path(__file__).parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -95,26 +95,26 @@ def test_the_security_section_states_each_bound_as_built() -> None:
         return f"{value:g} s"
 
     rows = {
-        "MAX_CONNECTIONS": str(server.MAX_CONNECTIONS),
-        "MAX_PER_SOURCE": str(server.MAX_PER_SOURCE),
-        "EVICT_AFTER": seconds(server.EVICT_AFTER),
-        "LISTEN_BACKLOG": str(server.LISTEN_BACKLOG),
-        "HANDSHAKE_TIMEOUT": seconds(server.HANDSHAKE_TIMEOUT),
-        "IDLE_TIMEOUT": seconds(server.IDLE_TIMEOUT),
-        "HEAD_TIMEOUT": seconds(server.HEAD_TIMEOUT),
-        "MAX_HEAD": f"{server.MAX_HEAD // 1024} KiB",
-        "MAX_QUEUED": str(server.MAX_QUEUED),
-        "MAX_READS_QUEUED": str(server.MAX_READS_QUEUED),
-        "MAX_OUTPUT": f"{server.MAX_OUTPUT // (1 << 20)} MiB",
-        "STALLED_AFTER": seconds(server.STALLED_AFTER),
+        "MAX_CONNECTIONS": str(connections.MAX_CONNECTIONS),
+        "MAX_PER_SOURCE": str(connections.MAX_PER_SOURCE),
+        "EVICT_AFTER": seconds(connections.EVICT_AFTER),
+        "LISTEN_BACKLOG": str(http.LISTEN_BACKLOG),
+        "HANDSHAKE_TIMEOUT": seconds(http.HANDSHAKE_TIMEOUT),
+        "IDLE_TIMEOUT": seconds(messages.IDLE_TIMEOUT),
+        "HEAD_TIMEOUT": seconds(messages.HEAD_TIMEOUT),
+        "MAX_HEAD": f"{messages.MAX_HEAD // 1024} KiB",
+        "MAX_QUEUED": str(workers.MAX_QUEUED),
+        "MAX_READS_QUEUED": str(endpoint.MAX_READS_QUEUED),
+        "MAX_OUTPUT": f"{connections.MAX_OUTPUT // (1 << 20)} MiB",
+        "STALLED_AFTER": seconds(connections.STALLED_AFTER),
         "NON_READER_SEND_BUFFER": f"{connections.NON_READER_SEND_BUFFER // 1024} KiB",
-        "WRITE_TIMEOUT": seconds(server.WRITE_TIMEOUT),
+        "WRITE_TIMEOUT": seconds(http.WRITE_TIMEOUT),
         "ACCEPT_BATCH": str(http.ACCEPT_BATCH),
     }
     for name, value in rows.items():
         row = next(line for line in SECURITY.splitlines() if f"(`{name}`)" in line)
         assert f"| {value} " in row, (name, value, row)
-    assert server.MAX_HEAD == 16 * 1024  # "16 KiB" exactly
+    assert messages.MAX_HEAD == 16 * 1024  # "16 KiB" exactly
     prose = [
         f"last {auth.MAX_VERIFIED} verified",
         f"last {auth.MAX_REFUSED:,} refused",
@@ -126,8 +126,8 @@ def test_the_security_section_states_each_bound_as_built() -> None:
         f"share those {auth.AUTH_THREADS} threads",
         f"Worker threads are started with the server and never more: {_default_threads()} render",
         f"{auth.AUTH_THREADS} check passwords",
-        f"shares for {server.READ_INTERVAL:g} s",
-        f"may be up to {server.READ_INTERVAL:g} s old",
+        f"shares for {endpoint.READ_INTERVAL:g} s",
+        f"may be up to {endpoint.READ_INTERVAL:g} s old",
         f"`READER_BODY`, {connections.READER_BODY // 1024} KiB",
         f"`MAX_READERS`, {connections.MAX_READERS:,}",
         f"`STALLED_BRIEFLY` ({connections.STALLED_BRIEFLY:g} s)",

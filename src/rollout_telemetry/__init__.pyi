@@ -12,7 +12,8 @@ from ._recording.lifecycle import Cleanup, RolloutContext
 from ._recording.output import OutputWrite
 from ._recording.spans import EvaluationEvent, SpanMode
 from ._serve.credentials import BasicAuth, hash_password
-from ._serve.server import MetricsServer, TLSConfig
+from ._serve.server import MetricsServer
+from ._serve.tls import TLSConfig
 from ._store.observed import Observed
 from ._store.recovery import RecoverySnapshot
 from ._store.snapshot import AccountSnapshot, AgentSnapshot

@@ -16,18 +16,15 @@ from prometheus_client.core import GaugeMetricFamily
 
 from rollout_telemetry import RolloutTelemetry, TLSConfig
 from rollout_telemetry._serve import connections, http
-from rollout_telemetry._serve.connections import source_of
-from rollout_telemetry._serve.http import HttpServer
-from rollout_telemetry._serve.messages import Request, Response
-from rollout_telemetry._serve.server import (
+from rollout_telemetry._serve.connections import (
     EVICT_AFTER,
-    LISTEN_BACKLOG,
     MAX_CONNECTIONS,
-    MAX_HEAD,
     MAX_OUTPUT,
     MAX_PER_SOURCE,
-    WRITE_TIMEOUT,
+    source_of,
 )
+from rollout_telemetry._serve.http import LISTEN_BACKLOG, WRITE_TIMEOUT, HttpServer
+from rollout_telemetry._serve.messages import MAX_HEAD, Request, Response
 from rollout_telemetry._serve.serving import bind
 from tests.support import FakeClock, held, raw_request, read_reply, rss
 

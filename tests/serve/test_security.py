@@ -23,7 +23,8 @@ from rollout_telemetry import BasicAuth, ConfigError, RolloutTelemetry, TLSConfi
 from rollout_telemetry._cli.main import main
 from rollout_telemetry._serve.auth import AUTH_THREADS, FAILURE_BURST
 from rollout_telemetry._serve.credentials import credentials, matches
-from rollout_telemetry._serve.server import MAX_HEAD, MetricsServer
+from rollout_telemetry._serve.messages import MAX_HEAD
+from rollout_telemetry._serve.server import MetricsServer
 from tests.support import held, raw_request, samples
 
 PASSWORD = "correct horse battery staple"

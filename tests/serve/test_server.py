@@ -19,7 +19,9 @@ from prometheus_client import CollectorRegistry, Counter, Metric
 from prometheus_client.core import CounterMetricFamily
 
 from rollout_telemetry import RolloutTelemetry, ServeError
-from rollout_telemetry._serve.server import READ_INTERVAL, _Shared, start_server
+from rollout_telemetry._serve.endpoint import READ_INTERVAL
+from rollout_telemetry._serve.server import start_server
+from rollout_telemetry._serve.shared import Shared
 from rollout_telemetry._serve.workers import Busy, Workers
 from tests.support import FakeClock, live_page, raw_request, sample_names, samples
 
@@ -405,7 +407,7 @@ def test_a_rendering_is_shared_while_it_is_written_and_never_after(clock: FakeCl
     (so a scrape after another never reads what the first did)."""
     workers = Workers(1)
     written: set[int] = set()
-    shared: _Shared[str, bytes] = _Shared(
+    shared: Shared[str, bytes] = Shared(
         workers, 0, clock, held=lambda body: id(body) in written, held_for=READ_INTERVAL
     )
     made: list[bytes] = []
@@ -461,7 +463,7 @@ def test_the_page_is_served_at_the_root(telemetry: RolloutTelemetry) -> None:
 
 def test_the_page_draws_the_charts_of_the_agents_named_open() -> None:
     """An agent beyond the ten worst is charted only when named by ?open=; past MAX_OPEN names are ignored."""
-    from rollout_telemetry._serve.server import MAX_OPEN
+    from rollout_telemetry._views.page import MAX_OPEN
 
     telemetry = RolloutTelemetry(runtime_metrics=False)
     for i in range(12):

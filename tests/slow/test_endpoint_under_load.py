@@ -25,15 +25,10 @@ import pytest
 from rollout_telemetry import BasicAuth, RolloutTelemetry, TLSConfig, hash_password
 from rollout_telemetry._facade.live import LivePage
 from rollout_telemetry._serve.auth import AUTH_THREADS, AUTH_WAIT, FAILURE_BURST
-from rollout_telemetry._serve.http import LINGER
-from rollout_telemetry._serve.server import (
-    HEAD_TIMEOUT,
-    IDLE_TIMEOUT,
-    READ_INTERVAL,
-    WRITE_TIMEOUT,
-    MetricsServer,
-    start_server,
-)
+from rollout_telemetry._serve.endpoint import READ_INTERVAL
+from rollout_telemetry._serve.http import LINGER, WRITE_TIMEOUT
+from rollout_telemetry._serve.messages import HEAD_TIMEOUT, IDLE_TIMEOUT
+from rollout_telemetry._serve.server import MetricsServer, start_server
 from rollout_telemetry._store.snapshot import AccountSnapshot
 from rollout_telemetry._views.page import REFRESH_SECONDS
 from rollout_telemetry._views.story import Point

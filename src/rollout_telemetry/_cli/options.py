@@ -21,7 +21,8 @@ if TYPE_CHECKING:  # what the options make is imported when it is made: --help a
     from rollout_telemetry._contract.outcome import Classified
     from rollout_telemetry._facade.telemetry import RolloutTelemetry
     from rollout_telemetry._serve.credentials import BasicAuth
-    from rollout_telemetry._serve.server import MetricsServer, TLSConfig
+    from rollout_telemetry._serve.server import MetricsServer
+    from rollout_telemetry._serve.tls import TLSConfig
     from rollout_telemetry._sources.follow import RunFollower
 
 __all__ = [
@@ -225,7 +226,7 @@ def endpoint_security(args: argparse.Namespace) -> tuple[TLSConfig | None, Basic
         ConfigError: flags that do not go together, or a file that cannot be used.
     """
     from rollout_telemetry._serve.credentials import BasicAuth
-    from rollout_telemetry._serve.server import TLSConfig, server_context
+    from rollout_telemetry._serve.tls import TLSConfig, server_context
 
     tls = None
     if args.tls_client_ca and not (args.tls_cert and args.tls_key):

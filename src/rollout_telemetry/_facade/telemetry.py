@@ -55,7 +55,8 @@ if TYPE_CHECKING:  # the server, the push, the file sources and OpenTelemetry ar
 
     from rollout_telemetry._facade.live import LivePage
     from rollout_telemetry._serve.credentials import BasicAuth
-    from rollout_telemetry._serve.server import MetricsServer, TLSConfig
+    from rollout_telemetry._serve.server import MetricsServer
+    from rollout_telemetry._serve.tls import TLSConfig
     from rollout_telemetry._sources.follow import RunFiles, RunFollower
 
 __all__ = ["RolloutTelemetry", "run_follower"]

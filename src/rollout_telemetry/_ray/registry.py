@@ -21,7 +21,7 @@ from rollout_telemetry._serve.discovery import (
     TargetRegistry,
     listening,
 )
-from rollout_telemetry._serve.server import server_context
+from rollout_telemetry._serve.tls import server_context
 from rollout_telemetry.errors import RefusalReason
 
 if TYPE_CHECKING:

@@ -24,7 +24,6 @@ from rollout_telemetry._serve.registry import (
     TargetRegistry,
     listening,
 )
-from rollout_telemetry._serve.server import server_context
 from rollout_telemetry._serve.serving import Gate, bind, endpoint_url, screen
 from rollout_telemetry._serve.targets import (
     MAX_TARGET_LABELS,
@@ -33,12 +32,13 @@ from rollout_telemetry._serve.targets import (
     Target,
     TargetGroup,
 )
+from rollout_telemetry._serve.tls import server_context
 from rollout_telemetry._serve.workers import Workers
 from rollout_telemetry.errors import RefusalReason, TargetRefused
 
 if TYPE_CHECKING:
     from rollout_telemetry._serve.credentials import BasicAuth
-    from rollout_telemetry._serve.server import TLSConfig
+    from rollout_telemetry._serve.tls import TLSConfig
 
 __all__ = [
     "DEFAULT_LEASE_SECONDS",

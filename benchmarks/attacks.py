@@ -58,7 +58,8 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the attacker child imports nothing of the package
     from rollout_telemetry import RolloutTelemetry
-    from rollout_telemetry._serve.discovery import DiscoveryServer, TargetRegistry
+    from rollout_telemetry._ray.discovery import DiscoveryServer
+    from rollout_telemetry._ray.target_registry import TargetRegistry
     from rollout_telemetry._serve.server import MetricsServer
 
 PASSWORD = "correct horse battery staple"
@@ -723,7 +724,7 @@ class Target:
         auth = BasicAuth("prometheus", hash_password(PASSWORD)) if attack.auth else None
         self.server: MetricsServer | DiscoveryServer
         if attack.endpoint == "/targets":
-            from rollout_telemetry._serve.discovery import DiscoveryServer
+            from rollout_telemetry._ray.discovery import DiscoveryServer
 
             self.server = DiscoveryServer(full_registry(), tls=tls, auth=auth)
         else:
@@ -782,7 +783,8 @@ class Target:
 
 def full_registry() -> TargetRegistry:
     """A discovery registry holding ``MAX_TARGETS`` targets with the labels ``serve_on_ray`` gives."""
-    from rollout_telemetry._serve.discovery import MAX_TARGETS, Target, TargetRegistry
+    from rollout_telemetry._ray.target_registry import MAX_TARGETS, TargetRegistry
+    from rollout_telemetry._ray.targets import Target
 
     registry = TargetRegistry()
     node = "8f" * 28  # a Ray node id is 56 hex digits

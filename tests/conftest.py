@@ -37,7 +37,7 @@ MACHINE = (
     Path(tempfile.gettempdir()) / f"rollout-telemetry-tests-{hashlib.sha256(bytes(TESTS)).hexdigest()[:12]}"
 )
 """Where the tests of every run of this checkout (parallel workers, other interpreters) share the machine."""
-LAYERS = ("contract", "store", "views", "recording", "exporters", "serve", "sources", "cli")
+LAYERS = ("contract", "store", "views", "recording", "exporters", "serve", "sources", "ray", "cli")
 """The folders of unit tests of each layer's internal parts, as the package's layers (docs/development.md)."""
 TIERS = {"e2e": "e2e", "gym": "gym", "slow": "slow"} | dict.fromkeys(LAYERS, "unit")
 """The tier of the tests in each folder under tests/ (tests/ itself: ``unit``)."""

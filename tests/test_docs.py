@@ -11,7 +11,8 @@ import pytest
 from docs import generate
 
 from rollout_telemetry._cli.main import EXAMPLES
-from rollout_telemetry._serve import auth, connections, discovery, endpoint, http, messages, server, workers
+from rollout_telemetry._ray import target_registry, targets
+from rollout_telemetry._serve import auth, connections, endpoint, http, messages, server, workers
 
 ROOT = Path(__file__).parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -150,10 +151,10 @@ def test_the_ray_section_states_what_the_registry_accepts_as_built() -> None:
     """The target cap, the label limits and a sample of the reserved labels in the Ray guide are the code's
     own."""
     section = RAY
-    assert f"at most **{discovery.MAX_TARGETS:,}** targets (`MAX_TARGETS`" in section
-    assert f"at most {discovery.MAX_TARGET_LABELS} labels" in section
+    assert f"at most **{target_registry.MAX_TARGETS:,}** targets (`MAX_TARGETS`" in section
+    assert f"at most {targets.MAX_TARGET_LABELS} labels" in section
     for label in ("job", "instance", "run", "agent", "failure_kind", "disposition", "le"):
-        assert label in discovery.RESERVED_LABELS
+        assert label in targets.RESERVED_LABELS
         assert f"`{label}`" in section
 
 

@@ -36,7 +36,7 @@ from ray.cluster_utils import Cluster
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from rollout_telemetry import BasicAuth, TLSConfig, hash_password
-from rollout_telemetry._serve.discovery import DEFAULT_LEASE_SECONDS
+from rollout_telemetry._ray.target_registry import DEFAULT_LEASE_SECONDS
 from rollout_telemetry.errors import TargetRefused
 from rollout_telemetry.ray import (
     REGISTRY_NAME,

@@ -419,7 +419,8 @@ def test_every_response_of_the_endpoint_says_nosniff(server: MetricsServer, aske
 def test_refusals_behind_basic_auth_and_discovery_say_nosniff(recorded: RolloutTelemetry) -> None:
     """A 401 of an endpoint behind basic auth, its authorised answers, and service discovery's /targets and
     its 404 carry X-Content-Type-Options: nosniff, once."""
-    from rollout_telemetry._serve.discovery import DiscoveryServer, TargetRegistry
+    from rollout_telemetry._ray.discovery import DiscoveryServer
+    from rollout_telemetry._ray.target_registry import TargetRegistry
 
     auth = BasicAuth("prometheus", hash_password(PASSWORD))
     token = base64.b64encode(f"prometheus:{PASSWORD}".encode())

@@ -1,1 +1,5 @@
-"""Ray-dependent internals of ``rollout_telemetry.ray``, which checks first that Ray is installed."""
+"""Rollout workers on a Ray cluster, discovered by Prometheus: ``rollout_telemetry.ray``'s internals.
+
+``cluster``, ``registry`` and ``target`` import Ray (``rollout_telemetry.ray`` checks first that it is
+installed); service discovery (``discovery``, ``target_registry``, ``targets``) does not.
+"""

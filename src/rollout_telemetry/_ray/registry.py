@@ -7,20 +7,18 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+import ray
 from rollout_telemetry._ray.cluster import node_address, node_addresses
-from rollout_telemetry._serve.discovery import (
+from rollout_telemetry._ray.discovery import DiscoveryServer, FileSD
+from rollout_telemetry._ray.target_registry import (
     DEFAULT_LEASE_SECONDS,
     MAX_TARGETS,
-    DiscoveryServer,
-    FileSD,
-    NodeAddresses,
-    TargetGroup,
     TargetRegistry,
     listening,
 )
+from rollout_telemetry._ray.targets import NodeAddresses, TargetGroup
 from rollout_telemetry._serve.tls import server_context
 from rollout_telemetry.errors import RefusalReason
 

@@ -7,12 +7,12 @@ import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-import ray
 from ray.exceptions import GetTimeoutError, RayActorError
 
+import ray
 from rollout_telemetry._ray.cluster import node_address, process_labels, registrant
 from rollout_telemetry._ray.registry import CALL_TIMEOUT, REGISTRY_NAME, start_registry
-from rollout_telemetry._serve.discovery import Target
+from rollout_telemetry._ray.targets import Target
 from rollout_telemetry.errors import RefusalReason, TargetRefused
 
 if TYPE_CHECKING:

@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from rollout_telemetry._serve.targets import Target, TargetGroup
+from rollout_telemetry._ray.targets import Target, TargetGroup
 from rollout_telemetry.errors import ConfigError, RefusalReason, TargetRefused
 
 __all__ = ["DEFAULT_LEASE_SECONDS", "MAX_TARGETS", "Probe", "TargetRegistry", "listening"]

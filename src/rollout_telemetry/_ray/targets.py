@@ -8,7 +8,7 @@ credentials and attaches the target's labels to every series it scrapes there:
 - its labels may not be Prometheus's own (``job``, ``instance``, ``__*``) nor those of the exporter's series
   (``RESERVED_LABELS``), and there are at most ``MAX_TARGET_LABELS`` of them.
 
-The registry that holds the targets is ``registry``.
+The registry that holds the targets is ``target_registry``.
 """
 
 from __future__ import annotations

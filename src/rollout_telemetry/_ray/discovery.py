@@ -1,10 +1,10 @@
-"""Prometheus service discovery for exporters that come and go: a target registry with leases, served.
+"""Prometheus service discovery for exporters that come and go: a target registry served.
 
-The registry (``registry``: leases, registrants, its cap, refusals) holds targets (``targets``: what a target
-may be, and the host rule). It is served here as Prometheus HTTP service discovery (``http_sd_configs``: a
-JSON list of target groups) on the package's hardened HTTP stack, with the same TLS and basic-auth options as
-``/metrics``, and can be written as a ``file_sd_configs`` file, replaced atomically. The names of all three
-modules are importable from this one. ``rollout_telemetry.ray`` runs one of these in a Ray actor.
+The registry (``target_registry``: leases, registrants, its cap, refusals) holds targets (``targets``: what a
+target may be, and the host rule). It is served here as Prometheus HTTP service discovery
+(``http_sd_configs``: a JSON list of target groups) on the package's hardened HTTP stack (``_serve``), with
+the same TLS and basic-auth options as ``/metrics``, and can be written as a ``file_sd_configs`` file,
+replaced atomically. ``registry`` runs one of these in a Ray actor; none of the three modules imports Ray.
 """
 
 from __future__ import annotations
@@ -16,45 +16,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rollout_telemetry._files import write_whole
+from rollout_telemetry._ray.target_registry import TargetRegistry
+from rollout_telemetry._ray.targets import TargetGroup
 from rollout_telemetry._serve.http import HttpServer
 from rollout_telemetry._serve.messages import Request, Response
-from rollout_telemetry._serve.registry import (
-    DEFAULT_LEASE_SECONDS,
-    MAX_TARGETS,
-    TargetRegistry,
-    listening,
-)
 from rollout_telemetry._serve.serving import Gate, bind, endpoint_url, screen
-from rollout_telemetry._serve.targets import (
-    MAX_TARGET_LABELS,
-    RESERVED_LABELS,
-    NodeAddresses,
-    Target,
-    TargetGroup,
-)
 from rollout_telemetry._serve.tls import server_context
 from rollout_telemetry._serve.workers import Workers
-from rollout_telemetry.errors import RefusalReason, TargetRefused
 
 if TYPE_CHECKING:
     from rollout_telemetry._serve.credentials import BasicAuth
     from rollout_telemetry._serve.tls import TLSConfig
 
-__all__ = [
-    "DEFAULT_LEASE_SECONDS",
-    "MAX_TARGETS",
-    "MAX_TARGET_LABELS",
-    "RESERVED_LABELS",
-    "DiscoveryServer",
-    "FileSD",
-    "NodeAddresses",
-    "RefusalReason",
-    "Target",
-    "TargetGroup",
-    "TargetRefused",
-    "TargetRegistry",
-    "listening",
-]
+__all__ = ["DISCOVERY_THREADS", "DiscoveryServer", "FileSD"]
 
 DISCOVERY_THREADS = 2
 """Worker threads of a discovery endpoint: they render ``/targets`` (once per change) and check passwords."""

@@ -24,15 +24,9 @@ import trustme
 
 from rollout_telemetry import BasicAuth, TLSConfig, hash_password
 from rollout_telemetry._contract.labels import MAX_LABEL_LENGTH
-from rollout_telemetry._serve.discovery import (
-    MAX_TARGETS,
-    DiscoveryServer,
-    FileSD,
-    NodeAddresses,
-    Target,
-    TargetRegistry,
-    listening,
-)
+from rollout_telemetry._ray.discovery import DiscoveryServer, FileSD
+from rollout_telemetry._ray.target_registry import MAX_TARGETS, TargetRegistry, listening
+from rollout_telemetry._ray.targets import NodeAddresses, Target
 from rollout_telemetry.errors import TargetRefused
 from tests.support import FakeClock, held
 
@@ -301,7 +295,7 @@ def test_ray_stays_out_of_every_other_import_path() -> None:
     """The package, its CLI and the discovery module import without loading ray."""
     code = (
         "import sys\n"
-        "import rollout_telemetry, rollout_telemetry._cli.main, rollout_telemetry._serve.discovery\n"
+        "import rollout_telemetry, rollout_telemetry._cli.main, rollout_telemetry._ray.discovery\n"
         "from rollout_telemetry import RolloutTelemetry, TLSConfig, BasicAuth\n"
         "RolloutTelemetry()\n"
         "print(sorted(m for m in sys.modules if m == 'ray' or m.startswith('ray.')))\n"

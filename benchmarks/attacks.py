@@ -136,13 +136,13 @@ ATTACKS = {
     ),
     "metrics-readers-4-40MB": Attack("metrics-reader", 4, padding_mb=40, holds=False),
     # Non-readers at 600 a second beside a scraper reading at 50 MB/s: every slot held by a write stalled for
-    # less than EVICT_AFTER, a reader takes the slot of one stalled for STALLED_BRIEFLY.
+    # less than evict_after, a reader takes the slot of one stalled for stalled_briefly.
     "non-readers-600/s-2.5MB-50MB/s-reader": Attack(
         "flood-non-reader-600", 1200, rotate=True, padding_mb=2.5, holds=False, scraper_rate=50 * MB
     ),
     # Readers of the largest exposition the cardinality caps allow (256 agents with 64 failure kinds and 64
-    # stages each, every label 128 four-byte characters: 112 MB, over MAX_OUTPUT): a scrape that needs a new
-    # rendering while another reader's write of the last one is in progress waits for room (ROOM_WAIT).
+    # stages each, every label 128 four-byte characters: 112 MB, over max_output): a scrape that needs a new
+    # rendering while another reader's write of the last one is in progress waits for room (room_wait).
     "metrics-readers-4-at-the-caps": Attack("metrics-reader", 4, holds=False, at_the_caps=True),
     # Service discovery (9): a thread per connection under a slowloris, /targets built for every reader.
     # Five addresses together hold more than every slot: answered and lingering, or waiting for a password
@@ -799,13 +799,13 @@ def _take_hold(attack: Attack, descriptors: int) -> None:
     """Wait until the attack holds half the connections it can here, or holds no more for 2 s (the server
     closes them as fast as they come: TLS connections idle after their handshake), up to 30 s; a second for
     an attack that holds none."""
-    from rollout_telemetry._serve.connections import MAX_CONNECTIONS, MAX_PER_SOURCE
+    from rollout_telemetry._serve.limits import DEFAULT_LIMITS as limits
 
     if not attack.holds:
         time.sleep(1)
         return
-    most = MAX_CONNECTIONS if attack.rotate else MAX_PER_SOURCE * max(attack.sources, 1)
-    held = min(attack.connections, most, MAX_CONNECTIONS) // 2
+    most = limits.max_connections if attack.rotate else limits.max_per_source * max(attack.sources, 1)
+    held = min(attack.connections, most, limits.max_connections) // 2
     started = time.monotonic()
     most_seen, rose = open_descriptors(), started
     while most_seen < descriptors + held and time.monotonic() - started < 30:

@@ -3,8 +3,9 @@ code generates; the guides state the endpoint's bounds and the registry's limits
 
 from __future__ import annotations
 
-import inspect
+import re
 import shlex
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,7 @@ from docs import generate
 
 from rollout_telemetry._cli.main import EXAMPLES
 from rollout_telemetry._ray import target_registry, targets
-from rollout_telemetry._serve import auth, connections, endpoint, http, messages, server, workers
+from rollout_telemetry._serve.limits import Limits
 
 ROOT = Path(__file__).parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -90,61 +91,63 @@ def test_readme_starts_with_the_two_commands() -> None:
 
 
 def test_the_security_section_states_each_bound_as_built() -> None:
-    """Each bound of the HTTP endpoint appears in the security guide's table with the value the code uses."""
+    """Every field of ``Limits`` is in the security guide with its default: a bound with a row of the table
+    has its value there, the others are stated in its prose (or the lifecycle guide's, for ``/rollouts``)."""
+    limits = Limits()
 
     def seconds(value: float) -> str:
         return f"{value:g} s"
 
     rows = {
-        "MAX_CONNECTIONS": str(connections.MAX_CONNECTIONS),
-        "MAX_PER_SOURCE": str(connections.MAX_PER_SOURCE),
-        "EVICT_AFTER": seconds(connections.EVICT_AFTER),
-        "LISTEN_BACKLOG": str(http.LISTEN_BACKLOG),
-        "HANDSHAKE_TIMEOUT": seconds(http.HANDSHAKE_TIMEOUT),
-        "IDLE_TIMEOUT": seconds(messages.IDLE_TIMEOUT),
-        "HEAD_TIMEOUT": seconds(messages.HEAD_TIMEOUT),
-        "MAX_HEAD": f"{messages.MAX_HEAD // 1024} KiB",
-        "MAX_QUEUED": str(workers.MAX_QUEUED),
-        "MAX_READS_QUEUED": str(endpoint.MAX_READS_QUEUED),
-        "MAX_OUTPUT": f"{connections.MAX_OUTPUT // (1 << 20)} MiB",
-        "STALLED_AFTER": seconds(connections.STALLED_AFTER),
-        "NON_READER_SEND_BUFFER": f"{connections.NON_READER_SEND_BUFFER // 1024} KiB",
-        "WRITE_TIMEOUT": seconds(http.WRITE_TIMEOUT),
-        "ACCEPT_BATCH": str(http.ACCEPT_BATCH),
+        "max_connections": str(limits.max_connections),
+        "max_per_source": str(limits.max_per_source),
+        "fair_share": str(limits.fair_share),
+        "evict_after": seconds(limits.evict_after),
+        "listen_backlog": str(limits.listen_backlog),
+        "accept_batch": str(limits.accept_batch),
+        "handshake_timeout": seconds(limits.handshake_timeout),
+        "idle_timeout": seconds(limits.idle_timeout),
+        "head_timeout": seconds(limits.head_timeout),
+        "max_head": f"{limits.max_head // 1024} KiB",
+        "max_queued": str(limits.max_queued),
+        "max_reads_queued": str(limits.max_reads_queued),
+        "max_output": f"{limits.max_output // (1 << 20)} MiB",
+        "stalled_after": seconds(limits.stalled_after),
+        "non_reader_send_buffer": f"{limits.non_reader_send_buffer // 1024} KiB",
+        "write_timeout": seconds(limits.write_timeout),
+        "linger": seconds(limits.linger),
+        "linger_bytes": f"{limits.linger_bytes // (1 << 20)} MiB",
     }
     for name, value in rows.items():
-        row = next(line for line in SECURITY.splitlines() if f"(`{name}`)" in line)
-        assert f"| {value} " in row, (name, value, row)
-    assert messages.MAX_HEAD == 16 * 1024  # "16 KiB" exactly
-    prose = [
-        f"last {auth.MAX_VERIFIED} verified",
-        f"last {auth.MAX_REFUSED:,} refused",
-        f"one of {auth.AUTH_THREADS} threads of its own",
-        f"some of their {auth.FAILURE_BURST} attempts",
-        f"given back at {auth.FAILURE_REFILL:g} per second",
-        f"at most {auth.MAX_SOURCES:,} sources",
-        f"within {auth.AUTH_WAIT:g} s gets `429",
-        f"share those {auth.AUTH_THREADS} threads",
-        f"Worker threads are started with the server and never more: {_default_threads()} render",
-        f"{auth.AUTH_THREADS} check passwords",
-        f"shares for {endpoint.READ_INTERVAL:g} s",
-        f"may be up to {endpoint.READ_INTERVAL:g} s old",
-        f"`READER_BODY`, {connections.READER_BODY // 1024} KiB",
-        f"`MAX_READERS`, {connections.MAX_READERS:,}",
-        f"`STALLED_BRIEFLY` ({connections.STALLED_BRIEFLY:g} s)",
-        f"`ROOM_WAIT` ({connections.ROOM_WAIT:g} s;",
-        f"`STALLED_AFTER`, {connections.STALLED_AFTER:g} s",
-    ]
+        row = next(line for line in SECURITY.splitlines() if line.startswith("|") and f"(`{name}`)" in line)
+        cell = row.split("|")[2].strip()  # "512", "2 s in all", "1 s, 1 MiB"
+        assert re.fullmatch(rf"(.*, )?{re.escape(value)}(,| |$).*", cell), (name, value, row)
+    assert limits.max_head == 16 * 1024  # "16 KiB" exactly
+    prose = {
+        "max_verified": f"last {limits.max_verified} verified",
+        "max_refused": f"last {limits.max_refused:,} refused",
+        "auth_threads": f"one of {limits.auth_threads} threads of its own",
+        "failure_burst": f"some of their {limits.failure_burst} attempts",
+        "failure_refill": f"given back at {limits.failure_refill:g} per second",
+        "max_sources": f"at most {limits.max_sources:,} sources",
+        "auth_wait": f"within {limits.auth_wait:g} s gets `429",
+        "render_threads": f"never more: {limits.render_threads} render the exposition (`render_threads`)",
+        "read_interval": f"shares for {limits.read_interval:g} s (`read_interval`)",
+        "reader_body": f"`reader_body`, {limits.reader_body // 1024} KiB",
+        "max_readers": f"`max_readers`, {limits.max_readers:,}",
+        "stalled_briefly": f"`stalled_briefly` ({limits.stalled_briefly:g} s)",
+        "room_wait": f"`room_wait` ({limits.room_wait:g} s;",
+    }
     flat = " ".join((SECURITY + LIFECYCLE).split())  # phrases may wrap across lines; /rollouts is a guide
-    for phrase in prose:
+    for phrase in [
+        *prose.values(),
+        f"share those {limits.auth_threads} threads",
+        f"{limits.auth_threads} check passwords",
+        f"may be up to {limits.read_interval:g} s old",
+        f"`stalled_after`, {limits.stalled_after:g} s",
+    ]:
         assert phrase in flat, phrase
-
-
-def _default_threads() -> int:
-    """The default of ``start_server(threads=)``."""
-    default = inspect.signature(server.start_server).parameters["threads"].default
-    assert isinstance(default, int)
-    return default
+    assert set(rows) | set(prose) == {field.name for field in fields(Limits)}
 
 
 def test_the_ray_section_states_what_the_registry_accepts_as_built() -> None:

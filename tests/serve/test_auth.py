@@ -12,14 +12,17 @@ from typing import Any
 
 import pytest
 
-from rollout_telemetry._serve.auth import MAX_VERIFIED, Authenticator, PasswordChecks, Verdict
+from rollout_telemetry._serve.auth import Authenticator, PasswordChecks, Verdict
 from rollout_telemetry._serve.credentials import BasicAuth, credentials, hash_password, matches
+from rollout_telemetry._serve.limits import Limits
 from rollout_telemetry.errors import ConfigError
 from tests.support import FakeClock
 from tests.virtual_loop import run_virtual
 
 PASSWORD = "correct horse battery staple"
 AUTH = BasicAuth("prometheus", hash_password(PASSWORD))
+LIMITS = Limits()
+"""The bounds a server's authenticator holds to unless a test gives its own: the defaults."""
 
 
 def _checks(header: str | None) -> bool:
@@ -108,9 +111,9 @@ def test_a_refused_credential_is_remembered() -> None:
 
 
 def test_the_verified_credentials_remembered_are_bounded() -> None:
-    """At most MAX_VERIFIED verified credentials are remembered, the least recently used forgotten first."""
+    """At most max_verified verified credentials are remembered, the least recently used forgotten first."""
     gate = Authenticator(lambda username, password: password == PASSWORD.encode())  # any user
-    headers = [_header(f"user{i}", PASSWORD) for i in range(MAX_VERIFIED + 1)]
+    headers = [_header(f"user{i}", PASSWORD) for i in range(LIMITS.max_verified + 1)]
     for header in headers:
         assert gate.verify(header, "10.0.0.1") is Verdict.ALLOWED
     assert gate.screen(headers[0]) is None  # the first, least recently used, was forgotten
@@ -119,7 +122,7 @@ def test_the_verified_credentials_remembered_are_bounded() -> None:
 
 def test_attempts_are_limited_per_source(clock: FakeClock) -> None:
     """A source gets ``burst`` attempts, then one per ``1/refill`` s; other sources are unaffected."""
-    gate = _gate(clock=clock, burst=3, refill=0.5)
+    gate = _gate(clock=clock, limits=Limits(failure_burst=3, failure_refill=0.5))
     assert [gate.take_attempt("10.0.0.1") for _ in range(4)] == [True, True, True, False]
     assert gate.take_attempt("10.0.0.2")
     clock.advance(1.9)
@@ -131,7 +134,7 @@ def test_attempts_are_limited_per_source(clock: FakeClock) -> None:
 
 def test_a_success_gives_its_attempt_back(clock: FakeClock) -> None:
     """A verified credential returns the attempt its check took."""
-    gate = _gate(clock=clock, burst=1)
+    gate = _gate(clock=clock, limits=Limits(failure_burst=1))
     assert gate.take_attempt("10.0.0.1")
     assert gate.verify(_header("prometheus", PASSWORD), "10.0.0.1") is Verdict.ALLOWED
     assert gate.take_attempt("10.0.0.1")
@@ -139,7 +142,7 @@ def test_a_success_gives_its_attempt_back(clock: FakeClock) -> None:
 
 def test_the_source_table_is_bounded(clock: FakeClock) -> None:
     """The attempt limiter remembers at most ``max_sources`` sources, forgetting the least recently seen."""
-    gate = _gate(clock=clock, burst=1, max_sources=100)
+    gate = _gate(clock=clock, limits=Limits(failure_burst=1, max_sources=100))
     for i in range(1000):
         gate.take_attempt(f"10.0.{i // 256}.{i % 256}")
     assert gate.sources == 100
@@ -152,7 +155,11 @@ class _Held(Authenticator):
     putting each on ``checking`` as its check starts)."""
 
     def __init__(self, clock: FakeClock) -> None:
-        super().__init__(functools.partial(matches, AUTH), clock=clock, burst=1, refill=0.001)
+        super().__init__(
+            functools.partial(matches, AUTH),
+            clock=clock,
+            limits=Limits(failure_burst=1, failure_refill=0.001),
+        )
         self.release = threading.Semaphore(0)
         self.order: list[str] = []
         self.checking: queue.Queue[str] = queue.Queue()
@@ -169,7 +176,7 @@ def test_password_checks_take_sources_in_turn(clock: FakeClock) -> None:
     sources with attempts left before those without."""
     held = _Held(clock)
     assert held.take_attempt("spent")  # its one attempt is used up
-    checks = PasswordChecks(held, threads=1, wait=30)
+    checks = PasswordChecks(held, Limits(auth_threads=1, auth_wait=30))
 
     async def run() -> list[Verdict]:
         first = asyncio.ensure_future(checks.check("h", "a"))
@@ -197,7 +204,7 @@ def test_an_attempt_without_a_turn_in_time_is_limited(clock: FakeClock) -> None:
     """An attempt that waits its wait (0.25 s of the loop's time) for a free thread is LIMITED then, without a
     check."""
     held = _Held(clock)
-    checks = PasswordChecks(held, threads=1, wait=0.25)
+    checks = PasswordChecks(held, Limits(auth_threads=1, auth_wait=0.25))
 
     async def run() -> tuple[Verdict, Verdict, float]:
         first = asyncio.ensure_future(checks.check("h", "a"))

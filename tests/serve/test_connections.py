@@ -1,6 +1,6 @@
 """Which connection goes when a newcomer needs room: the answered first, then stalled writes, then the idle,
 a few addresses never holding every slot, a client whose request is on its way never evicted by a flood from
-many; and which write is cut when response bodies fill ``MAX_OUTPUT``: a stalled one, never one in
+many; and which write is cut when response bodies fill ``max_output``: a stalled one, never one in
 progress."""
 
 from __future__ import annotations
@@ -11,23 +11,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from rollout_telemetry._serve.connections import (
-    EVICT_AFTER,
-    FAIR_SHARE,
-    MAX_CONNECTIONS,
-    MAX_OUTPUT,
-    MAX_PER_SOURCE,
-    MAX_READERS,
-    NON_READER_SEND_BUFFER,
-    READER_BODY,
-    STALLED_AFTER,
-    STALLED_BRIEFLY,
-    Connection,
-    Connections,
-    evictable,
-    serving,
-)
+from rollout_telemetry._serve.connections import Connection, Connections, evictable, serving
+from rollout_telemetry._serve.limits import Limits
 
+LIMITS = Limits()
+"""The bounds of a table made without any: the defaults."""
 FIVE = [f"127.0.0.{2 + i}" for i in range(5)]
 
 
@@ -46,7 +34,7 @@ def _connection(sockets: list[socket.socket], source: str, opened: float = 0.0) 
 
 
 def _fill(connections: Connections, sockets: list[socket.socket], sources: list[str]) -> list[Connection]:
-    held = [_connection(sockets, sources[i % len(sources)]) for i in range(MAX_CONNECTIONS)]
+    held = [_connection(sockets, sources[i % len(sources)]) for i in range(LIMITS.max_connections)]
     assert all(connections.admit(connection) for connection in held)
     return held
 
@@ -66,30 +54,32 @@ def test_answered_connections_go_first_whatever_their_age(sockets: list[socket.s
         connections.answered(connection)
     newcomer = _connection(sockets, "127.0.0.1")
     assert connections.admit(newcomer)
-    assert _still_held(connections, held) == set(range(1, MAX_CONNECTIONS))
+    assert _still_held(connections, held) == set(range(1, LIMITS.max_connections))
 
 
 def test_five_addresses_cannot_hold_every_slot_with_young_idle_connections(
     sockets: list[socket.socket],
 ) -> None:
-    """Every slot taken by five addresses' idle connections, none past EVICT_AFTER: a newcomer from a sixth
+    """Every slot taken by five addresses' idle connections, none past evict_after: a newcomer from a sixth
     address is admitted, for the oldest idle connection of the address holding the most."""
     connections = Connections()
     held = _fill(connections, sockets, FIVE)
-    newcomer = _connection(sockets, "127.0.0.1", opened=EVICT_AFTER / 2)
+    newcomer = _connection(sockets, "127.0.0.1", opened=LIMITS.evict_after / 2)
     assert connections.admit(newcomer)
-    assert _still_held(connections, held) == set(range(1, MAX_CONNECTIONS))
+    assert _still_held(connections, held) == set(range(1, LIMITS.max_connections))
 
 
 def test_many_light_addresses_do_not_evict_a_young_connection(sockets: list[socket.socket]) -> None:
-    """Every slot taken by young idle connections of addresses holding at most FAIR_SHARE each: a newcomer
-    is refused until the oldest is past EVICT_AFTER (a request a round trip away is not cut by a flood)."""
+    """Every slot taken by young idle connections of addresses holding at most fair_share each: a newcomer
+    is refused until the oldest is past evict_after (a request a round trip away is not cut by a flood)."""
     connections = Connections()
-    sources = [f"127.0.{1 + i // 250}.{1 + i % 250}" for i in range(MAX_CONNECTIONS // FAIR_SHARE)]
+    sources = [
+        f"127.0.{1 + i // 250}.{1 + i % 250}" for i in range(LIMITS.max_connections // LIMITS.fair_share)
+    ]
     held = _fill(connections, sockets, sources)
-    assert not connections.admit(_connection(sockets, "127.0.9.9", opened=EVICT_AFTER / 2))
-    assert connections.admit(_connection(sockets, "127.0.9.9", opened=EVICT_AFTER))
-    assert _still_held(connections, held) == set(range(1, MAX_CONNECTIONS))
+    assert not connections.admit(_connection(sockets, "127.0.9.9", opened=LIMITS.evict_after / 2))
+    assert connections.admit(_connection(sockets, "127.0.9.9", opened=LIMITS.evict_after))
+    assert _still_held(connections, held) == set(range(1, LIMITS.max_connections))
 
 
 def test_a_busy_connection_is_never_evicted(sockets: list[socket.socket]) -> None:
@@ -100,7 +90,7 @@ def test_a_busy_connection_is_never_evicted(sockets: list[socket.socket]) -> Non
     for connection in held:
         connections.stop_waiting(connection)
     assert not connections.admit(_connection(sockets, "127.0.0.1", opened=60.0))
-    mine = [_connection(sockets, "127.0.0.1") for _ in range(MAX_PER_SOURCE)]
+    mine = [_connection(sockets, "127.0.0.1") for _ in range(LIMITS.max_per_source)]
     fresh = Connections()
     for connection in mine:
         assert fresh.admit(connection)
@@ -110,10 +100,10 @@ def test_a_busy_connection_is_never_evicted(sockets: list[socket.socket]) -> Non
 
 def test_a_connection_waiting_for_a_password_checks_turn_may_be_evicted(sockets: list[socket.socket]) -> None:
     """A connection whose task waits inside ``evictable()`` (a password check's turn) is idle: on a full
-    table it goes for a newcomer past EVICT_AFTER; once out of the wait it is busy again."""
+    table it goes for a newcomer past evict_after; once out of the wait it is busy again."""
     connections = Connections()
     held = _fill(
-        connections, sockets, [f"127.0.{1 + i // 250}.{1 + i % 250}" for i in range(MAX_CONNECTIONS)]
+        connections, sockets, [f"127.0.{1 + i // 250}.{1 + i % 250}" for i in range(LIMITS.max_connections)]
     )
     for connection in held:
         connections.stop_waiting(connection)
@@ -122,13 +112,17 @@ def test_a_connection_waiting_for_a_password_checks_turn_may_be_evicted(sockets:
     async def wait_for_a_turn(newcomer_admitted: list[bool]) -> None:
         serving(connections, waiting)
         with evictable():
-            newcomer_admitted.append(connections.admit(_connection(sockets, "127.0.9.9", opened=EVICT_AFTER)))
-        newcomer_admitted.append(connections.admit(_connection(sockets, "127.0.9.8", opened=EVICT_AFTER)))
+            newcomer_admitted.append(
+                connections.admit(_connection(sockets, "127.0.9.9", opened=LIMITS.evict_after))
+            )
+        newcomer_admitted.append(
+            connections.admit(_connection(sockets, "127.0.9.8", opened=LIMITS.evict_after))
+        )
 
     admitted: list[bool] = []
     asyncio.run(wait_for_a_turn(admitted))
     assert admitted == [True, False]
-    assert _still_held(connections, held) == set(range(MAX_CONNECTIONS - 1))
+    assert _still_held(connections, held) == set(range(LIMITS.max_connections - 1))
 
 
 def _writer(connections: Connections, sockets: list[socket.socket], source: str = "127.0.0.1") -> Connection:
@@ -142,25 +136,27 @@ def test_a_body_written_to_many_clients_counts_once(sockets: list[socket.socket]
     """Two hundred clients given one rendering of a third of the cap hold it once: a second body of the
     same size still fits beside it; a third of just over the rest does not, and every write goes on."""
     connections = Connections()
-    shared, other = bytes(MAX_OUTPUT // 3), bytes(MAX_OUTPUT // 3)
+    shared, other = bytes(LIMITS.max_output // 3), bytes(LIMITS.max_output // 3)
     writers = [_writer(connections, sockets, f"127.0.1.{1 + i}") for i in range(200)]
     assert all(connections.start_output(writer, shared, now=0.0) for writer in writers)
     second = _writer(connections, sockets)
     assert connections.start_output(second, other, now=0.0)
     third = _writer(connections, sockets)
-    assert not connections.start_output(third, bytes(MAX_OUTPUT - 2 * (MAX_OUTPUT // 3) + 1), now=0.0)
+    assert not connections.start_output(
+        third, bytes(LIMITS.max_output - 2 * (LIMITS.max_output // 3) + 1), now=0.0
+    )
     assert all(writer in connections for writer in [*writers, second])
     for writer in writers:  # the shared body is released by its last writer only
         connections.end_output(writer)
-    assert connections.start_output(third, bytes(MAX_OUTPUT // 3), now=0.0)
+    assert connections.start_output(third, bytes(LIMITS.max_output // 3), now=0.0)
 
 
 def test_a_new_body_cuts_a_stalled_write_never_one_in_progress(sockets: list[socket.socket]) -> None:
-    """Bodies filling the cap: a new one cuts the write whose client has taken nothing for STALLED_AFTER
+    """Bodies filling the cap: a new one cuts the write whose client has taken nothing for stalled_after
     (the stalled longest first), never a write whose client took a byte since; with none stalled, the
     newcomer is refused and every write in progress goes on."""
     connections = Connections()
-    half = MAX_OUTPUT // 2
+    half = LIMITS.max_output // 2
     stalled, reading = _writer(connections, sockets), _writer(connections, sockets)
     assert connections.start_output(stalled, bytes(half), now=0.0)
     assert connections.start_output(reading, bytes(half), now=0.0)
@@ -171,32 +167,32 @@ def test_a_new_body_cuts_a_stalled_write_never_one_in_progress(sockets: list[soc
     assert stalled.cut
     assert reading in connections
     late = _writer(connections, sockets)
-    assert not connections.start_output(late, bytes(half), now=5.0 + STALLED_AFTER / 2)
+    assert not connections.start_output(late, bytes(half), now=5.0 + LIMITS.stalled_after / 2)
     assert reading in connections
     assert newcomer in connections
 
 
 def _made_a_reader(connections: Connections, sockets: list[socket.socket], source: str) -> None:
-    """A client of ``source`` takes a body of READER_BODY whole, and its connection ends."""
+    """A client of ``source`` takes a body of reader_body whole, and its connection ends."""
     before = _writer(connections, sockets, source)
-    assert connections.start_output(before, bytes(READER_BODY), now=0.0)
+    assert connections.start_output(before, bytes(LIMITS.reader_body), now=0.0)
     connections.end_output(before, taken=True)
     connections.release(before)
 
 
 def test_a_readers_body_cuts_briefly_stalled_writes_of_others(sockets: list[socket.socket]) -> None:
-    """Clients that never read, arriving faster than STALLED_AFTER, fill the cap with writes stalled for less:
-    a newcomer whose source took a large body whole before (a scraper) cuts those stalled for STALLED_BRIEFLY,
+    """Clients that never read, arriving faster than stalled_after, fill the cap with writes stalled for less:
+    a newcomer whose source took a large body whole before (a scraper) cuts those stalled for stalled_briefly,
     stalled longest first, never another reader's; a source that never took one is refused, as before."""
     connections = Connections()
     _made_a_reader(connections, sockets, "127.0.0.1")
     _made_a_reader(connections, sockets, "10.0.0.9")
-    quarter = MAX_OUTPUT // 4
+    quarter = LIMITS.max_output // 4
     floods = [_writer(connections, sockets, f"127.1.0.{1 + i}") for i in range(3)]
     reader = _writer(connections, sockets, "10.0.0.9")  # another reader, stalled as long as the floods
     for i, writer in enumerate([*floods, reader]):
         assert connections.start_output(writer, bytes(quarter), now=i * 0.01)
-    now = 0.03 + STALLED_BRIEFLY
+    now = 0.03 + LIMITS.stalled_briefly
     stranger = _writer(connections, sockets, "127.2.0.1")
     assert not connections.start_output(stranger, bytes(quarter), now=now)
     scraper = _writer(connections, sockets, "127.0.0.1")
@@ -215,26 +211,26 @@ def test_a_readers_body_cuts_briefly_stalled_writes_of_others(sockets: list[sock
 def test_a_large_body_taken_whole_makes_a_reader_and_a_cut_write_unmakes_it(
     sockets: list[socket.socket],
 ) -> None:
-    """A reader is made by a body of READER_BODY or more taken whole, not by a small one (a health check) nor
-    one abandoned; its write cut as stalled makes it a reader no more; the latest MAX_READERS are kept."""
+    """A reader is made by a body of reader_body or more taken whole, not by a small one (a health check) nor
+    one abandoned; its write cut as stalled makes it a reader no more; the latest max_readers are kept."""
     connections = Connections()
-    half = MAX_OUTPUT // 2
+    half = LIMITS.max_output // 2
 
     def is_reader(source: str, now: float) -> bool:
-        """Whether a body from ``source`` cuts a write stalled for STALLED_BRIEFLY (then ends both)."""
+        """Whether a body from ``source`` cuts a write stalled for stalled_briefly (then ends both)."""
         flood = _writer(connections, sockets, "127.9.9.9")
         assert connections.start_output(flood, bytes(half + 1), now=now)
         newcomer = _writer(connections, sockets, source)
-        fits = connections.start_output(newcomer, bytes(half), now=now + STALLED_BRIEFLY)
+        fits = connections.start_output(newcomer, bytes(half), now=now + LIMITS.stalled_briefly)
         for connection in (flood, newcomer):
             connections.release(connection)
         return fits
 
     small = _writer(connections, sockets, "10.0.0.1")
-    assert connections.start_output(small, bytes(READER_BODY - 1), now=0.0)
+    assert connections.start_output(small, bytes(LIMITS.reader_body - 1), now=0.0)
     connections.end_output(small, taken=True)
     abandoned = _writer(connections, sockets, "10.0.0.2")
-    assert connections.start_output(abandoned, bytes(READER_BODY), now=0.0)
+    assert connections.start_output(abandoned, bytes(LIMITS.reader_body), now=0.0)
     connections.end_output(abandoned)
     _made_a_reader(connections, sockets, "10.0.0.3")
     assert [is_reader(f"10.0.0.{i}", 0.0) for i in (1, 2, 3)] == [False, False, True]
@@ -242,19 +238,21 @@ def test_a_large_body_taken_whole_makes_a_reader_and_a_cut_write_unmakes_it(
     reader = _writer(connections, sockets, "10.0.0.3")
     assert connections.start_output(reader, bytes(half + 1), now=1.0)
     newcomer = _writer(connections, sockets, "10.0.0.4")
-    assert connections.start_output(newcomer, bytes(half), now=1.0 + STALLED_AFTER)  # cuts the reader's
+    assert connections.start_output(
+        newcomer, bytes(half), now=1.0 + LIMITS.stalled_after
+    )  # cuts the reader's
     assert reader.cut
     connections.release(newcomer)
     assert not is_reader("10.0.0.3", 2.0)
 
-    for i in range(MAX_READERS + 1):
+    for i in range(LIMITS.max_readers + 1):
         _made_a_reader(connections, sockets, f"10.1.{i // 250}.{i % 250}")
     assert not is_reader("10.1.0.0", 3.0)  # the first, forgotten
     assert is_reader("10.1.0.1", 3.0)
 
 
 def test_a_source_that_is_not_a_reader_is_given_a_small_send_buffer(sockets: list[socket.socket]) -> None:
-    """A connection of a source that is not a reader asks the kernel for NON_READER_SEND_BUFFER of send
+    """A connection of a source that is not a reader asks the kernel for non_reader_send_buffer of send
     buffer (Linux gives twice that); one of a reader keeps the size the kernel starts a socket with."""
     kernels = socket.socket()
     sockets.append(kernels)
@@ -265,7 +263,7 @@ def test_a_source_that_is_not_a_reader_is_given_a_small_send_buffer(sockets: lis
     def send_buffer(sock: socket.socket) -> int:
         return sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
 
-    assert send_buffer(stranger.sock) in (NON_READER_SEND_BUFFER, 2 * NON_READER_SEND_BUFFER)
+    assert send_buffer(stranger.sock) in (LIMITS.non_reader_send_buffer, 2 * LIMITS.non_reader_send_buffer)
     assert send_buffer(reader.sock) == send_buffer(kernels) != send_buffer(stranger.sock)
 
 
@@ -273,23 +271,23 @@ def test_one_body_larger_than_the_cap_is_written_alone(sockets: list[socket.sock
     """A body over the cap is written when nothing else is, and refuses others meanwhile."""
     connections = Connections()
     big, small = _writer(connections, sockets), _writer(connections, sockets)
-    assert connections.start_output(big, bytes(MAX_OUTPUT + 1), now=0.0)
+    assert connections.start_output(big, bytes(LIMITS.max_output + 1), now=0.0)
     assert not connections.start_output(small, b"x", now=0.0)
     connections.end_output(big)
     assert connections.start_output(small, b"x", now=0.0)
 
 
 def test_a_stalled_write_goes_before_an_idle_connection(sockets: list[socket.socket]) -> None:
-    """On a full table, a write stalled for EVICT_AFTER goes for a newcomer before any idle connection."""
+    """On a full table, a write stalled for evict_after goes for a newcomer before any idle connection."""
     connections = Connections()
     held = _fill(
-        connections, sockets, [f"127.0.{1 + i // 250}.{1 + i % 250}" for i in range(MAX_CONNECTIONS)]
+        connections, sockets, [f"127.0.{1 + i // 250}.{1 + i % 250}" for i in range(LIMITS.max_connections)]
     )
     writer = held[5]
     connections.stop_waiting(writer)
     assert connections.start_output(writer, b"body", now=0.0)
-    assert connections.admit(_connection(sockets, "127.0.9.9", opened=EVICT_AFTER))
-    assert _still_held(connections, held) == set(range(MAX_CONNECTIONS)) - {5}
+    assert connections.admit(_connection(sockets, "127.0.9.9", opened=LIMITS.evict_after))
+    assert _still_held(connections, held) == set(range(LIMITS.max_connections)) - {5}
     assert writer.cut
 
 
@@ -314,19 +312,21 @@ def test_a_reader_is_admitted_in_place_of_a_briefly_stalled_write_of_a_stranger(
     sockets: list[socket.socket],
 ) -> None:
     """Every slot taken by clients of many addresses that never read, their writes stalled for less than
-    EVICT_AFTER: a newcomer from an address that is a reader takes the slot of the write stalled longest once
-    it has stalled for STALLED_BRIEFLY; a newcomer from any other address is refused."""
+    evict_after: a newcomer from an address that is a reader takes the slot of the write stalled longest once
+    it has stalled for stalled_briefly; a newcomer from any other address is refused."""
     connections = Connections()
     _made_a_reader(connections, sockets, "127.0.0.1")
-    floods = [_connection(sockets, f"127.1.{i // 250}.{1 + i % 250}") for i in range(MAX_CONNECTIONS)]
+    floods = [_connection(sockets, f"127.1.{i // 250}.{1 + i % 250}") for i in range(LIMITS.max_connections)]
     for i, flood in enumerate(floods):
         assert connections.admit(flood)
         connections.stop_waiting(flood)
         assert connections.start_output(flood, bytes(8), now=i * 0.0001)
-    now = STALLED_BRIEFLY + MAX_CONNECTIONS * 0.0001
+    now = LIMITS.stalled_briefly + LIMITS.max_connections * 0.0001
     assert not connections.admit(_connection(sockets, "127.2.0.1", opened=now))
-    assert not connections.admit(_connection(sockets, "127.0.0.1", opened=STALLED_BRIEFLY / 2))
+    assert not connections.admit(_connection(sockets, "127.0.0.1", opened=LIMITS.stalled_briefly / 2))
     scraper = _connection(sockets, "127.0.0.1", opened=now)
     assert connections.admit(scraper)
-    assert _still_held(connections, floods) == set(range(1, MAX_CONNECTIONS))  # the one stalled longest
+    assert _still_held(connections, floods) == set(
+        range(1, LIMITS.max_connections)
+    )  # the one stalled longest
     assert floods[0].cut

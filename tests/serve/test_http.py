@@ -15,20 +15,16 @@ import trustme
 from prometheus_client.core import GaugeMetricFamily
 
 from rollout_telemetry import RolloutTelemetry, TLSConfig
-from rollout_telemetry._serve import connections, http
-from rollout_telemetry._serve.connections import (
-    EVICT_AFTER,
-    MAX_CONNECTIONS,
-    MAX_OUTPUT,
-    MAX_PER_SOURCE,
-    source_of,
-)
-from rollout_telemetry._serve.http import LISTEN_BACKLOG, WRITE_TIMEOUT, HttpServer
-from rollout_telemetry._serve.messages import MAX_HEAD, Request, Response
+from rollout_telemetry._serve.connections import source_of
+from rollout_telemetry._serve.http import HttpServer
+from rollout_telemetry._serve.limits import Limits
+from rollout_telemetry._serve.messages import Request, Response
 from rollout_telemetry._serve.serving import bind
 from tests.support import FakeClock, held, raw_request, read_reply, rss
 
 MB = 1 << 20
+LIMITS = Limits()
+"""The bounds ``serve()`` serves with: its defaults."""
 
 
 @pytest.fixture(scope="module")
@@ -69,10 +65,12 @@ def _head_of(size: int) -> bytes:
     return start + b"a" * (size - len(start) - len(end)) + end
 
 
-@pytest.mark.parametrize(("size", "status"), [(MAX_HEAD, 200), (MAX_HEAD + 1, 431), (MAX_HEAD + 5, 431)])
+@pytest.mark.parametrize(
+    ("size", "status"), [(LIMITS.max_head, 200), (LIMITS.max_head + 1, 431), (LIMITS.max_head + 5, 431)]
+)
 def test_the_head_cap_is_exactly_max_head_bytes(recorded: RolloutTelemetry, size: int, status: int) -> None:
-    """A request head of MAX_HEAD (16 KiB) bytes is read; one byte more is a 431."""
-    assert MAX_HEAD == 16384
+    """A request head of max_head (16 KiB) bytes is read; one byte more is a 431."""
+    assert LIMITS.max_head == 16384
     with recorded.serve(port=0) as server:
         assert raw_request(server.port, _head_of(size))[0] == status
 
@@ -100,7 +98,7 @@ def test_a_tls_connection_is_closed_as_soon_as_the_response_is_written(
             request = f"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: {connection}\r\n\r\n".encode()
             # A bound, not a measurement: a server holding the connection to its write deadline leaves the
             # read silent for longer than half of it, and the read fails.
-            reply = _tls_exchange(server.port, trusting, request, timeout=WRITE_TIMEOUT / 2)
+            reply = _tls_exchange(server.port, trusting, request, timeout=LIMITS.write_timeout / 2)
             assert reply.startswith(b"HTTP/1.1 200 OK\r\n")
             assert b"rollout_completed_total" in reply
 
@@ -182,7 +180,7 @@ def test_clients_that_never_read_are_written_a_send_buffer_not_the_exposition(
     recorded: RolloutTelemetry,
 ) -> None:
     """60 clients of addresses that never read a 2.5 MB /metrics make the kernel hold less than 50 MB for
-    them (NON_READER_SEND_BUFFER each, and their receive buffer), where the buffers it tunes itself took each
+    them (non_reader_send_buffer each, and their receive buffer), where the buffers it tunes itself took each
     response whole (150 MB)."""
     recorded.registry.register(_Padding())
     with recorded.serve(port=0) as server:
@@ -211,7 +209,7 @@ def test_a_flood_of_newcomers_does_not_evict_a_connection_about_to_send(recorded
     """With every slot taken, 600 newcomers do not evict a client whose request is still on its way."""
     with recorded.serve(port=0) as server:
         held = [_connect_from(server.port, f"127.0.{8 + i // 250}.{1 + i % 250}") for i in range(511)]
-        scraper = _connect_from(server.port, "127.0.0.2")  # the newest of MAX_CONNECTIONS
+        scraper = _connect_from(server.port, "127.0.0.2")  # the newest of max_connections
         flood = []
         try:
             for i in range(600):
@@ -226,11 +224,11 @@ def test_a_flood_of_newcomers_does_not_evict_a_connection_about_to_send(recorded
 
 
 def test_a_source_at_its_cap_gives_up_its_own_oldest_idle_connection(recorded: RolloutTelemetry) -> None:
-    """A source holds at most MAX_PER_SOURCE connections: its next one closes its oldest idle one, and
+    """A source holds at most max_per_source connections: its next one closes its oldest idle one, and
     another source's connections are untouched."""
     with recorded.serve(port=0) as server:
         other = _connect_from(server.port, "127.0.20.2")
-        mine = [_connect_from(server.port, "127.0.20.1") for _ in range(MAX_PER_SOURCE)]
+        mine = [_connect_from(server.port, "127.0.20.1") for _ in range(LIMITS.max_per_source)]
         try:
             newest = _connect_from(server.port, "127.0.20.1")
             mine.append(newest)
@@ -251,25 +249,25 @@ async def _ok(request: Request) -> Response:
 
 
 def test_a_full_server_evicts_only_connections_idle_past_evict_after(clock: FakeClock) -> None:
-    """With every slot taken by young connections a newcomer is closed at once; past EVICT_AFTER the
+    """With every slot taken by young connections a newcomer is closed at once; past evict_after the
     oldest idle one makes room for it instead."""
-    listener = bind("127.0.0.1", 0, 1, what="the eviction test")
+    listener = bind("127.0.0.1", 0, 1, what="the eviction test", backlog=LIMITS.listen_backlog)
     port = listener.getsockname()[1]
     server = HttpServer(listener, _ok, tls=None, clock=clock)  # connection ages on the test's clock
     oldest_first = [
-        _connect_from(port, f"127.0.{24 + i // 250}.{1 + i % 250}") for i in range(MAX_CONNECTIONS)
+        _connect_from(port, f"127.0.{24 + i // 250}.{1 + i % 250}") for i in range(LIMITS.max_connections)
     ]
     newcomers: list[socket.socket] = []
     start = clock()
     try:
         # The first newcomer is accepted after every held connection (one listening queue, first come first
         # served), so from its answer on they are all held, opened at ``start``.
-        for age in (0.0, EVICT_AFTER / 2):
+        for age in (0.0, LIMITS.evict_after / 2):
             clock.now = start + age
             newcomers.append(_connect_from(port, "127.0.30.1"))
             assert _closed(newcomers[-1], within=5)
             assert held(oldest_first[0]), f"the oldest was evicted at an age of {age} s"
-        clock.now = start + EVICT_AFTER
+        clock.now = start + LIMITS.evict_after
         newcomers.append(_connect_from(port, "127.0.30.2"))
         assert _closed(oldest_first[0], within=5)
         newcomers[-1].sendall(b"GET /healthz HTTP/1.1\r\n\r\n")
@@ -283,22 +281,21 @@ def test_a_full_server_evicts_only_connections_idle_past_evict_after(clock: Fake
         server.stop()
 
 
-def test_a_body_larger_than_the_cap_waits_for_the_write_in_progress(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_body_larger_than_the_cap_waits_for_the_write_in_progress() -> None:
     """A new body that does not fit the output cap while a client is taking another (each larger than the cap,
     each one of its own) waits for that write to end and is then written whole: no 503, nothing cut. (The
     wait and the stall bounds are lengthened: what is tested is the order, not this machine's speed.)"""
-    monkeypatch.setattr(http, "ROOM_WAIT", 60.0)
-    monkeypatch.setattr(http, "WRITE_TIMEOUT", 60.0)  # starved at idle priority, a write took over 10 s in CI
-    monkeypatch.setattr(connections, "STALLED_AFTER", 60.0)
-    size = MAX_OUTPUT + 1
+    # starved at idle priority, a write took over 10 s in CI
+    patient = Limits(room_wait=60.0, write_timeout=60.0, stalled_after=60.0)
+    size = patient.max_output + 1
     asked = [threading.Event(), threading.Event()]
 
     async def larger_than_the_cap(request: Request) -> Response:
         asked[int(request.path == "/second")].set()
         return Response(200, (("Content-Type", "text/plain"),), bytes(size))
 
-    listener = bind("127.0.0.1", 0, 1, what="the output cap test")
-    server = HttpServer(listener, larger_than_the_cap, tls=None)
+    listener = bind("127.0.0.1", 0, 1, what="the output cap test", backlog=patient.listen_backlog)
+    server = HttpServer(listener, larger_than_the_cap, tls=None, limits=patient)
     port = listener.getsockname()[1]
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=10) as first:
@@ -351,11 +348,11 @@ def _listen_backlog(port: int) -> int:
 
 
 def test_the_listen_backlog_is_large(recorded: RolloutTelemetry) -> None:
-    """The listening socket queues LISTEN_BACKLOG connections (as far as net.core.somaxconn allows)."""
+    """The listening socket queues listen_backlog connections (as far as net.core.somaxconn allows)."""
     somaxconn = int(Path("/proc/sys/net/core/somaxconn").read_text())
     with recorded.serve(port=0) as server:
         backlog = _listen_backlog(server.port)
-    assert backlog == min(LISTEN_BACKLOG, somaxconn)
+    assert backlog == min(LIMITS.listen_backlog, somaxconn)
 
 
 @pytest.mark.parametrize(

@@ -21,13 +21,14 @@ import trustme
 
 from rollout_telemetry import BasicAuth, ConfigError, RolloutTelemetry, TLSConfig, hash_password
 from rollout_telemetry._cli.main import main
-from rollout_telemetry._serve.auth import AUTH_THREADS, FAILURE_BURST
 from rollout_telemetry._serve.credentials import credentials, matches
-from rollout_telemetry._serve.messages import MAX_HEAD
+from rollout_telemetry._serve.limits import Limits
 from rollout_telemetry._serve.server import MetricsServer
 from tests.support import held, raw_request, samples
 
 PASSWORD = "correct horse battery staple"
+LIMITS = Limits()
+"""The bounds ``serve()`` serves with: its defaults."""
 
 
 @pytest.fixture(scope="module")
@@ -222,7 +223,7 @@ def test_a_malformed_authorization_header_is_401_and_quiet(
     """Any bytes in Authorization get 401 (never 500), and nothing is written to stderr."""
     auth = BasicAuth("prometheus", hash_password(PASSWORD))
     with recorded.serve(port=0, auth=auth) as server:
-        for _ in range(FAILURE_BURST):  # a well-formed case is checked once, then remembered
+        for _ in range(LIMITS.failure_burst):  # a well-formed case is checked once, then remembered
             request = b"GET /metrics HTTP/1.1\r\nHost: x\r\nAuthorization: " + authorization + b"\r\n\r\n"
             status, headers, body = raw_request(server.port, request)
             assert status == 401
@@ -261,8 +262,8 @@ def test_a_guess_repeated_costs_no_scrypt(
     monkeypatch.setattr(hashlib, "scrypt", counting)
     with recorded.serve(port=0, auth=auth) as server:
         assert [raw_request(server.port, right.encode())[0] for _ in range(3)] == [200] * 3
-        statuses = [raw_request(server.port, wrong.encode())[0] for _ in range(FAILURE_BURST * 2)]
-        assert statuses == [401] * FAILURE_BURST * 2
+        statuses = [raw_request(server.port, wrong.encode())[0] for _ in range(LIMITS.failure_burst * 2)]
+        assert statuses == [401] * LIMITS.failure_burst * 2
         assert raw_request(server.port, right.encode())[0] == 200
     assert checks == [PASSWORD.encode(), b"guess"]
 
@@ -370,10 +371,10 @@ def test_password_checks_never_delay_a_verified_scrape(
         assert _get(server.url, headers=_basic("prometheus", PASSWORD))[0] == 200  # verified once
         with _Guessers(server.port, [f"127.0.4.{2 + i}" for i in range(64)]):
             try:
-                for _ in range(AUTH_THREADS):  # every password-check thread is held by a guess
+                for _ in range(LIMITS.auth_threads):  # every password-check thread is held by a guess
                     assert checking.acquire(timeout=10), "the guesses never reached a password check"
                 # A scrape that waited for a check would wait for ever here (or be refused 429 after
-                # AUTH_WAIT): a 200 is the proof that it did not.
+                # auth_wait): a 200 is the proof that it did not.
                 statuses = [_get(server.url, headers=_basic("prometheus", PASSWORD))[0] for _ in range(5)]
             finally:
                 release.set()
@@ -401,7 +402,7 @@ _ASKED = {
     "404": b"GET /admin HTTP/1.1\r\nHost: x\r\n\r\n",
     "405": b"POST /metrics HTTP/1.1\r\nHost: x\r\n\r\n",
     "400": b"GET /metrics\r\nHost: x\r\n\r\n",
-    "431": b"GET /metrics HTTP/1.1\r\nX-Pad: " + b"a" * MAX_HEAD + b"\r\n\r\n",
+    "431": b"GET /metrics HTTP/1.1\r\nX-Pad: " + b"a" * LIMITS.max_head + b"\r\n\r\n",
     "/rollouts?limit=0": b"GET /rollouts?limit=0 HTTP/1.1\r\nHost: x\r\n\r\n",
 }
 

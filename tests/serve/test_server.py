@@ -19,11 +19,14 @@ from prometheus_client import CollectorRegistry, Counter, Metric
 from prometheus_client.core import CounterMetricFamily
 
 from rollout_telemetry import RolloutTelemetry, ServeError
-from rollout_telemetry._serve.endpoint import READ_INTERVAL
+from rollout_telemetry._serve.limits import Limits
 from rollout_telemetry._serve.server import start_server
 from rollout_telemetry._serve.shared import Shared
 from rollout_telemetry._serve.workers import Busy, Workers
 from tests.support import FakeClock, live_page, raw_request, sample_names, samples
+
+LIMITS = Limits()
+"""The bounds ``serve()`` serves with: its defaults."""
 
 
 def _get(url: str) -> tuple[int, str]:
@@ -403,12 +406,12 @@ def test_rollouts_lists_each_rollouts_state_and_heartbeat_age(clock: FakeClock) 
 
 def test_a_rendering_is_shared_while_it_is_written_and_never_after(clock: FakeClock) -> None:
     """A finished rendering is given to whoever asks while it is still being written to a client, within
-    READ_INTERVAL of its making; once written, or past that, the next asker gets a rendering of its own
+    read_interval of its making; once written, or past that, the next asker gets a rendering of its own
     (so a scrape after another never reads what the first did)."""
-    workers = Workers(1)
+    workers = Workers(1, max_queued=LIMITS.max_queued)
     written: set[int] = set()
     shared: Shared[str, bytes] = Shared(
-        workers, 0, clock, held=lambda body: id(body) in written, held_for=READ_INTERVAL
+        workers, 0, clock, held=lambda body: id(body) in written, held_for=LIMITS.read_interval
     )
     made: list[bytes] = []
 
@@ -420,7 +423,7 @@ def test_a_rendering_is_shared_while_it_is_written_and_never_after(clock: FakeCl
         first = await shared.get("metrics", render)
         written.add(id(first))  # a slow client is still reading it
         beside = await shared.get("metrics", render)
-        clock.advance(READ_INTERVAL)
+        clock.advance(LIMITS.read_interval)
         late = await shared.get("metrics", render)  # too old to share, though still being written
         written.clear()
         after = await shared.get("metrics", render)  # nobody is reading the last: made afresh

@@ -24,10 +24,7 @@ import pytest
 
 from rollout_telemetry import BasicAuth, RolloutTelemetry, TLSConfig, hash_password
 from rollout_telemetry._facade.live import LivePage
-from rollout_telemetry._serve.auth import AUTH_THREADS, AUTH_WAIT, FAILURE_BURST
-from rollout_telemetry._serve.endpoint import READ_INTERVAL
-from rollout_telemetry._serve.http import LINGER, WRITE_TIMEOUT
-from rollout_telemetry._serve.messages import HEAD_TIMEOUT, IDLE_TIMEOUT
+from rollout_telemetry._serve.limits import Limits
 from rollout_telemetry._serve.server import MetricsServer, start_server
 from rollout_telemetry._store.snapshot import AccountSnapshot
 from rollout_telemetry._views.page import REFRESH_SECONDS
@@ -37,6 +34,9 @@ from tests.serve.test_security import PASSWORD, _basic, _get, _Guessers, recorde
 from tests.support import coverage_of, groups_of, rss, wait_until
 
 __all__ = ["ca", "recorded", "server", "tls", "trusting"]  # the fixtures, imported for the tests below
+
+LIMITS = Limits()
+"""The bounds ``serve()`` serves with: its defaults."""
 
 SCHEDULING = 1.0
 """Seconds a busy machine (2 cores, one of them taken) may add to when a thread runs after it could: what the
@@ -58,7 +58,9 @@ def test_idle_clients_cannot_exhaust_the_server(server: MetricsServer) -> None:
         threads = threading.active_count()
         assert threads < 30, threads
         for connection in idle:
-            connection.settimeout(IDLE_TIMEOUT + 5)  # a bound: closed at IDLE_TIMEOUT after they connected
+            connection.settimeout(
+                LIMITS.idle_timeout + 5
+            )  # a bound: closed at idle_timeout after they connected
             assert connection.recv(1) == b""  # the server closed it
     finally:
         for connection in idle:
@@ -70,11 +72,11 @@ TRICKLE = 0.5
 
 
 def test_the_request_head_has_one_deadline(server: MetricsServer) -> None:
-    """A client sending a byte every 0.5 s is closed HEAD_TIMEOUT after its first byte: each byte does not
+    """A client sending a byte every 0.5 s is closed head_timeout after its first byte: each byte does not
     buy it more time."""
     # Closed at the latest one trickle interval after the deadline, plus a busy machine's delay; a trickler
     # that each byte bought more time would still be sending its 100 bytes then (50 s).
-    latest = HEAD_TIMEOUT + TRICKLE + WIDE
+    latest = LIMITS.head_timeout + TRICKLE + WIDE
     payload = iter(b"GET /metrics HTTP/1.1\r\nX-Slow: " + b"a" * 100)
     closed = False
     with socket.create_connection(("127.0.0.1", server.port), timeout=10) as trickler:
@@ -90,10 +92,10 @@ def test_the_request_head_has_one_deadline(server: MetricsServer) -> None:
                 closed = True
         elapsed = time.monotonic() - started
     assert closed, f"still open after {elapsed:.1f} s"
-    # Never sooner than HEAD_TIMEOUT: the deadline runs from the server's read of the first byte, sent after
+    # Never sooner than head_timeout: the deadline runs from the server's read of the first byte, sent after
     # ``started`` (asyncio may run a timer one tick of its clock early).
     # bound: a lower bound, which no machine's speed brings closer
-    assert elapsed >= HEAD_TIMEOUT - time.get_clock_info("monotonic").resolution, elapsed
+    assert elapsed >= LIMITS.head_timeout - time.get_clock_info("monotonic").resolution, elapsed
     assert elapsed < latest, elapsed  # bound: WIDE past the deadline, short of the trickle's 50 s
 
 
@@ -120,13 +122,13 @@ def test_a_restarted_scraper_is_verified_within_five_seconds_under_guessing(
 
     monkeypatch.setattr(hashlib, "scrypt", at_design_cost)
     # The scraper's attempt waits behind at most one guess of each guesser (each has one request in flight;
-    # one queue per source, oldest first): GUESSERS checks over AUTH_THREADS threads, 1.3 s, within
-    # AUTH_WAIT, so its first attempt has its turn (how soon, beside a control: benchmarks/attacks.py).
+    # one queue per source, oldest first): GUESSERS checks over auth_threads threads, 1.3 s, within
+    # auth_wait, so its first attempt has its turn (how soon, beside a control: benchmarks/attacks.py).
     # While the guessers go on, a scheduler that starved it would keep it out for good: WIDE tells them apart.
-    assert GUESSERS * SCRYPT_COST / AUTH_THREADS + SCHEDULING < AUTH_WAIT
-    within = AUTH_WAIT + WIDE
+    assert GUESSERS * SCRYPT_COST / LIMITS.auth_threads + SCHEDULING < LIMITS.auth_wait
+    within = LIMITS.auth_wait + WIDE
     with recorded.serve(port=0, auth=auth) as server, _Guessers(server.port, ["127.0.0.1"] * GUESSERS):
-        for _ in range(FAILURE_BURST):  # the guessers have spent the address's attempts
+        for _ in range(LIMITS.failure_burst):  # the guessers have spent the address's attempts
             assert guesses_checked.acquire(timeout=10), "the guesses never reached a password check"
         started = time.monotonic()
         statuses = []
@@ -136,7 +138,7 @@ def test_a_restarted_scraper_is_verified_within_five_seconds_under_guessing(
             if status == 200:
                 break
         assert statuses[-1] == 200, statuses
-        assert time.monotonic() - started < within, statuses  # bound: AUTH_WAIT + WIDE, above
+        assert time.monotonic() - started < within, statuses  # bound: auth_wait + WIDE, above
 
 
 def test_tls_memory_is_given_back_after_churn(
@@ -163,7 +165,7 @@ def test_tls_memory_is_given_back_after_churn(
         # and the linger after it; then what it held is freed.
         wait_until(
             lambda: rss() - before < 100 * MB,
-            timeout=WRITE_TIMEOUT + LINGER + WIDE,
+            timeout=LIMITS.write_timeout + LIMITS.linger + WIDE,
             what=f"RSS back within 100 MB (it grew {(rss() - before) / MB:.0f} MB)",
         )
 
@@ -185,7 +187,7 @@ def _named(reader: int, request: int) -> list[str]:
 
 def test_a_flood_of_new_open_sets_reads_the_run_once_an_interval(monkeypatch: pytest.MonkeyPatch) -> None:
     """Readers of the live page naming a new ?open= set on every request (names no agent has, and the
-    agents'): the run is read for the page at most once a READ_INTERVAL and each agent's charts drawn at most
+    agents'): the run is read for the page at most once a read_interval and each agent's charts drawn at most
     once an update, /rollouts is answered all along, and every reader gets the charts of the agents it
     named."""
     telemetry = RolloutTelemetry(runtime_metrics=False)
@@ -246,11 +248,11 @@ def test_a_flood_of_new_open_sets_reads_the_run_once_an_interval(monkeypatch: py
         elapsed = time.monotonic() - started
     finally:
         server.stop()
-    # Each read is shared for READ_INTERVAL from when it began, and each drawing of an agent's charts for
+    # Each read is shared for read_interval from when it began, and each drawing of an agent's charts for
     # REFRESH_SECONDS after the read that made it (both on the monotonic clock): at least that far apart.
     # bound: counts per interval of the run's own length: a slower machine makes the run longer, not more
     # reads an interval.
-    assert reads["page"] <= elapsed // READ_INTERVAL + 1, (reads, elapsed)
+    assert reads["page"] <= elapsed // LIMITS.read_interval + 1, (reads, elapsed)
     assert max(drawn.values()) <= elapsed // REFRESH_SECONDS + 1, (drawn, elapsed)  # bound: as above
     assert missing == []
     assert listings >= 1

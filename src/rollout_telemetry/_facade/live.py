@@ -2,7 +2,7 @@
 
 Every ``STORY_INTERVAL`` seconds the account is read into a ``RunStory`` (bounded: at most ``MOST_INSTANTS``
 points per agent, thinned as the run goes on); the page is read when asked, from one snapshot, on the
-endpoint's read thread, which shares one read for ``READ_INTERVAL`` among every reader, whatever sections
+endpoint's read thread, which shares one read for ``read_interval`` among every reader, whatever sections
 each has open (``_views.page.Page``). Nothing of this is on the recording path: ``record()`` is the same
 with the page on or off. The page and its history are the telemetry's, so a second endpoint of the same run
 shows the same history; points are taken while an endpoint serves the page (a stopped server drops its hold

@@ -19,6 +19,7 @@ from rollout_telemetry._files import write_whole
 from rollout_telemetry._ray.target_registry import TargetRegistry
 from rollout_telemetry._ray.targets import TargetGroup
 from rollout_telemetry._serve.http import HttpServer
+from rollout_telemetry._serve.limits import DEFAULT_LIMITS, Limits
 from rollout_telemetry._serve.messages import Request, Response
 from rollout_telemetry._serve.serving import Gate, bind, endpoint_url, screen
 from rollout_telemetry._serve.tls import server_context
@@ -28,10 +29,7 @@ if TYPE_CHECKING:
     from rollout_telemetry._serve.credentials import BasicAuth
     from rollout_telemetry._serve.tls import TLSConfig
 
-__all__ = ["DISCOVERY_THREADS", "DiscoveryServer", "FileSD"]
-
-DISCOVERY_THREADS = 2
-"""Worker threads of a discovery endpoint: they render ``/targets`` (once per change) and check passwords."""
+__all__ = ["DiscoveryServer", "FileSD"]
 
 
 class FileSD:
@@ -89,9 +87,9 @@ class DiscoveryServer:
     """Serves a registry as Prometheus HTTP service discovery: ``GET /targets`` (and ``/healthz``).
 
     On the same stack as ``/metrics`` (``_serve.http``): one event-loop thread holds every connection under
-    its deadlines and the connection cap, ``threads`` worker threads render ``/targets``, and passwords are
-    checked on threads of their own (``serving.Gate``). ``tls`` and ``auth`` are those of
-    ``RolloutTelemetry.serve``; ``/healthz`` stays open.
+    its deadlines and the connection cap, ``render_threads`` worker threads render ``/targets``, and
+    passwords are checked on threads of their own (``serving.Gate``), all within ``limits``. ``tls`` and
+    ``auth`` are those of ``RolloutTelemetry.serve``; ``/healthz`` stays open.
 
     Raises:
         ServeError: the address cannot be bound.
@@ -106,16 +104,17 @@ class DiscoveryServer:
         port: int = 0,
         tls: TLSConfig | None = None,
         auth: BasicAuth | None = None,
-        threads: int = DISCOVERY_THREADS,
+        limits: Limits = DEFAULT_LIMITS,
     ) -> None:
         context = server_context(tls) if tls is not None else None
-        listener = bind(host, port, 1, what="service discovery")
+        listener = bind(host, port, 1, what="service discovery", backlog=limits.listen_backlog)
         self.host = host
         self.port: int = listener.getsockname()[1]
         self._tls = tls
-        self._workers = Workers(threads)
-        self._gate = Gate(auth) if auth is not None else None
-        self._http = HttpServer(listener, _Endpoint(registry, self._gate, self._workers), tls=context)
+        self._workers = Workers(limits.render_threads, max_queued=limits.max_queued)
+        self._gate = Gate(auth, limits) if auth is not None else None
+        endpoint = _Endpoint(registry, self._gate, self._workers)
+        self._http = HttpServer(listener, endpoint, tls=context, limits=limits)
 
     @property
     def url(self) -> str:

@@ -2,21 +2,21 @@
 
 The configuration, ``credentials.BasicAuth``, is one user name and a scrypt hash (about 40 ms and 16 MiB per
 check, which is what makes a stolen hash expensive to crack). ``Authenticator`` is what one running server
-holds in front of it:
+holds in front of it (the bounds are ``limits.Limits``'):
 
-- a credential checked before is decided without scrypt: the last ``MAX_VERIFIED`` verified and the last
-  ``MAX_REFUSED`` refused are remembered as HMACs under a key made at start (never the password itself), so
+- a credential checked before is decided without scrypt: the last ``max_verified`` verified and the last
+  ``max_refused`` refused are remembered as HMACs under a key made at start (never the password itself), so
   an authorised scraper pays for scrypt once per server and a guess repeated costs nothing;
 - a header that is not well-formed basic auth, of any kind, is refused before anything is computed;
-- each source has a bucket of ``FAILURE_BURST`` attempts that refills at ``FAILURE_REFILL`` per second (a
+- each source has a bucket of ``failure_burst`` attempts that refills at ``failure_refill`` per second (a
   success gives its attempt back); ``PasswordChecks`` serves sources with attempts left before those
-  without. The table holds at most ``MAX_SOURCES`` sources, the least recently seen forgotten first.
+  without. The table holds at most ``max_sources`` sources, the least recently seen forgotten first.
 
-``PasswordChecks`` runs what is left on threads of its own (``AUTH_THREADS``), never those that render, in a
+``PasswordChecks`` runs what is left on threads of its own (``auth_threads``), never those that render, in a
 fair order: one source after another (a source is an IPv4 address or an IPv6 /64), oldest first within
-one. An attempt that has not had its turn within ``AUTH_WAIT`` seconds is refused (429), having held a
+one. An attempt that has not had its turn within ``auth_wait`` seconds is refused (429), having held a
 connection but no thread, and that connection may be evicted for a newcomer, as an idle one may (so a
-source's waiting attempts are bounded by its connections, ``MAX_PER_SOURCE``). No shorter line per source:
+source's waiting attempts are bounded by its connections, ``max_per_source``). No shorter line per source:
 a restarted scraper sharing its address with guessers must keep its place in that address's line. The
 threads bound the guesses of every address together, however many there are.
 
@@ -37,35 +37,10 @@ from enum import StrEnum
 
 from rollout_telemetry._serve.connections import evictable
 from rollout_telemetry._serve.credentials import credentials
+from rollout_telemetry._serve.limits import DEFAULT_LIMITS, Limits
 from rollout_telemetry._serve.workers import Workers
 
-__all__ = [
-    "AUTH_THREADS",
-    "AUTH_WAIT",
-    "FAILURE_BURST",
-    "FAILURE_REFILL",
-    "MAX_REFUSED",
-    "MAX_SOURCES",
-    "MAX_VERIFIED",
-    "Authenticator",
-    "PasswordChecks",
-    "Verdict",
-]
-
-FAILURE_BURST = 10
-"""Attempts needing scrypt that one source address may make at once."""
-FAILURE_REFILL = 1.0
-"""Attempts given back to each source address per second."""
-MAX_SOURCES = 4096
-"""Sources whose attempts are remembered; the least recently seen is forgotten first."""
-MAX_VERIFIED = 16
-"""Verified credentials remembered (as HMACs), the least recently used forgotten first."""
-MAX_REFUSED = 4096
-"""Refused credentials remembered (as HMACs), the least recently used forgotten first."""
-AUTH_THREADS = 2
-"""Threads that check passwords with scrypt, apart from those that render: every guess shares them."""
-AUTH_WAIT = 4.0
-"""Seconds an attempt may wait for its turn at a password check before it is answered 429."""
+__all__ = ["Authenticator", "PasswordChecks", "Verdict"]
 
 
 class Verdict(StrEnum):
@@ -113,19 +88,17 @@ class Authenticator:
         self,
         matches: Callable[[bytes, bytes], bool],
         *,
+        limits: Limits = DEFAULT_LIMITS,
         clock: Callable[[], float] = time.monotonic,
-        burst: int = FAILURE_BURST,
-        refill: float = FAILURE_REFILL,
-        max_sources: int = MAX_SOURCES,
     ) -> None:
         self._matches = matches
         self._clock = clock
-        self._burst = burst
-        self._refill = refill
-        self._max_sources = max_sources
+        self._burst = limits.failure_burst
+        self._refill = limits.failure_refill
+        self._max_sources = limits.max_sources
         self._key = secrets.token_bytes(32)
-        self._verified = _Remembered(MAX_VERIFIED)
-        self._refused = _Remembered(MAX_REFUSED)
+        self._verified = _Remembered(limits.max_verified)
+        self._refused = _Remembered(limits.max_refused)
         self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()  # source -> (attempts, when)
         self._lock = threading.Lock()
 
@@ -199,17 +172,15 @@ class PasswordChecks:
     the threads, not the others'. Waiting holds a connection, no thread.
     """
 
-    def __init__(
-        self, authenticator: Authenticator, *, threads: int = AUTH_THREADS, wait: float = AUTH_WAIT
-    ) -> None:
+    def __init__(self, authenticator: Authenticator, limits: Limits = DEFAULT_LIMITS) -> None:
         self._authenticator = authenticator
-        self._wait = wait
-        self._workers = Workers(threads, max_queued=threads)
-        self._free = threads
+        self._wait = limits.auth_wait
+        self._workers = Workers(limits.auth_threads, max_queued=limits.auth_threads)
+        self._free = limits.auth_threads
         self._queues: OrderedDict[str, deque[asyncio.Future[None]]] = OrderedDict()  # sources in turn order
 
     async def check(self, header: str | None, source: str) -> Verdict:
-        """The verdict of scrypt on ``header``, or LIMITED if its turn did not come within ``AUTH_WAIT``."""
+        """The verdict of scrypt on ``header``, or LIMITED if its turn did not come within ``auth_wait``."""
         if self._free and not self._queues:
             self._free -= 1
             self._authenticator.take_attempt(source)

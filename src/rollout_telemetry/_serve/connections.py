@@ -5,25 +5,25 @@ A client is counted by its *source* (an IPv4 address, an IPv6 /64), so one host 
 a newcomer needs room (its source at its cap, or the server full), the first to go is a connection already
 answered (it is only draining what its client still sends); then an idle one: without a complete request,
 or waiting for its turn at a password check. A source gives up its own at any age; a full server gives up
-its oldest idle connection past ``EVICT_AFTER``, or else the oldest idle one of the source holding the most
-connections, if that is more than ``FAIR_SHARE``: a few addresses cannot hold every slot, while a client
+its oldest idle connection past ``evict_after``, or else the oldest idle one of the source holding the most
+connections, if that is more than ``fair_share``: a few addresses cannot hold every slot, while a client
 whose request is a round trip away is not evicted by a flood from many; a write that has stalled (its client
-reads nothing) for ``EVICT_AFTER`` goes before the idle, and for a newcomer from a *reader* (below) so does
-a write of a source that is not one stalled for ``STALLED_BRIEFLY``: clients that never read, arriving faster
-than their writes stall for ``EVICT_AFTER``, would otherwise hold every slot and keep a scraper out.
+reads nothing) for ``evict_after`` goes before the idle, and for a newcomer from a *reader* (below) so does
+a write of a source that is not one stalled for ``stalled_briefly``: clients that never read, arriving faster
+than their writes stall for ``evict_after``, would otherwise hold every slot and keep a scraper out.
 
-The responses being written share ``MAX_OUTPUT``, counted by the bodies they hold: one rendering written to
+The responses being written share ``max_output``, counted by the bodies they hold: one rendering written to
 many clients counts once. A new body that would not fit first cuts short the writes stalled longest (no
-byte taken by their client for ``STALLED_AFTER``); a write that progresses, a scrape in progress, is never
-cut: the newcomer waits for room instead, up to ``ROOM_WAIT`` (then it is told to come back, 503). One body
+byte taken by their client for ``stalled_after``); a write that progresses, a scrape in progress, is never
+cut: the newcomer waits for room instead, up to ``room_wait`` (then it is told to come back, 503). One body
 waits at a time, shared by whoever asks for the same exposition meanwhile. A newcomer whose source is a
-*reader* (its client took the whole of a large response before, ``READER_BODY``) may also cut writes of
-sources that are not, stalled for only ``STALLED_BRIEFLY``: clients that never read, arriving faster than
-their writes stall for ``STALLED_AFTER``, would otherwise keep the cap full and a scraper out. A source
+*reader* (its client took the whole of a large response before, ``reader_body``) may also cut writes of
+sources that are not, stalled for only ``stalled_briefly``: clients that never read, arriving faster than
+their writes stall for ``stalled_after``, would otherwise keep the cap full and a scraper out. A source
 whose write is cut as stalled is a reader no more.
 
 The kernel holds its share of a response too: a connection of a source that is not a reader is given a send
-buffer of ``NON_READER_SEND_BUFFER``, so a client that never reads costs the kernel that much and its write
+buffer of ``non_reader_send_buffer``, so a client that never reads costs the kernel that much and its write
 stalls, instead of a whole exposition copied into the kernel per connection. With buffers the kernel tuned,
 600 such clients a second of a 2.5 MB exposition made it copy 1.5 GB/s, and an authorised scrape waited
 0.5 to 1.5 s for the event loop.
@@ -40,18 +40,9 @@ from collections.abc import Iterable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
 
+from rollout_telemetry._serve.limits import DEFAULT_LIMITS, Limits
+
 __all__ = [
-    "EVICT_AFTER",
-    "FAIR_SHARE",
-    "MAX_CONNECTIONS",
-    "MAX_OUTPUT",
-    "MAX_PER_SOURCE",
-    "MAX_READERS",
-    "NON_READER_SEND_BUFFER",
-    "READER_BODY",
-    "ROOM_WAIT",
-    "STALLED_AFTER",
-    "STALLED_BRIEFLY",
     "Connection",
     "Connections",
     "evictable",
@@ -59,37 +50,6 @@ __all__ = [
     "source_of",
 ]
 
-MAX_CONNECTIONS = 512
-"""Connections held at once; when full, one idle past ``EVICT_AFTER`` is closed for the newcomer."""
-MAX_PER_SOURCE = 128
-"""Connections one source (an IPv4 address, an IPv6 /64) may hold; beyond, its own oldest idle one goes."""
-EVICT_AFTER = 1.0
-"""Seconds a connection is safe from eviction by a newcomer to a full server: a remote client's request
-takes a round trip or a TLS handshake to arrive."""
-MAX_OUTPUT = 32 * 1024 * 1024
-"""Bytes of response bodies being written at once, each body once however many clients it is written to;
-beyond, stalled writes are cut short (their connections reset), and failing that a newcomer is refused."""
-STALLED_AFTER = 0.5
-"""Seconds without a byte taken by its client after which a write counts as stalled, to be cut for room."""
-STALLED_BRIEFLY = 0.1
-"""Seconds without a byte taken after which a write of a source that is not a reader may be cut for a
-reader's new body."""
-READER_BODY = 64 * 1024
-"""Bytes of a response body a client must take whole for its source to count as a reader: more than a
-health check or a refusal, so a reader has paid for what it asks room for."""
-ROOM_WAIT = 1.0
-"""Seconds a body that does not fit ``MAX_OUTPUT`` waits for writes to end or stall before its client is
-told to come back (503): a scrape that comes while a reader takes a body larger than the cap follows it."""
-MAX_READERS = 4096
-"""Reader sources remembered, the latest kept."""
-NON_READER_SEND_BUFFER = 128 * 1024
-"""Bytes of kernel send buffer asked for a connection of a source that is not a reader (Linux gives twice
-that). A client that never reads is then written that and its own receive buffer's worth, and its write
-stalls, where a send buffer the kernel tunes itself (up to 4 MiB on loopback) took a whole exposition of a
-few MB per connection into the kernel: copied, and the write counted as taken whole. A reader's connections
-keep the kernel's tuning."""
-FAIR_SHARE = MAX_CONNECTIONS // 16
-"""Connections a source may hold on a full server before its young idle ones may be evicted for others."""
 _RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() resets the connection
 
 
@@ -118,7 +78,7 @@ class Connection:
     source: str
     opened: float
     task: asyncio.Task[None] | None = None
-    body: bytes | None = None  # the response body being written, counted against MAX_OUTPUT
+    body: bytes | None = None  # the response body being written, counted against max_output
     progressed: float = 0.0  # when its client last took a byte of the response (or it began)
     cut: bool = False  # its response was cut short: reset, not closed
 
@@ -130,7 +90,8 @@ class Connections:
     Touched only on the event loop's thread. Each dict keeps its connections oldest first.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, limits: Limits = DEFAULT_LIMITS) -> None:
+        self._limits = limits
         self._held: dict[Connection, None] = {}
         self._idle: dict[Connection, None] = {}  # may be evicted once the answered are gone
         self._answered: dict[Connection, None] = {}  # the first to be evicted
@@ -155,21 +116,23 @@ class Connections:
         self._by_source.setdefault(connection.source, {})[connection] = None
         if connection.source not in self._readers:
             with contextlib.suppress(OSError):  # a socket already gone: its first read ends its task
-                connection.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, NON_READER_SEND_BUFFER)
+                connection.sock.setsockopt(
+                    socket.SOL_SOCKET, socket.SO_SNDBUF, self._limits.non_reader_send_buffer
+                )
         return True
 
     def _make_room(self, source: str, now: float) -> bool:
         """Whether a newcomer from ``source`` may be held, closing a connection for it if need be."""
         mine = self._by_source.get(source, {})
-        if len(mine) >= MAX_PER_SOURCE:  # it competes only with itself: its own, at any age
+        if len(mine) >= self._limits.max_per_source:  # it competes only with itself: its own, at any age
             # Each scan of the source's connections only if there is something to find.
             answered = next((c for c in mine if c in self._answered), None) if self._answered else None
-            stalled = self._stalled(now, EVICT_AFTER, among=mine) if self._writing else None
+            stalled = self._stalled(now, self._limits.evict_after, among=mine) if self._writing else None
             victim = answered or stalled or next((c for c in mine if c in self._idle), None)
-        elif len(self._held) >= MAX_CONNECTIONS:
+        elif len(self._held) >= self._limits.max_connections:
             victim = (
                 next(iter(self._answered), None)
-                or self._stalled(now, EVICT_AFTER)
+                or self._stalled(now, self._limits.evict_after)
                 or self._stalled_for_reader(source, now)
                 or self._idle_victim(now)
             )
@@ -181,13 +144,13 @@ class Connections:
         return True
 
     def _idle_victim(self, now: float) -> Connection | None:
-        """On a full server: the oldest idle connection past ``EVICT_AFTER``, else the oldest idle one of the
-        source holding the most connections if that is more than ``FAIR_SHARE``."""
+        """On a full server: the oldest idle connection past ``evict_after``, else the oldest idle one of the
+        source holding the most connections if that is more than ``fair_share``."""
         oldest = next(iter(self._idle), None)
-        if oldest is None or now - oldest.opened >= EVICT_AFTER:
+        if oldest is None or now - oldest.opened >= self._limits.evict_after:
             return oldest
         heaviest = max(self._by_source.values(), key=len)
-        if len(heaviest) <= FAIR_SHARE:
+        if len(heaviest) <= self._limits.fair_share:
             return None
         return next((c for c in heaviest if c in self._idle), None)
 
@@ -200,21 +163,25 @@ class Connections:
         return stalled if stalled is not None and now - stalled.progressed >= after else None
 
     def _cut_for(self, size: int, now: float, source: str) -> None:
-        """Cut stalled writes until ``size`` more bytes fit: stalled for ``STALLED_AFTER``, and for the body
+        """Cut stalled writes until ``size`` more bytes fit: stalled for ``stalled_after``, and for the body
         of a reader ``source`` (still one after those cuts) also those of other sources stalled for
-        ``STALLED_BRIEFLY``."""
-        while self._output + size > MAX_OUTPUT and (victim := self._stalled(now, STALLED_AFTER)):
+        ``stalled_briefly``."""
+        while self._output + size > self._limits.max_output and (
+            victim := self._stalled(now, self._limits.stalled_after)
+        ):
             self._drop(victim)
-        while self._output + size > MAX_OUTPUT and (victim := self._stalled_for_reader(source, now)):
+        while self._output + size > self._limits.max_output and (
+            victim := self._stalled_for_reader(source, now)
+        ):
             self._drop(victim)
 
     def _stalled_for_reader(self, source: str, now: float) -> Connection | None:
         """For a newcomer from a reader ``source``: the write stalled longest of a source not a reader, if it
-        has stalled for ``STALLED_BRIEFLY``."""
+        has stalled for ``stalled_briefly``."""
         if source not in self._readers or not self._writing:
             return None
         return self._stalled(
-            now, STALLED_BRIEFLY, (c for c in self._writing if c.source not in self._readers)
+            now, self._limits.stalled_briefly, (c for c in self._writing if c.source not in self._readers)
         )
 
     def stop_waiting(self, connection: Connection) -> None:
@@ -265,18 +232,18 @@ class Connections:
         self.end_output(connection)
 
     def start_output(self, connection: Connection, body: bytes, now: float) -> bool:
-        """Count ``body`` against ``MAX_OUTPUT`` while it is written to the connection; False if it does not
+        """Count ``body`` against ``max_output`` while it is written to the connection; False if it does not
         fit even once the stalled writes are cut short (the caller refuses the request instead).
 
         A body already being written to another client costs nothing more. A new one that would not fit
-        cuts the writes stalled longest (``STALLED_AFTER``) until it does; a write whose client is taking
+        cuts the writes stalled longest (``stalled_after``) until it does; a write whose client is taking
         it is never cut. One body larger than the cap is written when nothing else is.
         """
         size = len(body)
         held = self._bodies.get(id(body))
         if held is None:
             self._cut_for(size, now, connection.source)
-            if self._output + size > MAX_OUTPUT and self._output:
+            if self._output + size > self._limits.max_output and self._output:
                 return False
             self._output += size
         self._bodies[id(body)] = (size, 1 + (held[1] if held is not None else 0))
@@ -305,7 +272,7 @@ class Connections:
                 self._waiting[key] = waiters
 
     async def freed(self, timeout: float) -> None:
-        """Return once a body being written stops counting against ``MAX_OUTPUT``, or after ``timeout``
+        """Return once a body being written stops counting against ``max_output``, or after ``timeout``
         seconds."""
         future = asyncio.get_running_loop().create_future()
         self._freed.add(future)
@@ -318,17 +285,17 @@ class Connections:
 
     def end_output(self, connection: Connection, *, taken: bool = False) -> None:
         """The connection's response is written (``taken``: its client took it whole) or abandoned: its body
-        no longer counts against ``MAX_OUTPUT`` (once no other write holds it). A client that took a body of
-        ``READER_BODY`` or more makes its source a reader."""
+        no longer counts against ``max_output`` (once no other write holds it). A client that took a body of
+        ``reader_body`` or more makes its source a reader."""
         if connection not in self._writing:
             return
         del self._writing[connection]
         body, connection.body = connection.body, None
         assert body is not None
-        if taken and len(body) >= READER_BODY:
+        if taken and len(body) >= self._limits.reader_body:
             self._readers.pop(connection.source, None)
             self._readers[connection.source] = None
-            if len(self._readers) > MAX_READERS:
+            if len(self._readers) > self._limits.max_readers:
                 del self._readers[next(iter(self._readers))]
         size, writers = self._bodies.pop(id(body))
         if writers > 1:

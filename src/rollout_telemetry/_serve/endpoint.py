@@ -19,7 +19,7 @@ from rollout_telemetry._serve.shared import Shared
 from rollout_telemetry._serve.workers import Workers
 from rollout_telemetry._views.page import page_policy
 
-__all__ = ["DEFAULT_ROLLOUTS_LIMIT", "MAX_READS_QUEUED", "READ_INTERVAL", "Endpoint", "PageRender"]
+__all__ = ["DEFAULT_ROLLOUTS_LIMIT", "Endpoint", "PageRender"]
 
 _Rendering = tuple[str, tuple[str, ...], bool]  # Accept's choice, name[] filter, gzip
 PageRender = Callable[[str, Sequence[str]], bytes]
@@ -27,20 +27,15 @@ PageRender = Callable[[str, Sequence[str]], bytes]
 
 DEFAULT_ROLLOUTS_LIMIT = 100
 """Rollouts ``GET /rollouts`` lists unless ``?limit=`` says otherwise."""
-READ_INTERVAL = 1.0
-"""Seconds one listing of ``/rollouts``, one collection for ``/metrics?name[]=`` and one read of the run for
-the page are shared for."""
-MAX_READS_QUEUED = 64
-"""Renders of ``/rollouts``, ``/metrics?name[]=`` and the page that may wait for their thread (503 beyond)."""
 
 
 class Endpoint:
     """What is answered: ``/metrics`` and ``/rollouts`` (behind auth, if any), ``/healthz``, 404 and 405.
 
     The full exposition is rendered afresh for each scrape on the render threads; those asking while it is
-    rendered, or while it is still being written to another client (within ``READ_INTERVAL`` of its
+    rendered, or while it is still being written to another client (within ``read_interval`` of its
     rendering), share it: one body in memory, however many read it at once (``writing`` says whether a body
-    is still being written). ``/rollouts`` and ``/metrics?name[]=`` are shared for ``READ_INTERVAL`` on a
+    is still being written). ``/rollouts`` and ``/metrics?name[]=`` are shared for ``read_interval`` on a
     thread of their own: one collection of the registry and one listing of the rollouts in flight per
     interval, whatever the readers ask, so many readers cost what one does and never delay a scrape. So is
     the page's read of the run, which lists that interval's rollouts in flight: the page for each set of
@@ -58,18 +53,19 @@ class Endpoint:
         rollouts: Callable[[int], Mapping[str, object]] | None = None,
         page: Callable[[Mapping[str, object] | None], PageRender] | None = None,
         writing: Callable[[bytes], bool] = lambda body: False,
+        read_interval: float,
     ) -> None:
         self._registry = registry
         self._rollouts = rollouts
         self._page = page
         self._gate = gate
         self._renderings: Shared[_Rendering, tuple[bytes, str]] = Shared(
-            workers, 0, held=lambda rendering: writing(rendering[0]), held_for=READ_INTERVAL
+            workers, 0, held=lambda rendering: writing(rendering[0]), held_for=read_interval
         )
-        self._collections: Shared[str, list[Metric]] = Shared(reads, READ_INTERVAL)
-        self._filtered: Shared[_Rendering, tuple[bytes, str]] = Shared(reads, READ_INTERVAL)
-        self._listings: Shared[str, Listing] = Shared(reads, READ_INTERVAL)
-        self._page_reads: Shared[str, PageRender] = Shared(reads, READ_INTERVAL)
+        self._collections: Shared[str, list[Metric]] = Shared(reads, read_interval)
+        self._filtered: Shared[_Rendering, tuple[bytes, str]] = Shared(reads, read_interval)
+        self._listings: Shared[str, Listing] = Shared(reads, read_interval)
+        self._page_reads: Shared[str, PageRender] = Shared(reads, read_interval)
         # Shared while being assembled only: cheap to make again, and a second's worth of pages for every
         # set asked for would be a megabyte each.
         self._pages: Shared[tuple[PageRender, str, tuple[str, ...]], bytes] = Shared(reads, 0)

@@ -30,44 +30,19 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from rollout_telemetry._serve.connections import (
-    ROOM_WAIT,
-    STALLED_BRIEFLY,
-    Connection,
-    Connections,
-    serving,
-    source_of,
-)
+from rollout_telemetry._serve.connections import Connection, Connections, serving, source_of
+from rollout_telemetry._serve.limits import DEFAULT_LIMITS, Limits
 from rollout_telemetry._serve.messages import Handler, Request, Response, read_request
 from rollout_telemetry._serve.streams import RECV_SIZE, PlainStream, TlsStream
 from rollout_telemetry._serve.workers import Busy
 
 __all__ = [
-    "ACCEPT_BATCH",
-    "HANDSHAKE_TIMEOUT",
-    "LINGER",
-    "LISTEN_BACKLOG",
-    "WRITE_TIMEOUT",
     "HttpServer",
     "ThrottledLog",
 ]
 
 _log = logging.getLogger("rollout_telemetry.server")
 
-LISTEN_BACKLOG = 4096
-"""Connections the kernel queues before they are accepted (Linux caps it at ``net.core.somaxconn``). When
-the queue is full the kernel drops a new client's SYN and the client retries after 1 s, then 3 s: with 128,
-under a slowloris of 1,000 reopened connections, 2 of 5 authorised reads of ``/targets`` took over 1 s."""
-ACCEPT_BATCH = 64
-"""Connections accepted from the kernel's queue at each turn of the event loop: at one a turn, turns that
-also write to hundreds of connections served the queue slower than it grew (docs/guides/security.md)."""
-HANDSHAKE_TIMEOUT = 2.0
-"""Seconds a TLS handshake may take."""
-WRITE_TIMEOUT = 10.0
-"""Seconds to write a response; a client reading slower is disconnected."""
-LINGER = 1.0
-"""Seconds to drain what a client still sends after its response, so the close does not reset it."""
-_LINGER_BYTES = 1 << 20
 _QUIET = (OSError, TimeoutError, ssl.SSLError)
 
 
@@ -94,8 +69,9 @@ class ThrottledLog:
 class HttpServer:
     """Serve ``handler`` on a bound, listening socket from an event loop in a thread of its own.
 
-    ``clock`` is the monotonic clock a connection's age is read from, for eviction (a test injects one);
-    ``connections`` the table of connections, for a handler that asks it what is being written.
+    ``limits`` are its bounds; ``clock`` is the monotonic clock a connection's age is read from, for eviction
+    (a test injects one); ``connections`` the table of connections (under the same ``limits``), for a handler
+    that asks it what is being written.
     """
 
     def __init__(
@@ -104,10 +80,12 @@ class HttpServer:
         handler: Handler,
         *,
         tls: ssl.SSLContext | None,
+        limits: Limits = DEFAULT_LIMITS,
         clock: Callable[[], float] = time.monotonic,
         connections: Connections | None = None,
     ) -> None:
         listener.setblocking(False)
+        self._limits = limits
         self._clock = clock
         self._listener = listener
         self._handler = handler
@@ -115,7 +93,7 @@ class HttpServer:
         self._log = ThrottledLog()
         self._loop = asyncio.new_event_loop()
         self._loop.set_exception_handler(self._loop_error)
-        self._connections = connections or Connections()  # touched only on the loop's thread
+        self._connections = connections or Connections(limits)  # touched only on the loop's thread
         self._tasks: set[asyncio.Task[None]] = set()  # evicted ones too, until they end
         self._stopping = asyncio.Event()
         self._thread = threading.Thread(target=self._run, name="rollout-telemetry-http", daemon=True)
@@ -160,7 +138,9 @@ class HttpServer:
                 await asyncio.sleep(0.1)
                 continue
             self._take(sock, address)
-            for _ in range(ACCEPT_BATCH - 1):  # the rest of the batch: what the kernel has queued already
+            for _ in range(
+                self._limits.accept_batch - 1
+            ):  # the rest of the batch: what the kernel has queued already
                 try:
                     sock, address = self._listener.accept()
                 except (BlockingIOError, InterruptedError):
@@ -190,7 +170,7 @@ class HttpServer:
             progressed = functools.partial(self._progressed, connection)
             stream: PlainStream = PlainStream(self._loop, connection.sock, progressed)
             if self._tls is not None:
-                async with asyncio.timeout(HANDSHAKE_TIMEOUT):
+                async with asyncio.timeout(self._limits.handshake_timeout):
                     # No TLS state until the client sends something: OpenSSL's allocations for each of a
                     # flood of idle connections, freed as they go, left glibc's heap fragmented and large.
                     if not (hello := await self._loop.sock_recv(connection.sock, RECV_SIZE)):
@@ -200,7 +180,7 @@ class HttpServer:
             if await self._exchange(connection, stream):
                 # Answered: the response was let go of on return, so a lingering client holds none of it.
                 connection.sock.shutdown(socket.SHUT_WR)
-                await _discard(stream)
+                await _discard(stream, self._limits)
         except _QUIET as exc:
             _log.debug("connection from %s closed: %r", connection.address, exc)
         except Exception as exc:
@@ -211,7 +191,7 @@ class HttpServer:
 
     async def _exchange(self, connection: Connection, stream: PlainStream) -> bool:
         """Read one request and write its response; False if no request came."""
-        received = await read_request(stream, connection.address)
+        received = await read_request(stream, connection.address, self._limits)
         self._connections.stop_waiting(connection)  # it has its request: busy, not evictable
         if received is None:
             return False
@@ -236,18 +216,18 @@ class HttpServer:
     async def _write(
         self, connection: Connection, stream: PlainStream, response: Response, *, head_only: bool
     ) -> None:
-        """Write the response within ``WRITE_TIMEOUT`` (TLS: and close_notify).
+        """Write the response within ``write_timeout`` (TLS: and close_notify).
 
         The body is sent from the response's own bytes (often one rendering shared by many scrapes), never
-        copied per connection; it is counted against ``MAX_OUTPUT`` until it is sent. A body that does not
-        fit waits for room up to ``ROOM_WAIT``; if there is none by then it is not sent: the client is told
+        copied per connection; it is counted against ``max_output`` until it is sent. A body that does not
+        fit waits for room up to ``room_wait``; if there is none by then it is not sent: the client is told
         to come back (503), and no write in progress is cut for it.
         """
         body = b"" if head_only else response.body
         if not await self._room(connection, body):
             response, body = _BUSY, _BUSY.body
             self._connections.start_output(connection, body, self._clock())
-        async with asyncio.timeout(WRITE_TIMEOUT):
+        async with asyncio.timeout(self._limits.write_timeout):
             head = response.head()
             if len(body) <= RECV_SIZE:
                 await stream.send(head + body)
@@ -258,16 +238,18 @@ class HttpServer:
         self._connections.end_output(connection, taken=True)
 
     async def _room(self, connection: Connection, body: bytes) -> bool:
-        """Count ``body`` against ``MAX_OUTPUT`` for the connection, waiting up to ``ROOM_WAIT`` for writes to
+        """Count ``body`` against ``max_output`` for the connection, waiting up to ``room_wait`` for writes to
         end or stall if it does not fit (one body waits at a time); False if it still does not."""
         connections = self._connections
         if connections.start_output(connection, body, self._clock()):
             return True
         loop = asyncio.get_running_loop()  # the waits are the loop's seconds: so is the deadline
-        deadline = loop.time() + ROOM_WAIT
+        deadline = loop.time() + self._limits.room_wait
         with connections.waiting_for_room(body) as waits:
             while waits and (left := deadline - loop.time()) > 0:
-                await connections.freed(min(left, STALLED_BRIEFLY))  # or a write stalled meanwhile
+                await connections.freed(
+                    min(left, self._limits.stalled_briefly)
+                )  # or a write stalled meanwhile
                 if connections.start_output(connection, body, self._clock()):
                     return True
         return False
@@ -278,10 +260,10 @@ _BUSY = Response(
 )
 
 
-async def _discard(stream: PlainStream) -> None:
-    """Read and drop up to ``_LINGER_BYTES`` for ``LINGER`` seconds or until the client closes."""
+async def _discard(stream: PlainStream, limits: Limits) -> None:
+    """Read and drop up to ``linger_bytes`` for ``linger`` seconds or until the client closes."""
     read = 0
     with contextlib.suppress(TimeoutError, *_QUIET):
-        async with asyncio.timeout(LINGER):
-            while read < _LINGER_BYTES and (chunk := await stream.recv(65536)):
+        async with asyncio.timeout(limits.linger):
+            while read < limits.linger_bytes and (chunk := await stream.recv(65536)):
                 read += len(chunk)

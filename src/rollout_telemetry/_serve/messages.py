@@ -13,12 +13,10 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from http import HTTPStatus
 
+from rollout_telemetry._serve.limits import Limits
 from rollout_telemetry._serve.streams import RECV_SIZE, PlainStream
 
 __all__ = [
-    "HEAD_TIMEOUT",
-    "IDLE_TIMEOUT",
-    "MAX_HEAD",
     "Handler",
     "Request",
     "Response",
@@ -26,12 +24,6 @@ __all__ = [
     "read_request",
 ]
 
-IDLE_TIMEOUT = 3.0
-"""Seconds a connection may stay silent before its first byte; it holds no thread meanwhile."""
-HEAD_TIMEOUT = 2.0
-"""Seconds from the first byte of a request to the end of its headers."""
-MAX_HEAD = 16 * 1024
-"""Bytes a request line and headers may take together, the blank line included (431 beyond)."""
 _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 
 
@@ -99,25 +91,26 @@ def parse_head(head: bytes, source: str) -> Request | Response:
     return Request(parts[0], path, query, headers, source)
 
 
-async def read_request(stream: PlainStream, address: str) -> Request | Response | None:
-    """The request, a response refusing it, or None for a connection that sent none in time."""
+async def read_request(stream: PlainStream, address: str, limits: Limits) -> Request | Response | None:
+    """The request, a response refusing it, or None for a connection that sent none in time (``limits``:
+    ``idle_timeout``, ``head_timeout``, ``max_head``)."""
     try:
-        async with asyncio.timeout(IDLE_TIMEOUT):
+        async with asyncio.timeout(limits.idle_timeout):
             head = bytearray(await stream.recv())
         if not head:
             return None
         searched = 0
-        async with asyncio.timeout(HEAD_TIMEOUT):
+        async with asyncio.timeout(limits.head_timeout):
             while (end := head.find(b"\r\n\r\n", searched)) < 0:
-                if len(head) >= MAX_HEAD:
+                if len(head) >= limits.max_head:
                     return Response.text(431, "request head too large\n")
                 searched = max(0, len(head) - 3)
-                chunk = await stream.recv(min(RECV_SIZE, MAX_HEAD + 1 - len(head)))
+                chunk = await stream.recv(min(RECV_SIZE, limits.max_head + 1 - len(head)))
                 if not chunk:
                     return None
                 head += chunk
     except TimeoutError:
         return None
-    if end + 4 > MAX_HEAD:
+    if end + 4 > limits.max_head:
         return Response.text(431, "request head too large\n")
     return parse_head(bytes(head[: end + 4]), address)

@@ -14,8 +14,9 @@ from prometheus_client.registry import CollectorRegistry
 
 from rollout_telemetry._serve.connections import Connections
 from rollout_telemetry._serve.credentials import BasicAuth
-from rollout_telemetry._serve.endpoint import MAX_READS_QUEUED, Endpoint, PageRender
+from rollout_telemetry._serve.endpoint import Endpoint, PageRender
 from rollout_telemetry._serve.http import HttpServer
+from rollout_telemetry._serve.limits import DEFAULT_LIMITS, Limits
 from rollout_telemetry._serve.serving import Gate, bind, endpoint_url
 from rollout_telemetry._serve.tls import TLSConfig, server_context
 from rollout_telemetry._serve.workers import Workers
@@ -56,38 +57,45 @@ def start_server(
     host: str = "127.0.0.1",
     tls: TLSConfig | None = None,
     auth: BasicAuth | None = None,
-    threads: int = 2,
     port_range: int = 1,
     rollouts: Callable[[int], Mapping[str, object]] | None = None,
     page: Callable[[Mapping[str, object] | None], PageRender] | None = None,
+    limits: Limits = DEFAULT_LIMITS,
 ) -> MetricsServer:
     """Serve ``registry``'s ``/metrics`` (and ``/rollouts``, the page, ``/healthz``) until the server returned
     is stopped.
 
     With ``port_range=N`` the first free port of ``port .. port+N-1`` is taken: the documented way for
-    several collector processes on one node to get a port each without coordinating. ``threads`` worker
-    threads render the exposition (scrapes asking for the same one share it, and each thread keeps a heap
-    of its own, so few are best); password checks and ``/rollouts`` have threads of their own, and the
-    connections themselves hold none. ``page`` reads the run for the page at ``/``, given ``/rollouts``'
-    listing, and returns what renders that read for a ``?part=`` (``main``: its content alone) and the
-    ``?open=`` names (the agents whose charts to draw), on the ``/rollouts`` thread, one read shared for
-    ``READ_INTERVAL``; without it, ``/`` is 404.
+    several collector processes on one node to get a port each without coordinating. ``render_threads``
+    worker threads render the exposition (scrapes asking for the same one share it); password checks and
+    ``/rollouts`` have threads of their own, and the connections themselves hold none. ``page`` reads the run
+    for the page at ``/``, given ``/rollouts``' listing, and returns what renders that read for a ``?part=``
+    (``main``: its content alone) and the ``?open=`` names (the agents whose charts to draw), on the
+    ``/rollouts`` thread, one read shared for ``read_interval``; without it, ``/`` is 404. ``limits`` are the
+    server's bounds.
 
     Raises:
         ConfigError: a TLS file cannot be loaded.
         ServeError: the address cannot be bound (every port in the range is taken, the host is unknown).
     """
     context = server_context(tls) if tls is not None else None
-    listener = bind(host, port, port_range, what="metrics")
+    listener = bind(host, port, port_range, what="metrics", backlog=limits.listen_backlog)
     bound: int = listener.getsockname()[1]
-    workers = Workers(threads)
-    reads = Workers(1, max_queued=MAX_READS_QUEUED)
-    gate = Gate(auth) if auth is not None else None
-    connections = Connections()  # the endpoint shares a rendering while it is being written
+    workers = Workers(limits.render_threads, max_queued=limits.max_queued)
+    reads = Workers(1, max_queued=limits.max_reads_queued)
+    gate = Gate(auth, limits) if auth is not None else None
+    connections = Connections(limits)  # the endpoint shares a rendering while it is being written
     endpoint = Endpoint(
-        registry, gate, workers, reads, rollouts=rollouts, page=page, writing=connections.writing
+        registry,
+        gate,
+        workers,
+        reads,
+        rollouts=rollouts,
+        page=page,
+        writing=connections.writing,
+        read_interval=limits.read_interval,
     )
-    http = HttpServer(listener, endpoint, tls=context, connections=connections)
+    http = HttpServer(listener, endpoint, tls=context, limits=limits, connections=connections)
 
     def stop() -> None:
         http.stop()

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from rollout_telemetry._serve.auth import Authenticator, PasswordChecks, Verdict
 from rollout_telemetry._serve.connections import source_of
 from rollout_telemetry._serve.credentials import BasicAuth, matches
-from rollout_telemetry._serve.http import LISTEN_BACKLOG
+from rollout_telemetry._serve.limits import Limits
 from rollout_telemetry._serve.messages import Request, Response
 from rollout_telemetry.errors import ServeError
 
@@ -26,8 +26,8 @@ _ADDRESS_IN_USE = {errno.EADDRINUSE, 48, 10048}  # Linux, macOS, Windows
 _CHALLENGE = ("WWW-Authenticate", 'Basic realm="rollout-telemetry", charset="UTF-8"')
 
 
-def bind(host: str, port: int, port_range: int, *, what: str) -> socket.socket:
-    """A listening socket on the first free port of ``port .. port+port_range-1``.
+def bind(host: str, port: int, port_range: int, *, what: str, backlog: int) -> socket.socket:
+    """A listening socket on the first free port of ``port .. port+port_range-1``, queueing ``backlog``.
 
     Raises:
         ServeError: no port of the range can be bound; the message says it cannot serve ``what`` there.
@@ -42,7 +42,7 @@ def bind(host: str, port: int, port_range: int, *, what: str) -> socket.socket:
         try:
             listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             listener.bind((host, candidate))
-            listener.listen(LISTEN_BACKLOG)
+            listener.listen(backlog)
         except OSError as exc:
             listener.close()
             if exc.errno in _ADDRESS_IN_USE and candidate != candidates[-1]:
@@ -67,9 +67,9 @@ class Gate:
     """The credentials an endpoint asks for: the cheap checks on the event loop, scrypt (for a credential not
     seen before) on ``PasswordChecks``' own threads, never the threads that render. ``close()`` stops them."""
 
-    def __init__(self, auth: BasicAuth) -> None:
-        self._authenticator = Authenticator(functools.partial(matches, auth))
-        self._checks = PasswordChecks(self._authenticator)
+    def __init__(self, auth: BasicAuth, limits: Limits) -> None:
+        self._authenticator = Authenticator(functools.partial(matches, auth), limits=limits)
+        self._checks = PasswordChecks(self._authenticator, limits)
 
     async def refusal(self, request: Request) -> Response | None:
         """None if the request's credentials are the configured ones; else the 401 or 429 to answer."""

@@ -10,12 +10,9 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-__all__ = ["MAX_QUEUED", "Busy", "Workers"]
+__all__ = ["Busy", "Workers"]
 
 T = TypeVar("T")
-
-MAX_QUEUED = 32
-"""Requests that may wait for a worker thread (503 beyond)."""
 
 
 class Busy(Exception):
@@ -26,10 +23,11 @@ class Workers:
     """A fixed set of threads behind a bounded queue, to which the event loop hands slow work.
 
     The threads are started at once and live until ``close()``, so the thread count does not move with
-    load. A job whose caller has gone (its future cancelled) is skipped.
+    load; at most ``max_queued`` jobs wait for them. A job whose caller has gone (its future cancelled) is
+    skipped.
     """
 
-    def __init__(self, threads: int, *, max_queued: int = MAX_QUEUED) -> None:
+    def __init__(self, threads: int, *, max_queued: int) -> None:
         self._jobs: queue.Queue[tuple[asyncio.Future[Any], Callable[[], Any]] | None] = queue.Queue(
             max_queued
         )

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import functools
 import hashlib
 import queue
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -198,6 +200,43 @@ def test_password_checks_take_sources_in_turn(clock: FakeClock) -> None:
     assert verdicts == [Verdict.DENIED] * 7
     # "a" used its one attempt first, so after "b" and "c" (attempts left) the rest go in turn.
     assert held.order == ["a", "b", "c", "spent", "a", "b", "a"]
+
+
+def test_an_attempt_waits_for_its_turn_inside_its_connections_evictable(clock: FakeClock) -> None:
+    """An attempt that waits for a busy thread is inside the ``evictable`` it is given (its connection holds
+    nothing meanwhile) and leaves it when its turn comes; one that finds a thread free never enters it."""
+    held = _Held(clock)
+    checks = PasswordChecks(held, Limits(auth_threads=1, auth_wait=30))
+    entered: list[str] = []
+
+    def evictable(source: str) -> contextlib.AbstractContextManager[None]:
+        @contextlib.contextmanager
+        def waiting() -> Iterator[None]:
+            entered.append(f"{source} waits")
+            yield
+            entered.append(f"{source} has its turn")
+
+        return waiting()
+
+    async def run() -> list[str]:
+        first = asyncio.ensure_future(checks.check("h", "a", functools.partial(evictable, "a")))
+        await asyncio.sleep(0)  # its first step hands "a" to the thread
+        assert held.checking.get(timeout=10) == "a"  # "a" holds the thread
+        second = asyncio.ensure_future(checks.check("h", "b", functools.partial(evictable, "b")))
+        await asyncio.sleep(0)
+        seen_while_held = list(entered)
+        held.release.release()
+        await first  # the thread is free: "b" has its turn
+        assert await asyncio.to_thread(held.checking.get, timeout=10) == "b"
+        held.release.release()
+        await second
+        return seen_while_held
+
+    try:
+        assert asyncio.run(run()) == ["b waits"]
+    finally:
+        checks.close()
+    assert entered == ["b waits", "b has its turn"]
 
 
 def test_an_attempt_without_a_turn_in_time_is_limited(clock: FakeClock) -> None:

@@ -5,13 +5,12 @@ progress."""
 
 from __future__ import annotations
 
-import asyncio
 import socket
 from collections.abc import Iterator
 
 import pytest
 
-from rollout_telemetry._serve.connections import Connection, Connections, evictable, serving
+from rollout_telemetry._serve.connections import Connection, Connections
 from rollout_telemetry._serve.limits import Limits
 
 LIMITS = Limits()
@@ -99,8 +98,8 @@ def test_a_busy_connection_is_never_evicted(sockets: list[socket.socket]) -> Non
 
 
 def test_a_connection_waiting_for_a_password_checks_turn_may_be_evicted(sockets: list[socket.socket]) -> None:
-    """A connection whose task waits inside ``evictable()`` (a password check's turn) is idle: on a full
-    table it goes for a newcomer past evict_after; once out of the wait it is busy again."""
+    """A connection inside its ``evictable()`` (waiting for a password check's turn) is idle: on a full table
+    it goes for a newcomer past evict_after; once out of the wait it is busy again."""
     connections = Connections()
     held = _fill(
         connections, sockets, [f"127.0.{1 + i // 250}.{1 + i % 250}" for i in range(LIMITS.max_connections)]
@@ -108,19 +107,10 @@ def test_a_connection_waiting_for_a_password_checks_turn_may_be_evicted(sockets:
     for connection in held:
         connections.stop_waiting(connection)
     waiting = held[-1]
-
-    async def wait_for_a_turn(newcomer_admitted: list[bool]) -> None:
-        serving(connections, waiting)
-        with evictable():
-            newcomer_admitted.append(
-                connections.admit(_connection(sockets, "127.0.9.9", opened=LIMITS.evict_after))
-            )
-        newcomer_admitted.append(
-            connections.admit(_connection(sockets, "127.0.9.8", opened=LIMITS.evict_after))
-        )
-
-    admitted: list[bool] = []
-    asyncio.run(wait_for_a_turn(admitted))
+    admitted = []
+    with connections.evictable(waiting):
+        admitted.append(connections.admit(_connection(sockets, "127.0.9.9", opened=LIMITS.evict_after)))
+    admitted.append(connections.admit(_connection(sockets, "127.0.9.8", opened=LIMITS.evict_after)))
     assert admitted == [True, False]
     assert _still_held(connections, held) == set(range(LIMITS.max_connections - 1))
 

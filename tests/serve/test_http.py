@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import socket
 import ssl
@@ -277,6 +278,53 @@ def test_a_full_server_evicts_only_connections_idle_past_evict_after(clock: Fake
         assert all(held(connection) for connection in oldest_first[1:]), "more than the oldest was evicted"
     finally:
         for connection in [*oldest_first, *newcomers]:
+            connection.close()
+        server.stop()
+
+
+def test_a_handler_waiting_inside_its_requests_evictable_gives_up_its_connection(clock: FakeClock) -> None:
+    """A handler that waits inside ``request.evictable()`` (as a password check's turn does) holds its
+    connection as an idle one: on a full server (two slots here) a newcomer past evict_after takes that slot
+    and the handler is cancelled, while a handler waiting outside it keeps its own."""
+    limits = Limits(max_connections=2)
+    entered = {"/evictable": threading.Event(), "/busy": threading.Event()}
+    cancelled = threading.Event()
+
+    async def waiting(request: Request) -> Response:
+        if request.path not in entered:
+            return Response.text(200, "ok\n")
+        entered[request.path].set()
+        try:
+            if request.path == "/evictable":
+                with request.evictable():
+                    await asyncio.Event().wait()
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            if request.path == "/evictable":
+                cancelled.set()
+            raise
+        raise AssertionError("unreachable: the handlers wait until cancelled")
+
+    listener = bind("127.0.0.1", 0, 1, what="the evictable test", backlog=limits.listen_backlog)
+    port = listener.getsockname()[1]
+    server = HttpServer(listener, waiting, tls=None, limits=limits, clock=clock)
+    opened: list[socket.socket] = []
+    try:
+        for path, source in (("/busy", "127.0.40.1"), ("/evictable", "127.0.40.2")):
+            opened.append(_connect_from(port, source))
+            opened[-1].sendall(f"GET {path} HTTP/1.1\r\n\r\n".encode())
+            assert entered[path].wait(timeout=10)
+        busy, evictable = opened
+        clock.now += limits.evict_after
+        opened.append(newcomer := _connect_from(port, "127.0.40.3"))
+        assert _closed(evictable, within=5)
+        assert cancelled.wait(timeout=10)
+        assert held(busy)
+        newcomer.sendall(b"GET /healthz HTTP/1.1\r\n\r\n")
+        newcomer.settimeout(5)
+        assert newcomer.recv(4096).startswith(b"HTTP/1.1 200 OK")
+    finally:
+        for connection in opened:
             connection.close()
         server.stop()
 

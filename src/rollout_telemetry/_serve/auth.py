@@ -26,6 +26,7 @@ Whether the user name exists does not change the work done: every attempt that r
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import hmac
 import secrets
@@ -35,9 +36,9 @@ from collections import OrderedDict, deque
 from collections.abc import Callable
 from enum import StrEnum
 
-from rollout_telemetry._serve.connections import evictable
 from rollout_telemetry._serve.credentials import credentials
 from rollout_telemetry._serve.limits import DEFAULT_LIMITS, Limits
+from rollout_telemetry._serve.messages import Waiting
 from rollout_telemetry._serve.workers import Workers
 
 __all__ = ["Authenticator", "PasswordChecks", "Verdict"]
@@ -179,8 +180,14 @@ class PasswordChecks:
         self._free = limits.auth_threads
         self._queues: OrderedDict[str, deque[asyncio.Future[None]]] = OrderedDict()  # sources in turn order
 
-    async def check(self, header: str | None, source: str) -> Verdict:
-        """The verdict of scrypt on ``header``, or LIMITED if its turn did not come within ``auth_wait``."""
+    async def check(
+        self, header: str | None, source: str, evictable: Waiting = contextlib.nullcontext
+    ) -> Verdict:
+        """The verdict of scrypt on ``header``, or LIMITED if its turn did not come within ``auth_wait``.
+
+        While it waits for its turn it holds nothing: it is inside ``evictable()`` (its connection's), so its
+        connection may go for a newcomer meanwhile.
+        """
         if self._free and not self._queues:
             self._free -= 1
             self._authenticator.take_attempt(source)
@@ -188,7 +195,7 @@ class PasswordChecks:
             turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             self._queues.setdefault(source, deque()).append(turn)
             try:
-                with evictable():  # waiting holds nothing: the connection may go for a newcomer
+                with evictable():
                     async with asyncio.timeout(self._wait):
                         await asyncio.shield(turn)
             except BaseException as exc:  # no turn in time, or the server stops

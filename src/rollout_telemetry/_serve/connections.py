@@ -37,7 +37,6 @@ import ipaddress
 import socket
 import struct
 from collections.abc import Iterable, Iterator
-from contextvars import ContextVar
 from dataclasses import dataclass
 
 from rollout_telemetry._serve.limits import DEFAULT_LIMITS, Limits
@@ -45,8 +44,6 @@ from rollout_telemetry._serve.limits import DEFAULT_LIMITS, Limits
 __all__ = [
     "Connection",
     "Connections",
-    "evictable",
-    "serving",
     "source_of",
 ]
 
@@ -193,6 +190,16 @@ class Connections:
         if connection in self._held:
             self._idle[connection] = None
 
+    @contextlib.contextmanager
+    def evictable(self, connection: Connection) -> Iterator[None]:
+        """While inside, the connection waits with nothing in hand (its turn at a password check): it may be
+        evicted (its task cancelled) for a newcomer, as a connection without a request may."""
+        self.wait(connection)
+        try:
+            yield
+        finally:
+            self.stop_waiting(connection)
+
     def answered(self, connection: Connection) -> None:
         """The connection's response is written: it is the first to go when room is needed."""
         if connection in self._held:
@@ -305,30 +312,3 @@ class Connections:
             for future in self._freed:
                 if not future.done():
                     future.set_result(None)
-
-
-_serving: ContextVar[tuple[Connections, Connection] | None] = ContextVar(
-    "rollout_telemetry_serving", default=None
-)
-
-
-def serving(connections: Connections, connection: Connection) -> None:
-    """Name the connection the calling task serves (called first thing in the connection's own task)."""
-    _serving.set((connections, connection))
-
-
-@contextlib.contextmanager
-def evictable() -> Iterator[None]:
-    """While inside, the connection the calling task serves waits with nothing in hand: it may be evicted
-    (its task cancelled) for a newcomer, as a connection without a request may. Outside a served connection's
-    task it does nothing."""
-    current = _serving.get()
-    if current is None:
-        yield
-        return
-    connections, connection = current
-    connections.wait(connection)
-    try:
-        yield
-    finally:
-        connections.stop_waiting(connection)

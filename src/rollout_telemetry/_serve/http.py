@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from rollout_telemetry._serve.connections import Connection, Connections, serving, source_of
+from rollout_telemetry._serve.connections import Connection, Connections, source_of
 from rollout_telemetry._serve.limits import DEFAULT_LIMITS, Limits
 from rollout_telemetry._serve.messages import Handler, Request, Response, read_request
 from rollout_telemetry._serve.streams import RECV_SIZE, PlainStream, TlsStream
@@ -165,7 +165,6 @@ class HttpServer:
         self._connections.release(connection)
 
     async def _serve_connection(self, connection: Connection) -> None:
-        serving(self._connections, connection)
         try:
             progressed = functools.partial(self._progressed, connection)
             stream: PlainStream = PlainStream(self._loop, connection.sock, progressed)
@@ -191,7 +190,8 @@ class HttpServer:
 
     async def _exchange(self, connection: Connection, stream: PlainStream) -> bool:
         """Read one request and write its response; False if no request came."""
-        received = await read_request(stream, connection.address, self._limits)
+        evictable = functools.partial(self._connections.evictable, connection)
+        received = await read_request(stream, connection.address, self._limits, evictable)
         self._connections.stop_waiting(connection)  # it has its request: busy, not evictable
         if received is None:
             return False

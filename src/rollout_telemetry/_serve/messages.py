@@ -8,9 +8,11 @@ Only a request line and headers are read, never a body: what does not parse is a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
 from http import HTTPStatus
 
 from rollout_telemetry._serve.limits import Limits
@@ -20,6 +22,7 @@ __all__ = [
     "Handler",
     "Request",
     "Response",
+    "Waiting",
     "parse_head",
     "read_request",
 ]
@@ -27,15 +30,22 @@ __all__ = [
 _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 
 
+Waiting = Callable[[], AbstractContextManager[None]]
+"""A context in which a request's connection waits with nothing in hand, and may be evicted meanwhile."""
+
+
 @dataclass(frozen=True, slots=True)
 class Request:
-    """A complete request head: method, path, query string, headers (lower-case names), source address."""
+    """A complete request head: method, path, query string, headers (lower-case names), source address; and
+    what its handler enters while it waits with nothing in hand (``evictable``: its connection may go for a
+    newcomer meanwhile)."""
 
     method: str
     path: str
     query: str
     headers: Mapping[str, str]
     source: str
+    evictable: Waiting = field(default=contextlib.nullcontext, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +81,7 @@ _ALWAYS = (
 Handler = Callable[[Request], Awaitable[Response]]
 
 
-def parse_head(head: bytes, source: str) -> Request | Response:
+def parse_head(head: bytes, source: str, evictable: Waiting = contextlib.nullcontext) -> Request | Response:
     """Parse a request line and headers (ending in a blank line); a 400 response if they are malformed."""
     lines = head.decode("latin-1").split("\r\n")[:-2]
     parts = lines[0].split(" ")
@@ -88,12 +98,14 @@ def parse_head(head: bytes, source: str) -> Request | Response:
         value = value.strip(" \t")
         headers[name] = f"{headers[name]}, {value}" if name in headers else value
     path, _, query = parts[1].partition("?")
-    return Request(parts[0], path, query, headers, source)
+    return Request(parts[0], path, query, headers, source, evictable)
 
 
-async def read_request(stream: PlainStream, address: str, limits: Limits) -> Request | Response | None:
+async def read_request(
+    stream: PlainStream, address: str, limits: Limits, evictable: Waiting
+) -> Request | Response | None:
     """The request, a response refusing it, or None for a connection that sent none in time (``limits``:
-    ``idle_timeout``, ``head_timeout``, ``max_head``)."""
+    ``idle_timeout``, ``head_timeout``, ``max_head``); ``evictable`` is the request's (``Request``)."""
     try:
         async with asyncio.timeout(limits.idle_timeout):
             head = bytearray(await stream.recv())
@@ -113,4 +125,4 @@ async def read_request(stream: PlainStream, address: str, limits: Limits) -> Req
         return None
     if end + 4 > limits.max_head:
         return Response.text(431, "request head too large\n")
-    return parse_head(bytes(head[: end + 4]), address)
+    return parse_head(bytes(head[: end + 4]), address, evictable)

@@ -76,7 +76,7 @@ class Gate:
         header = request.headers.get("authorization")
         verdict = self._authenticator.screen(header)
         if verdict is None:
-            verdict = await self._checks.check(header, source_of(request.source))
+            verdict = await self._checks.check(header, source_of(request.source), request.evictable)
         if verdict is Verdict.LIMITED:
             return Response.text(429, "too many attempts: try again\n", ("Retry-After", "1"), _CHALLENGE)
         if verdict is Verdict.DENIED:

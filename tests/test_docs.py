@@ -9,10 +9,12 @@ from dataclasses import fields
 from pathlib import Path
 
 import pytest
+from benchmarks.attacks import ATTACKS
 from docs import generate
 
 from rollout_telemetry._cli.main import EXAMPLES
 from rollout_telemetry._ray import target_registry, targets
+from rollout_telemetry._serve.admission import FOR_A_FULL_SERVER, FOR_A_SOURCE_AT_ITS_CAP
 from rollout_telemetry._serve.limits import Limits
 
 ROOT = Path(__file__).parent.parent
@@ -148,6 +150,18 @@ def test_the_security_section_states_each_bound_as_built() -> None:
     ]:
         assert phrase in flat, phrase
     assert set(rows) | set(prose) == {field.name for field in fields(Limits)}
+
+
+def test_the_security_guide_lists_each_admission_rule_with_the_attack_that_needs_it() -> None:
+    """The guide's table of who makes room for a newcomer has a row for each rule of ``admission``, in the
+    order they are tried, and every attack a row names is one of ``benchmarks/attacks.py``'s ``ATTACKS``."""
+    table = SECURITY.split("| rule, in order |", 1)[1].split("\n\n", 1)[0]
+    rows = [line for line in table.splitlines() if line.startswith("| `")]
+    rules = [rule.__name__ for rule in (*FOR_A_SOURCE_AT_ITS_CAP, *FOR_A_FULL_SERVER)]
+    assert [row.split("`")[1] for row in rows] == rules
+    for row in rows:
+        attacks = [word for word in row.split("|")[3].split("`")[1::2] if "-" in word]  # attack names
+        assert set(attacks) <= set(ATTACKS), (row, set(attacks) - set(ATTACKS))
 
 
 def test_the_ray_section_states_what_the_registry_accepts_as_built() -> None:

@@ -97,6 +97,35 @@ def test_a_busy_connection_is_never_evicted(sockets: list[socket.socket]) -> Non
     assert not fresh.admit(_connection(sockets, "127.0.0.1", opened=60.0))
 
 
+def test_a_source_at_its_cap_gives_up_its_answered_then_its_stalled_write_then_its_idle(
+    sockets: list[socket.socket],
+) -> None:
+    """A newcomer of a source holding max_per_source closes that source's answered connection first, then its
+    write stalled for evict_after, then its oldest idle one, whatever their ages; another source's
+    connections, older and idle, stay."""
+    connections = Connections()
+    other = _connection(sockets, "127.0.0.9")
+    assert connections.admit(other)
+    mine = [_connection(sockets, "127.0.0.1", opened=1.0) for _ in range(LIMITS.max_per_source)]
+    assert all(connections.admit(connection) for connection in mine)
+    idle, writer, answered = mine[0], mine[1], mine[2]
+    for connection in mine[1:]:
+        connections.stop_waiting(connection)
+    assert connections.output.start(writer, b"body", now=1.0)
+    connections.answered(answered)
+    now = 1.0 + LIMITS.evict_after
+    gone = []
+    for _ in range(3):
+        newcomer = _connection(sockets, "127.0.0.1", opened=now)
+        assert connections.admit(newcomer)
+        connections.stop_waiting(newcomer)
+        gone.append(next(c for c in (answered, writer, idle) if c not in connections and c not in gone))
+    assert gone == [answered, writer, idle]
+    assert writer.cut
+    assert other in connections
+    assert not connections.admit(_connection(sockets, "127.0.0.1", opened=now))  # the rest are busy
+
+
 def test_a_connection_waiting_for_a_password_checks_turn_may_be_evicted(sockets: list[socket.socket]) -> None:
     """A connection inside its ``evictable()`` (waiting for a password check's turn) is idle: on a full table
     it goes for a newcomer past evict_after; once out of the wait it is busy again."""
@@ -128,17 +157,17 @@ def test_a_body_written_to_many_clients_counts_once(sockets: list[socket.socket]
     connections = Connections()
     shared, other = bytes(LIMITS.max_output // 3), bytes(LIMITS.max_output // 3)
     writers = [_writer(connections, sockets, f"127.0.1.{1 + i}") for i in range(200)]
-    assert all(connections.start_output(writer, shared, now=0.0) for writer in writers)
+    assert all(connections.output.start(writer, shared, now=0.0) for writer in writers)
     second = _writer(connections, sockets)
-    assert connections.start_output(second, other, now=0.0)
+    assert connections.output.start(second, other, now=0.0)
     third = _writer(connections, sockets)
-    assert not connections.start_output(
+    assert not connections.output.start(
         third, bytes(LIMITS.max_output - 2 * (LIMITS.max_output // 3) + 1), now=0.0
     )
     assert all(writer in connections for writer in [*writers, second])
     for writer in writers:  # the shared body is released by its last writer only
-        connections.end_output(writer)
-    assert connections.start_output(third, bytes(LIMITS.max_output // 3), now=0.0)
+        connections.output.end(writer)
+    assert connections.output.start(third, bytes(LIMITS.max_output // 3), now=0.0)
 
 
 def test_a_new_body_cuts_a_stalled_write_never_one_in_progress(sockets: list[socket.socket]) -> None:
@@ -148,16 +177,16 @@ def test_a_new_body_cuts_a_stalled_write_never_one_in_progress(sockets: list[soc
     connections = Connections()
     half = LIMITS.max_output // 2
     stalled, reading = _writer(connections, sockets), _writer(connections, sockets)
-    assert connections.start_output(stalled, bytes(half), now=0.0)
-    assert connections.start_output(reading, bytes(half), now=0.0)
+    assert connections.output.start(stalled, bytes(half), now=0.0)
+    assert connections.output.start(reading, bytes(half), now=0.0)
     reading.progressed = 5.0  # its client took a byte at 5 s; the other's none since 0 s
     newcomer = _writer(connections, sockets)
-    assert connections.start_output(newcomer, bytes(half), now=5.0)
+    assert connections.output.start(newcomer, bytes(half), now=5.0)
     assert stalled not in connections
     assert stalled.cut
     assert reading in connections
     late = _writer(connections, sockets)
-    assert not connections.start_output(late, bytes(half), now=5.0 + LIMITS.stalled_after / 2)
+    assert not connections.output.start(late, bytes(half), now=5.0 + LIMITS.stalled_after / 2)
     assert reading in connections
     assert newcomer in connections
 
@@ -165,8 +194,8 @@ def test_a_new_body_cuts_a_stalled_write_never_one_in_progress(sockets: list[soc
 def _made_a_reader(connections: Connections, sockets: list[socket.socket], source: str) -> None:
     """A client of ``source`` takes a body of reader_body whole, and its connection ends."""
     before = _writer(connections, sockets, source)
-    assert connections.start_output(before, bytes(LIMITS.reader_body), now=0.0)
-    connections.end_output(before, taken=True)
+    assert connections.output.start(before, bytes(LIMITS.reader_body), now=0.0)
+    connections.output.end(before, taken=True)
     connections.release(before)
 
 
@@ -181,21 +210,21 @@ def test_a_readers_body_cuts_briefly_stalled_writes_of_others(sockets: list[sock
     floods = [_writer(connections, sockets, f"127.1.0.{1 + i}") for i in range(3)]
     reader = _writer(connections, sockets, "10.0.0.9")  # another reader, stalled as long as the floods
     for i, writer in enumerate([*floods, reader]):
-        assert connections.start_output(writer, bytes(quarter), now=i * 0.01)
+        assert connections.output.start(writer, bytes(quarter), now=i * 0.01)
     now = 0.03 + LIMITS.stalled_briefly
     stranger = _writer(connections, sockets, "127.2.0.1")
-    assert not connections.start_output(stranger, bytes(quarter), now=now)
+    assert not connections.output.start(stranger, bytes(quarter), now=now)
     scraper = _writer(connections, sockets, "127.0.0.1")
-    assert connections.start_output(scraper, bytes(quarter), now=now)
+    assert connections.output.start(scraper, bytes(quarter), now=now)
     assert _still_held(connections, floods) == {1, 2}  # the one stalled longest went
     assert floods[0].cut
     assert reader in connections
     second = _writer(connections, sockets, "127.0.0.1")
-    assert connections.start_output(second, bytes(2 * quarter), now=now)  # two more go, not the reader
+    assert connections.output.start(second, bytes(2 * quarter), now=now)  # two more go, not the reader
     assert _still_held(connections, floods) == set()
     assert reader in connections
     third = _writer(connections, sockets, "127.0.0.1")
-    assert not connections.start_output(third, bytes(quarter), now=now)  # only readers left, none stalled
+    assert not connections.output.start(third, bytes(quarter), now=now)  # only readers left, none stalled
 
 
 def test_a_large_body_taken_whole_makes_a_reader_and_a_cut_write_unmakes_it(
@@ -209,26 +238,26 @@ def test_a_large_body_taken_whole_makes_a_reader_and_a_cut_write_unmakes_it(
     def is_reader(source: str, now: float) -> bool:
         """Whether a body from ``source`` cuts a write stalled for stalled_briefly (then ends both)."""
         flood = _writer(connections, sockets, "127.9.9.9")
-        assert connections.start_output(flood, bytes(half + 1), now=now)
+        assert connections.output.start(flood, bytes(half + 1), now=now)
         newcomer = _writer(connections, sockets, source)
-        fits = connections.start_output(newcomer, bytes(half), now=now + LIMITS.stalled_briefly)
+        fits = connections.output.start(newcomer, bytes(half), now=now + LIMITS.stalled_briefly)
         for connection in (flood, newcomer):
             connections.release(connection)
         return fits
 
     small = _writer(connections, sockets, "10.0.0.1")
-    assert connections.start_output(small, bytes(LIMITS.reader_body - 1), now=0.0)
-    connections.end_output(small, taken=True)
+    assert connections.output.start(small, bytes(LIMITS.reader_body - 1), now=0.0)
+    connections.output.end(small, taken=True)
     abandoned = _writer(connections, sockets, "10.0.0.2")
-    assert connections.start_output(abandoned, bytes(LIMITS.reader_body), now=0.0)
-    connections.end_output(abandoned)
+    assert connections.output.start(abandoned, bytes(LIMITS.reader_body), now=0.0)
+    connections.output.end(abandoned)
     _made_a_reader(connections, sockets, "10.0.0.3")
     assert [is_reader(f"10.0.0.{i}", 0.0) for i in (1, 2, 3)] == [False, False, True]
 
     reader = _writer(connections, sockets, "10.0.0.3")
-    assert connections.start_output(reader, bytes(half + 1), now=1.0)
+    assert connections.output.start(reader, bytes(half + 1), now=1.0)
     newcomer = _writer(connections, sockets, "10.0.0.4")
-    assert connections.start_output(
+    assert connections.output.start(
         newcomer, bytes(half), now=1.0 + LIMITS.stalled_after
     )  # cuts the reader's
     assert reader.cut
@@ -261,10 +290,10 @@ def test_one_body_larger_than_the_cap_is_written_alone(sockets: list[socket.sock
     """A body over the cap is written when nothing else is, and refuses others meanwhile."""
     connections = Connections()
     big, small = _writer(connections, sockets), _writer(connections, sockets)
-    assert connections.start_output(big, bytes(LIMITS.max_output + 1), now=0.0)
-    assert not connections.start_output(small, b"x", now=0.0)
-    connections.end_output(big)
-    assert connections.start_output(small, b"x", now=0.0)
+    assert connections.output.start(big, bytes(LIMITS.max_output + 1), now=0.0)
+    assert not connections.output.start(small, b"x", now=0.0)
+    connections.output.end(big)
+    assert connections.output.start(small, b"x", now=0.0)
 
 
 def test_a_stalled_write_goes_before_an_idle_connection(sockets: list[socket.socket]) -> None:
@@ -275,7 +304,7 @@ def test_a_stalled_write_goes_before_an_idle_connection(sockets: list[socket.soc
     )
     writer = held[5]
     connections.stop_waiting(writer)
-    assert connections.start_output(writer, b"body", now=0.0)
+    assert connections.output.start(writer, b"body", now=0.0)
     assert connections.admit(_connection(sockets, "127.0.9.9", opened=LIMITS.evict_after))
     assert _still_held(connections, held) == set(range(LIMITS.max_connections)) - {5}
     assert writer.cut
@@ -286,15 +315,18 @@ def test_one_body_waits_for_room_at_a_time_and_is_shared_meanwhile() -> None:
     a second body may wait with it only if it is the same object; once none waits, another may."""
     connections = Connections()
     waiting, other = bytes(8), bytes(8)
-    with connections.waiting_for_room(waiting) as first:
+    with connections.output.waiting_for_room(waiting) as first:
         assert first
-        assert connections.writing(waiting)
-        with connections.waiting_for_room(waiting) as same, connections.waiting_for_room(other) as second:
+        assert connections.output.writing(waiting)
+        with (
+            connections.output.waiting_for_room(waiting) as same,
+            connections.output.waiting_for_room(other) as second,
+        ):
             assert (same, second) == (True, False)
-        assert connections.writing(waiting)
-        assert not connections.writing(other)
-    assert not connections.writing(waiting)
-    with connections.waiting_for_room(other) as then:
+        assert connections.output.writing(waiting)
+        assert not connections.output.writing(other)
+    assert not connections.output.writing(waiting)
+    with connections.output.waiting_for_room(other) as then:
         assert then
 
 
@@ -310,7 +342,7 @@ def test_a_reader_is_admitted_in_place_of_a_briefly_stalled_write_of_a_stranger(
     for i, flood in enumerate(floods):
         assert connections.admit(flood)
         connections.stop_waiting(flood)
-        assert connections.start_output(flood, bytes(8), now=i * 0.0001)
+        assert connections.output.start(flood, bytes(8), now=i * 0.0001)
     now = LIMITS.stalled_briefly + LIMITS.max_connections * 0.0001
     assert not connections.admit(_connection(sockets, "127.2.0.1", opened=now))
     assert not connections.admit(_connection(sockets, "127.0.0.1", opened=LIMITS.stalled_briefly / 2))

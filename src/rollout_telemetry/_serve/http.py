@@ -6,8 +6,8 @@ defences it needs (a deadline on the whole request head from its first byte, con
 and in all, eviction of connections idle past a minimum age, a cap on response bytes being written, a
 bounded queue in front of the worker threads) are not aiohttp's either and would be written here all the
 same. Sockets are read and written directly, TLS included (``streams`` says why); the request head is read
-and parsed in ``messages``, the connections are admitted, evicted and their output capped in
-``connections``.
+and parsed in ``messages``, the connections are held in ``connections`` (who makes room for a newcomer:
+``admission``; their responses' bytes capped: ``output``), every bound is ``limits``'.
 
 One event-loop thread owns every connection: it accepts, runs the TLS handshake, reads the request head and
 writes the response, each under its own deadline, holding no thread per connection. Only a complete request
@@ -226,7 +226,7 @@ class HttpServer:
         body = b"" if head_only else response.body
         if not await self._room(connection, body):
             response, body = _BUSY, _BUSY.body
-            self._connections.start_output(connection, body, self._clock())
+            self._connections.output.start(connection, body, self._clock())
         async with asyncio.timeout(self._limits.write_timeout):
             head = response.head()
             if len(body) <= RECV_SIZE:
@@ -235,22 +235,21 @@ class HttpServer:
                 await stream.send(head)
                 await stream.send(body)
             await stream.finish()
-        self._connections.end_output(connection, taken=True)
+        self._connections.output.end(connection, taken=True)
 
     async def _room(self, connection: Connection, body: bytes) -> bool:
         """Count ``body`` against ``max_output`` for the connection, waiting up to ``room_wait`` for writes to
         end or stall if it does not fit (one body waits at a time); False if it still does not."""
-        connections = self._connections
-        if connections.start_output(connection, body, self._clock()):
+        output = self._connections.output
+        if output.start(connection, body, self._clock()):
             return True
         loop = asyncio.get_running_loop()  # the waits are the loop's seconds: so is the deadline
         deadline = loop.time() + self._limits.room_wait
-        with connections.waiting_for_room(body) as waits:
+        with output.waiting_for_room(body) as waits:
             while waits and (left := deadline - loop.time()) > 0:
-                await connections.freed(
-                    min(left, self._limits.stalled_briefly)
-                )  # or a write stalled meanwhile
-                if connections.start_output(connection, body, self._clock()):
+                # woken when a body is freed, or after a while: a write may have stalled meanwhile
+                await output.freed(min(left, self._limits.stalled_briefly))
+                if output.start(connection, body, self._clock()):
                     return True
         return False
 

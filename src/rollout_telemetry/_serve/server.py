@@ -92,7 +92,7 @@ def start_server(
         reads,
         rollouts=rollouts,
         page=page,
-        writing=connections.writing,
+        writing=connections.output.writing,
         read_interval=limits.read_interval,
     )
     http = HttpServer(listener, endpoint, tls=context, limits=limits, connections=connections)

@@ -57,10 +57,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the attacker child imports nothing of the package
-    from rollout_telemetry import RolloutTelemetry
+    from rollout_telemetry import MetricsServer, RolloutTelemetry
     from rollout_telemetry._ray.discovery import DiscoveryServer
     from rollout_telemetry._ray.target_registry import TargetRegistry
-    from rollout_telemetry._serve.server import MetricsServer
 
 PASSWORD = "correct horse battery staple"
 MB = 1 << 20

@@ -58,9 +58,8 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
-from rollout_telemetry import RolloutTelemetry
+from rollout_telemetry import MetricsServer, RolloutTelemetry
 from rollout_telemetry._serve.rendering import GZIP_LEVEL
-from rollout_telemetry._serve.server import MetricsServer
 from rollout_telemetry.exporters._exposition import encode
 
 KINDS = 50

@@ -257,9 +257,8 @@ def test_a_large_body_taken_whole_makes_a_reader_and_a_cut_write_unmakes_it(
     reader = _writer(connections, sockets, "10.0.0.3")
     assert connections.output.start(reader, bytes(half + 1), now=1.0)
     newcomer = _writer(connections, sockets, "10.0.0.4")
-    assert connections.output.start(
-        newcomer, bytes(half), now=1.0 + LIMITS.stalled_after
-    )  # cuts the reader's
+    # It cuts the reader's.
+    assert connections.output.start(newcomer, bytes(half), now=1.0 + LIMITS.stalled_after)
     assert reader.cut
     connections.release(newcomer)
     assert not is_reader("10.0.0.3", 2.0)
@@ -348,7 +347,6 @@ def test_a_reader_is_admitted_in_place_of_a_briefly_stalled_write_of_a_stranger(
     assert not connections.admit(_connection(sockets, "127.0.0.1", opened=LIMITS.stalled_briefly / 2))
     scraper = _connection(sockets, "127.0.0.1", opened=now)
     assert connections.admit(scraper)
-    assert _still_held(connections, floods) == set(
-        range(1, LIMITS.max_connections)
-    )  # the one stalled longest
+    # The one stalled longest.
+    assert _still_held(connections, floods) == set(range(1, LIMITS.max_connections))
     assert floods[0].cut

@@ -58,9 +58,8 @@ def test_idle_clients_cannot_exhaust_the_server(server: MetricsServer) -> None:
         threads = threading.active_count()
         assert threads < 30, threads
         for connection in idle:
-            connection.settimeout(
-                LIMITS.idle_timeout + 5
-            )  # a bound: closed at idle_timeout after they connected
+            # A bound: closed at idle_timeout after they connected.
+            connection.settimeout(LIMITS.idle_timeout + 5)
             assert connection.recv(1) == b""  # the server closed it
     finally:
         for connection in idle:

@@ -138,9 +138,8 @@ class HttpServer:
                 await asyncio.sleep(0.1)
                 continue
             self._take(sock, address)
-            for _ in range(
-                self._limits.accept_batch - 1
-            ):  # the rest of the batch: what the kernel has queued already
+            # The rest of the batch: what the kernel has queued already.
+            for _ in range(self._limits.accept_batch - 1):
                 try:
                     sock, address = self._listener.accept()
                 except (BlockingIOError, InterruptedError):

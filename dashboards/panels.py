@@ -201,7 +201,7 @@ COVERAGE_GAUGES: tuple[CoverageGauge, ...] = (
         "Retryable failures",
         "Failed rollouts NeMo Gym will dispatch again when the run resumes: no success written, no terminal "
         "failure row, fewer attempts used than NEMO_GYM_MAX_ROLLOUT_ATTEMPTS (default 3). The other failed "
-        "rollouts are final. Unit: rollouts; from rollout_run_retryable (serve --follow, or the hook API "
+        "rollouts are final. Unit: rollouts; from rollout_run_retryable (serve PATH, or the hook API "
         "with expected work declared).",
     ),
 )
@@ -209,7 +209,7 @@ COVERAGE_GAUGES: tuple[CoverageGauge, ...] = (
 DONE = 'disposition!="unknown"'
 """Every disposition but unknown: the rollouts seen."""
 NOT_FOLLOWED = (
-    "No coverage: follow the run's files (serve --follow) or declare its expected work (expect(tasks=...))"
+    "No coverage: follow the run's files (serve PATH) or declare its expected work (expect(tasks=...))"
 )
 DISPOSITION_COLORS = (
     ("measured", "green"),
@@ -257,7 +257,7 @@ COVERAGE = Row(
             "materialized inputs; without them, of those seen), the share (0-1) whose newest attempt was "
             "measured, masked, unscored, failed or omitted, and the share still unknown (expected, not seen "
             "yet). rollout_run_rollouts by disposition / rollout_run_expected, summed over followers. "
-            "Published by serve --follow, and by the hook API once expected work is declared; measured + ... "
+            "Published by serve PATH, and by the hook API once expected work is declared; measured + ... "
             "+ unknown = 100%.",
             "percentunit",
             (

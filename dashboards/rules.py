@@ -427,7 +427,7 @@ def alerting_rules() -> tuple[Alert, ...]:
             f"{_minutes(RETRIES_FOR)}: attempts are burning capacity. Check rollout_failed_total by "
             "failure_kind.",
             when="an agent retries rollouts faster than it completes them (`rollout_retried_total`, "
-            f"`serve --follow`), for {_minutes(RETRIES_FOR)}",
+            f"`serve PATH`), for {_minutes(RETRIES_FOR)}",
         ),
         Alert(
             "RolloutRetriesExhausted",

@@ -14,7 +14,7 @@ from tests.e2e.prometheus import Prometheus
 
 DASHBOARD = json.loads(generate.PATH.read_text())
 COVERAGE = {family.name for family in COVERAGE_FAMILIES}
-"""The coverage row: published by ``serve --follow``, and by the hook API once expected work is declared."""
+"""The coverage row: published by ``serve PATH``, and by the hook API once expected work is declared."""
 LIFECYCLE = {
     "rollout_in_flight",
     "rollout_oldest_in_flight_age_seconds",
@@ -31,7 +31,7 @@ watch an event loop too, and its collector is what writes the output."""
 TRAJECTORY = {"rollout_health_findings_total", "rollout_health_evaluated_total"}
 """Published only for rollouts that carry a trajectory (``ng_trajectory``): the demo's do not."""
 DECLARED = {"rollout_measured_reward_bucket"}
-"""Published only for agents with a declared reward range: the demo declares one, ``serve --follow`` not."""
+"""Published only for agents with a declared reward range: the demo declares one, ``serve PATH`` not."""
 FAILURE_PANELS = {
     "Reward lost to infrastructure",
     "Reward lost to infrastructure per agent",

@@ -37,13 +37,13 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
-SERVE = ["serve", "--follow", "run.jsonl", "--port", "0"]
+SERVE = ["serve", "run.jsonl", "--port", "0"]
 CASES: list[tuple[list[str], str]] = [
     (["report", "results"], "results is a directory"),
     (["report", "nope/missing.jsonl"], "nope/missing.jsonl does not exist"),
-    (["serve", "--follow", "results", "--port", "0"], "--follow results is a directory"),
-    (["serve", "--follow", "run.jsonl", "--port", "99999"], "--port: must be a port number from 0 to 65535"),
-    (["serve", "--follow", "run.jsonl", "--port", "http"], "--port: must be a port number"),
+    (["serve", "results", "--port", "0"], "results is a directory"),
+    (["serve", "run.jsonl", "--port", "99999"], "--port: must be a port number from 0 to 65535"),
+    (["serve", "run.jsonl", "--port", "http"], "--port: must be a port number"),
     ([*SERVE, "--poll-interval", "0"], "--poll-interval: must be a number of at least 0.05"),
     ([*SERVE, "--poll-interval", "-1"], "--poll-interval: must be a number of at least 0.05"),
     (["demo", "--duration", "-1"], "--duration: must be a number of at least 0"),
@@ -85,8 +85,10 @@ CASES: list[tuple[list[str], str]] = [
     (["report", "/proc/self/mem"], "/proc/self/mem cannot be read: Input/output error"),
     (["report", "nope/*.jsonl"], "nope/*.jsonl matches no file"),
     (["serve", "rollouts.csv", "--port", "0"], "rollouts.csv is not JSON Lines"),
-    (["serve", "run.jsonl", "--follow", "run.jsonl", "--port", "0"], "give the run's main output once"),
-    (["serve", "--port", "0"], "give the run's main output once: serve PATH (or serve --follow PATH)"),
+    (["serve", "--follow", "run.jsonl"], "serve --follow PATH is serve PATH now: rollout-telemetry serve"),
+    (["serve", "--port", "0"], "give the run's main output file: serve PATH"),
+    (["-v", "report", "run.jsonl"], "rollout-telemetry report: -v is --log-level debug now"),
+    (["report", "-v", "run.jsonl"], "rollout-telemetry report: -v is --log-level debug now"),
     (["top", "--follow", "run_failures.jsonl"], "is the run's failures sidecar, not rollouts"),
     (["serve", "other_materialized_inputs.jsonl", "--port", "0"], "not rollouts: give the run's main output"),
 ]  # fmt: skip
@@ -114,11 +116,11 @@ def test_a_wrong_input_exits_2_with_one_line(files: Path, args: list[str], says:
     assert result.stdout == ""
 
 
-def test_verbose_after_the_subcommand(files: Path) -> None:
-    """-v is accepted after the subcommand as well as before it."""
+def test_the_log_level_after_the_subcommand(files: Path) -> None:
+    """--log-level is accepted after the subcommand as well as before it."""
     for args in (
-        ["-v", "report", "run.jsonl", "--format", "json"],
-        ["report", "-v", "run.jsonl", "--format", "json"],
+        ["--log-level", "debug", "report", "run.jsonl", "--format", "json"],
+        ["report", "--log-level", "debug", "run.jsonl", "--format", "json"],
     ):
         result = _run(files, args)
         assert result.returncode == 0, result.stderr

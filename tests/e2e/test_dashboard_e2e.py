@@ -273,7 +273,7 @@ def _write_followed_run(main: Path, failures: Path) -> None:
 
 
 def test_followed_run_fills_the_coverage_row(tmp_path: Path) -> None:
-    """serve --follow under a real Prometheus: every panel has data but the lifecycle ones, and the coverage
+    """serve PATH under a real Prometheus: every panel has data but the lifecycle ones, and the coverage
     row's progress bar and counts are exactly the rollouts written."""
     main = tmp_path / "run.jsonl"
     failures = tmp_path / "run_failures.jsonl"
@@ -294,7 +294,7 @@ def test_followed_run_fills_the_coverage_row(tmp_path: Path) -> None:
         plan = _plan(i)
         counts["measured" if plan == "retried" else plan] += 1
 
-    args = ["serve", "--follow", str(main), "--poll-interval", "0.2", "--run", "e2e-follow"]
+    args = ["serve", str(main), "--poll-interval", "0.2", "--run", "e2e-follow"]
     exporter = Exporter(args, tmp_path / "serve.log")
     prometheus = Prometheus(tmp_path, [exporter.target], interval="200ms")
     with prometheus, exporter:

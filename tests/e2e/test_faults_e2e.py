@@ -62,7 +62,7 @@ def test_sigterm_stops_cleanly(tmp_path: Path, command: str) -> None:
     args = (
         ["demo", "--rate", "50", "--summary-interval", "60"]
         if command == "demo"
-        else ["serve", "--follow", str(follow), "--poll-interval", "0.05"]
+        else ["serve", str(follow), "--poll-interval", "0.05"]
     )
     process = _start([*args, "--port", str(port)])
     try:

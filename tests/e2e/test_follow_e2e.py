@@ -1,4 +1,4 @@
-"""End to end: ``rollout-telemetry serve --follow`` as a real process while a writer appends rows."""
+"""End to end: ``rollout-telemetry serve PATH`` as a real process while a writer appends rows."""
 
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ def test_serve_follow_counts_what_a_writer_appends(tmp_path: Path) -> None:
                     side.write(json.dumps(record).encode() + b"\n")
         done.set()
 
-    args = ["serve", "--follow", str(main), "--poll-interval", "0.2", "--run", "follow-e2e"]
+    args = ["serve", str(main), "--poll-interval", "0.2", "--run", "follow-e2e"]
     with Exporter(args, tmp_path / "serve.log") as exporter:
         thread = threading.Thread(target=writer)
         thread.start()
@@ -77,7 +77,7 @@ def test_each_new_line_reaches_metrics_as_the_file_grows(tmp_path: Path) -> None
     exporter follows the file (how soon, in ms against the poll interval: benchmarks/gym_lag.py)."""
     main = tmp_path / "rollouts.jsonl"
     main.write_text("")
-    with Exporter(["serve", "--follow", str(main)], tmp_path / "serve.log") as exporter:
+    with Exporter(["serve", str(main)], tmp_path / "serve.log") as exporter:
         for i in range(3):
             with main.open("a") as out:
                 out.write(json.dumps(_row(i)) + "\n")

@@ -1,4 +1,4 @@
-"""End to end: ``serve --follow --otlp-endpoint`` as a real process sends one span per row it reads, and the
+"""End to end: ``serve PATH --otlp-endpoint`` as a real process sends one span per row it reads, and the
 metrics, to a real OTLP/HTTP receiver on 127.0.0.1."""
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ def test_serve_follow_sends_a_span_per_row_it_reads(tmp_path: Path) -> None:
     with OTLPReceiver() as receiver:
         args = [
             "serve",
-            "--follow",
             str(main),
             "--poll-interval",
             "0.1",

@@ -213,7 +213,7 @@ def test_killed_then_resumed_then_retried(gym: GymServers, gym_model: FakeModel,
 def test_a_fresh_run_over_an_old_one(
     gym: GymServers, gym_model: FakeModel, workdir: Path, tmp_path: Path
 ) -> None:
-    """serve --follow over two fresh Gym runs with the same output: the second replaces the files, a new run
+    """serve PATH over two fresh Gym runs with the same output: the second replaces the files, a new run
     begins (rollout_run_restarts_total), no counter ever goes back and each row is counted once; then a watch
     over those files counts only its own run's rows, not the ones left from before."""
     gym_model.plan(TROUBLED, delay=0.05)
@@ -232,7 +232,7 @@ def test_a_fresh_run_over_an_old_one(
         )
 
     with (tmp_path / "serve.log").open("wb") as log:
-        serve_command = ["serve", "--follow", str(output), "--poll-interval", "0.05", "--port", str(port)]
+        serve_command = ["serve", str(output), "--poll-interval", "0.05", "--port", str(port)]
         serve = subprocess.Popen(
             [sys.executable, "-m", "rollout_telemetry", *serve_command],
             cwd=gym.workdir,

@@ -363,17 +363,14 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.parametrize("command", ["serve", "report"])
 def test_a_fifo_or_device_given_at_start_is_one_line(tmp_path: Path, command: str) -> None:
-    """serve --follow FIFO blocked start-up forever; now one line and exit 2, as for /dev/zero."""
+    """serve FIFO blocked start-up forever; now one line and exit 2, as for /dev/zero."""
     fifo = tmp_path / "run.jsonl"
     os.mkfifo(fifo)
     for path in (str(fifo), "/dev/zero"):
-        flag = "--follow " if command == "serve" else ""
-        result = _run(
-            *(["serve", "--follow", path, "--port", "0"] if command == "serve" else ["report", path])
-        )
+        result = _run(*(["serve", path, "--port", "0"] if command == "serve" else ["report", path]))
         assert result.returncode == 2
         assert result.stderr.strip().splitlines() == [
-            f"rollout-telemetry {command}: {flag}{path} is not a regular file (a FIFO or a device): give the "
+            f"rollout-telemetry {command}: {path} is not a regular file (a FIFO or a device): give the "
             "run's <stem>.jsonl"
         ]
 

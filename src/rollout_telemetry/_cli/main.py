@@ -126,7 +126,10 @@ def _main(argv: Sequence[str] | None) -> int:
             subcommands[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
     except SystemExit as exit_:  # argparse has said what is wrong (or printed --help): its status
         return exit_.code if isinstance(exit_.code, int) else 2
-    level = logging.DEBUG if args.verbose else getattr(logging, (args.log_level or "info").upper())
+    if args.verbose:
+        print(f"rollout-telemetry {args.command}: -v is --log-level debug now", file=sys.stderr)
+        return 2
+    level = getattr(logging, (args.log_level or "info").upper())
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # A line per rollout is for the library's users who ask for it (docs/reference/rollout-log.md), not
     # the command line's log.

@@ -93,16 +93,17 @@ def add_security_options(parser: argparse.ArgumentParser) -> None:
 
 
 def add_logging_options(parser: argparse.ArgumentParser, default: object) -> None:
-    """``-v`` and ``--log-level``; ``default`` is None on the top parser, ``argparse.SUPPRESS`` on a command.
+    """``--log-level``; ``default`` is None on the top parser, ``argparse.SUPPRESS`` on a command.
 
-    On the command and on every subcommand, so `rollout-telemetry serve -v ...` works as well.
+    On the command and on every subcommand, so `rollout-telemetry serve --log-level debug ...` works as well.
+    ``-v`` is the older spelling, parsed only to be refused with the one that replaced it (``main``).
     """
-    parser.add_argument("-v", "--verbose", action="store_true", default=default, help="log debug messages")
+    parser.add_argument("-v", "--verbose", action="store_true", default=default, help=argparse.SUPPRESS)
     parser.add_argument(
         "--log-level",
         choices=("debug", "info", "warning", "error"),
         default=default,
-        help="the least severe log messages shown (default: info; -v is debug)",
+        help="the least severe log messages shown (default: info)",
     )
 
 

@@ -101,7 +101,7 @@ def otlp_export(args: argparse.Namespace, command: str) -> OTLP | None:
         return None
     from rollout_telemetry.exporters.otel import otlp_providers
 
-    if not args.verbose:  # the SDK logs every failed batch; the command says it once, at exit
+    if args.log_level != "debug":  # the SDK logs every failed batch; the command says it once, at exit
         logging.getLogger("opentelemetry").setLevel(logging.CRITICAL)
     export = otlp_providers(args.otlp_endpoint, export_interval_millis=2000, timeout_seconds=2.0)
     return OTLP(export, args.otlp_endpoint, command)

@@ -28,7 +28,8 @@ def add_parser(commands: argparse._SubParsersAction[OneLineParser]) -> None:
         ),
     )
     serve.add_argument("path", nargs="?", metavar="PATH", help="the run's main output file, <stem>.jsonl")
-    serve.add_argument("--follow", metavar="PATH", help="the same as PATH (the older form)")
+    # The older spelling, kept only to be refused with the one that replaced it.
+    serve.add_argument("--follow", metavar="PATH", help=argparse.SUPPRESS)
     options.add_run_files(serve)
     serve.add_argument(
         "--poll-interval",
@@ -47,12 +48,15 @@ def run(args: argparse.Namespace) -> int:
     from rollout_telemetry._facade.telemetry import RolloutTelemetry
     from rollout_telemetry._sources.file_kind import check_main_file
 
-    if (args.path is None) == (args.follow is None):
-        msg = "give the run's main output once: serve PATH (or serve --follow PATH)"
+    if args.follow is not None:
+        msg = f"serve --follow PATH is serve PATH now: rollout-telemetry serve {args.follow}"
         raise ConfigError(msg)
-    path, what = (Path(args.path), "") if args.path else (Path(args.follow), "--follow ")
-    check_main_file(path, what)
-    options.check_run_file(path, what)
+    if args.path is None:
+        msg = "give the run's main output file: serve PATH"
+        raise ConfigError(msg)
+    path = Path(args.path)
+    check_main_file(path, "")
+    options.check_run_file(path, "")
     security = options.endpoint_security(args)  # every input checked before anything starts
     otlp = otlp_export(args, NAME)
     telemetry = RolloutTelemetry(

@@ -110,7 +110,7 @@ def _event(event: str, name: str, type_: AttributeType, when: str, meaning: str)
 
 
 _OUTCOME = "at the outcome"
-_FOLLOWED = "follow mode (`serve --follow` with `--otlp-endpoint`, `RunFollower(spans=True)`)"
+_FOLLOWED = "follow mode (`serve PATH` with `--otlp-endpoint`, `RunFollower(spans=True)`)"
 
 ATTRIBUTES: tuple[SpanAttribute, ...] = (
     _span(

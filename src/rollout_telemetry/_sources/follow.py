@@ -1,4 +1,4 @@
-"""Following NeMo Gym's rollout JSONL files, live (``serve --follow``) and offline (``report``).
+"""Following NeMo Gym's rollout JSONL files, live (``serve PATH``) and offline (``report``).
 
 The files of a run with output ``<stem>.jsonl``:
 

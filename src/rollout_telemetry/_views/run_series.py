@@ -44,7 +44,7 @@ def _coverage_restarts(snap: CoverageSnapshot) -> Iterator[Sample]:
         yield (), snap.restarts
 
 
-_FOLLOW = "with coverage (serve --follow, or the hook API with expected work declared), per agent"
+_FOLLOW = "with coverage (serve PATH, or the hook API with expected work declared), per agent"
 
 COVERAGE_FAMILIES: tuple[Family[CoverageSnapshot], ...] = (
     Family(
@@ -78,7 +78,7 @@ COVERAGE_FAMILIES: tuple[Family[CoverageSnapshot], ...] = (
         _coverage_restarts,
     ),
 )  # fmt: skip
-"""The run coverage account's families (``serve --follow``, or the hook API's expected work)."""
+"""The run coverage account's families (``serve PATH``, or the hook API's expected work)."""
 
 
 def _group_states(snap: GroupsSnapshot) -> Iterator[Sample]:

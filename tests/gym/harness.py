@@ -369,14 +369,18 @@ class Watch:
         assert self.process.stdout is not None
         import threading
 
+        # Each pipe is closed by its reader at its end (the command ended, or was killed): a test that fails
+        # before wait() leaves no pipe open behind it.
         def drain_stderr() -> None:
             assert self.process is not None
             assert self.process.stderr is not None
-            self.stderr = self.process.stderr.read()
+            with self.process.stderr as stderr:
+                self.stderr = stderr.read()
 
         thread = threading.Thread(target=drain_stderr, daemon=True)
         thread.start()
-        self.stdout = self.process.stdout.read()
+        with self.process.stdout as stdout:
+            self.stdout = stdout.read()
         thread.join()
 
     def gym_pid(self) -> int | None:

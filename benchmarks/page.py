@@ -32,7 +32,6 @@ import tracemalloc
 from pathlib import Path
 
 from docs.browser import chromium
-
 from rollout_telemetry._facade.telemetry import RolloutTelemetry
 from rollout_telemetry._store.coverage import CoverageSnapshot
 from rollout_telemetry._views import story as story_module

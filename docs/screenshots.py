@@ -16,10 +16,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from docs.browser import chromium, photograph
 from tests.gym.harness import TEST_AGENT, TEST_TASKS, TROUBLED, FakeModel, GymServers, Watch, gym_venv
 from tests.support import samples
-
-from docs.browser import chromium, photograph
 
 __all__ = ["IMAGES", "LIVE", "REPORT", "main"]
 

@@ -9,9 +9,9 @@ from dataclasses import fields
 from pathlib import Path
 
 import pytest
+
 from benchmarks.attacks import ATTACKS
 from docs import generate
-
 from rollout_telemetry._cli.main import EXAMPLES
 from rollout_telemetry._ray import target_registry, targets
 from rollout_telemetry._serve.admission import FOR_A_FULL_SERVER, FOR_A_SOURCE_AT_ITS_CAP

@@ -7,9 +7,9 @@ import re
 from collections.abc import Iterator
 
 import pytest
-from docs.generate import API_MEMBERS
 
 import rollout_telemetry
+from docs.generate import API_MEMBERS
 from rollout_telemetry import errors
 
 PUBLIC = {

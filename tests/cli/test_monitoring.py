@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from dashboards import generate
 
+from dashboards import generate
 from rollout_telemetry._cli.main import main
 from rollout_telemetry._cli.monitoring import FILES, prometheus_config
 

@@ -8,7 +8,6 @@ from collections.abc import Iterator
 from typing import Any
 
 from dashboards import generate
-
 from rollout_telemetry._views.run_series import COVERAGE_FAMILIES
 from tests.e2e.prometheus import Prometheus
 

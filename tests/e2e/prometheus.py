@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from dashboards import generate
 
+from dashboards import generate
 from tests.support import free_port, require_tool, stop_process
 
 REPO = Path(__file__).resolve().parents[2]

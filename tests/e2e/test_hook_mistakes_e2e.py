@@ -10,8 +10,8 @@ from contextlib import ExitStack
 from typing import TYPE_CHECKING
 
 import pytest
-from docs.browser import chromium, chromium_path
 
+from docs.browser import chromium, chromium_path
 from rollout_telemetry import RolloutTelemetry
 from tests.support import samples
 

@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 import trustme
-from docs.browser import chromium, chromium_path
 
+from docs.browser import chromium, chromium_path
 from rollout_telemetry import BasicAuth, RolloutTelemetry, TLSConfig, hash_password
 from tests.support import samples
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from benchmarks.attacks import ATTACKS, MB, run_attack
 
 PATIENCE = 10.0

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from dashboards import generate, panels
 from dashboards.promql import series
-
 from rollout_telemetry._views.run_series import PROCESS_FAMILIES, RUNTIME_FAMILIES
 from rollout_telemetry._views.series import CATALOGUE, FAMILIES
 from tests.support import require_tool

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 import yaml
+
 from dashboards import generate, promql, rulefile, rules
 from dashboards.rulefile import Group, Record
-
 from rollout_telemetry._views import series as catalogue
 
 ROOT = Path(__file__).parents[2]

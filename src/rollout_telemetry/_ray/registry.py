@@ -7,9 +7,9 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
+import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-import ray
 from rollout_telemetry._ray.cluster import node_address, node_addresses
 from rollout_telemetry._ray.discovery import DiscoveryServer, FileSD
 from rollout_telemetry._ray.target_registry import (

@@ -7,9 +7,9 @@ import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+import ray
 from ray.exceptions import GetTimeoutError, RayActorError
 
-import ray
 from rollout_telemetry._ray.cluster import node_address, process_labels, registrant
 from rollout_telemetry._ray.registry import CALL_TIMEOUT, REGISTRY_NAME, start_registry
 from rollout_telemetry._ray.targets import Target

@@ -25,6 +25,7 @@ for any machine that runs the suite (an idle one answers within 1 s), and a scra
 # descriptors, threads and memory are this process's), and run in a row with the machine held, the attacks
 # took three minutes in which every other worker waited.
 
+
 @pytest.mark.parametrize("name", list(ATTACKS))
 def test_no_attack_keeps_a_scraper_out_or_loses_a_count(name: str, tmp_path: Path) -> None:
     """Four of five scrapes during the attack answer within Prometheus' scrape timeout, every outcome

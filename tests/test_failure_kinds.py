@@ -1,16 +1,13 @@
-"""The failure-kind vocabulary: naming convention, lookup and warn-once."""
+"""The failure-kind vocabulary: its names, their convention, and a module data tooling can import."""
 
 from __future__ import annotations
 
-import logging
 import re
 import subprocess
 import sys
 
-import pytest
-
 from rollout_telemetry import failure_kinds
-from rollout_telemetry.failure_kinds import REGISTERED, KindValidator
+from rollout_telemetry.failure_kinds import REGISTERED
 
 EXPECTED = {
     "transport_unreachable",
@@ -52,7 +49,6 @@ def test_every_name_fits_the_convention() -> None:
     """Every registered name is [a-z][a-z0-9_]*."""
     for name in REGISTERED:
         assert re.fullmatch(r"[a-z][a-z0-9_]*", name), name
-        assert failure_kinds.fits_convention(name)
 
 
 def test_no_two_names_differ_only_by_case_or_separator() -> None:
@@ -66,61 +62,13 @@ def test_vocabulary_is_small_enough_for_a_label() -> None:
     assert len(REGISTERED) <= 32
 
 
-def test_registered_and_namespaced_pass_silently(caplog: pytest.LogCaptureFixture) -> None:
-    """Registered and ``<server>:<kind>`` names are returned unchanged without a warning."""
-    validator = KindValidator()
-    with caplog.at_level(logging.WARNING):
-        assert validator.validate("session_lost") == "session_lost"
-        assert validator.validate("browser_env:tab_crashed") == "browser_env:tab_crashed"
-    assert caplog.records == []
+def test_namespaced_names_have_two_parts_of_the_convention() -> None:
+    """``is_namespaced`` holds for ``<server>:<kind>`` with both parts ``[a-z][a-z0-9_]*``, and only then."""
+    assert failure_kinds.is_namespaced("browser_env:tab_crashed")
     assert failure_kinds.is_namespaced("a:b")
     assert not failure_kinds.is_namespaced("A:b")
     assert not failure_kinds.is_namespaced("a:b:c")
-    assert failure_kinds.is_registered("judge_failed")
-    assert not failure_kinds.is_registered("took_too_long")
-
-
-def test_unknown_kind_warns_once_and_passes_through(caplog: pytest.LogCaptureFixture) -> None:
-    """An unregistered name is returned unchanged and warned about once per name."""
-    validator = KindValidator()
-    with caplog.at_level(logging.WARNING):
-        for _ in range(3):
-            assert validator.validate("took_too_long") == "took_too_long"
-        assert validator.validate("Weird Kind!") == "Weird Kind!"
-    messages = [r.getMessage() for r in caplog.records]
-    assert len(messages) == 2
-    assert "took_too_long" in messages[0]
-    assert validator.warned == {"took_too_long", "Weird Kind!"}
-
-
-@pytest.mark.parametrize(
-    "failure_class",
-    [
-        "transient", "legitimate", "timeout_exceeded", "skipped", "incomplete", "judge_failed",
-        "remote_agent_error", "verify_failed", "reference_missing", "eval_missing", "transport_ineligible",
-        "judge_invalid",
-    ],
-)  # fmt: skip
-def test_gym_failure_classes_pass_through_without_a_warning(
-    failure_class: str, caplog: pytest.LogCaptureFixture
-) -> None:
-    """NeMo Gym's failure classes (current and older) are known names: unchanged, never warned about."""
-    validator = KindValidator()
-    with caplog.at_level(logging.WARNING):
-        assert validator.validate(failure_class) == failure_class
-    assert caplog.records == []
-    assert validator.warned == frozenset()
-
-
-def test_warned_set_is_bounded(caplog: pytest.LogCaptureFixture) -> None:
-    """Past its limit the validator says once that it stops warning, and remembers no more names."""
-    validator = KindValidator(max_warned=5)
-    with caplog.at_level(logging.WARNING):
-        for i in range(100):
-            assert validator.validate(f"free text {i}") == f"free text {i}"
-    assert len(validator.warned) == 5
-    assert len(caplog.records) == 6
-    assert "no further" in caplog.records[-1].getMessage()
+    assert not failure_kinds.is_namespaced("judge_failed")
 
 
 def test_vocabulary_imports_only_the_standard_library() -> None:

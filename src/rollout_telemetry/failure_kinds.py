@@ -8,17 +8,14 @@ accepted silently, as are NeMo Gym's failure classes (``GYM_FAILURE_CLASSES``), 
 file carries. Any other unregistered name is logged as a warning once per name and passed through unchanged:
 a kind is never rejected.
 
-This module imports only the standard library (and ``_fork``, which does too), so data tooling can use the
-vocabulary without pulling in prometheus_client, OpenTelemetry or pydantic.
+This module imports only the standard library, so data tooling can use the vocabulary without pulling in
+prometheus_client, OpenTelemetry or pydantic.
 """
 
 from __future__ import annotations
 
-import logging
 import re
 from typing import Final
-
-from rollout_telemetry import _fork
 
 __all__ = [
     "ADMISSION",
@@ -56,13 +53,8 @@ __all__ = [
     "UNSPECIFIED",
     "VERIFICATION",
     "VERIFIER_ERROR",
-    "KindValidator",
-    "fits_convention",
     "is_namespaced",
-    "is_registered",
 ]
-
-_log = logging.getLogger("rollout_telemetry.failure_kinds")
 
 TRANSPORT_UNREACHABLE: Final = "transport_unreachable"
 TRANSPORT_PEER_DROP: Final = "transport_peer_drop"
@@ -167,80 +159,10 @@ UNSPECIFIED: Final = "unspecified"
 OTHER: Final = "_other"
 """The label that collects values beyond a cardinality cap."""
 
-_NAME = re.compile(r"[a-z][a-z0-9_]*")
 _NAMESPACED = re.compile(r"[a-z][a-z0-9_]*:[a-z][a-z0-9_]*")
 
 
-def is_registered(kind: str) -> bool:
-    """Return whether ``kind`` is one of the registered names."""
-    return kind in REGISTERED
-
-
 def is_namespaced(kind: str) -> bool:
-    """Return whether ``kind`` has the ``<server>:<kind>`` shape (both parts ``[a-z][a-z0-9_]*``)."""
+    """Return whether ``kind`` has the ``<server>:<kind>`` shape (both parts ``[a-z][a-z0-9_]*``): a server's
+    own kind (or stage), accepted without a warning."""
     return _NAMESPACED.fullmatch(kind) is not None
-
-
-_WARNED_KEY = 200
-"""Characters of an unregistered name kept to remember that it was warned about."""
-
-
-class KindValidator:
-    """Checks failure kinds against the vocabulary, warning once per unregistered name.
-
-    ``known`` names (the failure kinds by default; the stages for a stage validator) pass silently. Each
-    instance remembers which names it has warned about, up to ``max_warned`` names; past that it says once
-    that it stops warning, so a stream of free-text kinds cannot grow memory or flood the log.
-    """
-
-    __slots__ = ("__weakref__", "_known", "_lock", "_max_warned", "_noun", "_silenced", "_warned")
-
-    def __init__(
-        self, max_warned: int = 1024, *, known: frozenset[str] | None = None, noun: str = "failure kind"
-    ) -> None:
-        self._known = KNOWN if known is None else known
-        self._noun = noun
-        self._warned: set[str] = set()
-        self._max_warned = max_warned
-        self._silenced = False
-        self._lock = _fork.lock_for(self)
-
-    def validate(self, kind: str) -> str:
-        """Return ``kind`` unchanged; log a warning the first time an unregistered name is seen.
-
-        Never raises: an unregistered kind is information, not an error.
-        """
-        # Remembered by its first 200 characters at most: a stream of huge kinds cannot grow memory.
-        key = kind if len(kind) <= _WARNED_KEY else kind[:_WARNED_KEY]
-        if kind in self._known or key in self._warned or kind == UNSPECIFIED:
-            return kind
-        if _NAMESPACED.fullmatch(kind) is not None:
-            return kind
-        with self._lock:
-            if key in self._warned or self._silenced:
-                return kind
-            if len(self._warned) >= self._max_warned:
-                self._silenced = True
-                _log.warning(
-                    "more than %d unregistered %ss seen; no further ones will be warned about",
-                    self._max_warned,
-                    self._noun,
-                )
-                return kind
-            self._warned.add(key)
-        _log.warning(
-            "unregistered %s %r: use a registered name or namespace it as '<server>:<name>'",
-            self._noun,
-            key,
-        )
-        return kind
-
-    @property
-    def warned(self) -> frozenset[str]:
-        """The unregistered names warned about so far."""
-        return frozenset(self._warned)
-
-
-def fits_convention(kind: str) -> bool:
-    """Return whether ``kind`` is a well-formed name: ``[a-z][a-z0-9_]*`` or ``<server>:<kind>``."""
-    return _NAME.fullmatch(kind) is not None or _NAMESPACED.fullmatch(kind) is not None

@@ -46,7 +46,6 @@ from rollout_telemetry.exporters.prometheus import (
     GroupsCollector,
     RuntimeCollector,
 )
-from rollout_telemetry.failure_kinds import KindValidator
 
 if TYPE_CHECKING:  # the server, the push, the file sources and OpenTelemetry are imported when used
     from opentelemetry._logs import LoggerProvider
@@ -135,9 +134,7 @@ class RolloutTelemetry:
         self._live_made = threading.Lock()
         self._rollout_log = rollout_log
         self._started = clock()
-        names = Names(
-            max_agents=max_agents, max_kinds_per_agent=max_kinds_per_agent, validator=KindValidator()
-        )
+        names = Names(max_agents=max_agents, max_kinds_per_agent=max_kinds_per_agent)
         bound = stall_bound(stall_after, stall_after_by_agent, names)
         slow = stall_bound(slow_after, slow_after_by_agent, names, "slow_after")
         self._account = account = Account(names=names, clock=clock, stall_after=bound, slow_after=slow)

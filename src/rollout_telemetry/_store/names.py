@@ -13,11 +13,12 @@ business, so asking twice never counts twice.
 from __future__ import annotations
 
 from rollout_telemetry import _fork
+from rollout_telemetry._contract.kinds import KindValidator
 from rollout_telemetry._contract.labels import MAX_LABEL_LENGTH, label_value
 from rollout_telemetry._contract.outcome import Disposition
 from rollout_telemetry._contract.shown import shown
 from rollout_telemetry.errors import ConfigError, OutcomeError
-from rollout_telemetry.failure_kinds import OTHER, STAGES, UNSPECIFIED, KindValidator
+from rollout_telemetry.failure_kinds import OTHER, STAGES, UNSPECIFIED
 
 __all__ = ["DEFAULT_MAX_AGENTS", "DEFAULT_MAX_KINDS_PER_AGENT", "MAX_CACHED_NAME", "Names", "cacheable"]
 
@@ -42,7 +43,6 @@ class Names:
         max_agents: distinct agent labels admitted; further agents are folded into ``_other``.
         max_kinds_per_agent: distinct failure-kind labels (and, apart, stage labels) admitted per agent;
             further ones become ``_other``.
-        validator: warns once per unregistered kind; a new one by default.
     """
 
     def __init__(
@@ -50,14 +50,13 @@ class Names:
         *,
         max_agents: int = DEFAULT_MAX_AGENTS,
         max_kinds_per_agent: int = DEFAULT_MAX_KINDS_PER_AGENT,
-        validator: KindValidator | None = None,
     ) -> None:
         if max_agents < 1 or max_kinds_per_agent < 1:
             msg = "max_agents and max_kinds_per_agent must be at least 1"
             raise ConfigError(msg)
         self.max_agents = max_agents
         self.max_kinds_per_agent = max_kinds_per_agent
-        self._validator = validator or KindValidator()
+        self._validator = KindValidator()  # warns once per unregistered kind
         self._lock = _fork.lock_for(self)
         # Raw name -> admitted label. Bounded: names that cut to the same label cannot grow it without end.
         self._agents: dict[str, str] = {}

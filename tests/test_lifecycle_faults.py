@@ -7,8 +7,9 @@ import logging
 
 import pytest
 
-from rollout_telemetry import ConfigError, Disposition, OutcomeError, RolloutTelemetry
+from rollout_telemetry import Disposition, RolloutTelemetry
 from rollout_telemetry._recording import stalls as stalls_module
+from rollout_telemetry.errors import ConfigError, OutcomeError
 from tests.support import FakeClock, exposition, samples, value
 
 

@@ -6,7 +6,8 @@ import socket
 
 import pytest
 
-from rollout_telemetry import RolloutTelemetry, ServeError
+from rollout_telemetry import RolloutTelemetry
+from rollout_telemetry.errors import ServeError
 from tests.support import live_page
 
 

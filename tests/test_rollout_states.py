@@ -8,7 +8,8 @@ import threading
 
 import pytest
 
-from rollout_telemetry import ConfigError, Disposition, RolloutTelemetry, failure_kinds
+from rollout_telemetry import Disposition, RolloutTelemetry, failure_kinds
+from rollout_telemetry.errors import ConfigError
 from tests.support import FakeClock, exposition, samples, traced, value
 
 _STATES = ("active", "slow", "retrying", "stalled", "cancelled", "terminal")

@@ -8,7 +8,8 @@ import threading
 
 import pytest
 
-from rollout_telemetry import RolloutTelemetry, ServeError
+from rollout_telemetry import RolloutTelemetry
+from rollout_telemetry.errors import ServeError
 from tests.support import FakeClock, exposition, free_port_range, samples, value
 
 WRITERS = 4

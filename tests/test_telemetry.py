@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from rollout_telemetry import ConfigError, Disposition, OutcomeError, RolloutTelemetry, VerifyResponse
+from rollout_telemetry import Disposition, RolloutTelemetry, VerifyResponse
 from rollout_telemetry._store.account import Account
+from rollout_telemetry.errors import ConfigError, OutcomeError
 from tests.support import FakeClock, exposition, value
 
 BAD_INPUTS: list[tuple[str, Any, Any, str]] = [
@@ -236,7 +237,7 @@ def test_a_limit_of_rollouts_in_flight_that_is_not_a_count_is_refused(
 
 def test_a_failed_push_raises_push_error_naming_the_gateway(telemetry: RolloutTelemetry) -> None:
     """Nobody listening at the gateway: one documented exception type, naming it."""
-    from rollout_telemetry import PushError
+    from rollout_telemetry.errors import PushError
     from tests.support import free_port
 
     gateway = f"127.0.0.1:{free_port()}"

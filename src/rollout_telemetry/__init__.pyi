@@ -17,42 +17,24 @@ from ._serve.tls import TLSConfig
 from ._store.observed import Observed
 from ._store.recovery import RecoverySnapshot
 from ._store.snapshot import AccountSnapshot, AgentSnapshot
-from .errors import (
-    ConfigError,
-    OutcomeError,
-    PushError,
-    Rejection,
-    RolloutTelemetryError,
-    RolloutUsageError,
-    ServeError,
-    TargetRefused,
-)
 
 __all__ = [
     "AccountSnapshot",
     "AgentSnapshot",
     "BasicAuth",
     "Cleanup",
-    "ConfigError",
     "Disposition",
     "EvaluationEvent",
     "Generation",
     "MetricsServer",
     "Observed",
     "Outcome",
-    "OutcomeError",
     "OutputWrite",
-    "PushError",
     "RecoverySnapshot",
-    "Rejection",
     "RolloutContext",
     "RolloutTelemetry",
-    "RolloutTelemetryError",
-    "RolloutUsageError",
-    "ServeError",
     "SpanMode",
     "TLSConfig",
-    "TargetRefused",
     "VerifyResponse",
     "hash_password",
     "outcome_of",

@@ -7,9 +7,9 @@ HTTP service discovery (``http_sd_configs``) and can write them to a ``file_sd_c
 
 What the registry takes: a target on one of the cluster's own nodes (the addresses ``ray.nodes()`` reports;
 on a cluster whose nodes report loopback addresses, those), with labels that are neither Prometheus's own nor
-the exporter's series' (``RESERVED_LABELS``), replaced or removed only by the actor (or, outside an
-actor, the worker process) that registered it, and at most ``max_targets`` (``MAX_TARGETS``) of
-them. Anything else is refused with ``TargetRefused`` naming the rule, counted (``refusals()``) and
+the exporter's series' (``RESERVED_LABELS``), replaced or removed only by the actor (or, outside an actor, the
+worker process) that registered it, and at most ``max_targets`` (``MAX_TARGETS``) of them. Anything else is
+refused with ``rollout_telemetry.errors.TargetRefused`` naming the rule, counted (``refusals()``) and
 logged; the actor goes on. Ray does not authenticate its own processes, so these rules stop a mistaken
 worker and an address outside the cluster, not code that can already run on it.
 
@@ -42,14 +42,12 @@ from rollout_telemetry._ray.registry import (
 from rollout_telemetry._ray.target import RayTarget, serve_on_ray
 from rollout_telemetry._ray.target_registry import MAX_TARGETS
 from rollout_telemetry._ray.targets import RESERVED_LABELS
-from rollout_telemetry.errors import TargetRefused
 
 __all__ = [
     "MAX_TARGETS",
     "REGISTRY_NAME",
     "RESERVED_LABELS",
     "RayTarget",
-    "TargetRefused",
     "refusals",
     "registry_url",
     "serve_on_ray",

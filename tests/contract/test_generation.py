@@ -10,11 +10,12 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from rollout_telemetry import OutcomeError, RolloutTelemetry
+from rollout_telemetry import RolloutTelemetry
 from rollout_telemetry._contract.generation import TRUNCATION_CAUSES, check_generation, truncation_cause
 from rollout_telemetry._contract.outcome import classify
 from rollout_telemetry._facade.telemetry import run_follower
 from rollout_telemetry._sources.follow import RunFiles
+from rollout_telemetry.errors import OutcomeError
 from tests.support import exposition, sample_names, samples, value
 
 GYM_ROWS = Path(__file__).parents[1] / "fixtures" / "gym" / "run.jsonl"

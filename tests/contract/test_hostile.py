@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from rollout_telemetry import OutcomeError, RolloutTelemetry
+from rollout_telemetry import RolloutTelemetry
 from rollout_telemetry._contract.labels import MAX_LABEL_LENGTH, label_value
+from rollout_telemetry.errors import OutcomeError
 from tests.support import FakeClock, exposition, samples, value
 
 HOSTILE_TEXT = [

@@ -17,9 +17,10 @@ from prometheus_client import (
     generate_latest,
 )
 
-from rollout_telemetry import ConfigError, RolloutTelemetry
+from rollout_telemetry import RolloutTelemetry
 from rollout_telemetry._recording.runtime import LoopLag, LoopWatch
 from rollout_telemetry._store.runtime import LAG_BUCKETS, Runtime
+from rollout_telemetry.errors import ConfigError
 from rollout_telemetry.exporters._exposition import encode
 from rollout_telemetry.exporters.prometheus import RuntimeCollector
 from tests.exporters.test_exposition import ENCODERS

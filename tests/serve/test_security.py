@@ -19,11 +19,12 @@ from typing import Any
 import pytest
 import trustme
 
-from rollout_telemetry import BasicAuth, ConfigError, RolloutTelemetry, TLSConfig, hash_password
+from rollout_telemetry import BasicAuth, RolloutTelemetry, TLSConfig, hash_password
 from rollout_telemetry._cli.main import main
 from rollout_telemetry._serve.credentials import credentials, matches
 from rollout_telemetry._serve.limits import Limits
 from rollout_telemetry._serve.server import MetricsServer
+from rollout_telemetry.errors import ConfigError
 from tests.support import held, raw_request, samples
 
 PASSWORD = "correct horse battery staple"

@@ -18,11 +18,12 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter, Metric
 from prometheus_client.core import CounterMetricFamily
 
-from rollout_telemetry import RolloutTelemetry, ServeError
+from rollout_telemetry import RolloutTelemetry
 from rollout_telemetry._serve.limits import Limits
 from rollout_telemetry._serve.server import start_server
 from rollout_telemetry._serve.shared import Shared
 from rollout_telemetry._serve.workers import Busy, Workers
+from rollout_telemetry.errors import ServeError
 from tests.support import FakeClock, live_page, raw_request, sample_names, samples
 
 LIMITS = Limits()

@@ -19,7 +19,7 @@ from rollout_telemetry._contract.outcome import classify
 from rollout_telemetry._store.account import InFlight
 from rollout_telemetry.errors import ConfigError
 from rollout_telemetry.exporters._exposition import encode
-from rollout_telemetry.exporters.prometheus import AccountCollector
+from rollout_telemetry.exporters._prometheus import AccountCollector
 from tests.support import FakeClock, examples
 
 OPENMETRICS = "application/openmetrics-text; version=1.0.0"

@@ -20,7 +20,7 @@ from opentelemetry.trace import StatusCode
 
 from rollout_telemetry import RolloutTelemetry
 from rollout_telemetry._store.snapshot import AccountSnapshot
-from rollout_telemetry.exporters.otel import Callback, instrument_meter
+from rollout_telemetry.exporters._meter import Callback, instrument_meter
 from tests.support import FakeClock, exposition, groups_of, samples
 
 

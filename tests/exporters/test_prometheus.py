@@ -132,7 +132,11 @@ def test_collectors_describe_their_families_so_a_second_registration_fails(
     from prometheus_client import CollectorRegistry
 
     from rollout_telemetry._store.coverage import Coverage
-    from rollout_telemetry.exporters.prometheus import AccountCollector, CoverageCollector, SpanStatsCollector
+    from rollout_telemetry.exporters._prometheus import (
+        AccountCollector,
+        CoverageCollector,
+        SpanStatsCollector,
+    )
 
     with pytest.raises(ValueError, match="Duplicated timeseries"):
         telemetry.registry.register(AccountCollector(telemetry.snapshot))
@@ -165,7 +169,7 @@ def test_a_registry_formats_a_family_in_turns(clock: FakeClock, monkeypatch: pyt
     from prometheus_client.exposition import generate_latest
 
     from rollout_telemetry._store.reads import TURN_SECONDS, in_turns
-    from rollout_telemetry.exporters import prometheus
+    from rollout_telemetry.exporters import _prometheus as prometheus
 
     telemetry = RolloutTelemetry(clock=clock, runtime_metrics=False)
     for agent in range(300):
@@ -197,7 +201,7 @@ def test_a_registry_makes_no_samples_of_a_family_without_any(
     out without its samples being made for every agent to find it empty; each one published is made once."""
     from prometheus_client.exposition import generate_latest
 
-    from rollout_telemetry.exporters import prometheus
+    from rollout_telemetry.exporters import _prometheus as prometheus
 
     telemetry = RolloutTelemetry(clock=clock, runtime_metrics=False)
     for agent in range(30):

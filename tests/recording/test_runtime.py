@@ -22,7 +22,7 @@ from rollout_telemetry._recording.runtime import LoopLag, LoopWatch
 from rollout_telemetry._store.runtime import LAG_BUCKETS, Runtime
 from rollout_telemetry.errors import ConfigError
 from rollout_telemetry.exporters._exposition import encode
-from rollout_telemetry.exporters.prometheus import RuntimeCollector
+from rollout_telemetry.exporters._prometheus import RuntimeCollector
 from tests.exporters.test_exposition import ENCODERS
 from tests.support import FakeClock, exposition, sample_names, samples, value
 from tests.virtual_loop import VirtualLoop, idle, run_virtual

@@ -40,7 +40,7 @@ from rollout_telemetry._store.runtime import Runtime
 from rollout_telemetry._store.snapshot import AccountSnapshot
 from rollout_telemetry._views.progress import coverage_metrics, progress_metrics
 from rollout_telemetry.errors import ConfigError
-from rollout_telemetry.exporters.prometheus import (
+from rollout_telemetry.exporters._prometheus import (
     AccountCollector,
     CoverageCollector,
     GroupsCollector,
@@ -180,7 +180,7 @@ class RolloutTelemetry:
             watch_gc(self._runtime)
             register_process_collectors(self.registry)
         if meter_provider is not None:
-            from rollout_telemetry.exporters.otel import instrument_meter
+            from rollout_telemetry.exporters._meter import instrument_meter
 
             instrument_meter(meter_provider, self.snapshot, recorder.groups_snapshot, labels)
         self._shared = Shared(

@@ -25,7 +25,7 @@ from dashboards import rules
 from dashboards.generate import refresh
 from dashboards.panels import ROWS
 
-__all__ = ["API_JOBS", "API_MEMBERS", "PAGES", "REFERENCE", "main", "outputs"]
+__all__ = ["API_JOBS", "API_MEMBERS", "PAGES", "PUBLIC_MODULES", "REFERENCE", "main", "outputs"]
 
 REFERENCE = Path(__file__).parent / "reference"
 HELP_COLUMNS = "100"
@@ -276,39 +276,67 @@ def _jobs_table() -> str:
     return "| the job | the one way | |\n|---|---|---|\n" + rows
 
 
-def _summary(obj: object, name: str | None = None) -> str:
-    """The first paragraph of ``obj``'s docstring; of a type alias (``name``), the docstring written under its
-    assignment in the module the package imports it from."""
+PUBLIC_MODULES: tuple[str, ...] = (
+    "rollout_telemetry",
+    "rollout_telemetry.errors",
+    "rollout_telemetry.failure_kinds",
+    "rollout_telemetry.exporters.otel",
+    "rollout_telemetry.ray",
+    "rollout_telemetry.exporters",
+)
+"""Every public module, in the API page's order (``tests/test_public_api.py`` holds it to the package's)."""
+
+
+def _summary(obj: object, name: str | None = None, module: str = "rollout_telemetry") -> str:
+    """The first paragraph of ``obj``'s docstring; of a constant or a type alias (``name``), the docstring
+    written under its assignment where ``module`` gets it from, else its value."""
     doc = inspect.getdoc(obj) or ""
     if name is not None and not (inspect.isclass(obj) or inspect.isfunction(obj)):
-        doc = _alias_doc(name)
+        doc = _assigned_doc(module, name) or f"`{obj!r}`"
     return doc.split("\n\n", 1)[0].replace("\n", " ")
 
 
-def _alias_doc(name: str) -> str:
-    """The docstring under ``name = ...`` in the module ``rollout_telemetry/__init__.pyi`` imports it from."""
+def _assigned_doc(module: str, name: str) -> str | None:
+    """The docstring under ``name = ...`` in ``module``, or in the module it imports ``name`` from (the
+    package's names: from ``rollout_telemetry/__init__.pyi``)."""
     import ast
     import importlib
     import itertools
 
-    import rollout_telemetry
-
-    stub = ast.parse((Path(rollout_telemetry.__file__).parent / "__init__.pyi").read_text(encoding="utf-8"))
-    (module,) = (
-        node.module
-        for node in stub.body
-        if isinstance(node, ast.ImportFrom) and any(alias.name == name for alias in node.names)
-    )
-    source = inspect.getsource(importlib.import_module(f"rollout_telemetry.{module}"))
-    body = ast.parse(source).body
+    imported = importlib.import_module(module)
+    path = Path(imported.__file__ or "")
+    if path.name == "__init__.py" and path.with_suffix(".pyi").exists():
+        path = path.with_suffix(".pyi")
+    body = ast.parse(path.read_text(encoding="utf-8")).body
+    for node in body:
+        if isinstance(node, ast.ImportFrom) and any(alias.name == name for alias in node.names):
+            package = module if path.stem == "__init__" else module.rpartition(".")[0]
+            source = importlib.util.resolve_name("." * node.level + (node.module or ""), package)
+            return _assigned_doc(source, name)
     for node, after in itertools.pairwise(body):
-        targets = node.targets if isinstance(node, ast.Assign) else []
+        targets = (
+            node.targets
+            if isinstance(node, ast.Assign)
+            else [node.target]
+            if isinstance(node, ast.AnnAssign)
+            else []
+        )
         if any(isinstance(target, ast.Name) and target.id == name for target in targets) and (
             isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)
         ):
             return inspect.cleandoc(str(after.value.value))
-    msg = f"{name} is exported but its module writes no docstring under it"
-    raise ValueError(msg)
+    return None
+
+
+def _module_names(module: str) -> str:
+    """A section of the API page: ``module``'s summary and each name it exports with its summary."""
+    import importlib
+
+    imported = importlib.import_module(module)
+    names = "".join(
+        f"- `{name}`: {_summary(getattr(imported, name), name, module)}\n" for name in imported.__all__
+    )
+    return f"## `{module}`\n\n{_summary(imported)}\n\n" + (names or "Nothing of its own.\n") + "\n"
 
 
 def _constructor_table(cls: type) -> str:
@@ -370,7 +398,9 @@ def api_page() -> str:
         + methods
         + "## Every other public name of `rollout_telemetry`\n\n"
         + others
-    )
+        + "\nThe other public modules: each module whose path has no part with a leading underscore.\n\n"
+        + "".join(_module_names(module) for module in PUBLIC_MODULES[1:])
+    ).rstrip("\n") + "\n"
 
 
 PAGES: dict[str, Callable[[], str]] = {

@@ -1,15 +1,19 @@
-"""The package's public surface is exactly its __all__."""
+"""The package's public surface is exactly the ``__all__`` of its public modules, each name in one of them."""
 
 from __future__ import annotations
 
+import ast
+import importlib
 import inspect
 import re
 from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
 
 import pytest
 
 import rollout_telemetry
-from docs.generate import API_MEMBERS
+from docs.generate import API_MEMBERS, PUBLIC_MODULES
 from rollout_telemetry import errors
 
 PUBLIC = {
@@ -34,6 +38,66 @@ PUBLIC = {
     "outcome_of",
 }
 
+KINDS = {
+    "AGENT_COMMAND_NOT_ALLOWED", "AGENT_REQUEST_FAILED", "AGENT_RUN_ERROR", "AGENT_TIMEOUT", "CANCELLED",
+    "COHORT_INCOMPLETE", "ENVIRONMENT_SERVER_FAILED", "JUDGE_FAILED", "JUDGE_UNPARSEABLE", "KILL_SHAPED",
+    "PERSISTENCE_FAILED", "PROTOCOL_VIOLATION", "PROVIDER_OOM_KILLED", "PROVIDER_QUOTA_EXHAUSTED",
+    "PROVIDER_UNAVAILABLE", "SESSION_EXPIRED", "SESSION_LOST", "SESSION_RELEASE_FAILED", "SHUTDOWN",
+    "TRANSPORT_LOCAL_RESOURCE", "TRANSPORT_PEER_DROP", "TRANSPORT_TIMEOUT", "TRANSPORT_UNREACHABLE",
+    "VERIFIER_ERROR",
+}  # fmt: skip
+
+MODULES: dict[str, set[str]] = {
+    "rollout_telemetry": PUBLIC,
+    "rollout_telemetry.errors": {
+        "ConfigError", "OutcomeError", "PushError", "RefusalReason", "Rejection", "RolloutTelemetryError",
+        "RolloutUsageError", "ServeError", "TargetRefused",
+    },
+    "rollout_telemetry.exporters": set(),
+    "rollout_telemetry.exporters.otel": {"OTLPExport", "SpanExportStats", "otlp_providers"},
+    "rollout_telemetry.failure_kinds": KINDS | {
+        "ADMISSION", "AGENT", "CLEANUP", "GYM_FAILURE_CLASSES", "KNOWN", "OTHER", "REGISTERED", "SEED",
+        "STAGES", "UNSPECIFIED", "VERIFICATION", "is_namespaced",
+    },
+    "rollout_telemetry.ray": {
+        "MAX_TARGETS", "REGISTRY_NAME", "RESERVED_LABELS", "RayTarget", "refusals", "registry_url",
+        "serve_on_ray", "start_registry", "stop_registry", "target_groups",
+    },
+}  # fmt: skip
+"""Every public module (no part of its path private) and the exact names it exports."""
+
+SOURCE = Path(rollout_telemetry.__file__).parent
+
+
+def _public_modules() -> set[str]:
+    """Every module of the package whose dotted path has no private part, found in its source tree."""
+    found = set()
+    for path in SOURCE.rglob("*.py"):
+        parts = path.relative_to(SOURCE.parent).with_suffix("").parts
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        if parts[-1] != "__main__" and not any(part.startswith("_") for part in parts):
+            found.add(".".join(parts))
+    return found
+
+
+def _defined_in(module: ModuleType) -> set[str]:
+    """The public names ``module``'s own code binds at its top level: its classes, functions, constants and
+    aliases (not what it imports)."""
+    path = Path(module.__file__ or "")
+    stub = path.with_suffix(".pyi")
+    tree = ast.parse((stub if stub.exists() else path).read_text(encoding="utf-8"))
+    bound: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            bound.add(node.name)
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            bound |= {
+                name.id for target in targets for name in ast.walk(target) if isinstance(name, ast.Name)
+            }
+    return {name for name in bound if not name.startswith("_")}
+
 
 def test_all_is_exactly_the_public_api() -> None:
     """__all__ is sorted, complete, and every name resolves."""
@@ -43,10 +107,40 @@ def test_all_is_exactly_the_public_api() -> None:
     assert set(dir(rollout_telemetry)) == PUBLIC
 
 
-def test_unknown_attribute_is_an_attribute_error() -> None:
-    """A name outside the API raises AttributeError, as for any module."""
-    with pytest.raises(AttributeError, match="nope"):
-        _ = rollout_telemetry.nope  # type: ignore[attr-defined]
+def test_every_public_module_is_pinned_and_documented() -> None:
+    """The public modules are exactly those pinned here, and the API page lists each of them."""
+    assert _public_modules() == set(MODULES)
+    assert set(PUBLIC_MODULES) == set(MODULES)
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_each_public_module_exports_exactly_its_pinned_names(name: str) -> None:
+    """A public module's ``__all__`` is sorted and exactly its pinned names, each resolves, and nothing else
+    the module defines has a public name: a helper is private (``_name``) or in a private module."""
+    module = importlib.import_module(name)
+    exported = list(getattr(module, "__all__", ()))
+    assert exported == sorted(MODULES[name])
+    for public in exported:
+        assert hasattr(module, public), public
+    assert _defined_in(module) - set(exported) == set()
+    assert {
+        attribute
+        for attribute in dir(module)
+        if not attribute.startswith("_") and getattr(getattr(module, attribute), "__module__", None) == name
+    } <= set(exported)
+
+
+def test_each_public_name_has_one_home() -> None:
+    """No class or function is exported by two public modules: each has one documented place to import it
+    from."""
+    homes: dict[int, list[str]] = {}
+    for name, names in MODULES.items():
+        module = importlib.import_module(name)
+        for public in names:
+            value = getattr(module, public)
+            if inspect.isclass(value) or inspect.isfunction(value):
+                homes.setdefault(id(value), []).append(f"{name}.{public}")
+    assert [where for where in homes.values() if len(where) > 1] == []
 
 
 # Names an annotation may use besides the package's public ones: builtins, the standard library's and

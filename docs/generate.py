@@ -328,6 +328,68 @@ def _assigned_doc(module: str, name: str) -> str | None:
     return None
 
 
+SNAPSHOT_TYPES: tuple[str, ...] = (
+    "AccountSnapshot",
+    "AgentSnapshot",
+    "LifecycleSnapshot",
+    "CleanupSnapshot",
+    "RecoverySnapshot",
+    "Observed",
+)
+"""What ``snapshot()`` returns and what it holds: the API page lists each one's attributes."""
+
+
+def _attributes(cls: type) -> list[tuple[str, str]]:
+    """``cls``'s public attributes in the order its class body defines them (fields, properties, methods),
+    each with the first paragraph of its docstring (a field's: the string under it).
+
+    Raises:
+        ValueError: a public attribute has no docstring.
+    """
+    import ast
+    import itertools
+    import textwrap
+
+    (node,) = ast.parse(textwrap.dedent(inspect.getsource(cls))).body
+    assert isinstance(node, ast.ClassDef)
+    found = []
+    for item, after in itertools.pairwise([*node.body, None]):
+        if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
+            name, doc = item.target.id, ""
+            if isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant):
+                doc = str(after.value.value)
+        elif isinstance(item, ast.FunctionDef):
+            is_property = any(isinstance(d, ast.Name) and d.id == "property" for d in item.decorator_list)
+            arguments = ", ".join(argument.arg for argument in item.args.args[1:])
+            name = item.name if is_property else f"{item.name}({arguments})"
+            doc = ast.get_docstring(item) or ""
+        else:
+            continue
+        if name.startswith("_"):
+            continue
+        if not doc:
+            msg = f"{cls.__name__}.{name} is public but has no docstring"
+            raise ValueError(msg)
+        found.append((name, inspect.cleandoc(doc).split("\n\n", 1)[0].replace("\n", " ")))
+    return found
+
+
+def _snapshot_types() -> str:
+    """The API page's section on reading a snapshot: each type and its attributes."""
+    import rollout_telemetry
+
+    sections = []
+    for name in SNAPSHOT_TYPES:
+        cls = getattr(rollout_telemetry, name)
+        rows = "".join(f"- `{attribute}`: {doc}\n" for attribute, doc in _attributes(cls))
+        sections.append(f"### `{name}`\n\n{_summary(cls)}\n\n{rows}")
+    intro = (
+        "`snapshot()` returns an `AccountSnapshot`: frozen values, each agent's taken at one moment. Every "
+        "attribute a user reads is below; the rest is private.\n\n"
+    )
+    return "## Reading a snapshot\n\n" + intro + "\n".join(sections) + "\n"
+
+
 def _module_names(module: str) -> str:
     """A section of the API page: ``module``'s summary and each name it exports with its summary."""
     import importlib
@@ -380,7 +442,7 @@ def api_page() -> str:
     others = "".join(
         f"- `{name}`: {_summary(getattr(rollout_telemetry, name), name)}\n"
         for name in rollout_telemetry.__all__
-        if name != "RolloutTelemetry"
+        if name != "RolloutTelemetry" and name not in SNAPSHOT_TYPES
     )
     return (
         "# Python API\n\n"
@@ -396,6 +458,7 @@ def api_page() -> str:
         + _constructor_table(RolloutTelemetry)
         + "\n## Its methods\n\n"
         + methods
+        + _snapshot_types()
         + "## Every other public name of `rollout_telemetry`\n\n"
         + others
         + "\nThe other public modules: each module whose path has no part with a leading underscore.\n\n"

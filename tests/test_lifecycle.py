@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from rollout_telemetry import AgentSnapshot, Disposition, RolloutTelemetry
+from rollout_telemetry import AgentSnapshot, Disposition, LifecycleSnapshot, RolloutTelemetry
 from tests.support import FakeClock, exposition, sample_names, value
 
 
@@ -15,6 +15,11 @@ def _agent(telemetry: RolloutTelemetry, name: str = "a") -> AgentSnapshot:
     agent = telemetry.snapshot().agent(name)
     assert agent is not None
     return agent
+
+
+def _lifecycle(agent: AgentSnapshot) -> LifecycleSnapshot:
+    assert agent.lifecycle is not None
+    return agent.lifecycle
 
 
 @pytest.mark.parametrize(
@@ -34,8 +39,7 @@ def test_complete_records_the_disposition_and_duration(
         rollout.complete(response)
     agent = _agent(telemetry)
     assert agent.count(disposition) == 1
-    assert agent.duration_count == 1
-    assert agent.duration_sum == 3.0
+    assert (_lifecycle(agent).durations.count, _lifecycle(agent).durations.total) == (1, 3.0)
     assert agent.in_flight == 0
 
 
@@ -197,7 +201,7 @@ def test_two_hundred_concurrent_async_rollouts(telemetry: RolloutTelemetry) -> N
     assert agent.by_kind(Disposition.FAILED) == {"session_lost": 20, "cancelled": 20}
     assert agent.masked == 20
     assert agent.measured == 140
-    assert agent.duration_count == 200
+    assert _lifecycle(agent).durations.count == 200
 
 
 def test_outcome_outside_the_block_is_a_counted_rejection(telemetry: RolloutTelemetry) -> None:
@@ -207,7 +211,11 @@ def test_outcome_outside_the_block_is_a_counted_rejection(telemetry: RolloutTele
     waiting.fail("session_lost")
     assert telemetry.snapshot().rejected == {"outcome_outside_block": 2}
     agent = _agent(telemetry)  # counted nothing; of its two contexts never entered, one is offered
-    assert (agent.completed + agent.failed + agent.omitted, agent.in_flight, agent.phases["offered"]) == (
+    assert (
+        agent.completed + agent.failed + agent.omitted,
+        agent.in_flight,
+        _lifecycle(agent).phases["offered"],
+    ) == (
         0,
         0,
         1,

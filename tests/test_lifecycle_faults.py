@@ -16,7 +16,8 @@ from tests.support import FakeClock, exposition, samples, value
 def _phases(telemetry: RolloutTelemetry, agent: str = "a") -> dict[str, int]:
     snapshot = telemetry.snapshot().agent(agent)
     assert snapshot is not None
-    return dict(snapshot.phases)
+    assert snapshot.lifecycle is not None
+    return dict(snapshot.lifecycle.phases)
 
 
 def _boom(reason: str) -> str:
@@ -134,7 +135,7 @@ def test_a_stall_watcher_that_cannot_start_loses_no_rollout(
     offered = telemetry.offer("b")
     snapshot = telemetry.snapshot()
     assert snapshot.agent("a").measured == 1  # type: ignore[union-attr]
-    assert snapshot.agent("b").phases["offered"] == 1  # type: ignore[union-attr]
+    assert snapshot.agent("b").lifecycle.phases["offered"] == 1  # type: ignore[union-attr]
     assert snapshot.rejected == {"internal_error": 1}  # once: the watcher is started once per telemetry
     del offered
 
@@ -148,7 +149,7 @@ def test_with_strict_a_stall_watcher_that_cannot_start_raises_before_the_offer(
     with pytest.raises(RuntimeError, match="can't start new thread"):
         telemetry.offer("a")
     assert _phases(telemetry) == {"offered": 0, "resident": 0, "active": 0}
-    assert telemetry.snapshot().agent("a").made == 0  # type: ignore[union-attr]
+    assert telemetry.snapshot().agent("a").lifecycle.made == 0  # type: ignore[union-attr]
 
 
 class _Unprintable(Exception):
@@ -166,7 +167,7 @@ def test_an_unprintable_exception_leaving_the_block_is_still_one_failure(clock: 
         raise _Unprintable
     agent = telemetry.snapshot().agent("a")
     assert agent is not None
-    assert (agent.failed, dict(agent.kinds[Disposition.FAILED])) == (1, {"agent_run_error": 1})
+    assert (agent.failed, agent.by_kind(Disposition.FAILED)) == (1, {"agent_run_error": 1})
     assert _phases(telemetry) == {"offered": 0, "resident": 0, "active": 0}
 
 

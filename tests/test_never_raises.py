@@ -133,6 +133,9 @@ def test_no_call_raises_and_valid_calls_are_counted_exactly(
         if not valid and path.startswith("rollout") and isinstance(args[0], str) and args[0]:
             want[(args[0], Disposition.FAILED)] += 1
     assert got == want
-    assert all(agent.phases.get("offered", 0) == 0 for agent in telemetry.snapshot().agents)
+    assert all(
+        agent.lifecycle is None or agent.lifecycle.phases.get("offered", 0) == 0
+        for agent in telemetry.snapshot().agents
+    )
     rejected = sum(telemetry.snapshot().rejected.values())
     assert rejected == sum(1 for _, valid, _ in sequence if not valid)

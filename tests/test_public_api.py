@@ -13,7 +13,7 @@ from types import ModuleType
 import pytest
 
 import rollout_telemetry
-from docs.generate import API_MEMBERS, PUBLIC_MODULES
+from docs.generate import API_MEMBERS, PUBLIC_MODULES, SNAPSHOT_TYPES
 from rollout_telemetry import errors
 
 PUBLIC = {
@@ -21,9 +21,11 @@ PUBLIC = {
     "AgentSnapshot",
     "BasicAuth",
     "Cleanup",
+    "CleanupSnapshot",
     "Disposition",
     "EvaluationEvent",
     "Generation",
+    "LifecycleSnapshot",
     "MetricsServer",
     "Observed",
     "Outcome",
@@ -141,6 +143,36 @@ def test_each_public_name_has_one_home() -> None:
             if inspect.isclass(value) or inspect.isfunction(value):
                 homes.setdefault(id(value), []).append(f"{name}.{public}")
     assert [where for where in homes.values() if len(where) > 1] == []
+
+
+SNAPSHOT_ATTRIBUTES: dict[str, set[str]] = {
+    "AccountSnapshot": {"agent", "agents", "overflow", "rejected", "taken_at"},
+    "AgentSnapshot": {
+        "agent", "measured", "masked", "unscored", "failed", "omitted", "completed", "count", "by_kind",
+        "rewarded", "reward_sum", "mean_reward", "mean_reward_unmasked", "masked_ratio", "in_flight",
+        "tokens", "truncated", "lifecycle", "cleanups", "recovery",
+    },
+    "LifecycleSnapshot": {
+        "in_flight_by_stage", "oldest_start_by_stage", "stalled_by_stage", "stalls", "in_flight_by_state",
+        "phases", "withdrawn", "durations", "admission_wait", "made", "oldest_start",
+    },
+    "CleanupSnapshot": {"unresolved", "failed", "durations"},
+    "RecoverySnapshot": {"attempts", "retry_delay", "exhausted", "stages"},
+    "Observed": {"bounds", "buckets", "total", "count"},
+}  # fmt: skip
+"""What ``snapshot()`` hands out: each type's public attributes, exactly (the rest is private)."""
+
+
+@pytest.mark.parametrize("name", sorted(SNAPSHOT_ATTRIBUTES))
+def test_a_snapshot_type_has_exactly_its_pinned_attributes(name: str) -> None:
+    """Each value ``snapshot()`` hands out has the attributes pinned here (at most 20), all documented on the
+    API page, and is a frozen slotted value."""
+    cls = getattr(rollout_telemetry, name)
+    assert {attribute for attribute in dir(cls) if not attribute.startswith("_")} == SNAPSHOT_ATTRIBUTES[name]
+    assert len(SNAPSHOT_ATTRIBUTES[name]) <= 20
+    assert name in SNAPSHOT_TYPES
+    assert cls.__dataclass_params__.frozen
+    assert "__slots__" in vars(cls)
 
 
 # Names an annotation may use besides the package's public ones: builtins, the standard library's and

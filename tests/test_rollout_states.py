@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from rollout_telemetry import Disposition, RolloutTelemetry, failure_kinds
+from rollout_telemetry import AgentSnapshot, Disposition, LifecycleSnapshot, RolloutTelemetry, failure_kinds
 from rollout_telemetry.errors import ConfigError
 from tests.support import FakeClock, exposition, samples, traced, value
 
@@ -23,6 +23,13 @@ def _in_flight(telemetry: RolloutTelemetry, agent: str = "a") -> dict[tuple[str,
         if name == "rollout_in_flight" and by_name["agent"] == agent:
             found[(by_name["stage"], by_name["state"])] = number
     return found
+
+
+def _lifecycle(agent: AgentSnapshot | None) -> LifecycleSnapshot:
+    """What the lifecycle API counted of ``agent``, which used it."""
+    assert agent is not None
+    assert agent.lifecycle is not None
+    return agent.lifecycle
 
 
 def _listing(telemetry: RolloutTelemetry) -> dict[str, object]:
@@ -52,7 +59,7 @@ def test_each_state_by_its_precedence(clock: FakeClock) -> None:
     telemetry = RolloutTelemetry(clock=clock, stall_after=100.0, slow_after=10.0)
     stalled = telemetry.rollout("a", task_index=0, rollout_index=0).__enter__()
     clock.advance(101.0)
-    assert telemetry.snapshot().agent("a").stalls == {"agent": 1}  # type: ignore[union-attr]
+    assert _lifecycle(telemetry.snapshot().agent("a")).stalls == {"agent": 1}
     slow = telemetry.rollout(
         "a", task_index=1, rollout_index=0, attempt=1
     ).__enter__()  # a retry, and slow: slow wins
@@ -93,15 +100,15 @@ def test_a_terminal_rollout_keeps_its_slot_until_its_block_exits(telemetry: Roll
         rollout.complete({"reward": 1.0})
         agent = telemetry.snapshot().agent("a")
         assert agent is not None
-        assert (agent.measured, agent.in_flight, agent.oldest_in_flight_start) == (1, 0, None)
-        assert agent.phases == {"offered": 0, "resident": 1, "active": 0}
+        assert (agent.measured, agent.in_flight, _lifecycle(agent).oldest_start) == (1, 0, None)
+        assert _lifecycle(agent).phases == {"offered": 0, "resident": 1, "active": 0}
         assert _in_flight(telemetry) == {("agent", "active"): 0, ("agent", "terminal"): 1}
         listing = _listing(telemetry)
         assert listing["in_flight"] == 0
         assert _by_task(listing, "state") == {7: "terminal"}
     agent = telemetry.snapshot().agent("a")
     assert agent is not None
-    assert (agent.measured, agent.phases["resident"]) == (1, 0)
+    assert (agent.measured, _lifecycle(agent).phases["resident"]) == (1, 0)
     assert _in_flight(telemetry) == {("agent", "active"): 0, ("agent", "terminal"): 0}
     assert _listing(telemetry)["rollouts"] == []
 
@@ -192,7 +199,7 @@ def test_the_collectors_phases(telemetry: RolloutTelemetry) -> None:
     made_to_enter.__enter__().__exit__(None, None, None)
     agent = telemetry.snapshot().agent("a")
     assert agent is not None
-    assert agent.phases == {"offered": 0, "resident": 0, "active": 0}
+    assert _lifecycle(agent).phases == {"offered": 0, "resident": 0, "active": 0}
     assert value(exposition(telemetry.registry), "rollout_collector_offered_total", agent="a") == 6
 
 
@@ -256,7 +263,7 @@ def test_two_hundred_async_rollouts_leave_nothing_resident(telemetry: RolloutTel
         await asyncio.sleep(0)
         agent = telemetry.snapshot().agent("a")
         assert agent is not None
-        resident.append(agent.phases["resident"])
+        resident.append(_lifecycle(agent).phases["resident"])
         release.set()
         await asyncio.gather(*tasks)
 
@@ -264,7 +271,7 @@ def test_two_hundred_async_rollouts_leave_nothing_resident(telemetry: RolloutTel
     agent = telemetry.snapshot().agent("a")
     assert agent is not None
     assert resident == [200]
-    assert agent.phases == {"offered": 0, "resident": 0, "active": 0}
+    assert _lifecycle(agent).phases == {"offered": 0, "resident": 0, "active": 0}
     assert (agent.measured, agent.by_kind(Disposition.FAILED)) == (180, {failure_kinds.CANCELLED: 20})
     assert value(exposition(telemetry.registry), "rollout_admission_wait_seconds_count", agent="a") == 200
 
@@ -281,7 +288,7 @@ def test_a_raising_redact_hook_at_exit_still_frees_the_slot(clock: FakeClock) ->
     agent = telemetry.snapshot().agent("a")
     assert agent is not None
     assert agent.by_kind(Disposition.FAILED) == {failure_kinds.CANCELLED: 1}
-    assert agent.phases["resident"] == 0
+    assert _lifecycle(agent).phases["resident"] == 0
     assert telemetry.rollouts_in_flight()["rollouts"] == []
     assert telemetry.snapshot().rejected == {"internal_error": 1}
     assert len(exporter.get_finished_spans()) == 1
@@ -347,8 +354,8 @@ def test_threads_and_a_scraper_lose_and_invent_nothing() -> None:
         while not stop.is_set():
             agent = telemetry.snapshot().agent("a")
             if agent is not None:
-                seen_stages.update(stage for stage, _ in agent.in_flight_by_state)
-                made.append(agent.made)
+                seen_stages.update(stage for stage, _ in _lifecycle(agent).in_flight_by_state)
+                made.append(_lifecycle(agent).made)
 
     def work(worker: int) -> None:
         for i in range(500):
@@ -374,13 +381,14 @@ def test_threads_and_a_scraper_lose_and_invent_nothing() -> None:
     assert agent is not None
     cancelled = 8 * sum(1 for i in range(500) if i % 7 == 0)
     assert (agent.measured, agent.by_kind(Disposition.FAILED)) == (4000 - cancelled, {"cancelled": cancelled})
-    assert agent.phases == {"offered": 0, "resident": 0, "active": 0}
-    assert agent.admission_wait is not None
-    assert agent.admission_wait.count == 4000
+    assert _lifecycle(agent).phases == {"offered": 0, "resident": 0, "active": 0}
+    waits = _lifecycle(agent).admission_wait
+    assert waits is not None
+    assert waits.count == 4000
     assert seen_stages <= {"agent", "admission", "verification"}
     # The contexts made, read while they move from offered to resident to exited: never down, 4000 at last.
     assert made == sorted(made)
-    assert agent.made == 4000
+    assert _lifecycle(agent).made == 4000
 
 
 def test_an_offer_gone_without_its_block_is_withdrawn(telemetry: RolloutTelemetry) -> None:
@@ -397,7 +405,8 @@ def test_an_offer_gone_without_its_block_is_withdrawn(telemetry: RolloutTelemetr
         rollout.complete({"reward": 1.0})
     agent = telemetry.snapshot().agent("a")
     assert agent is not None
-    assert (agent.phases["offered"], agent.withdrawn, agent.made, agent.measured) == (0, 1, 2, 1)
+    lifecycle = _lifecycle(agent)
+    assert (lifecycle.phases["offered"], lifecycle.withdrawn, lifecycle.made, agent.measured) == (0, 1, 2, 1)
 
 
 def test_offers_cancelled_while_they_wait_for_a_slot_are_withdrawn(telemetry: RolloutTelemetry) -> None:
@@ -415,7 +424,7 @@ def test_offers_cancelled_while_they_wait_for_a_slot_are_withdrawn(telemetry: Ro
         slots, inside, release = asyncio.Semaphore(1), asyncio.Event(), asyncio.Event()
         tasks = [asyncio.create_task(bounded(slots, inside, release)) for _ in range(4)]
         await inside.wait()  # the first holds the slot; the others made their offers in the same turn
-        assert telemetry.snapshot().agent("a").phases["offered"] == 3  # type: ignore[union-attr]
+        assert _lifecycle(telemetry.snapshot().agent("a")).phases["offered"] == 3
         for task in tasks[1:]:
             task.cancel()
         release.set()
@@ -424,4 +433,5 @@ def test_offers_cancelled_while_they_wait_for_a_slot_are_withdrawn(telemetry: Ro
     asyncio.run(main())
     agent = telemetry.snapshot().agent("a")
     assert agent is not None
-    assert (agent.phases["offered"], agent.withdrawn, agent.made, agent.measured) == (0, 3, 4, 1)
+    lifecycle = _lifecycle(agent)
+    assert (lifecycle.phases["offered"], lifecycle.withdrawn, lifecycle.made, agent.measured) == (0, 3, 4, 1)

@@ -55,7 +55,7 @@ def test_threads_and_tasks_recording_at_once_are_exact(clock: FakeClock) -> None
     asynchronous = snap.agent("async_agent")
     assert asynchronous is not None
     assert (asynchronous.measured, asynchronous.omitted, asynchronous.in_flight) == (800, 200, 0)
-    assert asynchronous.reward_negative == 800
+    assert asynchronous.reward_sum == -800
 
 
 def test_scrapes_during_heavy_recording_are_consistent(clock: FakeClock) -> None:

@@ -96,7 +96,10 @@ def test_a_stall_is_counted_once_noted_on_the_span_and_cleared_when_it_ends(
 
 def _stalls(telemetry: RolloutTelemetry) -> dict[str, int]:
     """Rollouts found stalled so far, per agent, as a snapshot (which checks first) counts them."""
-    return {agent.agent: sum(agent.stalls.values()) for agent in telemetry.snapshot().agents}
+    return {
+        agent.agent: sum(agent.lifecycle.stalls.values()) if agent.lifecycle else 0
+        for agent in telemetry.snapshot().agents
+    }
 
 
 def test_stall_after_per_agent_and_off(clock: FakeClock) -> None:
@@ -214,7 +217,7 @@ def test_the_watcher_thread_finds_a_stall_without_a_scrape(
         "rollout of a (task 3, rollout 1, attempt None) stalled: in flight for 1 s, at stage agent"
     )
     # The account's own snapshot: snapshot() would check for stalls itself.
-    assert telemetry._account.snapshot().agent("a").stalls == {"agent": 1}  # type: ignore[union-attr]
+    assert telemetry._account.snapshot().agent("a").lifecycle.stalls == {"agent": 1}  # type: ignore[union-attr]
     context.complete({"reward": 1.0})
     context.__exit__(None, None, None)
     alive = weakref.ref(telemetry)

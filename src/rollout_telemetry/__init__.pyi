@@ -16,16 +16,18 @@ from ._serve.server import MetricsServer
 from ._serve.tls import TLSConfig
 from ._store.observed import Observed
 from ._store.recovery import RecoverySnapshot
-from ._store.snapshot import AccountSnapshot, AgentSnapshot
+from ._store.snapshot import AccountSnapshot, AgentSnapshot, CleanupSnapshot, LifecycleSnapshot
 
 __all__ = [
     "AccountSnapshot",
     "AgentSnapshot",
     "BasicAuth",
     "Cleanup",
+    "CleanupSnapshot",
     "Disposition",
     "EvaluationEvent",
     "Generation",
+    "LifecycleSnapshot",
     "MetricsServer",
     "Observed",
     "Outcome",

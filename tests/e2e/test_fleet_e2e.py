@@ -151,7 +151,7 @@ def test_four_exporters_sum_exactly_in_prometheus(tmp_path: Path) -> None:
                 masked, measured = counts[(agent.agent, "masked")], counts[(agent.agent, "measured")]
                 assert ratio[key] == pytest.approx(masked / (masked + measured), rel=1e-12)
                 assert agent.count(Disposition.FAILED) > 0
-                assert agent.reward_negative > 0
+                assert agent._reward_negative > 0
 
 
 def test_windowed_mean_reward_survives_an_exporter_restart(tmp_path: Path) -> None:

@@ -126,7 +126,7 @@ def test_complete_never_raises_on_what_the_caller_hands_it(response: object) -> 
     assert snapshot.rejected == {reason: 1}
     agent = snapshot.agent("a")
     assert agent is not None
-    assert agent.kinds[Disposition.FAILED] == {"protocol_violation": 1}
+    assert agent.by_kind(Disposition.FAILED) == {"protocol_violation": 1}
     assert agent.failed == 1
 
 

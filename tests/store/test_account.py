@@ -11,6 +11,7 @@ import pytest
 from rollout_telemetry._contract.outcome import Disposition, absent, classify
 from rollout_telemetry._store.account import Account
 from rollout_telemetry._store.names import Names
+from rollout_telemetry._store.snapshot import AgentSnapshot, LifecycleSnapshot
 from rollout_telemetry.failure_kinds import OTHER
 from tests.support import FakeClock
 
@@ -19,6 +20,12 @@ FAILED, OMITTED = Disposition.FAILED, Disposition.OMITTED
 
 def _account(clock: FakeClock, *, max_agents: int = 256, max_kinds_per_agent: int = 64) -> Account:
     return Account(names=Names(max_agents=max_agents, max_kinds_per_agent=max_kinds_per_agent), clock=clock)
+
+
+def _lifecycle(agent: AgentSnapshot | None) -> LifecycleSnapshot:
+    assert agent is not None
+    assert agent.lifecycle is not None
+    return agent.lifecycle
 
 
 def test_counts_per_disposition_and_kind(clock: FakeClock) -> None:
@@ -32,7 +39,7 @@ def test_counts_per_disposition_and_kind(clock: FakeClock) -> None:
     agent = account.snapshot().agent("a")
     assert agent is not None
     assert (agent.measured, agent.masked, agent.unscored, agent.failed, agent.omitted) == (1, 1, 1, 1, 1)
-    assert agent.kinds == {
+    assert agent._kinds == {
         Disposition.MASKED: {"unspecified": 1},
         Disposition.UNSCORED: {"verifier_error": 1},
         Disposition.FAILED: {"session_lost": 1},
@@ -97,20 +104,19 @@ def test_in_flight_and_oldest_age(clock: FakeClock) -> None:
     agent = account.snapshot().agent("a")
     assert agent is not None
     assert agent.in_flight == 2
-    assert agent.oldest_in_flight_start == 1000.0
+    assert _lifecycle(agent).oldest_start == 1000.0
     account.count("a", classify({"reward": 1.0}), first)
     agent = account.snapshot().agent("a")
     assert agent is not None
     assert agent.in_flight == 1
-    assert agent.oldest_in_flight_start == 1005.0
+    assert _lifecycle(agent).oldest_start == 1005.0
     assert agent.measured == 1
     account.count("a", absent(FAILED, "session_lost"), second)
     agent = account.snapshot().agent("a")
     assert agent is not None
     assert agent.in_flight == 0
-    assert agent.oldest_in_flight_start is None
-    assert agent.duration_count == 2
-    assert agent.duration_sum == 9.0
+    assert _lifecycle(agent).oldest_start is None
+    assert (_lifecycle(agent).durations.count, _lifecycle(agent).durations.total) == (2, 9.0)
 
 
 class _RecordingWhileRead:
@@ -155,7 +161,7 @@ def test_the_rules_of_rollouts_in_flight_hold_no_recording_up(clock: FakeClock) 
     assert all(flight.through)
     assert agent is not None
     assert agent.in_flight == 1
-    assert agent.in_flight_by_state == {("agent", "active"): 1}
+    assert _lifecycle(agent).in_flight_by_state == {("agent", "active"): 1}
     assert (total, [record.state for record in records]) == (1, ["active"])
     after = account.snapshot().agent("b")
     assert after is not None
@@ -183,8 +189,8 @@ def test_snapshots_are_consistent_under_concurrent_recording(clock: FakeClock) -
                 continue
             if agent.completed < agent.masked or agent.completed != agent.measured + agent.masked:
                 violations.append(f"{agent}")
-            if sum(sum(counts.values()) for counts in agent.kinds.values()) != agent.masked + agent.failed:
-                violations.append(f"kinds {agent.kinds}")
+            if sum(sum(counts.values()) for counts in agent._kinds.values()) != agent.masked + agent.failed:
+                violations.append(f"kinds {agent._kinds}")
 
     threads = [threading.Thread(target=writer, args=(i,)) for i in range(8)]
     watcher = threading.Thread(target=reader)
@@ -213,8 +219,8 @@ def test_rewards_split_by_sign_zero_and_none(clock: FakeClock) -> None:
     agent = account.snapshot().agent("a")
     assert agent is not None
     assert (agent.measured, agent.unscored, agent.masked, agent.failed) == (6, 1, 1, 1)
-    assert agent.reward_positive == 0.5 + 2.0 + 0.75
-    assert agent.reward_negative == 0.25 + 1.0 + 0.5
+    assert agent._reward_positive == 0.5 + 2.0 + 0.75
+    assert agent._reward_negative == 0.25 + 1.0 + 0.5
     assert agent.rewarded == 6 + 1 + 1
 
 
@@ -226,7 +232,7 @@ def test_an_unchecked_nan_reward_changes_no_sum(clock: FakeClock) -> None:
     agent = account.snapshot().agent("a")
     assert agent is not None
     assert agent.measured == 2
-    assert (agent.reward_positive, agent.reward_negative) == (0.0, 0.5)
+    assert (agent._reward_positive, agent._reward_negative) == (0.0, 0.5)
 
 
 def test_a_kept_copy_holds_its_numbers_where_the_collector_stops_tracking_them(clock: FakeClock) -> None:

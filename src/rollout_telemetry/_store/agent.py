@@ -13,7 +13,7 @@ from rollout_telemetry._contract.outcome import ABSENT, Disposition
 from rollout_telemetry._store.flights import Flights, Taken
 from rollout_telemetry._store.observed import Observations, Observed
 from rollout_telemetry._store.recovery import Recovery, RecoverySnapshot
-from rollout_telemetry._store.snapshot import AgentSnapshot
+from rollout_telemetry._store.snapshot import AgentSnapshot, CleanupSnapshot, LifecycleSnapshot
 
 __all__ = ["DURATION_BUCKETS", "AgentCopy", "AgentState", "Cell"]
 
@@ -182,45 +182,50 @@ class AgentCopy:
                 for key, count in counts.items():
                     kind = labels[key]
                     by_label[kind] = by_label.get(kind, 0) + count
+        lifecycle = None
+        if self.lifecycle:
+            lifecycle = LifecycleSnapshot(
+                in_flight_by_stage=flights.in_flight,
+                oldest_start_by_stage=flights.oldest,
+                stalled_by_stage=flights.stalled,
+                stalls=self.stalls,
+                in_flight_by_state=flights.states,
+                phases={"offered": self.offered, "resident": flights.resident, "active": flights.active},
+                withdrawn=self.withdrawn,
+                durations=Observed(
+                    DURATION_BUCKETS, self.duration_buckets, self.duration_sum, self.duration_count
+                ),
+                admission_wait=self.admission_wait,
+            )
+        cleanups = None
+        if self.cleanups_unresolved is not None:
+            cleanups = CleanupSnapshot(self.cleanups_unresolved, self.cleanups_failed, self.cleanup_durations)
         return AgentSnapshot(
             agent=self.label,
             measured=totals[_MEASURED],
             masked=totals[Disposition.MASKED],
-            masked_rewarded=totals[Disposition.MASKED] - unrewarded[Disposition.MASKED],
             unscored=totals[Disposition.UNSCORED],
             failed=totals[Disposition.FAILED],
             omitted=totals[Disposition.OMITTED],
-            measured_positive=positive[_MEASURED],
-            measured_negative=negative[_MEASURED],
-            masked_positive=positive[Disposition.MASKED],
-            masked_negative=negative[Disposition.MASKED],
-            absent_rewarded=sum(totals[d] - unrewarded[d] for d in ABSENT),
-            absent_positive=sum(positive[d] for d in ABSENT),
-            absent_negative=sum(negative[d] for d in ABSENT),
-            kinds=kinds,
-            lifecycle=self.lifecycle,
-            in_flight_by_stage=flights.in_flight,
-            oldest_start_by_stage=flights.oldest,
-            stalled_by_stage=flights.stalled,
-            in_flight_by_state=flights.states,
-            phases={"offered": self.offered, "resident": flights.resident, "active": flights.active},
-            withdrawn=self.withdrawn,
-            admission_wait=self.admission_wait,
-            cleanup_durations=self.cleanup_durations,
-            cleanups_failed=self.cleanups_failed,
-            cleanups_unresolved=self.cleanups_unresolved,
-            stalls=self.stalls,
-            exemplars={(d, labels[key]): ids for (d, key), ids in self.exemplars.items() if key in labels},
-            bucket_exemplars=self.bucket_exemplars,
-            duration_buckets=self.duration_buckets,
-            duration_sum=self.duration_sum,
-            duration_count=self.duration_count,
+            _kinds=kinds,
+            _measured_positive=positive[_MEASURED],
+            _measured_negative=negative[_MEASURED],
+            _masked_rewarded=totals[Disposition.MASKED] - unrewarded[Disposition.MASKED],
+            _masked_positive=positive[Disposition.MASKED],
+            _masked_negative=negative[Disposition.MASKED],
+            _absent_rewarded=sum(totals[d] - unrewarded[d] for d in ABSENT),
+            _absent_positive=sum(positive[d] for d in ABSENT),
+            _absent_negative=sum(negative[d] for d in ABSENT),
             tokens=None if self.tokens is None else self.tokens[:4],
-            usage_responses=0 if self.tokens is None else self.tokens[4],
             truncated=self.truncated,
-            reward_bounds=self.reward_bounds,
-            reward_buckets=reward_buckets,
-            evaluated=self.evaluated,
-            findings=self.findings,
+            lifecycle=lifecycle,
+            cleanups=cleanups,
             recovery=self.recovery,
+            _exemplars={(d, labels[key]): ids for (d, key), ids in self.exemplars.items() if key in labels},
+            _duration_exemplars=self.bucket_exemplars,
+            _usage_responses=0 if self.tokens is None else self.tokens[4],
+            _reward_bounds=self.reward_bounds,
+            _reward_buckets=reward_buckets,
+            _evaluated=self.evaluated,
+            _findings=self.findings,
         )

@@ -21,9 +21,13 @@ class Observed:
     """A histogram at one moment: the count per bucket (+Inf last, not cumulative), the sum and the count."""
 
     bounds: tuple[float, ...]
+    """The buckets' upper bounds, +Inf implied after the last."""
     buckets: tuple[int, ...]
+    """The observations in each bucket (above the bound before it, at most its own), +Inf last."""
     total: float
+    """The sum of the observed values."""
     count: int
+    """The number of observations."""
 
 
 FOLD_AT = 512

@@ -10,14 +10,16 @@ retries costs nothing and publishes nothing new.
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Final
 
 from rollout_telemetry._contract.failure_where import Where
+from rollout_telemetry._store.observed import Observed
 
 __all__ = ["ATTEMPT_BUCKETS", "RETRY_DELAY_BUCKETS", "Recovery", "RecoverySnapshot"]
 
-ATTEMPT_BUCKETS: Final[tuple[float, ...]] = (1, 2, 3, 4, 5, 6, 8, 10, 16)
+ATTEMPT_BUCKETS: Final[tuple[float, ...]] = (1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 16.0)
 """Upper bounds of the attempts histogram (attempts an identity took to a terminal outcome); +Inf implied."""
 
 RETRY_DELAY_BUCKETS: Final[tuple[float, ...]] = (
@@ -28,17 +30,16 @@ RETRY_DELAY_BUCKETS: Final[tuple[float, ...]] = (
 
 @dataclass(frozen=True, slots=True)
 class RecoverySnapshot:
-    """One agent's recovery counts at one moment (buckets not cumulative, +Inf last)."""
+    """One agent's retries and failure stages at one moment."""
 
-    attempts_buckets: tuple[int, ...] = ()
-    attempts_sum: float = 0.0
-    attempts_count: int = 0
-    delay_buckets: tuple[int, ...] = ()
-    delay_sum: float = 0.0
-    delay_count: int = 0
-    exhausted: dict[str, int] = field(default_factory=dict)
+    attempts: Observed
+    """Attempts each rollout identity took to reach its terminal outcome, one observation per identity."""
+    retry_delay: Observed | None
+    """Per retried identity, the seconds between each failed attempt's outcome and the next attempt's start,
+    summed; ``None`` until one was measured (never from NeMo Gym's files)."""
+    exhausted: Mapping[str, int]
     """Identities whose retries ran out, by the failure kind label of their last attempt."""
-    stages: dict[tuple[str, str], int] = field(default_factory=dict)
+    stages: Mapping[tuple[str, str], int]
     """Failures with a known stage or delivery, by (stage, delivery)."""
 
 
@@ -75,14 +76,13 @@ class Recovery:
 
     def copy(self) -> RecoverySnapshot:
         """Copy the counts; called under the account lock."""
-        delay = () if self.delay is None else tuple(self.delay)
+        attempts = tuple(self.attempts)
+        delay = None
+        if self.delay is not None:
+            delay = Observed(RETRY_DELAY_BUCKETS, tuple(self.delay), self.delay_sum, sum(self.delay))
         return RecoverySnapshot(
-            attempts_buckets=tuple(self.attempts),
-            attempts_sum=float(self.attempts_sum),
-            attempts_count=sum(self.attempts),
-            delay_buckets=delay,
-            delay_sum=self.delay_sum,
-            delay_count=sum(delay),
+            attempts=Observed(ATTEMPT_BUCKETS, attempts, float(self.attempts_sum), sum(attempts)),
+            retry_delay=delay,
             exhausted=self.exhausted.copy(),
             stages=self.stages.copy(),
         )

@@ -56,9 +56,9 @@ def progress_metrics(
             if denominator > 0:
                 keys[prefix + "reward_lower_bound"] = _pct(agent.reward_sum, denominator)
         if agent.masked_ratio is not None:
-            keys[prefix + "masked_pct"] = _pct(agent.masked, agent.masked_denominator)
+            keys[prefix + "masked_pct"] = _pct(agent.masked, agent._masked_denominator)
         if agent.mean_reward_unmasked is not None:
-            keys[prefix + "reward_unmasked"] = _pct(agent.measured_sum, agent.measured)
+            keys[prefix + "reward_unmasked"] = _pct(agent._measured_sum, agent.measured)
         if agent.failed:
             keys[prefix + "failed"] = agent.failed
         if agent.omitted:

@@ -73,8 +73,8 @@ def build_report(
         covered = coverage.agent(name)
         kinds: Counter[str] = Counter()
         if events is not None:
-            for disposition, counts in events.kinds.items():
-                for kind, count in counts.items():
+            for disposition in Disposition:
+                for kind, count in events.by_kind(disposition).items():
                     kinds[f"{disposition.value}:{kind}"] += count
         rollouts: dict[str, int | None] = {
             "expected": covered.expected if covered else None,
@@ -153,9 +153,9 @@ def _truncated_share(events: AgentSnapshot | None) -> float | None:
 
 def _mean_tokens(events: AgentSnapshot | None, which: int) -> float | None:
     """Mean tokens of one type (0 input, 1 output) per model response that carried usage."""
-    if events is None or events.tokens is None or not events.usage_responses:
+    if events is None or events.tokens is None or not events._usage_responses:
         return None
-    return round(events.tokens[which] / events.usage_responses, 1)
+    return round(events.tokens[which] / events._usage_responses, 1)
 
 
 _CHECK_COLUMNS = ("hollow", "runaway", "zero tokens")
@@ -225,10 +225,10 @@ def _training_signal(account: AccountSnapshot, groups: GroupsSnapshot | None) ->
             row["tasks_unhealthy"] = grouped.unhealthy
         if events.truncated:
             row["truncated"] = dict(events.truncated)
-        if events.evaluated:
+        if events._evaluated:
             row["health"] = {
-                "evaluated": events.evaluated,
-                **{check: events.findings.get(check, 0) for check in HEALTH_CHECKS},
+                "evaluated": events._evaluated,
+                **{check: events._findings.get(check, 0) for check in HEALTH_CHECKS},
             }
         if row:
             signal[events.agent] = row
@@ -240,7 +240,7 @@ def unmasked_mean(events: AgentSnapshot | None) -> float | None:
     itself (Gym publishes no key then); ``None`` before the first measured reward."""
     if events is None:
         return None
-    return events.mean_reward_unmasked if events.troubled else events.mean_reward
+    return events.mean_reward_unmasked if events._troubled else events.mean_reward
 
 
 def _percent(share: float | None) -> str:

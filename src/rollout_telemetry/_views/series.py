@@ -18,10 +18,9 @@ from typing import Any
 from rollout_telemetry._contract.generation import TOKEN_TYPES, TRUNCATION_CAUSES
 from rollout_telemetry._contract.health import HEALTH_CHECKS
 from rollout_telemetry._contract.outcome import Disposition
-from rollout_telemetry._store.agent import DURATION_BUCKETS
 from rollout_telemetry._store.observed import Observed
-from rollout_telemetry._store.recovery import ATTEMPT_BUCKETS, RETRY_DELAY_BUCKETS, RecoverySnapshot
-from rollout_telemetry._store.snapshot import AccountSnapshot, AgentSnapshot
+from rollout_telemetry._store.recovery import RecoverySnapshot
+from rollout_telemetry._store.snapshot import AccountSnapshot, AgentSnapshot, LifecycleSnapshot
 from rollout_telemetry._views.family import Family, PerAgent, Sample
 from rollout_telemetry._views.run_series import (
     COVERAGE_FAMILIES,
@@ -39,7 +38,6 @@ __all__ = [
     "HISTOGRAM_VIEWS",
     "PUBLISHED",
     "Histogram",
-    "duration_buckets",
     "monotonic_sum",
     "published",
     "reward_buckets",
@@ -66,16 +64,16 @@ def _by_mapping(
 
 
 def _by_kind(disposition: Disposition) -> Callable[[AccountSnapshot], Iterator[Sample]]:
-    return _by_mapping(lambda agent: agent.kinds.get(disposition, {}))
+    return _by_mapping(lambda agent: agent._kinds.get(disposition, {}))
 
 
 def _by_stage(
-    value: Callable[[AgentSnapshot], Mapping[str, float]],
+    value: Callable[[LifecycleSnapshot], Mapping[str, float]],
 ) -> Callable[[AccountSnapshot], Iterator[Sample]]:
     def sample(snap: AccountSnapshot) -> Iterator[Sample]:
         for agent in snap.agents:
-            if agent.lifecycle:
-                for stage, number in value(agent).items():
+            if agent.lifecycle is not None:
+                for stage, number in value(agent.lifecycle).items():
                     yield (agent.agent, stage), number
 
     return sample
@@ -98,30 +96,30 @@ def _truncated(snap: AccountSnapshot) -> Iterator[Sample]:
 
 def _findings(snap: AccountSnapshot) -> Iterator[Sample]:
     for agent in snap.agents:
-        if agent.findings:  # every check from the first finding on, so increase() sees each from 0
+        if agent._findings:  # every check from the first finding on, so increase() sees each from 0
             for check in HEALTH_CHECKS:
-                yield (agent.agent, check), agent.findings.get(check, 0)
+                yield (agent.agent, check), agent._findings.get(check, 0)
 
 
 def _in_flight_age(snap: AccountSnapshot) -> Iterator[Sample]:
     for agent in snap.agents:
-        if agent.lifecycle:
-            for stage in agent.in_flight_by_stage:
-                start = agent.oldest_start_by_stage.get(stage)
+        if (lifecycle := agent.lifecycle) is not None:
+            for stage in lifecycle.in_flight_by_stage:
+                start = lifecycle.oldest_start_by_stage.get(stage)
                 yield (agent.agent, stage), 0.0 if start is None else max(snap.taken_at - start, 0.0)
 
 
 def _by_state(snap: AccountSnapshot) -> Iterator[Sample]:
     for agent in snap.agents:
-        if agent.lifecycle:
-            for (stage, state), number in agent.in_flight_by_state.items():
+        if agent.lifecycle is not None:
+            for (stage, state), number in agent.lifecycle.in_flight_by_state.items():
                 yield (agent.agent, stage, state), number
 
 
 def _phases(snap: AccountSnapshot) -> Iterator[Sample]:
     for agent in snap.agents:
-        if agent.lifecycle:
-            for phase, number in agent.phases.items():
+        if agent.lifecycle is not None:
+            for phase, number in agent.lifecycle.phases.items():
                 yield (agent.agent, phase), number
 
 
@@ -146,6 +144,27 @@ def _recovered(
     return sample
 
 
+def _durations(agent: AgentSnapshot) -> Observed | None:
+    return None if agent.lifecycle is None else agent.lifecycle.durations
+
+
+def _admission_wait(agent: AgentSnapshot) -> Observed | None:
+    return None if agent.lifecycle is None else agent.lifecycle.admission_wait
+
+
+def _cleanup_durations(agent: AgentSnapshot) -> Observed | None:
+    return None if agent.cleanups is None else agent.cleanups.durations
+
+
+def _attempts(agent: AgentSnapshot) -> Observed | None:
+    recovery = agent.recovery
+    return recovery.attempts if recovery is not None and recovery.attempts.count else None
+
+
+def _retry_delay(agent: AgentSnapshot) -> Observed | None:
+    return None if agent.recovery is None else agent.recovery.retry_delay
+
+
 _AGENT = ("agent",)
 _KIND = ("agent", "failure_kind")
 _STAGE = ("agent", "stage")
@@ -167,13 +186,13 @@ FAMILIES: tuple[Family[AccountSnapshot], ...] = (
         "rollout_reward_positive_total", "counter", _AGENT, "1", _ALWAYS,
         "Sum of the positive rewards (masked included). Mean reward over a window = "
         "(increase(positive) - increase(negative)) / increase(rollout_rewarded_total).",
-        _each(lambda a: a.reward_positive),
+        _each(lambda a: a._reward_positive),
     ),
     Family(
         "rollout_reward_negative_total", "counter", _AGENT, "1", _ALWAYS,
         "Sum of the magnitudes of the negative rewards (masked included); kept apart from the positive ones "
         "so that both are monotonic counters.",
-        _each(lambda a: a.reward_negative),
+        _each(lambda a: a._reward_negative),
     ),
     Family(
         "rollout_reward", "gauge", _AGENT, "1", "per agent, once it has a reward",
@@ -195,17 +214,17 @@ FAMILIES: tuple[Family[AccountSnapshot], ...] = (
         "rollout_masked_rewarded_total", "counter", _AGENT, "{rollout}", "once something is masked",
         "Masked rollouts that carried a reward; subtract from rollout_rewarded_total for the unmasked "
         "denominator.",
-        _masked_only(lambda a: a.masked_rewarded),
+        _masked_only(lambda a: a._masked_rewarded),
     ),
     Family(
         "rollout_masked_reward_positive_total", "counter", _AGENT, "1", "once something is masked",
         "Sum of the positive rewards of masked rollouts.",
-        _masked_only(lambda a: a.masked_positive),
+        _masked_only(lambda a: a._masked_positive),
     ),
     Family(
         "rollout_masked_reward_negative_total", "counter", _AGENT, "1", "once something is masked",
         "Sum of the magnitudes of the negative rewards of masked rollouts.",
-        _masked_only(lambda a: a.masked_negative),
+        _masked_only(lambda a: a._masked_negative),
     ),
     Family(
         "rollout_masked_total", "counter", _KIND, "{rollout}", "once a rollout of that kind is masked",
@@ -251,7 +270,7 @@ FAMILIES: tuple[Family[AccountSnapshot], ...] = (
         "once a rollout of the agent carries a trajectory (ng_trajectory)",
         "Rollouts whose trajectory was checked for health, as NeMo Gym 0.7.0's post-run checks would: the "
         "denominator of the health findings' shares.",
-        _each(lambda a: a.evaluated or None),
+        _each(lambda a: a._evaluated or None),
     ),
     Family(
         "rollout_health_findings_total", "counter", ("agent", "check"), "{rollout}",
@@ -283,13 +302,13 @@ FAMILIES: tuple[Family[AccountSnapshot], ...] = (
     Family(
         "rollout_stalled", "gauge", _STAGE, "{rollout}", "per agent and stage that used the lifecycle API",
         "Rollouts in flight now for longer than stall_after, by the stage they are at.",
-        _by_stage(lambda a: a.stalled_by_stage),
+        _by_stage(lambda lifecycle: lifecycle.stalled_by_stage),
     ),
     Family(
         "rollout_stalls_total", "counter", _STAGE, "{rollout}", "once a rollout of the agent stalls",
         "Rollouts that stayed in flight longer than stall_after, each counted once when it crossed, by the "
         "stage it was at then.",
-        _by_stage(lambda a: a.stalls),
+        _by_stage(lambda lifecycle: lifecycle.stalls),
     ),
     Family(
         "rollout_collector_rollouts", "gauge", ("agent", "phase"), "{rollout}",
@@ -306,19 +325,19 @@ FAMILIES: tuple[Family[AccountSnapshot], ...] = (
         "Rollouts offered (telemetry.offer(...), entered or not) or entered (telemetry.rollout(...)): "
         "NeMo Gym's gym.driver.rollouts.offered. Its rate beside the rate of completions is the collector's "
         "intake against its output.",
-        _each(lambda a: a.made if a.lifecycle else None),
+        _each(lambda a: None if a.lifecycle is None else a.lifecycle.made),
     ),
     Family(
         "rollout_cleanups_failed_total", "counter", _KIND, "{cleanup}", "once a cleanup of the agent fails",
         "Cleanups (rollout.cleanup(), telemetry.cleanup(agent)) that raised or were failed (fail(kind)), by "
         "failure kind.",
-        _by_mapping(lambda a: a.cleanups_failed),
+        _by_mapping(lambda a: {} if a.cleanups is None else a.cleanups.failed),
     ),
     Family(
         "rollout_cleanups_unresolved", "gauge", _AGENT, "{cleanup}", "once a cleanup of the agent started",
         "Cleanups in progress, failed, or never finished (their block never exited): started and not "
         "finished successfully. Growing: environment sessions leak.",
-        _each(lambda a: a.cleanups_unresolved),
+        _each(lambda a: None if a.cleanups is None else a.cleanups.unresolved),
     ),
     Family(
         "rollout_telemetry_rejected_total", "counter", ("reason",), "{input}", "once an input is rejected",
@@ -355,7 +374,7 @@ FAMILIES: tuple[Family[AccountSnapshot], ...] = (
 DURATION_HISTOGRAM: Family[AccountSnapshot] = Family(
     "rollout_duration_seconds", "histogram", _AGENT, "s", "per agent that used the lifecycle API",
     "Wall time of rollouts recorded through the lifecycle API, from start to outcome.",
-    _each(lambda a: a.duration_sum if a.lifecycle else None),
+    _each(lambda a: None if (o := _durations(a)) is None else o.total),
 )  # fmt: skip
 
 REWARD_HISTOGRAM: Family[AccountSnapshot] = Family(
@@ -366,7 +385,7 @@ REWARD_HISTOGRAM: Family[AccountSnapshot] = Family(
     "end). Masked rewards are not measurements and are left out. A range below zero, or a reward below "
     "zero under a range that is not, publishes no _sum and no _count (OpenMetrics forbids a sum that can "
     "fall); the le=+Inf bucket is the count.",
-    _each(lambda a: a.measured_sum if a.reward_bounds is not None and a.measured else None),
+    _each(lambda a: a._measured_sum if a._reward_bounds is not None and a.measured else None),
 )  # fmt: skip
 
 ATTEMPTS_HISTOGRAM: Family[AccountSnapshot] = Family(
@@ -374,7 +393,7 @@ ATTEMPTS_HISTOGRAM: Family[AccountSnapshot] = Family(
     "with coverage, once a rollout identity of the agent reached its terminal outcome",
     "Attempts a rollout identity (task, rollout index) took to reach its terminal outcome: a success, a "
     "terminal failure, or the failure that used NeMo Gym's last attempt. Counted once per identity.",
-    _each(lambda a: a.recovery.attempts_sum if a.recovery and a.recovery.attempts_count else None),
+    _each(lambda a: None if (o := _attempts(a)) is None else o.total),
 )  # fmt: skip
 
 RETRY_DELAY_HISTOGRAM: Family[AccountSnapshot] = Family(
@@ -383,14 +402,14 @@ RETRY_DELAY_HISTOGRAM: Family[AccountSnapshot] = Family(
     "Per retried rollout identity, the time between each failed attempt's outcome and the next attempt's "
     "start, summed: on the telemetry's clock, from the lifecycle's start times or the record calls. Not "
     "measured from NeMo Gym's files, which say nothing of when a retry started.",
-    _each(lambda a: a.recovery.delay_sum if a.recovery and a.recovery.delay_count else None),
+    _each(lambda a: None if (o := _retry_delay(a)) is None else o.total),
 )  # fmt: skip
 
 CLEANUP_HISTOGRAM: Family[AccountSnapshot] = Family(
     "rollout_cleanup_duration_seconds", "histogram", _AGENT, "s", "once a cleanup of the agent finished",
     "Wall time of cleanups (rollout.cleanup(), telemetry.cleanup(agent)): releasing an environment session, "
     "say. Failed ones included.",
-    _each(lambda a: None if a.cleanup_durations is None else a.cleanup_durations.total),
+    _each(lambda a: None if (o := _cleanup_durations(a)) is None else o.total),
 )  # fmt: skip
 
 ADMISSION_HISTOGRAM: Family[AccountSnapshot] = Family(
@@ -398,7 +417,7 @@ ADMISSION_HISTOGRAM: Family[AccountSnapshot] = Family(
     "Admission wait of rollouts through the lifecycle API, observed when the block exits: from "
     "telemetry.offer(...) to entering its block (none for telemetry.rollout(...), made to be entered at "
     "once), plus the time it spent at stage admission.",
-    _each(lambda a: None if a.admission_wait is None else a.admission_wait.total),
+    _each(lambda a: None if (o := _admission_wait(a)) is None else o.total),
 )  # fmt: skip
 
 HISTOGRAMS: tuple[Family[AccountSnapshot], ...] = (
@@ -453,9 +472,6 @@ def published(name: str) -> str:
     return name
 
 
-BUCKET_BOUNDS: tuple[str, ...] = (*tuple(str(bound) for bound in DURATION_BUCKETS), "+Inf")
-
-
 def _cumulative(bounds: Iterable[str], counts: Iterable[int]) -> list[tuple[str, float]]:
     running = 0
     buckets: list[tuple[str, float]] = []
@@ -465,32 +481,10 @@ def _cumulative(bounds: Iterable[str], counts: Iterable[int]) -> list[tuple[str,
     return buckets
 
 
-def duration_buckets(agent: AgentSnapshot) -> list[tuple[str, float]]:
-    """Cumulative ``(le, count)`` pairs of an agent's duration histogram, ``+Inf`` last."""
-    return _cumulative(BUCKET_BOUNDS, agent.duration_buckets)
-
-
-def _recovery_buckets(
-    bounds: tuple[float, ...], counts: Callable[[RecoverySnapshot], tuple[int, ...]]
-) -> Callable[[AgentSnapshot], list[tuple[str, float]]]:
-    # Cumulative (le, count) pairs of one of an agent's recovery histograms, +Inf last.
-    labels = (*(repr(float(bound)) for bound in bounds), "+Inf")
-
-    def buckets(agent: AgentSnapshot) -> list[tuple[str, float]]:
-        recovery = agent.recovery
-        return _cumulative(labels, counts(recovery) if recovery is not None else (0,) * len(labels))
-
-    return buckets
-
-
-def _recovery_value(value: Callable[[RecoverySnapshot], float]) -> Callable[[AgentSnapshot], float]:
-    return lambda agent: value(agent.recovery) if agent.recovery is not None else 0
-
-
 def reward_buckets(agent: AgentSnapshot) -> list[tuple[str, float]]:
     """Cumulative ``(le, count)`` pairs of an agent's measured-reward histogram, ``+Inf`` last."""
-    bounds = agent.reward_bounds or ()
-    return _cumulative((*(repr(bound) for bound in bounds), "+Inf"), agent.reward_buckets)
+    bounds = agent._reward_bounds or ()
+    return _cumulative((*(repr(bound) for bound in bounds), "+Inf"), agent._reward_buckets)
 
 
 def monotonic_sum(bounds: Sequence[float] | None, total: float, below_zero: float = 0.0) -> float | None:
@@ -523,9 +517,11 @@ class Histogram:
 
 
 def _observed(
-    family: Family[AccountSnapshot], value: Callable[[AgentSnapshot], Observed | None]
+    family: Family[AccountSnapshot],
+    value: Callable[[AgentSnapshot], Observed | None],
+    exemplars: Callable[[AgentSnapshot], Mapping[int, tuple[str, str, float]]] = lambda _: {},
 ) -> Histogram:
-    """The view of a histogram the account keeps as ``Observed``."""
+    """The view of a histogram the account keeps as ``Observed`` (``None``: the agent has none)."""
 
     def buckets(agent: AgentSnapshot) -> list[tuple[str, float]]:
         observed = value(agent)
@@ -538,40 +534,22 @@ def _observed(
         buckets,
         lambda a: 0.0 if (o := value(a)) is None else monotonic_sum(o.bounds, o.total),
         lambda a: 0 if (o := value(a)) is None else o.count,
+        exemplars,
     )
 
 
 HISTOGRAM_VIEWS: tuple[Histogram, ...] = (
-    Histogram(
-        DURATION_HISTOGRAM,
-        lambda a: a.lifecycle,
-        duration_buckets,
-        lambda a: a.duration_sum,
-        lambda a: a.duration_count,
-        lambda a: a.bucket_exemplars,
-    ),
+    _observed(DURATION_HISTOGRAM, _durations, lambda a: a._duration_exemplars),
     Histogram(
         REWARD_HISTOGRAM,
-        lambda a: a.reward_bounds is not None and a.measured > 0,
+        lambda a: a._reward_bounds is not None and a.measured > 0,
         reward_buckets,
-        lambda a: monotonic_sum(a.reward_bounds, a.measured_sum, a.measured_negative),
+        lambda a: monotonic_sum(a._reward_bounds, a._measured_sum, a._measured_negative),
         lambda a: a.measured,
     ),
-    Histogram(
-        ATTEMPTS_HISTOGRAM,
-        lambda a: a.recovery is not None and a.recovery.attempts_count > 0,
-        _recovery_buckets(ATTEMPT_BUCKETS, lambda r: r.attempts_buckets),
-        _recovery_value(lambda r: r.attempts_sum),
-        _recovery_value(lambda r: r.attempts_count),
-    ),
-    Histogram(
-        RETRY_DELAY_HISTOGRAM,
-        lambda a: a.recovery is not None and a.recovery.delay_count > 0,
-        _recovery_buckets(RETRY_DELAY_BUCKETS, lambda r: r.delay_buckets),
-        _recovery_value(lambda r: r.delay_sum),
-        _recovery_value(lambda r: r.delay_count),
-    ),
-    _observed(CLEANUP_HISTOGRAM, lambda a: a.cleanup_durations),
-    _observed(ADMISSION_HISTOGRAM, lambda a: a.admission_wait),
+    _observed(ATTEMPTS_HISTOGRAM, _attempts),
+    _observed(RETRY_DELAY_HISTOGRAM, _retry_delay),
+    _observed(CLEANUP_HISTOGRAM, _cleanup_durations),
+    _observed(ADMISSION_HISTOGRAM, _admission_wait),
 )
 """Every histogram of the account, as the exporters format them (``HISTOGRAMS``, in that order)."""

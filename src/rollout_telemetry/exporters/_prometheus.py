@@ -257,7 +257,7 @@ class AccountCollector(_CatalogueCollector[AccountSnapshot]):
         return {
             (agent.agent, kind): ids
             for agent in snap.agents
-            for (d, kind), ids in agent.exemplars.items()
+            for (d, kind), ids in agent._exemplars.items()
             if d is disposition
         }
 

@@ -109,7 +109,7 @@ def scrape_seconds(rollouts: int) -> float:
     telemetry = RolloutTelemetry()
     telemetry.expect(max_attempts=3)  # as a follower does: every outcome weighed in the coverage account
     for i in range(rollouts):
-        telemetry.record(AGENTS[i % 3], {"reward": 0.5}, i // 8, i % 8, 0)
+        telemetry.record(AGENTS[i % 3], {"reward": 0.5}, task_index=i // 8, rollout_index=i % 8, attempt=0)
     best = float("inf")
     for _ in range(5):
         started = time.perf_counter()

@@ -10,7 +10,8 @@ decision for each habit.
 - ``attribute_call``: a callable kept in an attribute, read into a local and called, against
   ``self._clock()`` (3.11 cannot specialise a call of a callable found in an instance attribute).
 - ``keyword_only``: a call with the two identity arguments left out, to a function whose identity
-  parameters are positional with defaults, against one whose are keyword-only.
+  parameters are positional with defaults behind a placeholder (``record()``: keyword-only to its callers,
+  a positional identity refused), against one whose are keyword-only, and one without the placeholder.
 - ``keywords_class``: a rollout context made from one shared object and four positional values, against a
   class called with nine keyword arguments.
 - ``tuple``: the classified outcome as a plain tuple (built, then unpacked as ``Account.count`` does),
@@ -78,6 +79,19 @@ def positional(
 def keyword_only(
     agent: str, response: object, *, task_index: int | None = None, rollout_index: int | None = None
 ) -> None:
+    if task_index is None:
+        return
+
+
+def placeholder(
+    agent: str,
+    response: object,
+    _by_keyword: None = None,
+    task_index: int | None = None,
+    rollout_index: int | None = None,
+) -> None:
+    if _by_keyword is not None:
+        raise TypeError(_by_keyword)
     if task_index is None:
         return
 
@@ -188,7 +202,10 @@ _row: dict[str, object] = {"reward": 0.5}
 HABITS: dict[str, tuple[str, dict[str, str]]] = {
     "lock": ("lock_acquire()", {"with": "lock_with()"}),
     "attribute_call": ("holder.from_local()", {"self._clock()": "holder.from_attribute()"}),
-    "keyword_only": ("positional('a', None)", {"keyword-only": "keyword_only('a', None)"}),
+    "keyword_only": (
+        "placeholder('a', None)",
+        {"keyword-only": "keyword_only('a', None)", "no placeholder": "positional('a', None)"},
+    ),
     "keywords_class": (
         "FromShared(shared, 'a', 1, 0, None)",
         {
@@ -209,6 +226,7 @@ NAMES = {
     "holder": _holder,
     "positional": positional,
     "keyword_only": keyword_only,
+    "placeholder": placeholder,
     "FromShared": _FromShared,
     "FromKeywords": _FromKeywords,
     "shared": _shared,

@@ -60,7 +60,13 @@ def lines() -> Iterator[list[dict[str, object]]]:
 def _run_everything(telemetry: RolloutTelemetry, clock: FakeClock) -> None:
     """Every way a rollout ends, through every door."""
     telemetry.record("math", {"reward": 1.0})
-    telemetry.record("math", {"reward": 0.0, "mask_sample": True, "failure_kind": "judge_failed"}, 3, 1, 2)
+    telemetry.record(
+        "math",
+        {"reward": 0.0, "mask_sample": True, "failure_kind": "judge_failed"},
+        task_index=3,
+        rollout_index=1,
+        attempt=2,
+    )
     telemetry.record("math", {"reward": None}, task_index=-1, rollout_index=0)  # a bad identity: dropped
     telemetry.record_failure("math", "env_error", reason="token sk-secret leaked", terminal=True)
     telemetry.record_omission("math", "cancelled", task_index=4, rollout_index=0)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
 import math
 from typing import Any
@@ -101,6 +102,22 @@ def test_internal_error_never_reaches_the_collector(
     assert any("internal error" in r.getMessage() for r in caplog.records)
 
 
+def test_record_takes_its_identity_by_keyword_only(telemetry: RolloutTelemetry) -> None:
+    """record()'s identity is keyword-only, as its signature says: given by position it is a one-line
+    TypeError, as for any keyword-only function, and nothing is counted."""
+    parameters = inspect.signature(telemetry.record).parameters
+    assert list(parameters) == ["agent", "response", "task_index", "rollout_index", "attempt"]
+    identity = [parameters[name].kind for name in ("task_index", "rollout_index", "attempt")]
+    assert identity == [inspect.Parameter.KEYWORD_ONLY] * 3
+    with pytest.raises(TypeError, match="task_index, rollout_index and attempt by keyword only, got 3"):
+        telemetry.record("math", {"reward": 1.0}, 3, 0)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="by keyword only, got 3"):
+        telemetry.record("math", {"reward": 1.0}, 3)  # type: ignore[arg-type]
+    assert telemetry.snapshot().agents == ()
+    telemetry.record("math", {"reward": 1.0}, task_index=3, rollout_index=0, attempt=1)
+    assert value(exposition(telemetry.registry), "rollout_completed_total", agent="math") == 1
+
+
 def test_records_pydantic_models_and_objects(telemetry: RolloutTelemetry) -> None:
     """Models and plain objects take the same path as dicts."""
 
@@ -152,8 +169,8 @@ def test_expect_declares_all_of_an_agents_work_in_one_call(telemetry: RolloutTel
     for agent in ("math", "code"):
         assert value(text, "rollout_completed_total", agent=agent) == 0
         assert value(text, "rollout_run_expected", agent=agent) == 6
-    telemetry.record("math", {"reward": -1.0}, 0, 0)
-    telemetry.record("math", {"reward": -1.0}, 0, 1)
+    telemetry.record("math", {"reward": -1.0}, task_index=0, rollout_index=0)
+    telemetry.record("math", {"reward": -1.0}, task_index=0, rollout_index=1)
     text = exposition(telemetry.registry)
     assert value(text, "rollout_groups_uniform_total", agent="math", reward="lowest") == 1
     assert value(text, "rollout_measured_reward_bucket", agent="math", le="-1.0") == 2
@@ -252,8 +269,8 @@ def test_a_reward_range_of_any_real_numbers_is_taken() -> None:
 
     telemetry = RolloutTelemetry(runtime_metrics=False)
     telemetry.expect("a", reward_range=(Fraction(0), Decimal("2.5")))  # type: ignore[arg-type]
-    telemetry.record("a", {"reward": 2.5}, 0, 0)
-    telemetry.record("a", {"reward": 2.5}, 0, 1)
+    telemetry.record("a", {"reward": 2.5}, task_index=0, rollout_index=0)
+    telemetry.record("a", {"reward": 2.5}, task_index=0, rollout_index=1)
     text = exposition(telemetry.registry)
     assert value(text, "rollout_measured_reward_bucket", agent="a", le="2.5") == 2
 

@@ -227,7 +227,7 @@ def test_an_exporter_tracking_no_rollout_block_says_so_and_gives_done_of_expecte
     empty one; its expected work gives done of expected per agent. Once a block is tracked: an empty list."""
     telemetry = RolloutTelemetry(runtime_metrics=False)
     telemetry.expect("math", tasks=4)
-    telemetry.record("math", {"reward": 1.0}, 0, 0)
+    telemetry.record("math", {"reward": 1.0}, task_index=0, rollout_index=0)
     telemetry.record_failure("math", "session_lost", task_index=1, rollout_index=0)
     with telemetry.serve(port=0) as server:
         reading = ExporterSource(server.url, timeout=30).read()

@@ -425,14 +425,14 @@ def test_otel_publishes_tokens_truncation_and_groups(clock: FakeClock) -> None:
         "usage": {"input_tokens": 5, "output_tokens": 7},
         "incomplete_details": {"reason": "max_output_tokens"},
     }
-    telemetry.record("math", {"reward": 0.0, "response": response}, 0, 0)
-    telemetry.record("math", {"reward": 1.0}, 0, 1)
+    telemetry.record("math", {"reward": 0.0, "response": response}, task_index=0, rollout_index=0)
+    telemetry.record("math", {"reward": 1.0}, task_index=0, rollout_index=1)
     points = {(name, tuple(sorted(attrs.items()))): v for name, attrs, v in _points(reader)}
     assert points[("rollout_tokens", (("agent", "math"), ("run", "r"), ("type", "output")))] == 7
     assert points[("rollout_truncated", (("agent", "math"), ("cause", "output_cap"), ("run", "r")))] == 1
     assert points[("rollout_groups", (("agent", "math"), ("run", "r"), ("state", "valid")))] == 1
     assert points[("rollout_groups", (("agent", "math"), ("run", "r"), ("state", "uniform")))] == 0
-    telemetry.record("math", {"reward": 1.0}, 1, 0)
+    telemetry.record("math", {"reward": 1.0}, task_index=1, rollout_index=0)
     telemetry.record_failure("math", "session_lost", task_index=1, rollout_index=1)
     points = {(name, tuple(sorted(attrs.items()))): v for name, attrs, v in _points(reader)}
     agent, run = ("agent", "math"), ("run", "r")

@@ -63,7 +63,7 @@ def _record(telemetry: RolloutTelemetry, event: Event) -> None:
     given_attempt = attempt if identity is not None and (attempt or stamped) else None
     if kind in ("measured", "masked", "unscored"):
         response = {"reward": None if kind == "unscored" else reward, "mask_sample": kind == "masked"}
-        telemetry.record(agent, response, task, rollout, attempt=given_attempt)
+        telemetry.record(agent, response, task_index=task, rollout_index=rollout, attempt=given_attempt)
     elif kind == "omitted":
         telemetry.record_omission(
             agent, "cancelled", task_index=task, rollout_index=rollout, attempt=given_attempt
@@ -189,8 +189,8 @@ def test_expected_tasks_publish_the_run_families_and_gym_keys() -> None:
     telemetry = RolloutTelemetry(run="r")
     telemetry.expect("math", tasks=2, rollouts_per_task=2)
     telemetry.record_failure("math", "session_lost", task_index=0, rollout_index=0)
-    telemetry.record("math", {"reward": 1.0}, 0, 0, attempt=1)  # the retry succeeds
-    telemetry.record("math", {"reward": 0.0, "mask_sample": True}, 0, 1)
+    telemetry.record("math", {"reward": 1.0}, task_index=0, rollout_index=0, attempt=1)  # the retry succeeds
+    telemetry.record("math", {"reward": 0.0, "mask_sample": True}, task_index=0, rollout_index=1)
     telemetry.record_failure("math", "session_lost", task_index=1, rollout_index=0, terminal=True)
     text = exposition(telemetry.registry)
     rollouts = {
@@ -215,8 +215,8 @@ def test_expected_tasks_publish_the_run_families_and_gym_keys() -> None:
 def test_without_expected_work_an_identity_only_groups() -> None:
     """No expected work declared: no rollout_run_* series; a repeated identity is counted twice, as before."""
     telemetry = RolloutTelemetry()
-    telemetry.record("math", {"reward": 1.0}, 0, 0)
-    telemetry.record("math", {"reward": 1.0}, 0, 0)
+    telemetry.record("math", {"reward": 1.0}, task_index=0, rollout_index=0)
+    telemetry.record("math", {"reward": 1.0}, task_index=0, rollout_index=0)
     text = exposition(telemetry.registry)
     assert not [name for name, _ in samples(text) if name.startswith("rollout_run_")]
     assert value(text, "rollout_completed_total", agent="math") == 2
@@ -228,8 +228,9 @@ def test_a_repeated_success_is_a_counted_rejection_and_counted_once() -> None:
     rejected as duplicate_rollout; a rollout block's repeat still ends its flight."""
     telemetry = RolloutTelemetry()
     telemetry.expect("math", tasks=1, rollouts_per_task=1)
-    telemetry.record("math", {"reward": 1.0}, 0, 0)
-    telemetry.record("math", {"reward": 0.5}, 0, 0, attempt=0)  # attempt 0 is the unstamped attempt
+    telemetry.record("math", {"reward": 1.0}, task_index=0, rollout_index=0)
+    # attempt 0 is the unstamped attempt
+    telemetry.record("math", {"reward": 0.5}, task_index=0, rollout_index=0, attempt=0)
     with telemetry.rollout("math", task_index=0, rollout_index=0) as rollout:
         rollout.complete({"reward": 0.5})
     snapshot = telemetry.snapshot()
@@ -367,9 +368,9 @@ def test_an_attempt_not_given_is_attempt_0_for_groups_too() -> None:
     success stands in its group as in the coverage account (a valid group, not a degraded one)."""
     telemetry = RolloutTelemetry()
     telemetry.expect("math", tasks=1, rollouts_per_task=2)
-    telemetry.record("math", {"reward": 1.0}, 0, 0)
+    telemetry.record("math", {"reward": 1.0}, task_index=0, rollout_index=0)
     telemetry.record_failure("math", "session_lost", task_index=0, rollout_index=0, attempt=0)
-    telemetry.record("math", {"reward": 0.5}, 0, 1)
+    telemetry.record("math", {"reward": 0.5}, task_index=0, rollout_index=1)
     (groups,) = groups_of(telemetry).agents
     assert groups.states["valid"] == 1
     (coverage,) = coverage_of(telemetry).agents

@@ -64,7 +64,7 @@ def test_a_healthy_run_and_a_run_without_coverage_publish_none_of_the_new_famili
     """Outcomes without coverage (identity or not) and failures without stage or delivery add no family."""
     telemetry = RolloutTelemetry(clock=FakeClock())
     telemetry.record("math", {"reward": 1.0})
-    telemetry.record("math", {"reward": 1.0}, 0, 0)
+    telemetry.record("math", {"reward": 1.0}, task_index=0, rollout_index=0)
     telemetry.record_failure("math", "session_lost", task_index=1, rollout_index=0)
     telemetry.record_failure("math", "session_lost", task_index=1, rollout_index=0, attempt=1)
     with telemetry.rollout("math", task_index=2, rollout_index=0) as rollout:
@@ -78,15 +78,17 @@ def test_attempts_count_each_identity_once_at_its_terminal_outcome() -> None:
     of the budget makes it final, with the attempts it took; a retryable failure observes nothing yet."""
     telemetry = RolloutTelemetry(clock=FakeClock())
     telemetry.expect(max_attempts=3)
-    telemetry.record("math", {"reward": 1.0}, 0, 0)  # 1 attempt
+    telemetry.record("math", {"reward": 1.0}, task_index=0, rollout_index=0)  # 1 attempt
     telemetry.record_failure("math", "session_lost", task_index=1, rollout_index=0)
     assert _histogram(telemetry, "rollout_attempts")["count"] == 1  # the retryable failure: not final yet
-    telemetry.record("math", {"reward": 0.0}, 1, 0, attempt=1)  # 2 attempts
+    telemetry.record("math", {"reward": 0.0}, task_index=1, rollout_index=0, attempt=1)  # 2 attempts
     for attempt in range(3):  # the budget used up: 3 attempts
         telemetry.record_failure("math", "session_lost", task_index=2, rollout_index=0, attempt=attempt)
     telemetry.record_failure("math", "judge_failed", task_index=3, rollout_index=0, terminal=True)  # 1
-    telemetry.record("math", {"reward": 1.0}, 4, 0, attempt=4)  # a success stamped 4: 5 attempts
-    telemetry.record("math", {"reward": 1.0}, 3, 0, attempt=1)  # after its terminal outcome: not again
+    # a success stamped 4: 5 attempts
+    telemetry.record("math", {"reward": 1.0}, task_index=4, rollout_index=0, attempt=4)
+    # after its terminal outcome: not again
+    telemetry.record("math", {"reward": 1.0}, task_index=3, rollout_index=0, attempt=1)
     bounds = ("1.0", "2.0", "3.0", "4.0", "5.0", "6.0", "8.0", "10.0", "16.0", "+Inf")
     expected = {**_counts_below([1, 2, 3, 1, 5], bounds), "sum": 12.0, "count": 5.0}
     assert _histogram(telemetry, "rollout_attempts") == expected
@@ -111,7 +113,7 @@ def test_retries_exhausted_by_budget_or_a_terminal_failure_after_a_retry() -> No
     telemetry.expect(max_attempts=3)
     telemetry.record_failure("math", "judge_failed", task_index=0, rollout_index=0, terminal=True)
     telemetry.record_failure("math", "session_lost", task_index=1, rollout_index=0)
-    telemetry.record("math", {"reward": 1.0}, 1, 0, attempt=1)
+    telemetry.record("math", {"reward": 1.0}, task_index=1, rollout_index=0, attempt=1)
     telemetry.record_failure("math", "session_lost", task_index=2, rollout_index=0)
     assert "rollout_retries_exhausted_total" not in _names(telemetry)
     telemetry.record_failure("math", "session_lost", task_index=3, rollout_index=0)
@@ -150,7 +152,7 @@ def test_retry_delay_of_record_calls_is_between_the_records(clock: FakeClock) ->
     telemetry.expect(max_attempts=3)
     telemetry.record_failure("math", "session_lost", task_index=0, rollout_index=0)
     clock.advance(30.0)
-    telemetry.record("math", {"reward": 1.0}, 0, 0, attempt=1)
+    telemetry.record("math", {"reward": 1.0}, task_index=0, rollout_index=0, attempt=1)
     assert _histogram(telemetry, "rollout_retry_delay_seconds")["sum"] == 30.0
 
 

@@ -7,11 +7,12 @@ into the collector (unless ``strict=True``): bad input is logged once per cause 
 
 from __future__ import annotations
 
+import inspect
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from prometheus_client.registry import Collector, CollectorRegistry
 
@@ -61,6 +62,33 @@ if TYPE_CHECKING:  # the server, the push, the file sources and OpenTelemetry ar
 __all__ = ["RolloutTelemetry", "run_follower"]
 
 _FAILED, _OMITTED = Disposition.FAILED, Disposition.OMITTED
+
+
+_IDENTITY = ("task_index", "rollout_index", "attempt")
+_F = TypeVar("_F", bound=Callable[..., None])
+
+
+def _keyword_identity(function: _F) -> _F:
+    """``function`` with the signature callers see: its identity arguments keyword-only, the placeholder gone.
+
+    A keyword-only parameter with a default costs CPython 3.11 to 3.13 their specialised call
+    (docs/performance.md), so ``record()`` keeps positional defaults behind a placeholder, ``None``, that an
+    identity given by position would fill: it is refused (``_positional_identity``).
+    """
+    signature = inspect.signature(function)
+    parameters = [
+        parameter.replace(kind=inspect.Parameter.KEYWORD_ONLY) if parameter.name in _IDENTITY else parameter
+        for parameter in signature.parameters.values()
+        if parameter.name != "_by_keyword"
+    ]
+    function.__dict__["__signature__"] = signature.replace(parameters=parameters)
+    return function
+
+
+def _positional_identity(value: object) -> TypeError:
+    """What ``record()`` raises for an identity passed by position, as a keyword-only function would."""
+    msg = f"record() takes task_index, rollout_index and attempt by keyword only, got {shown(value, 40)}"
+    return TypeError(msg)
 
 
 class RolloutTelemetry:
@@ -189,10 +217,12 @@ class RolloutTelemetry:
 
     # -- recording ----------------------------------------------------------------------------------
 
+    @_keyword_identity
     def record(
         self,
         agent: str,
         response: object,
+        _by_keyword: None = None,
         task_index: int | None = None,
         rollout_index: int | None = None,
         attempt: int | None = None,
@@ -206,7 +236,8 @@ class RolloutTelemetry:
         decides (none given is attempt 0, as NeMo Gym's unstamped first attempt). Bad input is counted and
         logged (raised with ``strict=True``).
         """
-        # task_index, rollout_index and attempt are not keyword-only: a cheaper call (docs/performance.md).
+        if _by_keyword is not None:  # an identity given by position
+            raise _positional_identity(_by_keyword)
         try:
             outcome = check_outcome(None, None, None, None, None, None, response)  # classify(), one call less
             recorder = self._recorder

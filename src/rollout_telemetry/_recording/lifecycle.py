@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Protocol, Self
+from typing import TYPE_CHECKING, Self
 
 from rollout_telemetry import failure_kinds
 from rollout_telemetry._contract.failure_where import Where, failure_where, stage_of
@@ -33,6 +33,7 @@ from rollout_telemetry._contract.identity import Member, member
 from rollout_telemetry._contract.outcome import Classified, Disposition, absent, classify
 from rollout_telemetry._contract.shown import shown
 from rollout_telemetry._recording.rollout_log import INFO, ROLLOUTS, log_outcome
+from rollout_telemetry._recording.settlement import Settlement
 from rollout_telemetry._store.flights import CANCELLED, STAGED
 from rollout_telemetry.errors import OutcomeError, RolloutUsageError
 
@@ -92,27 +93,6 @@ _NEW, _IN_FLIGHT, _DONE, _NOT_TRACKED, _TERMINAL = 0, 1, 2, 3, 4
 _OPEN = (_IN_FLIGHT, _TERMINAL)  # its block has a slot: stage() and heartbeat() apply
 
 
-class Settle(Protocol):
-    """The facade's one path for an outcome: weigh it in the coverage account, count it (ending its flight),
-    then give it to its group; ``terminal`` marks a failure that is not to be retried, ``health`` the checks
-    its trajectory failed, ``line`` 0, ``where`` a failure's (stage, delivery); returns the attempts its
-    identity took when it made it final."""
-
-    def __call__(  # noqa: PLR0917 - the facade's _settle, as it is called
-        self,
-        agent: str,
-        outcome: Classified,
-        in_flight: InFlight | None,
-        member: Member | None,
-        exemplar: tuple[str, str] | None,
-        terminal: bool,
-        health: tuple[str, ...] | None,
-        line: int,
-        where: Where | None,
-        /,
-    ) -> int | None: ...
-
-
 @dataclass(frozen=True, slots=True)
 class Shared:
     """What every rollout context of one telemetry records through: made once, referenced by each context.
@@ -122,7 +102,9 @@ class Shared:
     """
 
     account: Account
-    settle: Settle
+    settle: Callable[[Settlement], int | None]
+    """The recording part's one path for an outcome (``Recorder.settle``); returns the attempts its identity
+    took when it made it final."""
     spans: SpanRecorder
     rejections: Rejections
     clock: Callable[[], float]
@@ -359,7 +341,7 @@ class RolloutContext(AsyncWith):
         except OutcomeError as exc:
             self._shared.rejections.reject(exc)
             outcome = absent(Disposition.FAILED, failure_kinds.PROTOCOL_VIOLATION, str(exc))
-        self._finish(outcome, health=health)
+        self._finish(outcome, False, health)  # positional: a call CPython specialises
 
     def fail(
         self,
@@ -407,7 +389,7 @@ class RolloutContext(AsyncWith):
         except OutcomeError as exc:
             self._shared.rejections.reject(exc)
             outcome = absent(Disposition.FAILED, failure_kinds.PROTOCOL_VIOLATION, str(exc))
-        self._finish(outcome, terminal, where=where)
+        self._finish(outcome, terminal, None, where)
 
     def abandon(self) -> None:
         """Stop tracking the rollout without an outcome, as NeMo Gym leaves a rollout in flight when it is
@@ -453,16 +435,9 @@ class RolloutContext(AsyncWith):
                 if outcome is None:
                     self._shared.account.abandon(handle)
                 else:
+                    exemplar = None if span is None else self.span_ids
                     attempts = self._shared.settle(
-                        self.agent,
-                        outcome,
-                        handle,
-                        self._member,
-                        None if span is None else self.span_ids,
-                        terminal,
-                        health,
-                        0,
-                        where,
+                        (self.agent, outcome, handle, self._member, exemplar, terminal, health, None, where)
                     )
             finally:
                 if span is not None:

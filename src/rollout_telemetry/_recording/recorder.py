@@ -17,8 +17,9 @@ from rollout_telemetry._contract.health import TRAJECTORY, health_of
 from rollout_telemetry._contract.identity import Member, member
 from rollout_telemetry._contract.outcome import REACHED_OUTPUT, Classified
 from rollout_telemetry._recording.rollout_log import INFO, ROLLOUTS, log_outcome
+from rollout_telemetry._recording.settlement import Settlement
 from rollout_telemetry._recording.spans import Attributes, SpanRecorder
-from rollout_telemetry._store.account import Account, InFlight
+from rollout_telemetry._store.account import Account
 from rollout_telemetry._store.coverage import DEFAULT_MAX_ATTEMPTS, Coverage, CoverageSnapshot
 from rollout_telemetry._store.groups import Groups, GroupsSnapshot
 from rollout_telemetry._store.names import Names
@@ -176,7 +177,8 @@ class Recorder:
         found = self.member(task_index, rollout_index, attempt)
         # The trajectory's health: a dict without one (the common response) costs no call.
         trajectory = type(response) is not dict or TRAJECTORY in response
-        self.settle(agent, outcome, None, found, None, False, health_of(response) if trajectory else None)
+        health = health_of(response) if trajectory else None
+        self.settle((agent, outcome, None, found, None, False, health, None, None))
         if self._rollout_log and ROLLOUTS.isEnabledFor(INFO):
             self.log_rollout(agent, outcome, found, False)
 
@@ -198,7 +200,7 @@ class Recorder:
         found = None
         if task_index is not None or self.coverage is not None:  # as record(): no identity without
             found = self.member(task_index, rollout_index, attempt)
-        self.settle(agent, outcome, None, found, None, terminal, None, 0, where)
+        self.settle((agent, outcome, None, found, None, terminal, None, None, where))
         for error in refused:
             self._rejections.reject(error)
         self.logged(agent, outcome, found, terminal, where)
@@ -228,37 +230,21 @@ class Recorder:
         if found is None and self.coverage is None and health is None and where is None:
             self._account.count(agent, outcome)
         else:
-            attempts = self.settle(agent, outcome, None, found, None, terminal, health, line, where, False)
+            attempts = self.settle((agent, outcome, None, found, None, terminal, health, line, where))
         self.logged(agent, outcome, found, terminal, where)
         return attempts
 
-    def settle(  # noqa: PLR0917 - positional: the lifecycle calls it once per rollout
-        self,
-        agent: str,
-        outcome: Classified,
-        in_flight: InFlight | None = None,
-        found: Member | None = None,
-        exemplar: tuple[str, str] | None = None,
-        terminal: bool = False,
-        health: tuple[str, ...] | None = None,
-        line: int = 0,
-        where: Where | None = None,
-        timed: bool = True,
-    ) -> int | None:
-        """Weigh one outcome in the coverage account, count it (ending its flight), then give it to its group.
-        Returns the attempts its identity took when this outcome made it final, else ``None``.
-
-        ``found`` is (task index, rollout index, attempt or ``None``), checked before anything was counted; a
-        bad one was rejected and is ``None`` here. ``exemplar`` is the (trace id, span id) of the rollout's
-        span, if any. ``terminal`` marks a failure NeMo Gym will not retry; ``health`` the health checks its
-        trajectory failed, ``None`` without one; ``line`` the line of a followed row; ``timed``: its time
-        in the coverage account is now.
+    def settle(self, settlement: Settlement) -> int | None:
+        """Weigh one outcome (with what is known of its rollout: ``Settlement``) in the coverage account,
+        count it (ending its flight), then give it to its group. Returns the attempts its identity took when
+        this outcome made it final, else ``None``.
 
         Raises:
             Rejection: ``duplicate_rollout``, an outcome that reached the output repeating an earlier one of
                 the same identity and attempt: nothing is counted (a rollout block's flight still ends, and
                 is counted, since it ran).
         """
+        agent, outcome, in_flight, found, exemplar, terminal, health, line, where = settlement
         coverage = self.coverage
         verdict = None
         if coverage is not None:
@@ -268,7 +254,7 @@ class Recorder:
                 found = (found[0], found[1], attempt)  # NeMo Gym's unstamped attempt is 0, groups' too
             disposition = outcome[0]
             times = None
-            if timed and identity is not None:
+            if line is None and identity is not None:  # an outcome now, not a row written earlier
                 now = self._clock()
                 times = (now if in_flight is None else in_flight[2], now)
             earlier, verdict = coverage.observe(
@@ -278,7 +264,7 @@ class Recorder:
                 disposition,
                 succeeded=disposition in REACHED_OUTPUT,
                 terminal=terminal,
-                line=line,
+                line=line or 0,
                 times=times,
             )
             if earlier is not None:

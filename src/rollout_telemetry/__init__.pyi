@@ -1,6 +1,6 @@
 """rollout-telemetry: live progress telemetry for RL rollout collection.
 
-The public API, written once: ``__init__.py`` loads each name from here on first use (``lazy_loader``), so
+The public API, written once: ``__init__.py`` imports each name from its module on first use, so
 ``import rollout_telemetry.failure_kinds`` (the vocabulary, for data tooling) pulls in nothing heavy.
 """
 

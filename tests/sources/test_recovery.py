@@ -20,12 +20,13 @@ from rollout_telemetry.errors import OutcomeError
 from tests.support import FakeClock, exposition, sample_names, samples, value
 
 REAL = Path(__file__).parents[1] / "fixtures" / "gym-0.7.0"
-NEW_FAMILIES = (
+RECOVERY_FAMILIES = (
     "rollout_attempts",
     "rollout_retry_delay_seconds",
     "rollout_retries_exhausted_total",
     "rollout_failure_stages_total",
 )
+"""The recovery families: none without expected work or a failure's stage, and never an identity label."""
 IDENTITY = {"task", "task_index", "rollout", "rollout_index", "attempt"}
 
 
@@ -70,7 +71,7 @@ def test_a_healthy_run_and_a_run_without_coverage_publish_none_of_the_new_famili
     with telemetry.rollout("math", task_index=2, rollout_index=0) as rollout:
         rollout.complete({"reward": 0.5})
     names = _names(telemetry)
-    assert not [name for name in names if name.startswith(NEW_FAMILIES)]
+    assert not [name for name in names if name.startswith(RECOVERY_FAMILIES)]
 
 
 def test_attempts_count_each_identity_once_at_its_terminal_outcome() -> None:
@@ -220,10 +221,10 @@ def test_identity_is_never_a_label_of_the_new_families(clock: FakeClock) -> None
     found = {
         sample: set(dict(labels))
         for (sample, labels), _ in samples(exposition(telemetry.registry)).items()
-        if sample.startswith(NEW_FAMILIES)
+        if sample.startswith(RECOVERY_FAMILIES)
     }
     assert {name.split("_bucket")[0].removesuffix("_count").removesuffix("_sum") for name in found} == set(
-        NEW_FAMILIES
+        RECOVERY_FAMILIES
     )
     for labels in found.values():
         assert not labels & IDENTITY

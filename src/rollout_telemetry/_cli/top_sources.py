@@ -1,9 +1,9 @@
 """Where ``rollout-telemetry top`` reads from: exporters over HTTP(S), or a run's files in-process.
 
-Every source yields a :class:`~rollout_telemetry.top_model.Reading` through one parser of the Prometheus text
-exposition: an exporter's ``/metrics`` as scraped, a run's files as an in-process registry publishes them.
-So the table means the same whichever way it was fed. Each source is polled on a thread of its own, so an
-exporter that hangs or refuses delays nothing else: it shows as down while the others keep updating.
+Every source yields a :class:`~rollout_telemetry._cli.top_model.Reading` through one parser of the Prometheus
+text exposition: an exporter's ``/metrics`` as scraped, a run's files as an in-process registry publishes
+them. So the table means the same whichever way it was fed. Each source is polled on a thread of its own, so
+an exporter that hangs or refuses delays nothing else: it shows as down while the others keep updating.
 """
 
 from __future__ import annotations

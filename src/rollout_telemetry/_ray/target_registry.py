@@ -38,8 +38,8 @@ DEFAULT_LEASE_SECONDS = 30.0
 MAX_TARGETS = 10_000
 """Targets a registry holds at most; a registration for a new address beyond them is refused (``full``).
 
-One per serving process: ten thousand rollout workers. At the cap, with the three labels ``serve_on_ray``
-gives, ``/targets`` is about 1.6 MB, rendered once per change in about 20 ms."""
+One per serving process: ten thousand rollout workers. At the cap ``/targets`` is rendered once per change,
+not per request."""
 
 Probe = Callable[[str], bool | None]
 """Given ``host:port``: True if something accepts connections there, False if refused, None if unknown."""

@@ -1,8 +1,8 @@
 """HTTP basic authentication for the endpoint, built so that guessing costs the guesser more than us.
 
-The configuration, ``credentials.BasicAuth``, is one user name and a scrypt hash (about 40 ms and 16 MiB per
-check, which is what makes a stolen hash expensive to crack). ``Authenticator`` is what one running server
-holds in front of it (the bounds are ``limits.Limits``'):
+The configuration, ``credentials.BasicAuth``, is one user name and a scrypt hash (slow and 16 MiB per check
+by design, which is what makes a stolen hash expensive to crack; its cost: docs/guides/security.md).
+``Authenticator`` is what one running server holds in front of it (the bounds are ``limits.Limits``'):
 
 - a credential checked before is decided without scrypt: the last ``max_verified`` verified and the last
   ``max_refused`` refused are remembered as HMACs under a key made at start (never the password itself), so

@@ -2,7 +2,7 @@
 ``hash_password``), the user name and password an ``Authorization`` header carries (``credentials``), and
 whether they are the configured ones (``matches``).
 
-A check costs scrypt (about 40 ms and 16 MiB) by design, which is what makes a stolen hash expensive to crack;
+A check costs scrypt (slow, and 16 MiB) by design, which is what makes a stolen hash expensive to crack;
 what a running server does so that guessing costs the guesser more than us is ``auth``'s.
 """
 
@@ -97,7 +97,7 @@ class BasicAuth:
 def matches(auth: BasicAuth, username: bytes, password: bytes) -> bool:
     """Return whether ``username`` and ``password`` are ``auth``'s (scrypt, then constant-time comparisons).
 
-    Slow by design (about 40 ms): call it off an event loop.
+    Slow by design (scrypt): call it off an event loop.
     """
     _, n, r, p, salt, expected = auth.password_hash.split("$")
     digest = hashlib.scrypt(password, salt=base64.b64decode(salt), n=int(n), r=int(r), p=int(p))

@@ -109,8 +109,8 @@ class RunFollower:
         observe: Callable[[str, Classified], None] | None = None,
     ) -> None:
         self.recorder = recorder
-        self._observe = observe
         """What every row is recorded through (the telemetry's recording part)."""
+        self._observe = observe
         self.spans = spans
         self._wall_clock = wall_clock
         self.files = files

@@ -6,7 +6,8 @@ parsing instead of being built into Python objects and thrown away. A line that 
 ``Rejection`` naming the reason.
 
 A field that is read is built whole, and a JSON array or object costs far more as Python objects than as
-text: one 60 MiB row whose ``reward`` was an array of empty arrays took 1.6 GB. So in a line longer than
+text: a row of tens of MiB whose ``reward`` is an array of empty arrays would become gigabytes. So in a line
+longer than
 ``MAX_FIELD`` (only such a line can hold such a field) the fields are first found unparsed, and a read field
 longer than ``MAX_FIELD`` that is an array or an object is read as an empty one of its kind: as wrong a
 value as it was (a reward that is no number, no usable ``ng_perf``), at no cost.

@@ -11,7 +11,7 @@ whole under the lock, which is released, and the interpreter handed over, once a
 ``TURN_SECONDS``, so a recorder waits one turn at most. What is derived from the parts after the lock is
 released (each agent's snapshot, the exposition's lines) is made in turns too (``in_turns``): a recorder the
 interpreter's switch took the interpreter from gets it back after a turn, not after the switch interval
-(5 ms) or, when the endpoint's other threads take their turn first, twice that. The figures:
+or, when the endpoint's other threads take their turn first, twice that. The figures:
 docs/performance.md, "A scrape beside a trainer's heap" and "The endpoint scraped from another process".
 """
 

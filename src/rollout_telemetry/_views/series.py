@@ -467,7 +467,7 @@ def published(name: str) -> str:
         ValueError: no collector of this package publishes that name.
     """
     if name not in PUBLISHED:
-        msg = f"{name} is not in the catalogue (rollout_telemetry.series.CATALOGUE)"
+        msg = f"{name} is not in the catalogue (rollout_telemetry._views.series.CATALOGUE)"
         raise ValueError(msg)
     return name
 

@@ -3,7 +3,8 @@
 prometheus_client's encoders read ``Metric`` objects holding one ``Sample`` (a tuple and a labels dict) per
 series; all of them are alive until their family is written, so a scrape of 50,000 series leaves about
 100,000 tracked objects to the garbage collector, which promotes them and, on a process with millions of
-objects of its own (a trainer), soon pays for a full collection that stops every thread for 100 ms. Strings
+objects of its own (a trainer), soon pays for a full collection that stops every thread (docs/performance.md,
+"A scrape beside a trainer's heap"). Strings
 are not tracked: a ``Layout`` writes a family's samples as lines of text, and a catalogue collector hands a
 rendered text to ``encode`` (the endpoint's encoder) in place of its families.
 

@@ -1,10 +1,10 @@
 """The Prometheus exposition: prometheus_client ``Collector``s that read one snapshot per scrape.
 
-Nothing is written on the recording path; each scrape takes one consistent snapshot and formats the
-families of the catalogue (``rollout_telemetry.series``) from it. Families with no samples are left out, so
-a healthy run publishes only the always-present set. ``describe()`` returns every family a collector can
-produce, as prometheus_client's contract asks: registering a collector twice fails, and ``?name[]=``
-filtering finds the families.
+Nothing is written on the recording path; each scrape takes one consistent snapshot and formats the families
+of the catalogue (``rollout_telemetry._views.series``) from it. Families with no samples are left out, so a
+healthy run publishes only the always-present set. ``describe()`` returns every family a collector can
+produce, as prometheus_client's contract asks: registering a collector twice fails, and ``?name[]=`` filtering
+finds the families.
 
 Served by the package's own endpoint, the same collectors write their families as text themselves
 (``render``, through ``_exposition.encode``): the bytes prometheus_client would write from ``collect()``,
@@ -299,9 +299,10 @@ class _Samples(Sequence[Sample]):
 
     prometheus_client writes each sample as it iterates them and keeps only the line, so each is made,
     written and dropped in turn: a scrape through a registry leaves nothing behind for the garbage collector
-    to walk (kept samples, replaced as agents change, piled up in its youngest generation, and a collection
-    of it held the interpreter 8-16 ms at 52,500 series), and a recorder waits a turn at most while a family
-    of 12,500 samples is written (about 50 ms). Read again, they are made again, from the same snapshot.
+    to walk (samples kept between scrapes would pile up in its youngest generation, and collecting them holds
+    every thread), and a recorder waits a turn at most while a large family is written. Read again, they
+    are made again, from the same snapshot. The figures: docs/performance.md, "A scrape beside a trainer's
+    heap".
     """
 
     __slots__ = ("_make", "_parts")

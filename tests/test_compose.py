@@ -69,3 +69,12 @@ def test_the_image_installs_pinned_versions_within_pyproject_ranges() -> None:
         name = requirement.name.lower().replace("_", "-")
         assert name in pins, f"{name} is not pinned in constraints.txt"
         assert requirement.specifier.contains(pins[name], prereleases=True), (name, pins[name], text)
+
+
+def test_the_exporters_image_is_tagged_with_the_packages_version() -> None:
+    """The image the stack builds for the exporter carries the version pyproject.toml releases."""
+    import tomllib
+
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    services = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
+    assert services["exporter"]["image"] == f"rollout-telemetry:{version}"

@@ -242,3 +242,11 @@ def test_the_serving_types_carry_what_a_user_configures_or_reads() -> None:
     assert public(rollout_telemetry.TLSConfig) == {"certfile", "keyfile", "client_cafile"}
     assert public(rollout_telemetry.BasicAuth) == {"username", "password_hash", "from_file", "from_env"}
     assert public(rollout_telemetry.MetricsServer) == {"url", "stop"}  # and its host and port, once made
+
+
+def test_the_compatibility_page_names_every_public_module_and_no_other() -> None:
+    """What 1.x promises (docs/compatibility.md) covers each public module that exports a name, and names no
+    module that is not public."""
+    page = (SOURCE.parents[1] / "docs" / "compatibility.md").read_text(encoding="utf-8")
+    named = set(re.findall(r"`(rollout_telemetry(?:\.\w+)*)`", page))
+    assert named == {module for module, names in MODULES.items() if names}

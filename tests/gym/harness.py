@@ -347,6 +347,11 @@ class Watch:
         self.process: subprocess.Popen[bytes] | None = None
         self.stdout = b""
         self.stderr = b""
+        self._stderr_lines: list[bytes] = []
+
+    def output_tail(self, lines: int = 40) -> str:
+        """The last ``lines`` lines the command (and Gym, through it) wrote to stderr so far."""
+        return b"".join(self._stderr_lines[-lines:]).decode(errors="replace")
 
     @property
     def url(self) -> str:
@@ -375,7 +380,9 @@ class Watch:
             assert self.process is not None
             assert self.process.stderr is not None
             with self.process.stderr as stderr:
-                self.stderr = stderr.read()
+                for line in stderr:  # kept as it comes: a test that gives up says what Gym said so far
+                    self._stderr_lines.append(line)
+            self.stderr = b"".join(self._stderr_lines)
 
         thread = threading.Thread(target=drain_stderr, daemon=True)
         thread.start()

@@ -145,12 +145,16 @@ def _events(text: str) -> float:
 
 
 def _wait_for_outcomes(watch: Watch, count: int, *, timeout: float = 120) -> None:
-    """Until the watch has served ``count`` rollout outcomes (Gym is still running then)."""
-    wait_until(
-        lambda: bool(watch.scrapes) and _events(watch.scrapes[-1][2]) >= count,
-        timeout=timeout,
-        what=f"{count} rollouts",
-    )
+    """Until the watch has served ``count`` rollout outcomes (Gym is still running then); a timeout says
+    what the command and Gym last wrote."""
+    try:
+        wait_until(
+            lambda: bool(watch.scrapes) and _events(watch.scrapes[-1][2]) >= count,
+            timeout=timeout,
+            what=f"{count} rollouts",
+        )
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; the watch's stderr ends:\n{watch.output_tail()}") from None
 
 
 def test_killed_then_resumed_then_retried(gym: GymServers, gym_model: FakeModel, workdir: Path) -> None:

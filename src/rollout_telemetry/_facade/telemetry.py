@@ -165,10 +165,15 @@ class RolloutTelemetry:
         names = Names(max_agents=max_agents, max_kinds_per_agent=max_kinds_per_agent)
         bound = stall_bound(stall_after, stall_after_by_agent, names)
         slow = stall_bound(slow_after, slow_after_by_agent, names, "slow_after")
-        self._account = account = Account(names=names, clock=clock, stall_after=bound, slow_after=slow)
+        self._account = account = Account(
+            names=names,
+            clock=clock,
+            stall_after=bound,
+            slow_after=slow,
+            first_context=self._watch_stalls,  # when there is something to watch
+        )
         self._rejections = rejections = Rejections(account.reject, strict=strict)
         self._stalls = Stalls(account, stall_after, rejections.reject, slow_after)
-        account.first_context = self._watch_stalls  # when there is something to watch
         spans = SpanRecorder(
             tracer_provider=tracer_provider,
             mode=span_mode,

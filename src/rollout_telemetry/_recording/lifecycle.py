@@ -39,9 +39,10 @@ from rollout_telemetry.errors import OutcomeError, RolloutUsageError
 
 if TYPE_CHECKING:
     from rollout_telemetry._recording.spans import OpenSpan, SpanRecorder
-    from rollout_telemetry._store.account import Account, InFlight
+    from rollout_telemetry._store.account import Account
     from rollout_telemetry._store.agent import AgentState
     from rollout_telemetry._store.flights import Offered
+    from rollout_telemetry._store.in_flight import InFlight
     from rollout_telemetry._store.rejections import Rejections
 
 __all__ = [
@@ -464,8 +465,8 @@ class OfferedContext(RolloutContext):
     __slots__ = ()
 
     def __del__(self) -> None:
-        # Lock-free (Account.withdraw): a finalizer runs wherever the collector is, the account's lock held
-        # by this very thread maybe.
+        # Lock-free (InFlightRollouts.withdraw): a finalizer runs wherever the collector is, the account's
+        # lock held by this very thread maybe.
         offered = getattr(self, "_offered", None)  # None: its __init__ raised before the offer
         if offered is not None and self._state == _NEW:
             self._shared.account.withdraw(offered)

@@ -21,7 +21,9 @@ from rollout_telemetry._contract.outcome import Disposition, check_outcome
 from rollout_telemetry._contract.reward_range import check_reward_range
 from rollout_telemetry._contract.shown import shown
 from rollout_telemetry._facade.expected import check_work, identity_pairs, inputs_of, task_identities
-from rollout_telemetry._recording.lifecycle import Cleanup, OfferedContext, RolloutContext, Shared
+from rollout_telemetry._recording.cleanup import Cleanup
+from rollout_telemetry._recording.context_shared import Shared
+from rollout_telemetry._recording.lifecycle import OfferedContext, RolloutContext
 from rollout_telemetry._recording.output import OutputWrite
 from rollout_telemetry._recording.recorder import Recorder
 from rollout_telemetry._recording.rollout_log import INFO, ROLLOUTS

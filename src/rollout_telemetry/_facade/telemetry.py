@@ -61,7 +61,7 @@ if TYPE_CHECKING:  # the server, the push, the file sources and OpenTelemetry ar
     from rollout_telemetry._serve.tls import TLSConfig
     from rollout_telemetry._sources.follow import RunFiles, RunFollower
 
-__all__ = ["RolloutTelemetry", "run_follower"]
+__all__ = ["RolloutTelemetry"]
 
 _FAILED, _OMITTED = Disposition.FAILED, Disposition.OMITTED
 
@@ -604,13 +604,12 @@ class RolloutTelemetry:
         and whether it is unresolved are counted per agent (``Cleanup``)."""
         return Cleanup(self._shared, agent)
 
+    def _run_follower(self, files: RunFiles, **options: Any) -> RunFollower:
+        """A follower of a run's files recording through this telemetry (``RunFollower``'s options): the
+        commands' one way to follow files, made here, where the recording part it records through is."""
+        from rollout_telemetry._sources.follow import RunFollower
 
-def run_follower(telemetry: RolloutTelemetry, files: RunFiles, **options: Any) -> RunFollower:
-    """A follower of a run's files recording into ``telemetry`` (``RunFollower``'s options): the commands'
-    way to follow files, kept beside the facade that composes what the follower records through."""
-    from rollout_telemetry._sources.follow import RunFollower
-
-    return RunFollower(telemetry._recorder, files, **options)
+        return RunFollower(self._recorder, files, **options)
 
 
 def register(registry: CollectorRegistry, *collectors: Collector) -> None:

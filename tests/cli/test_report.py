@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from rollout_telemetry._cli.main import main
-from rollout_telemetry._cli.report import print_report
+from rollout_telemetry._cli.report_command import print_report
 from rollout_telemetry._facade.telemetry import RolloutTelemetry
 from rollout_telemetry._sources.run_files import RunFiles
 from rollout_telemetry._views.story import RunStory

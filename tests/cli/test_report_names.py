@@ -165,7 +165,7 @@ def test_gyms_end_of_run_report_prints_markup_as_text_and_writes_its_page(
     """``gym``'s report at the end of a run (``print_report``) prints such names as text and goes on to write
     the ``--html`` page, where a MarkupError stopped it before the page."""
     from rollout_telemetry import RolloutTelemetry
-    from rollout_telemetry._cli.report import print_report
+    from rollout_telemetry._cli.report_command import print_report
     from rollout_telemetry._sources.follow import RunFiles
     from rollout_telemetry._views.intervals import RewardSamples
     from rollout_telemetry._views.story import RunStory

@@ -25,7 +25,7 @@ from rollout_telemetry._cli.main import main
 from rollout_telemetry._sources.follow import RunFiles
 from rollout_telemetry._store.coverage import Coverage
 from rollout_telemetry._store.names import Names
-from rollout_telemetry._views.report import build_report
+from rollout_telemetry._views.run_report import build_report
 from tests.support import examples
 
 GYM = Path(__file__).parents[1] / "fixtures" / "gym"

@@ -23,7 +23,7 @@ from rollout_telemetry import Disposition, RolloutTelemetry
 from rollout_telemetry._cli.main import main
 from rollout_telemetry._cli.simulation import DemoConfig, run_demo
 from rollout_telemetry._sources.follow import RunFiles
-from rollout_telemetry._views.report import build_report
+from rollout_telemetry._views.run_report import build_report
 from rollout_telemetry.errors import ConfigError
 from tests.support import (
     FakeClock,

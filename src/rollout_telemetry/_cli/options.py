@@ -21,7 +21,7 @@ if TYPE_CHECKING:  # what the options make is imported when it is made: --help a
     from rollout_telemetry._contract.outcome import Classified
     from rollout_telemetry._facade.telemetry import RolloutTelemetry
     from rollout_telemetry._serve.credentials import BasicAuth
-    from rollout_telemetry._serve.server import MetricsServer
+    from rollout_telemetry._serve.metrics_server import MetricsServer
     from rollout_telemetry._serve.tls import TLSConfig
     from rollout_telemetry._sources.follow import RunFollower
 

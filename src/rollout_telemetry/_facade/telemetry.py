@@ -24,10 +24,10 @@ from rollout_telemetry._facade.expected import check_work, identity_pairs, input
 from rollout_telemetry._recording.cleanup import Cleanup
 from rollout_telemetry._recording.context_shared import Shared
 from rollout_telemetry._recording.lifecycle import OfferedContext, RolloutContext
-from rollout_telemetry._recording.output import OutputWrite
+from rollout_telemetry._recording.output_write import OutputWrite
 from rollout_telemetry._recording.recorder import Recorder
 from rollout_telemetry._recording.rollout_log import INFO, ROLLOUTS
-from rollout_telemetry._recording.runtime import (
+from rollout_telemetry._recording.runtime_samplers import (
     DEFAULT_LAG_INTERVAL,
     LoopLag,
     register_process_collectors,
@@ -39,7 +39,7 @@ from rollout_telemetry._recording.stalls import DEFAULT_STALL_AFTER, Stalls, sta
 from rollout_telemetry._store.account import Account
 from rollout_telemetry._store.names import DEFAULT_MAX_AGENTS, DEFAULT_MAX_KINDS_PER_AGENT, Names
 from rollout_telemetry._store.rejections import Rejections
-from rollout_telemetry._store.runtime import Runtime
+from rollout_telemetry._store.runtime_observations import Runtime
 from rollout_telemetry._store.snapshot import AccountSnapshot
 from rollout_telemetry._views.progress import coverage_metrics, progress_metrics
 from rollout_telemetry.errors import ConfigError
@@ -57,7 +57,7 @@ if TYPE_CHECKING:  # the server, the push, the file sources and OpenTelemetry ar
 
     from rollout_telemetry._facade.live import LivePage
     from rollout_telemetry._serve.credentials import BasicAuth
-    from rollout_telemetry._serve.server import MetricsServer
+    from rollout_telemetry._serve.metrics_server import MetricsServer
     from rollout_telemetry._serve.tls import TLSConfig
     from rollout_telemetry._sources.follow import RunFiles, RunFollower
 
@@ -509,7 +509,7 @@ class RolloutTelemetry:
         Raises:
             ServeError: the port is taken or the host cannot be bound.
         """
-        from rollout_telemetry._serve.server import start_server
+        from rollout_telemetry._serve.metrics_server import start_server
 
         return start_server(
             self.registry,

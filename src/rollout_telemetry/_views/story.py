@@ -22,7 +22,7 @@ from typing import Literal
 
 from rollout_telemetry._contract.outcome import Disposition
 from rollout_telemetry._store.snapshot import AccountSnapshot, AgentSnapshot
-from rollout_telemetry._views.report import unmasked_mean
+from rollout_telemetry._views.run_report import unmasked_mean
 
 __all__ = ["MOST_INSTANTS", "POINT_FIELDS", "Point", "RunStory", "XAxis", "counted", "point_of"]
 

@@ -186,7 +186,7 @@ def guard() -> None:
         _stop_group(group, lambda: _group_exists(group))
 
 
-_GUARD = "from rollout_telemetry._sources.gym import guard; guard()"
+_GUARD = "from rollout_telemetry._sources.gym_process import guard; guard()"
 
 
 class GymProcess:

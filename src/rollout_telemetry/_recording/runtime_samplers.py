@@ -28,7 +28,7 @@ from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from rollout_telemetry._store.runtime import Runtime
+from rollout_telemetry._store.runtime_observations import Runtime
 from rollout_telemetry.errors import ConfigError
 
 if TYPE_CHECKING:

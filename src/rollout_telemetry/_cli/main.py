@@ -30,7 +30,7 @@ from rollout_telemetry._cli.args import OneLineParser
 from rollout_telemetry._recording.rollout_log import ROLLOUTS
 from rollout_telemetry.errors import RolloutTelemetryError
 
-__all__ = ["EXAMPLES", "main"]
+__all__ = ["main"]
 
 
 class _Command(Protocol):

@@ -27,7 +27,7 @@ from rollout_telemetry._views.page import REFRESH_SECONDS, Drawings, Page
 from rollout_telemetry._views.run_report import build_report
 from rollout_telemetry._views.story import RunStory
 
-__all__ = ["STORY_INTERVAL", "LivePage"]
+__all__ = ["LivePage"]
 
 _log = logging.getLogger("rollout_telemetry.server")
 

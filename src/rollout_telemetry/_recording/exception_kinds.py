@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 from rollout_telemetry import failure_kinds
 
-__all__ = ["EXCEPTION_KINDS", "kind_of_exception", "reason_of_exception"]
+__all__ = ["kind_of_exception", "reason_of_exception"]
 
 EXCEPTION_KINDS: Mapping[str, str] = {
     "asyncio.exceptions.CancelledError": failure_kinds.CANCELLED,

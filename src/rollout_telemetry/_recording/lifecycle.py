@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from rollout_telemetry._store.flights import Offered
     from rollout_telemetry._store.in_flight import InFlight
 
-__all__ = ["NO_OUTCOME", "OfferedContext", "RolloutContext", "note_stalled"]
+__all__ = ["OfferedContext", "RolloutContext", "note_stalled"]
 
 NO_OUTCOME = "rollout_telemetry:no_outcome"
 """The failure kind of a rollout block left without complete(), fail() or omit()."""

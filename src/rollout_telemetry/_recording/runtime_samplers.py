@@ -34,14 +34,7 @@ from rollout_telemetry.errors import ConfigError
 if TYPE_CHECKING:
     import asyncio
 
-__all__ = [
-    "DEFAULT_LAG_INTERVAL",
-    "LoopLag",
-    "LoopWatch",
-    "register_process_collectors",
-    "unwatch_gc",
-    "watch_gc",
-]
+__all__ = ["DEFAULT_LAG_INTERVAL", "LoopLag", "register_process_collectors", "unwatch_gc", "watch_gc"]
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:

@@ -19,7 +19,7 @@ from rollout_telemetry._serve.shared import Shared
 from rollout_telemetry._serve.workers import Workers
 from rollout_telemetry._views.page import page_policy
 
-__all__ = ["DEFAULT_ROLLOUTS_LIMIT", "Endpoint", "PageRender"]
+__all__ = ["Endpoint", "PageRender"]
 
 _Rendering = tuple[str, tuple[str, ...], bool]  # Accept's choice, name[] filter, gzip
 PageRender = Callable[[str, Sequence[str]], bytes]

@@ -28,7 +28,7 @@ from rollout_telemetry._store.roster import Roster
 from rollout_telemetry._store.snapshot import AccountSnapshot, AgentSnapshot
 from rollout_telemetry.errors import ConfigError
 
-__all__ = ["DURATION_BUCKETS", "Account"]
+__all__ = ["Account"]
 
 # A count's key: a name (a failure kind may be None, unspecified) or its label.
 _Key = TypeVar("_Key", str, str | int | None)  # int: a measured outcome's reward bucket (declare_range)

@@ -30,11 +30,8 @@ __all__ = [
     "FlightRecord",
     "Flights",
     "Offered",
-    "RolloutState",
     "Slot",
-    "StageCounts",
     "Taken",
-    "state_of",
 ]
 
 

@@ -15,16 +15,7 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-__all__ = [
-    "GC_PAUSE_BUCKETS",
-    "LAG_BUCKETS",
-    "WRITE_BUCKETS",
-    "WRITE_BYTES_BUCKETS",
-    "Buckets",
-    "Runtime",
-    "RuntimeSnapshot",
-    "Series",
-]
+__all__ = ["Runtime", "RuntimeSnapshot", "Series"]
 
 LAG_BUCKETS: tuple[float, ...] = (
     0.001,

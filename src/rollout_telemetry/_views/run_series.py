@@ -22,7 +22,6 @@ __all__ = [
     "RUNTIME_FAMILIES",
     "RUNTIME_HISTOGRAMS",
     "SPAN_FAMILIES",
-    "RuntimeHistogram",
 ]
 
 _AGENT = ("agent",)

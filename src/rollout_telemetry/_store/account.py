@@ -47,9 +47,9 @@ def _recovery(state: AgentState) -> Recovery:
     return recovery
 
 
-class Account:
-    """Per-agent rollout counts and reward sums, recorded in O(1) under one lock; the rollouts in flight
-    (``_store.in_flight``) are tracked under the same lock, through the account.
+class Account(InFlightRollouts):
+    """Per-agent rollout counts and reward sums, recorded in O(1) under one lock; the rollouts in flight are
+    its base's (``InFlightRollouts``), tracked under the same lock, so its callers hold one object.
 
     Args:
         names: resolves agent names and failure kinds to labels (cut, capped); shared with every store.
@@ -69,31 +69,14 @@ class Account:
         slow_after: Callable[[str], float] | None = None,
         first_context: Callable[[], None] = _nothing,
     ) -> None:
-        self._roster = roster = Roster(names)
-        self._clock = clock
+        roster = Roster(names)
+        super().__init__(roster, clock, first_context, stall_after, slow_after)
         self.names = names
         # The hot path's one dict lookup of a raw agent name (the roster's own dict, never replaced).
         self._by_name = roster.by_name
         self._rejected: dict[str, int] = {}
         # Each agent's latest copy and what was derived from it (``snapshot``).
         self._derived: dict[str, tuple[AgentCopy, AgentSnapshot]] = {}
-        self._rollouts = rollouts = InFlightRollouts(roster, clock, first_context, stall_after, slow_after)
-        # The rollouts in flight, through the account, their callers' one object: bound here, so a call
-        # costs what a method's does.
-        self.offer = rollouts.offer
-        self.withdraw = rollouts.withdraw
-        self.begin = rollouts.begin
-        self.release = rollouts.release
-        self.abandon = rollouts.abandon
-        self.set_stage = rollouts.set_stage
-        self.heartbeat = rollouts.heartbeat
-        self.cancel = rollouts.cancel
-        self.cleanup_started = rollouts.cleanup_started
-        self.cleanup_finished = rollouts.cleanup_finished
-        self.check_stalls = rollouts.check_stalls
-        self.in_flight = rollouts.in_flight
-        self.stalls_off = rollouts.stalls_off
-        """Whether stall detection is off (no ``stall_after``)."""
 
     def _new_kind(self, state: AgentState, cell: Cell, kind: str | None) -> None:
         # Called under the lock when ``kind`` is not a key of ``cell.kinds``.
@@ -273,7 +256,7 @@ class Account:
         again, the same object: deriving is skipped, and a view can keep what it made from it (the
         exposition keeps the agent's lines) while the agent is unchanged.
         """
-        roster, slow_after = self._roster, self._rollouts.slow_after
+        roster, slow_after = self._roster, self.slow_after
         with read_locked(roster.lock):  # the agents so far, the rejections and the time, at once
             now = self._clock()
             states = list(roster.by_label.values())

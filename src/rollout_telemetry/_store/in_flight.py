@@ -24,7 +24,8 @@ InFlight = tuple[AgentState, Slot, float]
 
 
 class InFlightRollouts:
-    """The rollouts in flight and the cleanups in progress of a roster's agents, under its lock.
+    """The rollouts in flight and the cleanups in progress of a roster's agents, under its lock: the base of
+    ``Account``, so a call of its callers costs a method's, and they hold one object.
 
     Args:
         roster: the agents and the lock, shared with the account's counts.

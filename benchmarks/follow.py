@@ -29,7 +29,6 @@ from pathlib import Path
 from prometheus_client import generate_latest
 
 from rollout_telemetry import RolloutTelemetry
-from rollout_telemetry._facade.telemetry import run_follower
 from rollout_telemetry._sources.follow import RunFiles
 
 AGENTS = ("math_agent", "code_agent", "browser_agent")
@@ -86,7 +85,7 @@ def baseline(path: Path) -> int:
 def reader(path: Path) -> int:
     """Read the file with the follower into a fresh account and coverage."""
     telemetry = RolloutTelemetry()
-    follower = run_follower(telemetry, RunFiles(path))
+    follower = telemetry._run_follower(RunFiles(path))
     follower.read_all()  # what report does
     return sum(a.completed for a in telemetry.snapshot().agents)
 

@@ -19,7 +19,6 @@ import tracemalloc
 from pathlib import Path
 
 from rollout_telemetry import RolloutTelemetry
-from rollout_telemetry._facade.telemetry import run_follower
 from rollout_telemetry._sources.follow import RunFiles
 
 GOAL = 100 * 2**20
@@ -46,7 +45,7 @@ def measure(main: Path, identities: int) -> tuple[float, float]:
     before = tracemalloc.get_traced_memory()[0]
     start = time.perf_counter()
     telemetry = RolloutTelemetry()
-    follower = run_follower(telemetry, RunFiles.from_main(main))
+    follower = telemetry._run_follower(RunFiles.from_main(main))
     follower.read_all()
     follower.finish()
     seconds = time.perf_counter() - start

@@ -36,7 +36,7 @@ from rollout_telemetry._facade.telemetry import RolloutTelemetry
 from rollout_telemetry._store.coverage import CoverageSnapshot
 from rollout_telemetry._views import story as story_module
 from rollout_telemetry._views.page import Page
-from rollout_telemetry._views.report import build_report
+from rollout_telemetry._views.run_report import build_report
 from rollout_telemetry._views.story import MOST_INSTANTS, RunStory
 
 

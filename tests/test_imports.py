@@ -64,7 +64,7 @@ def test_each_part_is_imported_when_used() -> None:
         "from rollout_telemetry import RolloutTelemetry\n"
         "server = RolloutTelemetry().serve(port=0)\nserver.stop()"
     )
-    assert "rollout_telemetry._serve.server" in served
+    assert "rollout_telemetry._serve.metrics_server" in served
     assert "asyncio" in served  # the server's event loop
 
 

@@ -8,11 +8,12 @@ from ._contract.generation import Generation
 from ._contract.outcome import Disposition, Outcome, outcome_of
 from ._contract.verify_response import VerifyResponse
 from ._facade.telemetry import RolloutTelemetry
-from ._recording.lifecycle import Cleanup, RolloutContext
-from ._recording.output import OutputWrite
+from ._recording.cleanup import Cleanup
+from ._recording.lifecycle import RolloutContext
+from ._recording.output_write import OutputWrite
 from ._recording.spans import EvaluationEvent, SpanMode
 from ._serve.credentials import BasicAuth, hash_password
-from ._serve.server import MetricsServer
+from ._serve.metrics_server import MetricsServer
 from ._serve.tls import TLSConfig
 from ._store.observed import Observed
 from ._store.recovery import RecoverySnapshot

@@ -31,7 +31,7 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess witho
     msg = "rollout_telemetry.ray needs Ray: pip install 'rollout-telemetry[ray]'"
     raise ImportError(msg) from exc
 
-from rollout_telemetry._ray.registry import (
+from rollout_telemetry._ray.registry_actor import (
     REGISTRY_NAME,
     refusals,
     registry_url,

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from rollout_telemetry._cli.main import EXAMPLES, _parser, main
-from rollout_telemetry._cli.simulation import RECOVERY_SCENARIOS
+from rollout_telemetry._cli.scenarios import RECOVERY_SCENARIOS
 
 
 def test_help_describes_the_tool(capsys: pytest.CaptureFixture[str]) -> None:

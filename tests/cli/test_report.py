@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from rollout_telemetry._cli.main import main
-from rollout_telemetry._cli.report import print_report
-from rollout_telemetry._facade.telemetry import RolloutTelemetry, run_follower
+from rollout_telemetry._cli.report_command import print_report
+from rollout_telemetry._facade.telemetry import RolloutTelemetry
 from rollout_telemetry._sources.run_files import RunFiles
 from rollout_telemetry._views.story import RunStory
 from rollout_telemetry.errors import ConfigError
@@ -116,7 +116,7 @@ def test_a_long_agent_name_is_one_row_and_one_label(
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     telemetry = RolloutTelemetry(tracer_provider=provider)
-    run_follower(telemetry, RunFiles.from_main(main_file)).poll()
+    telemetry._run_follower(RunFiles.from_main(main_file)).poll()
     with telemetry.rollout(agent) as rollout:
         rollout.complete({"reward": 1.0})
     agent_labels = {
@@ -497,7 +497,7 @@ def _html_of_the_fixture_run(page: Path) -> None:
     """Print the fixture run's report and write its page to ``page``, as `gym --html` does at a run's end."""
     telemetry = RolloutTelemetry()
     story = RunStory(telemetry.snapshot, "rollouts")
-    follower = run_follower(telemetry, RunFiles(FIXTURES / "run.jsonl"), observe=lambda *_: story.tick())
+    follower = telemetry._run_follower(RunFiles(FIXTURES / "run.jsonl"), observe=lambda *_: story.tick())
     follower.poll()
     print_report(telemetry, follower, "json", html=(page, story))
 

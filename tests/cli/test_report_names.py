@@ -165,8 +165,7 @@ def test_gyms_end_of_run_report_prints_markup_as_text_and_writes_its_page(
     """``gym``'s report at the end of a run (``print_report``) prints such names as text and goes on to write
     the ``--html`` page, where a MarkupError stopped it before the page."""
     from rollout_telemetry import RolloutTelemetry
-    from rollout_telemetry._cli.report import print_report
-    from rollout_telemetry._facade.telemetry import run_follower
+    from rollout_telemetry._cli.report_command import print_report
     from rollout_telemetry._sources.follow import RunFiles
     from rollout_telemetry._views.intervals import RewardSamples
     from rollout_telemetry._views.story import RunStory
@@ -177,7 +176,7 @@ def test_gyms_end_of_run_report_prints_markup_as_text_and_writes_its_page(
     telemetry = RolloutTelemetry()
     samples = RewardSamples()
     story = RunStory(telemetry.snapshot, "rollouts")
-    follower = run_follower(telemetry, RunFiles.from_main(path), observe=samples.observe)
+    follower = telemetry._run_follower(RunFiles.from_main(path), observe=samples.observe)
     follower.read_all()
     follower.finish()
     page = tmp_path / "run.html"

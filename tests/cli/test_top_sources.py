@@ -22,7 +22,7 @@ from rollout_telemetry._cli.top_sources import (
     parse_metrics,
     parse_rollouts,
 )
-from rollout_telemetry._facade.telemetry import RolloutTelemetry, run_follower
+from rollout_telemetry._facade.telemetry import RolloutTelemetry
 from rollout_telemetry._sources.follow import RunFiles
 from tests.support import FakeClock, exposition, free_port
 
@@ -208,7 +208,7 @@ def test_follow_source_reads_a_runs_files() -> None:
     """A run's files give the same figures report counts: per agent, without an in-flight list."""
     telemetry = RolloutTelemetry()
     files = RunFiles.from_main(FIXTURES / "run.jsonl")
-    follower = run_follower(telemetry, files)
+    follower = telemetry._run_follower(files)
     reading = FollowSource(follower, telemetry).read()
     snapshot = telemetry.snapshot()
     assert reading.in_flight is None
@@ -254,7 +254,7 @@ def test_a_run_with_no_agent_says_why(tmp_path: Path) -> None:
     main = tmp_path / "run.jsonl"
     main.write_text("")
     telemetry = RolloutTelemetry()
-    source = FollowSource(run_follower(telemetry, RunFiles.from_main(main)), telemetry)
+    source = FollowSource(telemetry._run_follower(RunFiles.from_main(main)), telemetry)
     assert source.read().note == f"no rollout row in {main} yet"
     main.write_text('{"reward": "high", "_ng_environment_server": "a"}\nnot json\n')
     reading = source.read()
@@ -304,7 +304,7 @@ def test_a_missing_run_file_is_down_until_it_appears(tmp_path: Path) -> None:
     """--follow on a file not written yet says so, then reads it once it is there."""
     telemetry = RolloutTelemetry()
     main = tmp_path / "run.jsonl"
-    source = FollowSource(run_follower(telemetry, RunFiles.from_main(main)), telemetry)
+    source = FollowSource(telemetry._run_follower(RunFiles.from_main(main)), telemetry)
     with pytest.raises(SourceDown, match="no such file"):
         source.read()
     main.write_bytes((FIXTURES / "run.jsonl").read_bytes())
@@ -316,7 +316,7 @@ def test_rows_naming_no_agent_are_the_files_and_the_screen_says_so(tmp_path: Pat
     main = tmp_path / "evals.jsonl"
     main.write_text('{"reward": 1.0}\n{"reward": 0.0}\n')
     telemetry = RolloutTelemetry()
-    follower = run_follower(telemetry, RunFiles.from_main(main), default_agent=RunFiles.from_main(main).name)
+    follower = telemetry._run_follower(RunFiles.from_main(main), default_agent=RunFiles.from_main(main).name)
     reading = FollowSource(follower, telemetry).read()
     assert [agent.agent for agent in reading.agents] == ["evals"]
     assert reading.note == (

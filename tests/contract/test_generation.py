@@ -13,7 +13,6 @@ from pydantic import BaseModel
 from rollout_telemetry import RolloutTelemetry
 from rollout_telemetry._contract.generation import TRUNCATION_CAUSES, check_generation, truncation_cause
 from rollout_telemetry._contract.outcome import classify
-from rollout_telemetry._facade.telemetry import run_follower
 from rollout_telemetry._sources.follow import RunFiles
 from rollout_telemetry.errors import OutcomeError
 from tests.support import exposition, sample_names, samples, value
@@ -235,7 +234,7 @@ def test_followed_gym_rows_count_their_usage(tmp_path: Path) -> None:
     main = tmp_path / "run.jsonl"
     main.write_text("".join(rows))
     telemetry = RolloutTelemetry()
-    run_follower(telemetry, RunFiles(main)).poll()
+    telemetry._run_follower(RunFiles(main)).poll()
     text = exposition(telemetry.registry)
     assert value(text, "rollout_completed_total", agent="math") == 3
     assert value(text, "rollout_tokens_total", agent="math", type="input") == 2 * usage["input_tokens"]

@@ -10,7 +10,6 @@ import pytest
 
 from rollout_telemetry import RolloutTelemetry
 from rollout_telemetry._contract.health import findings
-from rollout_telemetry._facade.telemetry import run_follower
 from rollout_telemetry._sources.follow import RunFiles
 from tests.support import exposition, sample_names, samples, value
 
@@ -140,7 +139,7 @@ def test_follow_mode_reads_the_trajectory_of_each_row(tmp_path: Path) -> None:
     main = tmp_path / "run.jsonl"
     main.write_text("".join(json.dumps(row) + "\n" for row in rows))
     telemetry = RolloutTelemetry()
-    run_follower(telemetry, RunFiles(main)).poll()
+    telemetry._run_follower(RunFiles(main)).poll()
     assert value(exposition(telemetry.registry), "rollout_health_evaluated_total", agent="math") == 2
     assert _findings(telemetry) == {
         "agent_turn_hollow": 1,

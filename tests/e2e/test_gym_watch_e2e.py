@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from rollout_telemetry._sources.gym import PASSED_ON
+from rollout_telemetry._sources.gym_process import PASSED_ON
 from tests.support import alive, stop_process, wait_until
 
 PYTHON = sys.executable

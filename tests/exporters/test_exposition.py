@@ -16,7 +16,7 @@ from prometheus_client.samples import Sample
 
 from rollout_telemetry import RolloutTelemetry
 from rollout_telemetry._contract.outcome import classify
-from rollout_telemetry._store.account import InFlight
+from rollout_telemetry._store.in_flight import InFlight
 from rollout_telemetry.errors import ConfigError
 from rollout_telemetry.exporters._exposition import encode
 from rollout_telemetry.exporters._prometheus import AccountCollector

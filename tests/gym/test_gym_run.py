@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from rollout_telemetry._sources.gym import GRACE
+from rollout_telemetry._sources.gym_process import GRACE
 from tests.e2e.dashboard import followed_run_panels
 from tests.e2e.prometheus import Prometheus
 from tests.gym.harness import (

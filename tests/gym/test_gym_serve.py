@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from rollout_telemetry._sources.gym import GRACE
+from rollout_telemetry._sources.gym_process import GRACE
 from tests.gym.harness import (
     TEST_AGENT,
     FakeModel,

@@ -18,8 +18,8 @@ from prometheus_client import (
 )
 
 from rollout_telemetry import RolloutTelemetry
-from rollout_telemetry._recording.runtime import LoopLag, LoopWatch
-from rollout_telemetry._store.runtime import LAG_BUCKETS, Runtime
+from rollout_telemetry._recording.runtime_samplers import LoopLag, LoopWatch
+from rollout_telemetry._store.runtime_observations import LAG_BUCKETS, Runtime
 from rollout_telemetry.errors import ConfigError
 from rollout_telemetry.exporters._exposition import encode
 from rollout_telemetry.exporters._prometheus import RuntimeCollector

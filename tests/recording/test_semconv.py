@@ -14,7 +14,6 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from rollout_telemetry import RolloutTelemetry
-from rollout_telemetry._facade.telemetry import run_follower
 from rollout_telemetry._recording import semconv
 from rollout_telemetry._recording.semconv import ATTRIBUTES, latest_experimental
 from rollout_telemetry._sources.follow import RunFiles, RunFollower
@@ -56,7 +55,7 @@ def _every_kind_of_span(clock: FakeClock, tmp_path: Path) -> tuple[ReadableSpan,
     perf = {"total_latency_ms": 20, "num_turns": 3, "num_tool_calls": 2}
     row = {"reward": 0.5, "_ng_task_index": 0, "_ng_rollout_index": 0, "ng_perf": perf}
     main.write_text(json.dumps({**row, "agent_ref": {"name": "a"}}) + "\n")
-    run_follower(telemetry, RunFiles.from_main(main), spans=True).poll()
+    telemetry._run_follower(RunFiles.from_main(main), spans=True).poll()
     return exporter.get_finished_spans()
 
 
@@ -172,7 +171,7 @@ def _followed(tmp_path: Path, telemetry: RolloutTelemetry, **options: object) ->
         for i in range(3)
     ]
     main.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    return run_follower(telemetry, RunFiles.from_main(main), **options)
+    return telemetry._run_follower(RunFiles.from_main(main), **options)
 
 
 def test_follow_mode_makes_no_span_by_default(clock: FakeClock, tmp_path: Path) -> None:
@@ -213,7 +212,7 @@ def test_a_raising_redact_hook_costs_a_followed_row_nothing(clock: FakeClock, tm
         "agent_ref": {"name": "a"},
     }
     (tmp_path / "run_failures.jsonl").write_text(json.dumps(failure) + "\n")
-    follower = run_follower(telemetry, RunFiles.from_main(main), spans=True)
+    follower = telemetry._run_follower(RunFiles.from_main(main), spans=True)
     assert follower.poll() == 1
     assert follower.rows == 1
     (span,) = exporter.get_finished_spans()

@@ -26,7 +26,6 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from rollout_telemetry import RolloutTelemetry
-from rollout_telemetry._facade.telemetry import run_follower
 from rollout_telemetry._recording import semconv
 from rollout_telemetry._sources.follow import RunFiles
 from tests.support import FakeClock
@@ -81,7 +80,7 @@ def _run(telemetry: RolloutTelemetry, clock: FakeClock, folder: Path) -> None:
     main = folder / "run.jsonl"
     row = {"reward": 0.5, "_ng_task_index": 0, "_ng_rollout_index": 0, "agent_ref": {"name": "a"}}
     main.write_text(json.dumps(row) + "\n")
-    run_follower(telemetry, RunFiles.from_main(main), spans=True).poll()
+    telemetry._run_follower(RunFiles.from_main(main), spans=True).poll()
 
 
 def emitted(clock: FakeClock, folder: Path, *, evaluation_event: str) -> Emitted:

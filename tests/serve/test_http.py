@@ -20,7 +20,7 @@ from rollout_telemetry._serve.connections import source_of
 from rollout_telemetry._serve.http import HttpServer
 from rollout_telemetry._serve.limits import Limits
 from rollout_telemetry._serve.messages import Request, Response
-from rollout_telemetry._serve.serving import bind
+from rollout_telemetry._serve.port_and_gate import bind
 from tests.support import FakeClock, held, raw_request, read_reply, rss
 
 MB = 1 << 20

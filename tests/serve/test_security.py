@@ -23,7 +23,7 @@ from rollout_telemetry import BasicAuth, RolloutTelemetry, TLSConfig, hash_passw
 from rollout_telemetry._cli.main import main
 from rollout_telemetry._serve.credentials import credentials, matches
 from rollout_telemetry._serve.limits import Limits
-from rollout_telemetry._serve.server import MetricsServer
+from rollout_telemetry._serve.metrics_server import MetricsServer
 from rollout_telemetry.errors import ConfigError
 from tests.support import held, raw_request, samples
 

@@ -20,7 +20,7 @@ from prometheus_client.core import CounterMetricFamily
 
 from rollout_telemetry import RolloutTelemetry
 from rollout_telemetry._serve.limits import Limits
-from rollout_telemetry._serve.server import start_server
+from rollout_telemetry._serve.metrics_server import start_server
 from rollout_telemetry._serve.shared import Shared
 from rollout_telemetry._serve.workers import Busy, Workers
 from rollout_telemetry.errors import ServeError

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from rollout_telemetry._cli.simulation import DROP_SCENARIOS
+from rollout_telemetry._cli.scenarios import DROP_SCENARIOS
 from tests.e2e.prometheus import Prometheus
 from tests.e2e.scenarios import GRACE, fired_alerts, scenario_demos, short_rules
 

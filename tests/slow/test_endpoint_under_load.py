@@ -25,7 +25,7 @@ import pytest
 from rollout_telemetry import BasicAuth, RolloutTelemetry, TLSConfig, hash_password
 from rollout_telemetry._facade.live import LivePage
 from rollout_telemetry._serve.limits import Limits
-from rollout_telemetry._serve.server import MetricsServer, start_server
+from rollout_telemetry._serve.metrics_server import MetricsServer, start_server
 from rollout_telemetry._store.snapshot import AccountSnapshot
 from rollout_telemetry._views.page import REFRESH_SECONDS
 from rollout_telemetry._views.story import Point

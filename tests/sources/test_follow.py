@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from rollout_telemetry import Disposition, RolloutTelemetry
-from rollout_telemetry._facade.telemetry import run_follower
 from rollout_telemetry._sources.follow import RunFiles, RunFollower
 from tests.support import FakeClock, exposition, groups_of, samples, value
 
@@ -34,7 +33,7 @@ def run_dir(tmp_path: Path) -> Path:
 def _follower(clock: FakeClock, main: Path) -> tuple[RolloutTelemetry, RunFollower]:
     # Without the process's runtime, whose figures differ between two telemetries compared here.
     telemetry = RolloutTelemetry(run="r", clock=clock, runtime_metrics=False)
-    return telemetry, run_follower(telemetry, RunFiles.from_main(main))
+    return telemetry, telemetry._run_follower(RunFiles.from_main(main))
 
 
 def test_sidecars_are_found_by_name(tmp_path: Path) -> None:
@@ -222,7 +221,7 @@ def test_files_left_from_an_earlier_run_wait_until_written(tmp_path: Path, clock
     inputs.write_text("".join(old_input % i for i in range(5)))
     main.write_text("".join(ROW.format(reward=1.0, task=i) for i in range(5)))
     telemetry = RolloutTelemetry(run="r", clock=clock)
-    follower = run_follower(telemetry, RunFiles.from_main(main), skip_existing=True)
+    follower = telemetry._run_follower(RunFiles.from_main(main), skip_existing=True)
     assert follower.poll() == 0
     assert telemetry.snapshot().agent("a") is None
     # A fresh run: the inputs rewritten in place (a new modification time), the output recreated.

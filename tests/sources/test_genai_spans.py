@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 
 from rollout_telemetry import RolloutTelemetry
-from rollout_telemetry._facade.telemetry import run_follower
 from rollout_telemetry._sources.follow import RunFiles
 from rollout_telemetry.exporters.otel import OTLPExport, otlp_providers
 from tests.otlp_receiver import OTLPReceiver, ReceivedSpan
@@ -306,7 +305,7 @@ def test_follow_mode_one_span_per_row(receiver: OTLPReceiver, latest: None, tmp_
     )
     export = _export(receiver)
     telemetry = RolloutTelemetry(run="follow", tracer_provider=export.tracer_provider)
-    follower = run_follower(telemetry, RunFiles.from_main(main), spans=True, wall_clock=lambda: NOW_NS)
+    follower = telemetry._run_follower(RunFiles.from_main(main), spans=True, wall_clock=lambda: NOW_NS)
     assert follower.poll() == 4
     assert follower.poll() == 0  # read once: no second span of a row
     export.shutdown()
@@ -384,7 +383,7 @@ def test_follow_mode_sends_each_rows_evaluation_as_a_log_record(
     telemetry = RolloutTelemetry(
         run="follow", tracer_provider=export.tracer_provider, logger_provider=export.logger_provider
     )
-    follower = run_follower(telemetry, RunFiles.from_main(main), spans=True, wall_clock=lambda: NOW_NS)
+    follower = telemetry._run_follower(RunFiles.from_main(main), spans=True, wall_clock=lambda: NOW_NS)
     assert follower.poll() == 2
     export.shutdown()
     spans = {span.span_id: span for span in receiver.received()}

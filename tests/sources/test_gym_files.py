@@ -22,11 +22,10 @@ from hypothesis import strategies as st
 
 from rollout_telemetry import Disposition, RolloutTelemetry
 from rollout_telemetry._cli.main import main
-from rollout_telemetry._facade.telemetry import run_follower
 from rollout_telemetry._sources.follow import RunFiles
 from rollout_telemetry._store.coverage import Coverage
 from rollout_telemetry._store.names import Names
-from rollout_telemetry._views.report import build_report
+from rollout_telemetry._views.run_report import build_report
 from tests.support import examples
 
 GYM = Path(__file__).parents[1] / "fixtures" / "gym"
@@ -75,7 +74,7 @@ KINDS = {
 
 def _report(folder: Path) -> dict[str, Any]:
     telemetry = RolloutTelemetry()
-    follower = run_follower(telemetry, RunFiles.from_main(folder / "run.jsonl"))
+    follower = telemetry._run_follower(RunFiles.from_main(folder / "run.jsonl"))
     follower.poll()
     follower.finish()
     return build_report(telemetry.snapshot(), follower.coverage.snapshot())
@@ -134,7 +133,7 @@ def test_any_interleaving_of_appends_gives_the_same_report(
     chooser.shuffle(order)
     poll_after = set(chooser.sample(range(len(order)), min(polls, len(order))))
     telemetry = RolloutTelemetry()
-    follower = run_follower(telemetry, RunFiles.from_main(folder / "run.jsonl"))
+    follower = telemetry._run_follower(RunFiles.from_main(folder / "run.jsonl"))
     for step, name in enumerate(order):
         with (folder / name).open("a") as handle:
             handle.write(pending[name].pop(0))
@@ -152,7 +151,7 @@ def test_rows_wait_for_their_inputs_row_and_never_drop(tmp_path: Path) -> None:
     (tmp_path / "run_materialized_inputs.jsonl").write_text("")
     (tmp_path / "run.jsonl").write_text('{"reward": 1.0, "_ng_task_index": 0, "_ng_rollout_index": 0}\n')
     telemetry = RolloutTelemetry()
-    follower = run_follower(telemetry, RunFiles.from_main(tmp_path / "run.jsonl"))
+    follower = telemetry._run_follower(RunFiles.from_main(tmp_path / "run.jsonl"))
     follower.poll()
     assert (follower.waiting, telemetry.snapshot().agents) == (1, ())
     with (tmp_path / "run_materialized_inputs.jsonl").open("a") as inputs:
@@ -201,7 +200,7 @@ def test_each_gym_failure_class_is_a_failure_of_that_kind(
         row |= {"skipped": True, "_ng_failure_terminal": True}
     (tmp_path / "run_failures.jsonl").write_text(json.dumps(row) + "\n")
     telemetry = RolloutTelemetry()
-    follower = run_follower(telemetry, RunFiles.from_main(tmp_path / "run.jsonl"))
+    follower = telemetry._run_follower(RunFiles.from_main(tmp_path / "run.jsonl"))
     with caplog.at_level(logging.WARNING):
         follower.poll()
     agent = telemetry.snapshot().agent("env")
@@ -220,7 +219,7 @@ def test_an_explicit_omission_stays_an_omission(tmp_path: Path) -> None:
            "_ng_failure_class": "cancelled"}  # fmt: skip
     (tmp_path / "run_failures.jsonl").write_text(json.dumps(row) + "\n")
     telemetry = RolloutTelemetry()
-    run_follower(telemetry, RunFiles.from_main(tmp_path / "run.jsonl")).poll()
+    telemetry._run_follower(RunFiles.from_main(tmp_path / "run.jsonl")).poll()
     agent = telemetry.snapshot().agent("env")
     assert agent is not None
     assert (agent.omitted, agent.failed) == (1, 0)
@@ -235,7 +234,7 @@ def test_a_torn_line_loses_only_itself(tmp_path: Path) -> None:
     )
     main_file.write_text(row.format(reward=1.0, task=0) + "\n" + row.format(reward=0.5, task=1)[:40])
     telemetry = RolloutTelemetry()
-    follower = run_follower(telemetry, RunFiles.from_main(main_file))
+    follower = telemetry._run_follower(RunFiles.from_main(main_file))
     follower.poll()
     with main_file.open("a") as handle:  # a new writer appends whole rows after the torn one
         handle.write(row.format(reward=0.25, task=2) + "\n" + row.format(reward=0.75, task=3) + "\n")

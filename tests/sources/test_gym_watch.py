@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from rollout_telemetry import Disposition
-from rollout_telemetry._cli.gym import status_line
+from rollout_telemetry._cli.gym_command import status_line
 from rollout_telemetry._cli.main import main
-from rollout_telemetry._sources.gym import GymCommand, describe_status, exit_status
+from rollout_telemetry._sources.gym_process import GymCommand, describe_status, exit_status
 from rollout_telemetry._store.coverage import AgentCoverage, CoverageSnapshot
 from rollout_telemetry.errors import ConfigError
 

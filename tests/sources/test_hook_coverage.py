@@ -22,9 +22,8 @@ from hypothesis import strategies as st
 from rollout_telemetry import Disposition, RolloutTelemetry
 from rollout_telemetry._cli.main import main
 from rollout_telemetry._cli.simulation import DemoConfig, run_demo
-from rollout_telemetry._facade.telemetry import run_follower
 from rollout_telemetry._sources.follow import RunFiles
-from rollout_telemetry._views.report import build_report
+from rollout_telemetry._views.run_report import build_report
 from rollout_telemetry.errors import ConfigError
 from tests.support import (
     FakeClock,
@@ -142,7 +141,7 @@ def test_the_hook_api_and_the_files_fill_one_account(
         for path in files.values():
             path.write_text("")
         live = RolloutTelemetry(clock=FakeClock())
-        follower = run_follower(live, RunFiles.from_main(main_file))
+        follower = live._run_follower(RunFiles.from_main(main_file))
         follower.poll()
         for event in sequence:  # appended a line at a time, read as it arrives
             which, line = _row(event)
@@ -463,7 +462,7 @@ def test_the_hook_api_and_the_files_agree_on_attempts_exhaustion_and_stages(
         for path in files.values():
             path.write_text("")
         live = RolloutTelemetry(clock=FakeClock())
-        follower = run_follower(live, RunFiles.from_main(main_file))
+        follower = live._run_follower(RunFiles.from_main(main_file))
         for one, stage, delivery in sequence:
             _record_where(hook, one, stage, delivery)
             which, line = _row_where(one, stage, delivery)

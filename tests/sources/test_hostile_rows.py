@@ -25,7 +25,6 @@ from rollout_telemetry import Disposition, RolloutTelemetry
 from rollout_telemetry._cli.main import main
 from rollout_telemetry._contract.generation import MAX_TOKENS
 from rollout_telemetry._contract.outcome import classify
-from rollout_telemetry._facade.telemetry import run_follower
 from rollout_telemetry._sources.follow import RunFiles
 from rollout_telemetry._sources.gym_rows import _DECODER, MAX_FIELD, decode_row, recover_row
 from rollout_telemetry._sources.tail import Tail
@@ -66,7 +65,7 @@ def test_a_token_count_of_400_digits_in_a_followed_row_is_a_counted_rejection(tm
         + json.dumps(ROW) + "\n"
     )  # fmt: skip
     telemetry = RolloutTelemetry()
-    run_follower(telemetry, RunFiles.from_main(main_file)).poll()
+    telemetry._run_follower(RunFiles.from_main(main_file)).poll()
     assert telemetry.snapshot().rejected == {"invalid_output_tokens": 1}
     assert b"rollout_completed_total" in generate_latest(telemetry.registry)
 
@@ -100,7 +99,7 @@ def test_a_live_follower_counts_hostile_lines_and_goes_on(
     with no error logged."""
     _hostile_file(tmp_path / "run.jsonl")
     telemetry = RolloutTelemetry()
-    run_follower(telemetry, RunFiles.from_main(tmp_path / "run.jsonl")).poll()
+    telemetry._run_follower(RunFiles.from_main(tmp_path / "run.jsonl")).poll()
     assert telemetry.snapshot().rejected == {"malformed_json": 1, "invalid_reward": 1}
     assert not [record for record in caplog.records if record.levelname in ("ERROR", "CRITICAL")]
 
@@ -320,7 +319,7 @@ def test_a_line_longer_than_the_cap_is_skipped_once_and_never_read_again(tmp_pat
     path = tmp_path / "run.jsonl"
     path.write_text(json.dumps(ROW) + "\n" + "x" * 5000)  # still being written: no newline yet
     telemetry = RolloutTelemetry()
-    follower = run_follower(telemetry, RunFiles.from_main(path), max_line=1024)
+    follower = telemetry._run_follower(RunFiles.from_main(path), max_line=1024)
     follower.poll()
     assert follower.position == path.stat().st_size  # passed over, not kept to be read again
     with path.open("a") as handle:
@@ -346,7 +345,7 @@ def test_a_fifo_swapped_in_live_is_not_opened(tmp_path: Path, caplog: pytest.Log
     path = tmp_path / "run.jsonl"
     path.write_text(json.dumps(ROW) + "\n")
     telemetry = RolloutTelemetry()
-    follower = run_follower(telemetry, RunFiles.from_main(path))
+    follower = telemetry._run_follower(RunFiles.from_main(path))
     follower.poll()
     path.unlink()
     os.mkfifo(path)
@@ -396,7 +395,7 @@ def test_a_path_swapped_between_check_and_read_is_not_read(
     path = tmp_path / "run.jsonl"
     path.symlink_to(real)  # a symlink to a regular file is followed
     telemetry = RolloutTelemetry()
-    follower = run_follower(telemetry, RunFiles.from_main(path))
+    follower = telemetry._run_follower(RunFiles.from_main(path))
     follower.poll()
     with real.open("a") as rows:
         rows.write(json.dumps(ROW) + "\n")
@@ -433,7 +432,7 @@ def test_an_unreadable_followed_file_is_said_once(tmp_path: Path, caplog: pytest
     path = tmp_path / "run.jsonl"
     path.symlink_to(path)
     telemetry = RolloutTelemetry()
-    follower = run_follower(telemetry, RunFiles.from_main(path))
+    follower = telemetry._run_follower(RunFiles.from_main(path))
     for _ in range(3):
         follower.poll()
     assert sum("cannot read" in record.getMessage() for record in caplog.records) == 1

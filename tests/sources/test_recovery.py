@@ -14,7 +14,6 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from rollout_telemetry import RolloutTelemetry
-from rollout_telemetry._facade.telemetry import run_follower
 from rollout_telemetry._sources.follow import RunFiles
 from rollout_telemetry.errors import OutcomeError
 from tests.support import FakeClock, exposition, sample_names, samples, value
@@ -284,7 +283,7 @@ def test_followed_gym_rows_give_stage_delivery_attempts_and_exhaustion(tmp_path:
     ]
     (tmp_path / "rollouts_failures.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
     telemetry = RolloutTelemetry(clock=FakeClock())
-    follower = run_follower(telemetry, RunFiles.from_main(main))
+    follower = telemetry._run_follower(RunFiles.from_main(main))
     follower.poll()
     follower.finish()
     agent = ("agent", "weather_agent")
@@ -309,7 +308,7 @@ def test_a_real_gym_run_with_retries_gives_its_attempts(tmp_path: Path) -> None:
     run = tmp_path / "retried"
     shutil.copytree(REAL / "retried", run)
     telemetry = RolloutTelemetry(clock=FakeClock())
-    follower = run_follower(telemetry, RunFiles.from_main(run / "rollouts.jsonl"))
+    follower = telemetry._run_follower(RunFiles.from_main(run / "rollouts.jsonl"))
     follower.poll()
     follower.finish()
     histogram = _histogram(telemetry, "rollout_attempts", "rt_weather_simple_agent")

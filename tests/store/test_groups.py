@@ -12,7 +12,6 @@ from rollout_telemetry import Disposition, RolloutTelemetry
 from rollout_telemetry._cli.main import main
 from rollout_telemetry._contract.group_state import GROUP_STATES, contaminated, group_state
 from rollout_telemetry._contract.outcome import absent, classify
-from rollout_telemetry._facade.telemetry import run_follower
 from rollout_telemetry._sources.follow import RunFiles
 from tests.support import exposition, groups_of, recording_part, sample_names, samples, value
 
@@ -197,7 +196,7 @@ def test_follow_mode_sizes_groups_from_the_materialized_inputs(
     (tmp_path / "run_failures.jsonl").write_text(json.dumps(failure) + "\n")
     run.write_text(row(0, 0, 1.0) + row(0, 1, 1.0) + row(1, 0, 0.0))
     telemetry = RolloutTelemetry()
-    follower = run_follower(telemetry, RunFiles.from_main(run))
+    follower = telemetry._run_follower(RunFiles.from_main(run))
     follower.poll()
     # Task 1 completed as insufficient (one valid member, one failed); task 0 waits for its third.
     assert _states(telemetry) == dict.fromkeys(GROUP_STATES, 0) | {"insufficient": 1}

@@ -18,7 +18,7 @@ from rollout_telemetry._facade.telemetry import RolloutTelemetry
 from rollout_telemetry._store.coverage import CoverageSnapshot
 from rollout_telemetry._views.charts import nice_ticks
 from rollout_telemetry._views.page import MAX_OPEN, OPEN_AGENTS, REFRESH_SECONDS, Drawings, Page, render_page
-from rollout_telemetry._views.report import build_report
+from rollout_telemetry._views.run_report import build_report
 from rollout_telemetry._views.story import Point, RunStory
 
 HOSTILE = '</script><script>alert("x")</script><img src=x onerror=alert(1)> & "quoted" \'\n'

@@ -10,7 +10,7 @@ import pytest
 from rollout_telemetry._facade.telemetry import RolloutTelemetry
 from rollout_telemetry._store.coverage import CoverageSnapshot
 from rollout_telemetry._views import story as story_module
-from rollout_telemetry._views.report import build_report
+from rollout_telemetry._views.run_report import build_report
 from rollout_telemetry._views.story import POINT_FIELDS, RunStory
 
 REWARD, UNMASKED = POINT_FIELDS.index("reward"), POINT_FIELDS.index("reward_unmasked")

@@ -22,11 +22,9 @@ from rollout_telemetry.errors import ConfigError
 _N = TypeVar("_N", int, float)
 
 __all__ = [
-    "HelpFormatter",
     "OneLineParser",
     "at_least",
     "at_least_one",
-    "metavar_of",
     "non_negative",
     "port",
     "positive",

@@ -17,20 +17,20 @@ from typing import Protocol, TextIO
 
 from rollout_telemetry._cli import (
     demo,
-    gym,
+    gym_command,
     hash_password,
     monitoring,
     options,
     ray_targets,
-    report,
-    serve,
+    report_command,
+    serve_command,
     top,
 )
 from rollout_telemetry._cli.args import OneLineParser
 from rollout_telemetry._recording.rollout_log import ROLLOUTS
 from rollout_telemetry.errors import RolloutTelemetryError
 
-__all__ = ["EXAMPLES", "main"]
+__all__ = ["main"]
 
 
 class _Command(Protocol):
@@ -46,15 +46,25 @@ class _Command(Protocol):
         """Run the command with what was parsed; return the exit status."""
 
 
-_COMMANDS: tuple[_Command, ...] = (demo, serve, gym, report, top, monitoring, hash_password, ray_targets)
+_COMMANDS: tuple[_Command, ...] = (
+    demo,
+    serve_command,
+    gym_command,
+    report_command,
+    top,
+    monitoring,
+    hash_password,
+    ray_targets,
+)
 """The commands, in the order ``--help`` lists them."""
 
 EXAMPLES = {
     demo.NAME: "rollout-telemetry demo --port 9464 --duration 60",
-    serve.NAME: "rollout-telemetry serve results/rollouts.jsonl --port 9464 --run grpo-exp-42",
-    gym.NAME: "rollout-telemetry gym --port 9464 -- gym eval run --no-serve --agent my_env_simple_agent "
-    "--input data.jsonl --output out/rollouts.jsonl +route_failures_to_sidecar=true",
-    report.NAME: "rollout-telemetry report results/rollouts.jsonl --format json",
+    serve_command.NAME: "rollout-telemetry serve results/rollouts.jsonl --port 9464 --run grpo-exp-42",
+    gym_command.NAME: "rollout-telemetry gym --port 9464 -- gym eval run --no-serve "
+    "--agent my_env_simple_agent --input data.jsonl --output out/rollouts.jsonl "
+    "+route_failures_to_sidecar=true",
+    report_command.NAME: "rollout-telemetry report results/rollouts.jsonl --format json",
     top.NAME: "rollout-telemetry top --follow results/rollouts.jsonl",
     monitoring.NAME: "rollout-telemetry monitoring prometheus --scrape http://127.0.0.1:9464/metrics",
     hash_password.NAME: "rollout-telemetry hash-password < password.txt > metrics.hash",

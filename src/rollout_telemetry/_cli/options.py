@@ -21,7 +21,7 @@ if TYPE_CHECKING:  # what the options make is imported when it is made: --help a
     from rollout_telemetry._contract.outcome import Classified
     from rollout_telemetry._facade.telemetry import RolloutTelemetry
     from rollout_telemetry._serve.credentials import BasicAuth
-    from rollout_telemetry._serve.server import MetricsServer
+    from rollout_telemetry._serve.metrics_server import MetricsServer
     from rollout_telemetry._serve.tls import TLSConfig
     from rollout_telemetry._sources.follow import RunFollower
 
@@ -194,15 +194,13 @@ def run_follower(
 ) -> RunFollower:
     """A follower of the run whose main file is ``path``, as the ``add_run_files()`` flags say; with ``spans``
     each rollout it counts is also a span; ``announce``: a main file that does not exist yet is said once."""
-    from rollout_telemetry._facade.telemetry import run_follower
     from rollout_telemetry._sources.follow import RunFiles
 
     failures, inputs = getattr(args, "failures", None), getattr(args, "inputs", None)
     files = RunFiles.from_main(path, failures=failures, inputs=inputs)
     max_attempts = args.max_attempts or _default_max_attempts()
     agent = args.agent or files.name  # rows nothing names are the file's (say_unnamed says so)
-    return run_follower(
-        telemetry,
+    return telemetry._run_follower(
         files,
         max_attempts=max_attempts,
         default_agent=agent,

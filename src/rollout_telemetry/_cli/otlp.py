@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
     from rollout_telemetry.exporters.otel import OTLPExport
 
-__all__ = ["FLUSH_SECONDS", "OTLP", "add_otlp_option", "otlp_export"]
+__all__ = ["add_otlp_option", "otlp_export"]
 
 FLUSH_SECONDS = 2.0
 """The longest a command waits at exit for an OTLP endpoint to take what is pending (it ends within a second

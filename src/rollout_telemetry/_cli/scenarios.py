@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-__all__ = ["DROP_SCENARIOS", "RECOVERY_SCENARIOS", "SCENARIOS", "SIGNAL_SCENARIOS", "Scenario"]
+__all__ = ["SCENARIOS", "Scenario"]
 
 Scenario = Literal[
     "healthy", "infrastructure", "truncation", "policy", "contaminated", "too_hard", "too_easy", "hollow",

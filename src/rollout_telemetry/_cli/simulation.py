@@ -61,10 +61,6 @@ from typing import Any
 
 from rollout_telemetry import failure_kinds
 from rollout_telemetry._cli.scenarios import (
-    DROP_SCENARIOS,
-    RECOVERY_SCENARIOS,
-    SCENARIOS,
-    SIGNAL_SCENARIOS,
     Scenario,
 )
 from rollout_telemetry._facade.telemetry import RolloutTelemetry
@@ -72,16 +68,7 @@ from rollout_telemetry._recording.lifecycle import RolloutContext
 from rollout_telemetry._store.coverage import DEFAULT_MAX_ATTEMPTS
 from rollout_telemetry.errors import ConfigError
 
-__all__ = [
-    "DROP_SCENARIOS",
-    "RECOVERY_SCENARIOS",
-    "SCENARIOS",
-    "SIGNAL_SCENARIOS",
-    "DemoConfig",
-    "Scenario",
-    "run_demo",
-    "summary_lines",
-]
+__all__ = ["DemoConfig", "run_demo", "summary_lines"]
 
 
 _MASK_KINDS = (failure_kinds.JUDGE_FAILED, failure_kinds.JUDGE_UNPARSEABLE, failure_kinds.VERIFIER_ERROR)

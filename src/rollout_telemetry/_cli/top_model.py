@@ -23,7 +23,6 @@ __all__ = [
     "SourceView",
     "TopView",
     "Tracker",
-    "TrendPoint",
     "top_kind",
     "windowed_means",
 ]

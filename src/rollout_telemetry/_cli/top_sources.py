@@ -33,16 +33,7 @@ from rollout_telemetry._views.series import published
 if TYPE_CHECKING:
     from rollout_telemetry._facade.telemetry import RolloutTelemetry
 
-__all__ = [
-    "ClientSecurity",
-    "ExporterSource",
-    "FollowSource",
-    "Poller",
-    "Source",
-    "SourceDown",
-    "parse_metrics",
-    "parse_rollouts",
-]
+__all__ = ["ClientSecurity", "ExporterSource", "FollowSource", "Poller", "Source"]
 
 IN_FLIGHT_LIMIT = 50
 """How many of an exporter's oldest rollouts in flight to ask for."""

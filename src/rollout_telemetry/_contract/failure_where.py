@@ -14,7 +14,7 @@ from typing import Final
 from rollout_telemetry.errors import OutcomeError
 from rollout_telemetry.failure_kinds import STAGES
 
-__all__ = ["DELIVERIES", "UNKNOWN", "Where", "failure_where", "stage_of"]
+__all__ = ["UNKNOWN", "Where", "failure_where", "stage_of"]
 
 UNKNOWN: Final = "unknown"
 """The stage or delivery of a failure that does not say."""

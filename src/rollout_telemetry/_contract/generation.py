@@ -16,16 +16,7 @@ from typing import Literal
 from rollout_telemetry._contract.shown import shown
 from rollout_telemetry.errors import OutcomeError
 
-__all__ = [
-    "MAX_TOKENS",
-    "TOKEN_TYPES",
-    "TRUNCATION_CAUSES",
-    "Generation",
-    "TruncationCause",
-    "check_generation",
-    "part",
-    "truncation_cause",
-]
+__all__ = ["TOKEN_TYPES", "TRUNCATION_CAUSES", "Generation", "check_generation", "part", "truncation_cause"]
 
 MAX_TOKENS = 2**30 - 1
 """The largest token count of one response accepted (1,073,741,823): beyond it the count is refused by

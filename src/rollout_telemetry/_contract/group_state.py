@@ -26,15 +26,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal
 
-__all__ = [
-    "CONTAMINABLE",
-    "DEFAULT_MIN_VALID",
-    "GROUP_STATES",
-    "NO_SIGNAL",
-    "GroupState",
-    "contaminated",
-    "group_state",
-]
+__all__ = ["CONTAMINABLE", "DEFAULT_MIN_VALID", "GROUP_STATES", "GroupState", "contaminated", "group_state"]
 
 GroupState = Literal["valid", "degraded", "uniform", "insufficient", "no_valid"]
 GROUP_STATES: tuple[GroupState, ...] = ("valid", "degraded", "uniform", "insufficient", "no_valid")

@@ -22,7 +22,7 @@ from typing import Literal
 
 from rollout_telemetry._contract.generation import part
 
-__all__ = ["HEALTH_CHECKS", "TRAJECTORY", "HealthCheck", "findings", "health_of"]
+__all__ = ["HEALTH_CHECKS", "TRAJECTORY", "findings", "health_of"]
 
 HealthCheck = Literal[
     "agent_turn_hollow", "model_call_runaway_generation", "model_call_zero_completion_tokens"

@@ -17,7 +17,6 @@ from rollout_telemetry.errors import ConfigError
 
 __all__ = [
     "DEFAULT_REWARD_RANGE",
-    "REWARD_BUCKETS",
     "UNIFORM_AT",
     "RewardRange",
     "UniformAt",

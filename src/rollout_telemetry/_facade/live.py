@@ -24,10 +24,10 @@ from rollout_telemetry._store.coverage import CoverageSnapshot
 from rollout_telemetry._store.groups import GroupsSnapshot
 from rollout_telemetry._store.snapshot import AccountSnapshot
 from rollout_telemetry._views.page import REFRESH_SECONDS, Drawings, Page
-from rollout_telemetry._views.report import build_report
+from rollout_telemetry._views.run_report import build_report
 from rollout_telemetry._views.story import RunStory
 
-__all__ = ["STORY_INTERVAL", "LivePage"]
+__all__ = ["LivePage"]
 
 _log = logging.getLogger("rollout_telemetry.server")
 

@@ -21,11 +21,13 @@ from rollout_telemetry._contract.outcome import Disposition, check_outcome
 from rollout_telemetry._contract.reward_range import check_reward_range
 from rollout_telemetry._contract.shown import shown
 from rollout_telemetry._facade.expected import check_work, identity_pairs, inputs_of, task_identities
-from rollout_telemetry._recording.lifecycle import Cleanup, OfferedContext, RolloutContext, Shared
-from rollout_telemetry._recording.output import OutputWrite
+from rollout_telemetry._recording.cleanup import Cleanup
+from rollout_telemetry._recording.context_shared import Shared
+from rollout_telemetry._recording.lifecycle import OfferedContext, RolloutContext
+from rollout_telemetry._recording.output_write import OutputWrite
 from rollout_telemetry._recording.recorder import Recorder
 from rollout_telemetry._recording.rollout_log import INFO, ROLLOUTS
-from rollout_telemetry._recording.runtime import (
+from rollout_telemetry._recording.runtime_samplers import (
     DEFAULT_LAG_INTERVAL,
     LoopLag,
     register_process_collectors,
@@ -37,7 +39,7 @@ from rollout_telemetry._recording.stalls import DEFAULT_STALL_AFTER, Stalls, sta
 from rollout_telemetry._store.account import Account
 from rollout_telemetry._store.names import DEFAULT_MAX_AGENTS, DEFAULT_MAX_KINDS_PER_AGENT, Names
 from rollout_telemetry._store.rejections import Rejections
-from rollout_telemetry._store.runtime import Runtime
+from rollout_telemetry._store.runtime_observations import Runtime
 from rollout_telemetry._store.snapshot import AccountSnapshot
 from rollout_telemetry._views.progress import coverage_metrics, progress_metrics
 from rollout_telemetry.errors import ConfigError
@@ -55,11 +57,11 @@ if TYPE_CHECKING:  # the server, the push, the file sources and OpenTelemetry ar
 
     from rollout_telemetry._facade.live import LivePage
     from rollout_telemetry._serve.credentials import BasicAuth
-    from rollout_telemetry._serve.server import MetricsServer
+    from rollout_telemetry._serve.metrics_server import MetricsServer
     from rollout_telemetry._serve.tls import TLSConfig
     from rollout_telemetry._sources.follow import RunFiles, RunFollower
 
-__all__ = ["RolloutTelemetry", "run_follower"]
+__all__ = ["RolloutTelemetry"]
 
 _FAILED, _OMITTED = Disposition.FAILED, Disposition.OMITTED
 
@@ -165,10 +167,15 @@ class RolloutTelemetry:
         names = Names(max_agents=max_agents, max_kinds_per_agent=max_kinds_per_agent)
         bound = stall_bound(stall_after, stall_after_by_agent, names)
         slow = stall_bound(slow_after, slow_after_by_agent, names, "slow_after")
-        self._account = account = Account(names=names, clock=clock, stall_after=bound, slow_after=slow)
+        self._account = account = Account(
+            names=names,
+            clock=clock,
+            stall_after=bound,
+            slow_after=slow,
+            first_context=self._watch_stalls,  # when there is something to watch
+        )
         self._rejections = rejections = Rejections(account.reject, strict=strict)
         self._stalls = Stalls(account, stall_after, rejections.reject, slow_after)
-        account.first_context = self._watch_stalls  # when there is something to watch
         spans = SpanRecorder(
             tracer_provider=tracer_provider,
             mode=span_mode,
@@ -502,7 +509,7 @@ class RolloutTelemetry:
         Raises:
             ServeError: the port is taken or the host cannot be bound.
         """
-        from rollout_telemetry._serve.server import start_server
+        from rollout_telemetry._serve.metrics_server import start_server
 
         return start_server(
             self.registry,
@@ -597,13 +604,12 @@ class RolloutTelemetry:
         and whether it is unresolved are counted per agent (``Cleanup``)."""
         return Cleanup(self._shared, agent)
 
+    def _run_follower(self, files: RunFiles, **options: Any) -> RunFollower:
+        """A follower of a run's files recording through this telemetry (``RunFollower``'s options): the
+        commands' one way to follow files, made here, where the recording part it records through is."""
+        from rollout_telemetry._sources.follow import RunFollower
 
-def run_follower(telemetry: RolloutTelemetry, files: RunFiles, **options: Any) -> RunFollower:
-    """A follower of a run's files recording into ``telemetry`` (``RunFollower``'s options): the commands'
-    way to follow files, kept beside the facade that composes what the follower records through."""
-    from rollout_telemetry._sources.follow import RunFollower
-
-    return RunFollower(telemetry._recorder, files, **options)
+        return RunFollower(self._recorder, files, **options)
 
 
 def register(registry: CollectorRegistry, *collectors: Collector) -> None:

@@ -4,7 +4,7 @@ The registry (``target_registry``: leases, registrants, its cap, refusals) holds
 target may be, and the host rule). It is served here as Prometheus HTTP service discovery
 (``http_sd_configs``: a JSON list of target groups) on the package's hardened HTTP stack (``_serve``), with
 the same TLS and basic-auth options as ``/metrics``, and can be written as a ``file_sd_configs`` file,
-replaced atomically. ``registry`` runs one of these in a Ray actor; none of the three modules imports Ray.
+replaced atomically. ``registry_actor`` runs one in a Ray actor; none of the three modules imports Ray.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from rollout_telemetry._ray.targets import TargetGroup
 from rollout_telemetry._serve.http import HttpServer
 from rollout_telemetry._serve.limits import DEFAULT_LIMITS, Limits
 from rollout_telemetry._serve.messages import Request, Response
-from rollout_telemetry._serve.serving import Gate, bind, endpoint_url, screen
+from rollout_telemetry._serve.port_and_gate import Gate, bind, endpoint_url, screen
 from rollout_telemetry._serve.tls import server_context
 from rollout_telemetry._serve.workers import Workers
 

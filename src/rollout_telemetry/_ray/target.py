@@ -11,7 +11,7 @@ import ray
 from ray.exceptions import GetTimeoutError, RayActorError
 
 from rollout_telemetry._ray.cluster import node_address, process_labels, registrant
-from rollout_telemetry._ray.registry import CALL_TIMEOUT, REGISTRY_NAME, start_registry
+from rollout_telemetry._ray.registry_actor import CALL_TIMEOUT, REGISTRY_NAME, start_registry
 from rollout_telemetry._ray.targets import Target
 from rollout_telemetry.errors import RefusalReason, TargetRefused
 

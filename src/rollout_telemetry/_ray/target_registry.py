@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from rollout_telemetry._ray.targets import Target, TargetGroup
 from rollout_telemetry.errors import ConfigError, RefusalReason, TargetRefused
 
-__all__ = ["DEFAULT_LEASE_SECONDS", "MAX_TARGETS", "Probe", "TargetRegistry", "listening"]
+__all__ = ["DEFAULT_LEASE_SECONDS", "MAX_TARGETS", "TargetRegistry", "listening"]
 
 _log = logging.getLogger("rollout_telemetry.discovery")
 

@@ -27,7 +27,7 @@ from rollout_telemetry._contract.shown import shown
 from rollout_telemetry._views.series import CATALOGUE
 from rollout_telemetry.errors import TargetRefused
 
-__all__ = ["MAX_TARGET_LABELS", "RESERVED_LABELS", "NodeAddresses", "Target", "TargetGroup"]
+__all__ = ["RESERVED_LABELS", "NodeAddresses", "Target", "TargetGroup"]
 
 _log = logging.getLogger("rollout_telemetry.discovery")
 

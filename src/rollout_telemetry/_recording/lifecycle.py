@@ -21,10 +21,8 @@ detached, and the rollout's slot is freed when its block exits.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Self
+from typing import TYPE_CHECKING
 
 from rollout_telemetry import failure_kinds
 from rollout_telemetry._contract.failure_where import Where, failure_where, stage_of
@@ -32,117 +30,27 @@ from rollout_telemetry._contract.health import TRAJECTORY, health_of
 from rollout_telemetry._contract.identity import Member, member
 from rollout_telemetry._contract.outcome import Classified, Disposition, absent, classify
 from rollout_telemetry._contract.shown import shown
+from rollout_telemetry._recording.async_with import AsyncWith
+from rollout_telemetry._recording.cleanup import Cleanup
+from rollout_telemetry._recording.exception_kinds import kind_of_exception, reason_of_exception
 from rollout_telemetry._recording.rollout_log import INFO, ROLLOUTS, log_outcome
-from rollout_telemetry._recording.settlement import Settlement
 from rollout_telemetry._store.flights import CANCELLED, STAGED
 from rollout_telemetry.errors import OutcomeError, RolloutUsageError
 
 if TYPE_CHECKING:
-    from rollout_telemetry._recording.spans import OpenSpan, SpanRecorder
-    from rollout_telemetry._store.account import Account, InFlight
-    from rollout_telemetry._store.agent import AgentState
+    from rollout_telemetry._recording.context_shared import Shared
+    from rollout_telemetry._recording.spans import OpenSpan
     from rollout_telemetry._store.flights import Offered
-    from rollout_telemetry._store.rejections import Rejections
+    from rollout_telemetry._store.in_flight import InFlight
 
-__all__ = [
-    "EXCEPTION_KINDS",
-    "NO_OUTCOME",
-    "AsyncWith",
-    "Cleanup",
-    "OfferedContext",
-    "RolloutContext",
-    "Shared",
-    "kind_of_exception",
-    "note_stalled",
-]
+__all__ = ["OfferedContext", "RolloutContext", "note_stalled"]
 
 NO_OUTCOME = "rollout_telemetry:no_outcome"
 """The failure kind of a rollout block left without complete(), fail() or omit()."""
 
-EXCEPTION_KINDS: Mapping[str, str] = {
-    "asyncio.exceptions.CancelledError": failure_kinds.CANCELLED,
-    "builtins.TimeoutError": failure_kinds.AGENT_TIMEOUT,
-    "builtins.KeyboardInterrupt": failure_kinds.SHUTDOWN,
-    "builtins.SystemExit": failure_kinds.SHUTDOWN,
-    "builtins.ConnectionError": failure_kinds.TRANSPORT_PEER_DROP,
-}
-"""Exception types by module and name (matched along the MRO; by name, so that recording does not import
-asyncio), and the failure kind an escaping one records."""
-
-
-def kind_of_exception(exc: BaseException) -> str:
-    """The failure kind an exception escaping a rollout block records."""
-    for cls in type(exc).__mro__:
-        kind = EXCEPTION_KINDS.get(f"{cls.__module__}.{cls.__qualname__}")
-        if kind is not None:
-            return kind
-    return failure_kinds.AGENT_RUN_ERROR
-
-
-def reason_of_exception(exc: BaseException) -> str:
-    """The failure reason an exception escaping a rollout block records: its type and message (its type
-    alone if its ``__str__`` raises: the caller's exception must never make the block raise another)."""
-    try:
-        return f"{type(exc).__name__}: {exc}"
-    except Exception:
-        return f"{type(exc).__name__} (its message could not be read)"
-
-
 # The states of a rollout context: _TERMINAL, its outcome is counted and its block has not exited.
 _NEW, _IN_FLIGHT, _DONE, _NOT_TRACKED, _TERMINAL = 0, 1, 2, 3, 4
 _OPEN = (_IN_FLIGHT, _TERMINAL)  # its block has a slot: stage() and heartbeat() apply
-
-
-@dataclass(frozen=True, slots=True)
-class Shared:
-    """What every rollout context of one telemetry records through: made once, referenced by each context.
-
-    One object rather than five arguments, so making a context (one per rollout) is a call with a few
-    positional values (docs/performance.md).
-    """
-
-    account: Account
-    settle: Callable[[Settlement], int | None]
-    """The recording part's one path for an outcome (``Recorder.settle``); returns the attempts its identity
-    took when it made it final."""
-    spans: SpanRecorder
-    rejections: Rejections
-    clock: Callable[[], float]
-    loop_entered: Callable[[], None] = lambda: None
-    """Called as an ``async with`` block is entered, on its event loop (which the facade samples)."""
-    rollout_log: bool = False  # rollout_log=True: each rollout's line when it ends
-
-
-class AsyncWith:
-    """``async with`` as ``with``: nothing these blocks do on entering or leaving awaits. Leaving the block
-    is ``_leave(exc)``, with the exception escaping it or ``None``."""
-
-    __slots__ = ()
-
-    def __enter__(self) -> Self:
-        raise NotImplementedError
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self._leave(exc)
-
-    def _leave(self, exc: BaseException | None) -> None:
-        raise NotImplementedError
-
-    async def __aenter__(self) -> Self:
-        return self.__enter__()
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.__exit__(exc_type, exc, tb)
 
 
 class RolloutContext(AsyncWith):
@@ -464,71 +372,11 @@ class OfferedContext(RolloutContext):
     __slots__ = ()
 
     def __del__(self) -> None:
-        # Lock-free (Account.withdraw): a finalizer runs wherever the collector is, the account's lock held
-        # by this very thread maybe.
+        # Lock-free (InFlightRollouts.withdraw): a finalizer runs wherever the collector is, the account's
+        # lock held by this very thread maybe.
         offered = getattr(self, "_offered", None)  # None: its __init__ raised before the offer
         if offered is not None and self._state == _NEW:
             self._shared.account.withdraw(offered)
-
-
-class Cleanup(AsyncWith):
-    """One cleanup (releasing an environment session, say), timed: ``with`` or ``async with``.
-
-    Its duration goes to ``rollout_cleanup_duration_seconds``; it is unresolved
-    (``rollout_cleanups_unresolved``) from entering until it exits without failing. An exception escaping
-    the block, or ``fail(kind)`` inside it, counts it in ``rollout_cleanups_failed_total`` (the exception's
-    kind as for a rollout block) and it stays unresolved; the exception is re-raised.
-    """
-
-    __slots__ = ("_agent", "_failed", "_kind", "_shared", "_started", "_state")
-
-    def __init__(self, shared: Shared, agent: str) -> None:
-        self._shared = shared
-        self._agent = agent
-        self._state: AgentState | None = None  # while it is open
-        self._started = 0.0
-        self._failed = False
-        self._kind: str | None = None
-
-    def __enter__(self) -> Cleanup:
-        if self._state is not None:
-            self._shared.rejections.reject(
-                RolloutUsageError("cleanup_reentered", f"cleanup of {shown(self._agent, 60)} entered twice")
-            )
-            return self
-        try:
-            self._state = self._shared.account.cleanup_started(self._agent)
-        except Exception as exc:
-            self._shared.rejections.reject(exc)
-        self._started = self._shared.clock()
-        return self
-
-    def _leave(self, exc: BaseException | None) -> None:
-        state, self._state = self._state, None
-        if state is None:
-            return
-        kind = self._kind if self._failed or exc is None else kind_of_exception(exc)
-        try:
-            seconds = self._shared.clock() - self._started
-            self._shared.account.cleanup_finished(state, seconds, self._failed or exc is not None, kind)
-        except Exception as error:
-            self._shared.rejections.reject(error)
-
-    def fail(self, failure_kind: str | None = None) -> None:
-        """Count the cleanup failed with ``failure_kind`` when it exits (it stays unresolved). Outside its
-        block, a counted rejection."""
-        if self._state is None:
-            self._shared.rejections.reject(
-                RolloutUsageError(
-                    "outcome_outside_block",
-                    f"fail() on a cleanup of {shown(self._agent, 60)} outside its block",
-                )
-            )
-            return
-        if failure_kind is not None and not isinstance(failure_kind, str):
-            self._shared.rejections.reject(OutcomeError("failure_kind", "must be a string or None"))
-            failure_kind = None
-        self._failed, self._kind = True, failure_kind
 
 
 def note_stalled(flight: object, age: float, stage: str) -> None:

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from rollout_telemetry._recording.spans import SpanRecorder
     from rollout_telemetry._store.names import Names
 
-__all__ = ["INFO", "ROLLOUTS", "SCHEMA", "State", "log_outcome", "log_rollout", "state_of"]
+__all__ = ["INFO", "ROLLOUTS", "log_outcome"]
 
 ROLLOUTS = logging.getLogger("rollout_telemetry.rollouts")
 """The logger of the rollout lines; enable it for INFO to get them."""

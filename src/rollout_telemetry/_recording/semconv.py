@@ -29,20 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = [
-    "ATTRIBUTES",
-    "BASELINE",
-    "EVALUATION_EVENT",
-    "LATEST",
-    "OPT_IN_TOKEN",
-    "OPT_IN_VARIABLE",
-    "REGISTRY",
-    "REGISTRY_COMMITS",
-    "REGISTRY_SCHEMA_URL",
-    "SpanAttribute",
-    "latest_experimental",
-    "schema_url",
-]
+__all__ = ["EVALUATION_EVENT", "latest_experimental", "schema_url"]
 
 BASELINE = "1.36.0"
 """The GenAI conventions emitted by default: the version the conventions name as the one to keep."""

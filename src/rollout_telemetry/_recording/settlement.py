@@ -15,7 +15,7 @@ from rollout_telemetry._contract.identity import Member
 from rollout_telemetry._contract.outcome import Classified
 
 if TYPE_CHECKING:
-    from rollout_telemetry._store.account import InFlight
+    from rollout_telemetry._store.in_flight import InFlight
 
 __all__ = ["Settlement"]
 

@@ -27,7 +27,6 @@ from rollout_telemetry._contract.generation import truncation_cause
 from rollout_telemetry._contract.outcome import Classified, Disposition
 from rollout_telemetry._contract.shown import shown
 from rollout_telemetry._recording.semconv import (
-    ATTRIBUTES,
     EVALUATION_EVENT,
     latest_experimental,
     schema_url,
@@ -40,7 +39,6 @@ if TYPE_CHECKING:
     from rollout_telemetry._store.names import Names
 
 __all__ = [
-    "ATTRIBUTES",
     "DEFAULT_REASON_LIMIT",
     "Attributes",
     "EvaluationEvent",
@@ -48,7 +46,6 @@ __all__ = [
     "SpanMode",
     "SpanRecorder",
     "recovery_attributes",
-    "span_name",
 ]
 
 EvaluationEvent = Literal["log", "span"]

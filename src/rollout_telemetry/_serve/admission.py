@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from rollout_telemetry._serve.connections import Connection, Connections
 
-__all__ = ["FOR_A_FULL_SERVER", "FOR_A_SOURCE_AT_ITS_CAP", "Rule"]
+__all__ = ["FOR_A_FULL_SERVER", "FOR_A_SOURCE_AT_ITS_CAP"]
 
 Rule = Callable[["Connections", str, float], "Connection | None"]
 """Given the table, the newcomer's source and the time: the connection to close for it, or None."""

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from rollout_telemetry._serve.admission import FOR_A_FULL_SERVER, FOR_A_SOURCE_AT_ITS_CAP
 from rollout_telemetry._serve.limits import DEFAULT_LIMITS, Limits
-from rollout_telemetry._serve.output import Output
+from rollout_telemetry._serve.output_cap import Output
 
 __all__ = ["Connection", "Connections", "source_of"]
 

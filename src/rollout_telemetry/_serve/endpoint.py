@@ -13,13 +13,13 @@ from prometheus_client.registry import CollectorRegistry
 
 from rollout_telemetry._recording.stalls import MAX_ROLLOUTS_LIMIT
 from rollout_telemetry._serve.messages import Request, Response
+from rollout_telemetry._serve.port_and_gate import Gate, screen
 from rollout_telemetry._serve.rendering import Families, Listing, encode_body
-from rollout_telemetry._serve.serving import Gate, screen
 from rollout_telemetry._serve.shared import Shared
 from rollout_telemetry._serve.workers import Workers
 from rollout_telemetry._views.page import page_policy
 
-__all__ = ["DEFAULT_ROLLOUTS_LIMIT", "Endpoint", "PageRender"]
+__all__ = ["Endpoint", "PageRender"]
 
 _Rendering = tuple[str, tuple[str, ...], bool]  # Accept's choice, name[] filter, gzip
 PageRender = Callable[[str, Sequence[str]], bytes]

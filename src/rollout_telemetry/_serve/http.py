@@ -36,10 +36,7 @@ from rollout_telemetry._serve.messages import Handler, Request, Response, read_r
 from rollout_telemetry._serve.streams import RECV_SIZE, PlainStream, TlsStream
 from rollout_telemetry._serve.workers import Busy
 
-__all__ = [
-    "HttpServer",
-    "ThrottledLog",
-]
+__all__ = ["HttpServer"]
 
 _log = logging.getLogger("rollout_telemetry.server")
 

@@ -18,14 +18,7 @@ from http import HTTPStatus
 from rollout_telemetry._serve.limits import Limits
 from rollout_telemetry._serve.streams import RECV_SIZE, PlainStream
 
-__all__ = [
-    "Handler",
-    "Request",
-    "Response",
-    "Waiting",
-    "parse_head",
-    "read_request",
-]
+__all__ = ["Handler", "Request", "Response", "Waiting", "read_request"]
 
 _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 

@@ -15,7 +15,7 @@ from prometheus_client.registry import Collector
 from rollout_telemetry._recording.stalls import MAX_ROLLOUTS_LIMIT
 from rollout_telemetry.exporters._exposition import encode
 
-__all__ = ["GZIP_LEVEL", "Families", "Listing", "encode_body"]
+__all__ = ["Families", "Listing", "encode_body"]
 
 _SUFFIXES = {
     "counter": ("_total", "_created"),

@@ -33,7 +33,6 @@ from rollout_telemetry._contract.health import findings
 from rollout_telemetry._contract.outcome import Classified, classify
 from rollout_telemetry._recording.spans import Attributes, recovery_attributes
 from rollout_telemetry._sources.gym_rows import (
-    NO_RESULT_CLASSES,
     Row,
     decode_row,
     failure_outcome,
@@ -54,7 +53,7 @@ from rollout_telemetry.errors import Rejection
 if TYPE_CHECKING:  # the facade hands itself to the follower: it sits above the sources
     from rollout_telemetry._recording.recorder import Recorder
 
-__all__ = ["MAX_LINE", "NO_RESULT_CLASSES", "RunFiles", "RunFollower"]
+__all__ = ["RunFiles", "RunFollower"]
 
 _log = logging.getLogger("rollout_telemetry.follow")
 

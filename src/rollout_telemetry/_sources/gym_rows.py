@@ -27,9 +27,6 @@ from rollout_telemetry._contract.outcome import Classified, Disposition, absent
 from rollout_telemetry.errors import OutcomeError, Rejection
 
 __all__ = [
-    "MAX_FIELD",
-    "MAX_LATENCY_MS",
-    "NO_RESULT_CLASSES",
     "Row",
     "decode_row",
     "failure_outcome",

@@ -48,7 +48,7 @@ from rollout_telemetry._store.reads import read_locked
 from rollout_telemetry._store.snapshot import by_agent
 from rollout_telemetry.errors import ConfigError
 
-__all__ = ["DEFAULT_MAX_ATTEMPTS", "AgentCoverage", "Coverage", "CoverageSnapshot", "Verdict"]
+__all__ = ["DEFAULT_MAX_ATTEMPTS", "AgentCoverage", "Coverage", "CoverageSnapshot"]
 
 DEFAULT_MAX_ATTEMPTS = 3
 """NeMo Gym's default for ``NEMO_GYM_MAX_ROLLOUT_ATTEMPTS``."""

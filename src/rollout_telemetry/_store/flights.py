@@ -2,13 +2,13 @@
 
 The lifecycle API takes a slot when a rollout's block starts; counting its outcome (``Account.count``)
 makes the rollout ``terminal`` in the same step, and the slot is free again once the block exits
-(``Account.release``). Slots are reused, so starting and finishing allocate nothing. The stall rule (in
-flight longer than its agent's ``stall_after``) and the state of a rollout (``state_of``) are applied here,
-once each. Only touched under the account's lock, but for the states seen (which only grow, see ``Taken``)
-and two thread-safe queues (``collections.deque``) that spare a rollout two lock round trips: a context
-offered and not entered yet puts a mark in ``offers``, and a block that exits puts its slot in ``exited``;
-whatever holds the lock next takes the slots back (``reclaim``) before it reads or takes one, so no reader
-ever sees an exited rollout.
+(``InFlightRollouts.release``, ``_store.in_flight``). Slots are reused, so starting and finishing allocate
+nothing. The stall rule (in flight longer than its agent's ``stall_after``) and the state of a rollout
+(``state_of``) are applied here, once each. Only touched under the account's lock, but for the states seen
+(which only grow, see ``Taken``) and two thread-safe queues (``collections.deque``) that spare a rollout two
+lock round trips: a context offered and not entered yet puts a mark in ``offers``, and a block that exits puts
+its slot in ``exited``; whatever holds the lock next takes the slots back (``reclaim``) before it reads or
+takes one, so no reader ever sees an exited rollout.
 """
 
 from __future__ import annotations
@@ -30,11 +30,8 @@ __all__ = [
     "FlightRecord",
     "Flights",
     "Offered",
-    "RolloutState",
     "Slot",
-    "StageCounts",
     "Taken",
-    "state_of",
 ]
 
 
@@ -120,7 +117,7 @@ class Slot:
         self.beat = 0.0  # its last heartbeat, stage change or start
         self.wait = 0.0  # admission wait so far: offered to started, and the time at stage admission
         self.waiting: float | None = None  # since when it is at stage admission
-        self.owner: object = None  # the handle of the rollout that took it (Account.begin)
+        self.owner: object = None  # the handle of the rollout that took it (InFlightRollouts.begin)
 
     def move(self, stage: str, now: float) -> None:
         """At ``stage`` from ``now`` on (a heartbeat); the time at ``admission`` is admission wait."""

@@ -20,7 +20,7 @@ from rollout_telemetry._contract.shown import shown
 from rollout_telemetry.errors import ConfigError, OutcomeError
 from rollout_telemetry.failure_kinds import OTHER, STAGES, UNSPECIFIED
 
-__all__ = ["DEFAULT_MAX_AGENTS", "DEFAULT_MAX_KINDS_PER_AGENT", "MAX_CACHED_NAME", "Names", "cacheable"]
+__all__ = ["DEFAULT_MAX_AGENTS", "DEFAULT_MAX_KINDS_PER_AGENT", "Names", "cacheable"]
 
 DEFAULT_MAX_AGENTS = 256
 DEFAULT_MAX_KINDS_PER_AGENT = 64

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TypeVar
 
-__all__ = ["HAND_OVER_SECONDS", "TURN_SECONDS", "hand_over", "in_turns", "read_in_turns", "read_locked"]
+__all__ = ["in_turns", "read_in_turns", "read_locked"]
 
 TURN_SECONDS = 0.001
 """How long a read in turns holds the lock, or the interpreter, at most at a time (beyond the part it is

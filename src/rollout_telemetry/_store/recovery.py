@@ -17,7 +17,7 @@ from typing import Final
 from rollout_telemetry._contract.failure_where import Where
 from rollout_telemetry._store.observed import Observed
 
-__all__ = ["ATTEMPT_BUCKETS", "RETRY_DELAY_BUCKETS", "Recovery", "RecoverySnapshot"]
+__all__ = ["Recovery", "RecoverySnapshot"]
 
 ATTEMPT_BUCKETS: Final[tuple[float, ...]] = (1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 16.0)
 """Upper bounds of the attempts histogram (attempts an identity took to a terminal outcome); +Inf implied."""

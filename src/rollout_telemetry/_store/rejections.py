@@ -14,7 +14,7 @@ from collections.abc import Callable
 from rollout_telemetry import _fork
 from rollout_telemetry.errors import Rejection
 
-__all__ = ["INTERNAL_ERROR", "Rejections"]
+__all__ = ["Rejections"]
 
 _log = logging.getLogger("rollout_telemetry")
 

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from html import escape
 
-__all__ = ["Line", "Segment", "bar", "line_chart", "nice_ticks"]
+__all__ = ["Line", "Segment", "bar", "line_chart"]
 
 _WIDTH, _HEIGHT = 640, 200
 _LEFT, _RIGHT, _TOP, _BOTTOM = 56, 12, 10, 36

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from rollout_telemetry._contract.outcome import Classified, Disposition
 
-__all__ = ["BOOTSTRAP_MOST", "RESAMPLES", "Interval", "RewardSamples", "interval"]
+__all__ = ["BOOTSTRAP_MOST", "RESAMPLES", "Interval", "RewardSamples"]
 
 Z95 = 1.959963984540054
 """The standard normal quantile of 0.975: a two-sided 95% interval."""

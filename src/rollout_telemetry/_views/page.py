@@ -40,17 +40,7 @@ from rollout_telemetry._contract.shown import shown
 from rollout_telemetry._views.charts import Line, Segment, bar, line_chart
 from rollout_telemetry._views.story import POINT_FIELDS, Point, XAxis
 
-__all__ = [
-    "CHART_POINTS",
-    "IN_FLIGHT_SHOWN",
-    "MAX_OPEN",
-    "OPEN_AGENTS",
-    "REFRESH_SECONDS",
-    "Drawings",
-    "Page",
-    "page_policy",
-    "render_page",
-]
+__all__ = ["REFRESH_SECONDS", "Drawings", "Page", "page_policy", "render_page"]
 
 OPEN_AGENTS = 10
 """Agents whose section is open when the page loads (the worst); the others open on a click."""

@@ -11,7 +11,7 @@ from rollout_telemetry._contract.group_state import GROUP_STATES
 from rollout_telemetry._contract.outcome import Disposition
 from rollout_telemetry._store.coverage import AgentCoverage, CoverageSnapshot
 from rollout_telemetry._store.groups import AgentGroups, GroupsSnapshot
-from rollout_telemetry._store.runtime import RuntimeSnapshot, Series
+from rollout_telemetry._store.runtime_observations import RuntimeSnapshot, Series
 from rollout_telemetry._views.family import Family, FamilyType, PerAgent, Sample
 
 __all__ = [
@@ -22,7 +22,6 @@ __all__ = [
     "RUNTIME_FAMILIES",
     "RUNTIME_HISTOGRAMS",
     "SPAN_FAMILIES",
-    "RuntimeHistogram",
 ]
 
 _AGENT = ("agent",)

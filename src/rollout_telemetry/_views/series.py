@@ -30,18 +30,7 @@ from rollout_telemetry._views.run_series import (
     SPAN_FAMILIES,
 )
 
-__all__ = [
-    "ALWAYS_PRESENT",
-    "CATALOGUE",
-    "FAMILIES",
-    "HISTOGRAMS",
-    "HISTOGRAM_VIEWS",
-    "PUBLISHED",
-    "Histogram",
-    "monotonic_sum",
-    "published",
-    "reward_buckets",
-]
+__all__ = ["CATALOGUE", "FAMILIES", "HISTOGRAM_VIEWS", "Histogram", "published"]
 
 _each = PerAgent[AgentSnapshot]
 

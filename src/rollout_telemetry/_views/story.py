@@ -22,9 +22,9 @@ from typing import Literal
 
 from rollout_telemetry._contract.outcome import Disposition
 from rollout_telemetry._store.snapshot import AccountSnapshot, AgentSnapshot
-from rollout_telemetry._views.report import unmasked_mean
+from rollout_telemetry._views.run_report import unmasked_mean
 
-__all__ = ["MOST_INSTANTS", "POINT_FIELDS", "Point", "RunStory", "XAxis", "counted", "point_of"]
+__all__ = ["POINT_FIELDS", "Point", "RunStory", "XAxis"]
 
 POINT_FIELDS = ("x", "reward", "reward_unmasked", *(disposition.value for disposition in Disposition))
 """What a point holds: x, the mean reward (masked included) and the unmasked one (``None`` stored as NaN

@@ -21,7 +21,7 @@ from rollout_telemetry._views.family import Family
 from rollout_telemetry._views.run_series import GROUP_FAMILIES
 from rollout_telemetry._views.series import FAMILIES, HISTOGRAM_VIEWS, Histogram
 
-__all__ = ["Callback", "instrument_meter"]
+__all__ = ["instrument_meter"]
 
 
 class _SharedSnapshot:

@@ -18,7 +18,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader, MetricsData, 
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
-__all__ = ["BoundedSpanProcessor", "SDKSpanCounts", "SpanPipeline"]
+__all__ = ["SpanPipeline"]
 
 _EXPORTED = "otel.sdk.exporter.span.exported"
 """The OTLP exporter's count of spans it tried to send; ``error.type`` is set on those it could not."""

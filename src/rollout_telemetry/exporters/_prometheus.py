@@ -29,7 +29,7 @@ from rollout_telemetry._contract.outcome import Disposition
 from rollout_telemetry._store.coverage import CoverageSnapshot
 from rollout_telemetry._store.groups import GroupsSnapshot
 from rollout_telemetry._store.reads import in_turns
-from rollout_telemetry._store.runtime import RuntimeSnapshot
+from rollout_telemetry._store.runtime_observations import RuntimeSnapshot
 from rollout_telemetry._store.snapshot import AccountSnapshot, AgentSnapshot
 from rollout_telemetry._views.family import Family
 from rollout_telemetry._views.run_series import (

@@ -28,8 +28,6 @@ if TYPE_CHECKING:
 __all__ = [
     "CALL_TIMEOUT",
     "REGISTRY_NAME",
-    "START_TIMEOUT",
-    "TargetRegistryActor",
     "refusals",
     "registry_url",
     "start_registry",

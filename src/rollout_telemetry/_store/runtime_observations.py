@@ -1,10 +1,10 @@
 """The collecting process's runtime: how late its event loops wake, how long its garbage collections stop it,
 how long it takes to write its output.
 
-Written by the samplers of ``_recording.runtime`` (the event-loop lag sampler, the ``gc.callbacks`` hook),
-read once per scrape as a ``RuntimeSnapshot``. The garbage collector's hook writes without a lock: a lock
-held by a thread that allocates (a snapshot being copied) would deadlock the collection it sets off. It is
-the only writer of its histograms (collections do not overlap), so a reader sees whole observations, at
+Written by the samplers of ``_recording.runtime_samplers`` (the event-loop lag sampler, the ``gc.callbacks``
+hook), read once per scrape as a ``RuntimeSnapshot``. The garbage collector's hook writes without a lock: a
+lock held by a thread that allocates (a snapshot being copied) would deadlock the collection it sets off. It
+is the only writer of its histograms (collections do not overlap), so a reader sees whole observations, at
 worst one behind between a histogram's buckets and its sum.
 """
 
@@ -15,16 +15,7 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-__all__ = [
-    "GC_PAUSE_BUCKETS",
-    "LAG_BUCKETS",
-    "WRITE_BUCKETS",
-    "WRITE_BYTES_BUCKETS",
-    "Buckets",
-    "Runtime",
-    "RuntimeSnapshot",
-    "Series",
-]
+__all__ = ["Runtime", "RuntimeSnapshot", "Series"]
 
 LAG_BUCKETS: tuple[float, ...] = (
     0.001,

@@ -33,16 +33,7 @@ from typing import Any
 
 from rollout_telemetry.errors import ConfigError
 
-__all__ = [
-    "GRACE",
-    "PASSED_ON",
-    "ROUTE_FAILURES",
-    "GymCommand",
-    "GymProcess",
-    "describe_status",
-    "exit_status",
-    "guard",
-]
+__all__ = ["ROUTE_FAILURES", "GymCommand", "GymProcess", "describe_status"]
 
 _OUTPUT_FLAGS = ("--output", "-o")
 _OUTPUT_KEY = "output_jsonl_fpath"
@@ -186,7 +177,7 @@ def guard() -> None:
         _stop_group(group, lambda: _group_exists(group))
 
 
-_GUARD = "from rollout_telemetry._sources.gym import guard; guard()"
+_GUARD = "from rollout_telemetry._sources.gym_process import guard; guard()"
 
 
 class GymProcess:

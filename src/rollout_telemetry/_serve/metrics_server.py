@@ -17,7 +17,7 @@ from rollout_telemetry._serve.credentials import BasicAuth
 from rollout_telemetry._serve.endpoint import Endpoint, PageRender
 from rollout_telemetry._serve.http import HttpServer
 from rollout_telemetry._serve.limits import DEFAULT_LIMITS, Limits
-from rollout_telemetry._serve.serving import Gate, bind, endpoint_url
+from rollout_telemetry._serve.port_and_gate import Gate, bind, endpoint_url
 from rollout_telemetry._serve.tls import TLSConfig, server_context
 from rollout_telemetry._serve.workers import Workers
 

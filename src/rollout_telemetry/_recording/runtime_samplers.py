@@ -28,20 +28,13 @@ from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from rollout_telemetry._store.runtime import Runtime
+from rollout_telemetry._store.runtime_observations import Runtime
 from rollout_telemetry.errors import ConfigError
 
 if TYPE_CHECKING:
     import asyncio
 
-__all__ = [
-    "DEFAULT_LAG_INTERVAL",
-    "LoopLag",
-    "LoopWatch",
-    "register_process_collectors",
-    "unwatch_gc",
-    "watch_gc",
-]
+__all__ = ["DEFAULT_LAG_INTERVAL", "LoopLag", "register_process_collectors", "unwatch_gc", "watch_gc"]
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:

@@ -1,6 +1,7 @@
 """``rollout-telemetry gym``: run NeMo Gym's collection, serve /metrics while it runs, report at the end.
 
-The child process itself (its command line, signals, exit status) is ``_sources.gym``'s; this is the command.
+The child process itself (its command line, signals, exit status) is ``_sources.gym_process``'s; this is the
+command.
 """
 
 from __future__ import annotations
@@ -98,9 +99,9 @@ def add_parser(commands: argparse._SubParsersAction[OneLineParser]) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run Gym's command to its end while serving its rollouts; print the report; return Gym's exit status."""
     from rollout_telemetry._cli.process import interrupt_on_sigterm
-    from rollout_telemetry._cli.report import observe_both
+    from rollout_telemetry._cli.report_command import observe_both
     from rollout_telemetry._facade.telemetry import RolloutTelemetry
-    from rollout_telemetry._sources.gym import GymCommand, GymProcess, describe_status
+    from rollout_telemetry._sources.gym_process import GymCommand, GymProcess, describe_status
 
     command = GymCommand.parse(args.gym_command)  # every input checked before anything starts
     options.check_run_file(command.output, "--output ")
@@ -180,7 +181,7 @@ def _print_report(
 ) -> bool:
     """Print the report, and write its page with ``--html``; False (said on stderr) if the page could not be
     written: the run's end goes on all the same."""
-    from rollout_telemetry._cli.report import print_report
+    from rollout_telemetry._cli.report_command import print_report
 
     try:
         print_report(
@@ -248,7 +249,7 @@ def _duration(seconds: float) -> str:
 def _say_failures_unrouted(follower: RunFollower) -> None:
     """Rollouts never written and no failure row: say that Gym, its failures not routed to the sidecar, ends
     the run at its first failed rollout and writes that failure nowhere, and the flag that routes them."""
-    from rollout_telemetry._sources.gym import ROUTE_FAILURES
+    from rollout_telemetry._sources.gym_process import ROUTE_FAILURES
 
     unknown = sum(agent.unknown or 0 for agent in follower.coverage.snapshot().agents)
     failures = follower.files.failures

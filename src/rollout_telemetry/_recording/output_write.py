@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from rollout_telemetry._contract.shown import shown
-from rollout_telemetry._recording.lifecycle import AsyncWith
-from rollout_telemetry._store.runtime import Runtime
+from rollout_telemetry._recording.async_with import AsyncWith
+from rollout_telemetry._store.runtime_observations import Runtime
 from rollout_telemetry.errors import OutcomeError, RolloutUsageError
 
 __all__ = ["OutputWrite"]

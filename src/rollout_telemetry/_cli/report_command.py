@@ -213,7 +213,7 @@ def html_page(report: dict[str, Any], story: RunStory, telemetry: RolloutTelemet
 def _report(
     telemetry: RolloutTelemetry, follower: RunFollower, samples: RewardSamples | None
 ) -> dict[str, Any]:
-    from rollout_telemetry._views.report import build_report
+    from rollout_telemetry._views.run_report import build_report
 
     return build_report(
         telemetry.snapshot(),
@@ -255,7 +255,7 @@ def show_report(report: dict[str, Any], output_format: str, *, heading: str | No
     """Print a report, as a table (as wide as the terminal, under ``heading`` if given), as JSON, or as the
     summary for a paper: Markdown (under a ``heading`` of its own) or CSV."""
     from rollout_telemetry._views.escaping import terminal_text
-    from rollout_telemetry._views.report import render_table
+    from rollout_telemetry._views.run_report import render_table
 
     if output_format == "json":
         print(json.dumps(report, indent=2, sort_keys=False), flush=True)

@@ -6,7 +6,7 @@ A newcomer from a source that holds ``max_per_source`` connections competes only
 newcomer, and if none does, the newcomer is closed. A connection is *idle* with no complete request yet, or
 while it waits for its turn at a password check; *answered* once its response is written (it only drains what
 its client still sends); a *stalled* write is one whose client has taken no byte for a while; a *reader* is a
-source whose client took a large body whole before (``output``).
+source whose client took a large body whole before (``output_cap``).
 
 Each rule names the attack of ``benchmarks/attacks.py``'s ``ATTACKS`` that needs it (``needed by``): without
 the rule, that attack keeps the authorised scraper out. docs/guides/security.md lists the same rules, with

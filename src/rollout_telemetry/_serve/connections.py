@@ -1,5 +1,5 @@
 """The connections an endpoint holds, by source and by state: which are admitted, which one is closed for a
-newcomer when there is no room (``admission``'s rules), and what they are writing (``output``).
+newcomer when there is no room (``admission``'s rules), and what they are writing (``output_cap``).
 
 A client is counted by its *source* (an IPv4 address, an IPv6 /64), so one host cannot take every slot. The
 kernel holds its share of a response too: a connection of a source that is not a reader is given a send
@@ -58,7 +58,7 @@ class Connection:
 
 class Connections:
     """The connections held, by source: those idle (no request yet, or waiting for a password check's turn),
-    those answered and draining, and those writing a response (``output``).
+    those answered and draining, and those writing a response (``output_cap``).
 
     Touched only on the event loop's thread. Each mapping keeps its connections oldest first.
     """

@@ -7,7 +7,7 @@ and in all, eviction of connections idle past a minimum age, a cap on response b
 bounded queue in front of the worker threads) are not aiohttp's either and would be written here all the
 same. Sockets are read and written directly, TLS included (``streams`` says why); the request head is read
 and parsed in ``messages``, the connections are held in ``connections`` (who makes room for a newcomer:
-``admission``; their responses' bytes capped: ``output``), every bound is ``limits``'.
+``admission``; their responses' bytes capped: ``output_cap``), every bound is ``limits``'.
 
 One event-loop thread owns every connection: it accepts, runs the TLS handshake, reads the request head and
 writes the response, each under its own deadline, holding no thread per connection. Only a complete request

@@ -1,9 +1,9 @@
 """The HTTP endpoint of a telemetry: ``/metrics`` (a prometheus_client registry's exposition), ``/rollouts``
 (the rollouts in flight, as JSON), ``/`` (the live page, when given one) and ``/healthz``, nothing else.
 
-Binds 127.0.0.1 unless told otherwise. Optional TLS (``tls``) and optional HTTP basic auth (``serving.Gate``).
-What is answered is ``endpoint``'s, on the connections ``http`` holds; ``start_server`` puts them together and
-``MetricsServer`` is what the user holds of them.
+Binds 127.0.0.1 unless told otherwise. Optional TLS (``tls``) and optional HTTP basic auth
+(``port_and_gate.Gate``). What is answered is ``endpoint``'s, on the connections ``http`` holds;
+``start_server`` puts them together and ``MetricsServer`` is what the user holds of them.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """What the package's HTTP endpoints share on top of ``http``: binding their port, their URL and the gate.
 
-``/metrics`` (``server``) and service discovery's ``/targets`` (``discovery``) are answered by different
-handlers on the same stack; how a port is taken, what is answered before a request reaches the content (an
-unknown path, another method, ``/healthz``, missing credentials) and how credentials are judged is one rule
-for both, written here.
+``/metrics`` (``metrics_server``) and service discovery's ``/targets`` (``_ray.discovery``) are answered by
+different handlers on the same stack; how a port is taken, what is answered before a request reaches the
+content (an unknown path, another method, ``/healthz``, missing credentials) and how credentials are judged is
+one rule for both, written here.
 """
 
 from __future__ import annotations

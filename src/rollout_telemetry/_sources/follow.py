@@ -50,7 +50,7 @@ from rollout_telemetry._sources.tail import MAX_LINE, Tail
 from rollout_telemetry._store.coverage import DEFAULT_MAX_ATTEMPTS
 from rollout_telemetry.errors import Rejection
 
-if TYPE_CHECKING:  # the facade hands itself to the follower: it sits above the sources
+if TYPE_CHECKING:  # the facade hands its recorder to the follower: it sits above the sources
     from rollout_telemetry._recording.recorder import Recorder
 
 __all__ = ["RunFiles", "RunFollower"]

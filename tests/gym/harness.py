@@ -52,6 +52,13 @@ _RAY_STARTUP_TIMEOUT = "The current node timed out during startup"
 """What Gym's ``ray.init()`` raises when its node did not start."""
 
 
+def ray_did_not_start(output: str) -> bool:
+    """Whether Gym's output (and its Ray's logs) say that its Ray did not start: its node timed out, or a Ray
+    daemon ended on a failed check (a raylet waiting for its metrics agent's port file, on a loaded machine).
+    A second start has a new Ray, and does start."""
+    return _RAY_STARTUP_TIMEOUT in output or RAY_CHECK_FAILED in output
+
+
 class GymUnavailable(RuntimeError):
     """The Gym venv could not be made here."""
 
@@ -216,7 +223,7 @@ class GymServers:
         metrics agent's port file in three of this machine's CI runs: the second start has a new Ray)."""
         prepare_workdir(self.workdir, self.venv)
         failure = self._start()
-        if failure is not None and (_RAY_STARTUP_TIMEOUT in failure or RAY_CHECK_FAILED in failure):
+        if failure is not None and ray_did_not_start(failure):
             print(f"gym env start: Ray did not start, starting again:\n{failure}", file=sys.stderr)
             failure = self._start()
         if failure is not None:

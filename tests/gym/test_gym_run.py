@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
@@ -144,15 +145,27 @@ def _events(text: str) -> float:
     )
 
 
-def _wait_for_outcomes(watch: Watch, count: int, *, timeout: float = 120) -> None:
-    """Until the watch has served ``count`` rollout outcomes (Gym is still running then); a timeout says
-    what the command and Gym last wrote."""
+def _wait_for_outcomes(
+    watch: Watch, count: int, *, timeout: float = 120, stop: Callable[[str], bool] | None = None
+) -> None:
+    """Until the watch has served ``count`` rollout outcomes (Gym is still running then); a timeout, or the
+    watch ending first, or ``stop`` holding for what it wrote (its last 200 lines), says what the command and
+    Gym last wrote."""
+    assert watch.process is not None
+
+    def served() -> bool:
+        if bool(watch.scrapes) and _events(watch.scrapes[-1][2]) >= count:
+            return True
+        if watch.process is not None and watch.process.poll() is not None:  # no rollout can come any more
+            msg = f"the watch ended ({watch.process.returncode}) before {count} rollouts"
+            raise AssertionError(msg)
+        if stop is not None and stop(watch.output_tail(200)):
+            msg = f"given up before {count} rollouts on what the watch wrote"
+            raise AssertionError(msg)
+        return False
+
     try:
-        wait_until(
-            lambda: bool(watch.scrapes) and _events(watch.scrapes[-1][2]) >= count,
-            timeout=timeout,
-            what=f"{count} rollouts",
-        )
+        wait_until(served, timeout=timeout, what=f"{count} rollouts")
     except AssertionError as exc:
         raise AssertionError(f"{exc}; the watch's stderr ends:\n{watch.output_tail()}") from None
 

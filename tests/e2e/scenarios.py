@@ -127,6 +127,12 @@ def fired_alerts(
                 run = alert["metric"].get("run")
                 name = alert["metric"]["alertname"]
                 if run in fired and (name not in MACHINE_ALERTS or run in machine_bound):
+                    if name not in fired[run] and name not in awaited.get(run, {name}):
+                        # Shown if the test fails: what the run's rollouts per second were as it fired.
+                        rate = prometheus.query(f'sum(rate(rollout_completed_total{{run="{run}"}}[10s]))')
+                        per_second = float(rate[0]["value"][1]) if rate else 0.0
+                        at = time.monotonic() - started
+                        print(f"{run}: {name} fired at {at:.0f} s, {per_second:.0f} rollouts/s")
                     fired[run].add(name)
             time.sleep(0.5)
         if check is not None:

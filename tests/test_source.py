@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).parents[1]
+SRC = ROOT / "src"
 FOLDERS = ("src", "tests", "benchmarks", "dashboards", "docs")
 PRAGMA = re.compile(r"#\s*(fmt:|noqa|type:|pragma)")
 CLOSER = re.compile(r"^\s*[)\]}]+:?\s*(#.*)$")
@@ -83,7 +84,7 @@ def unresolved(text: str, loggers: frozenset[str] = frozenset()) -> list[str]:
     return [name for name in sorted(set(DOTTED.findall(text)) - loggers) if not resolves(name)]
 
 
-PACKAGE = sorted((ROOT / "src").rglob("*.py"))
+PACKAGE = sorted(SRC.rglob("*.py"))
 LOGGERS = frozenset(name for path in PACKAGE for name in LOGGER.findall(path.read_text(encoding="utf-8")))
 """The package's loggers' names (``rollout_telemetry.rollouts``...), which name no module."""
 
@@ -104,9 +105,6 @@ def test_the_check_finds_a_stale_name() -> None:
     )
     assert unresolved(text, LOGGERS) == ["rollout_telemetry._views.series.NOPE", "rollout_telemetry.series"]
     assert "rollout_telemetry.rollouts" in unresolved(text)
-
-
-SRC = ROOT / "src"
 
 
 def module_of(path: Path) -> str:

@@ -10,6 +10,7 @@ import pytest
 
 from rollout_telemetry import RolloutTelemetry
 from rollout_telemetry._store import account as account_module
+from rollout_telemetry._store import in_flight as in_flight_module
 from rollout_telemetry._store.reads import TURN_SECONDS, in_turns, read_in_turns
 from tests.support import FakeClock
 
@@ -89,6 +90,40 @@ def test_a_recorder_records_between_the_turns_of_a_snapshot(monkeypatch: pytest.
     assert {agent.agent: agent.completed for agent in telemetry.snapshot().agents} == {"a": 1, "b": 2}
     monkeypatch.undo()
     assert {agent.agent: agent.completed for agent in telemetry.snapshot().agents} == {"a": 2, "b": 2}
+
+
+def test_the_listing_in_flight_reads_each_agent_whole_the_lock_between(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With turns of one agent each, a rollout of an agent read later in the same listing begun between the
+    turns is listed, one of an agent read earlier is not: ``/rollouts`` takes the lock an agent at a time, as
+    a snapshot does, so a recorder never waits for every agent's slots."""
+    telemetry = RolloutTelemetry(runtime_metrics=False, stall_after=None)  # the listing reads alone
+    with (
+        telemetry.rollout("a", task_index=0, rollout_index=0),
+        telemetry.rollout("b", task_index=0, rollout_index=0),
+    ):
+        later: list[Any] = []
+
+        def between_each(lock: threading.Lock, parts: list[Any], read: Callable[[Any], Any]) -> list[Any]:
+            results: list[Any] = []
+            for index, part in enumerate(parts):
+                results += read_in_turns(lock, [part], read)
+                if index == 0:  # after "a" is read, before "b": one more of each begins, no lock held
+                    for agent in ("a", "b"):
+                        later.append(telemetry.rollout(agent, task_index=1, rollout_index=0))
+                        later[-1].__enter__()
+            return results
+
+        monkeypatch.setattr(in_flight_module, "read_in_turns", between_each)
+        listed = telemetry.rollouts_in_flight()["rollouts"]
+        assert sorted((row["agent"], row["task_index"]) for row in listed) == [("a", 0), ("b", 0), ("b", 1)]  # type: ignore[attr-defined]
+        monkeypatch.undo()
+        listed = telemetry.rollouts_in_flight()["rollouts"]
+        everything = [("a", 0), ("a", 1), ("b", 0), ("b", 1)]
+        assert sorted((row["agent"], row["task_index"]) for row in listed) == everything  # type: ignore[attr-defined]
+        for context in later:
+            context.__exit__(None, None, None)
 
 
 def test_work_on_parts_hands_the_interpreter_over_once_a_turn(clock: FakeClock) -> None:

@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from rollout_telemetry._store.agent import AgentState
 from rollout_telemetry._store.flights import CANCELLED, STALLED, Flight, FlightRecord, Offered, Slot
+from rollout_telemetry._store.reads import read_in_turns, read_locked
 from rollout_telemetry._store.roster import Roster
 
 __all__ = ["InFlight", "InFlightRollouts"]
@@ -203,14 +204,18 @@ class InFlightRollouts:
         bound = self._stall_after
         if bound is None:
             return []
-        stalled: list[tuple[str, str, Flight | None, float]] = []
-        with self._roster.lock:
+        roster = self._roster
+        with read_locked(roster.lock):
             now = self._clock()
-            for state in self._roster.by_label.values():
-                if state.lifecycle:
-                    found = state.flights.stalled_past(now, bound(state.label))
-                    stalled += [(state.label, stage, flight, age) for stage, flight, age in found]
-        return stalled
+            states = [state for state in roster.by_label.values() if state.lifecycle]
+        found = read_in_turns(
+            roster.lock, states, lambda state: state.flights.stalled_past(now, bound(state.label))
+        )
+        return [
+            (state.label, stage, flight, age)
+            for state, stalls in zip(states, found, strict=True)
+            for stage, flight, age in stalls
+        ]
 
     def slow_after(self, label: str) -> float | None:
         """Seconds in flight after which a rollout of the agent ``label`` is slow, or ``None``."""
@@ -219,12 +224,15 @@ class InFlightRollouts:
     def in_flight(self, limit: int) -> tuple[int, list[FlightRecord]]:
         """The number of rollouts in flight (without an outcome) and the ``limit`` oldest rollouts whose
         block has not exited, ``terminal`` ones included, oldest first."""
-        with self._roster.lock:
+        roster, slow_after = self._roster, self.slow_after
+        with read_locked(roster.lock):
             now = self._clock()
-            taken = [
-                (state.label, state.flights.taken(now, self.slow_after(state.label)))
-                for state in self._roster.by_label.values()
-            ]
+            states = list(roster.by_label.values())
+        taken = read_in_turns(  # each agent's slots at once, the agents in turns, as a snapshot reads them
+            roster.lock,
+            states,
+            lambda state: (state.label, state.flights.taken(now, slow_after(state.label))),
+        )
         total = sum(sum(flights.counts().in_flight.values()) for _, flights in taken)  # not terminal
         oldest = heapq.nsmallest(
             limit,

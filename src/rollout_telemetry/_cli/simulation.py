@@ -9,7 +9,8 @@ group).
 A ``scenario`` makes the reward fall after ``drop_after`` seconds for one cause, so each reward-drop alert
 can be seen firing:
 
-- ``healthy``: nothing changes;
+- ``healthy``: nothing changes (rewards are spread evenly over their range along each agent's rollouts, so
+  a window of a few of them has the run's mean);
 - ``infrastructure``: 20 more points of rollouts fail, and 40% of the unmasked ones score 0 (an environment
   that errors without masking);
 - ``truncation``: half of the answers hit max_output_tokens and score 0;
@@ -150,6 +151,10 @@ class DemoConfig:
             raise ConfigError(msg)
 
 
+_GOLDEN = (5**0.5 - 1) / 2
+"""The golden ratio's fractional part: its multiples modulo 1 spread over [0, 1) as evenly as any can."""
+
+
 @dataclass(frozen=True, slots=True)
 class _Phase:
     """The shares and scoring of one phase of the run: before the scenario's cause, or after."""
@@ -227,7 +232,11 @@ async def _one_rollout(  # noqa: PLR0917 - one call site
     seconds = rng.uniform(0.01, config.max_rollout_seconds) * phase.slowdown
     seconds = min(seconds, 0.9 * config.stall_after) if phase.slowdown > 1.0 else seconds
     low = config.lowest_reward
-    reward = round(rng.uniform(low, 1.0) * phase.scale, 3)
+    # Spread evenly over [low, 1] along the agent's rollouts (a golden-ratio sequence), not drawn at random: a
+    # window of a few rollouts has the run's mean, so an alert on the reward shows the scenario's cause, never
+    # a machine too busy to fit many rollouts in a window.
+    position = ((task * config.group_size + index) * _GOLDEN) % 1.0
+    reward = round((low + (1.0 - low) * position) * phase.scale, 3)
     truncated = rng.random() < phase.truncated
     if common is not None:
         reward = common

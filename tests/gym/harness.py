@@ -52,6 +52,11 @@ _RAY_STARTUP_TIMEOUT = "The current node timed out during startup"
 """What Gym's ``ray.init()`` raises when its node did not start."""
 
 
+RAY_STARTS = 3
+"""How many times a test starts a Gym whose Ray did not start (Ray waits 30 s for its node, a constant of
+its own): each start has a new Ray, and beside a second CI job two starts in a row timed out."""
+
+
 def ray_did_not_start(output: str) -> bool:
     """Whether Gym's output (and its Ray's logs) say that its Ray did not start: its node timed out, or a Ray
     daemon ended on a failed check (a raylet waiting for its metrics agent's port file, on a loaded machine).
@@ -219,11 +224,14 @@ class GymServers:
         return gym_environ(self.venv, self.ray_folder)
 
     def __enter__(self) -> GymServers:
-        """Start Gym's servers; once more if Gym's Ray did not start (its raylet died waiting for its
-        metrics agent's port file in three of this machine's CI runs: the second start has a new Ray)."""
+        """Start Gym's servers; again, up to ``RAY_STARTS`` in all, while Gym's Ray did not start (its raylet
+        died waiting for its metrics agent's port file in three of this machine's CI runs: a new start has a
+        new Ray)."""
         prepare_workdir(self.workdir, self.venv)
         failure = self._start()
-        if failure is not None and ray_did_not_start(failure):
+        for _ in range(RAY_STARTS - 1):
+            if failure is None or not ray_did_not_start(failure):
+                break
             print(f"gym env start: Ray did not start, starting again:\n{failure}", file=sys.stderr)
             failure = self._start()
         if failure is not None:

@@ -32,7 +32,7 @@ FAKE_GYM = textwrap.dedent(
     out.with_name(f"{out.stem}_coverage.json").write_text(json.dumps(coverage))  # last, as the store's close
     """
 )
-SAID = "failed: run_coverage.json says 2, rollout-telemetry counted 1"
+SAID = "failed: {} says 2, rollout-telemetry counted 1"
 
 
 def test_gym_names_a_field_gym_s_coverage_file_counts_otherwise(tmp_path: Path) -> None:
@@ -54,7 +54,7 @@ def test_gym_names_a_field_gym_s_coverage_file_counts_otherwise(tmp_path: Path) 
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert report["agents"][0]["rollouts"]["failed"] == 1
-    assert f"rollout-telemetry gym: {SAID}\n" in done.stderr
+    assert f"rollout-telemetry gym: {SAID.format(tmp_path / 'run_coverage.json')}\n" in done.stderr
 
 
 def test_serve_names_it_when_it_stops_after_the_run(tmp_path: Path) -> None:
@@ -79,4 +79,4 @@ def test_serve_names_it_when_it_stops_after_the_run(tmp_path: Path) -> None:
     finally:
         stop_process(serve, timeout=15)
     assert serve.returncode == 0, stderr
-    assert f"rollout-telemetry serve: {SAID}\n" in stderr
+    assert f"rollout-telemetry serve: {SAID.format(tmp_path / 'run_coverage.json')}\n" in stderr

@@ -204,13 +204,14 @@ def test_each_field_that_differs_from_gym_s_coverage_file_is_one_line(tmp_path: 
     """Where Gym's coverage file counts otherwise, each field is named in one line with both numbers; a field
     unknown here, or of a type Gym does not write, is ignored."""
     main_file = _copy(tmp_path)
+    coverage = tmp_path / "run_coverage.json"
     _rewrite(tmp_path / "run_coverage.json", failed=2, measured=1, masked="1", future_count=9,
              max_rollout_attempts=5)  # fmt: skip
     _, follower = _read(main_file)
     assert follower.gym_differences() == [
-        "measured: run_coverage.json says 1, rollout-telemetry counted 2",
-        "failed: run_coverage.json says 2, rollout-telemetry counted 1",
-        "max_rollout_attempts: run_coverage.json says 5, rollout-telemetry counted 3",
+        f"measured: {coverage} says 1, rollout-telemetry counted 2",
+        f"failed: {coverage} says 2, rollout-telemetry counted 1",
+        f"max_rollout_attempts: {coverage} says 5, rollout-telemetry counted 3",
     ]
 
 
@@ -222,8 +223,8 @@ def test_a_coverage_file_of_another_run_says_so(tmp_path: Path) -> None:
     (tmp_path / "run_manifest.json").write_text(json.dumps({**manifest, "run_id": "older"}))
     _, follower = _read(main_file)
     assert follower.gym_differences() == [
-        f"run_id: run_manifest.json names run 'older', the rows run {RUN_ID!r}",
-        f"run_id: run_coverage.json names run 'other', the rows run {RUN_ID!r}",
+        f"run_id: {tmp_path / 'run_manifest.json'} names run 'older', the rows run {RUN_ID!r}",
+        f"run_id: {tmp_path / 'run_coverage.json'} names run 'other', the rows run {RUN_ID!r}",
     ]
 
 
@@ -276,7 +277,7 @@ def test_a_malformed_coverage_file_or_manifest_is_ignored_in_one_line(
     assert lines[0].startswith(f"{tmp_path / name} ")
     assert said in lines[0]
     if name == "run_manifest.json":
-        assert lines[1:] == ["failed: run_coverage.json says 0, rollout-telemetry counted 1"]
+        assert lines[1:] == [f"failed: {tmp_path / 'run_coverage.json'} says 0, rollout-telemetry counted 1"]
     else:
         assert len(lines) == 1
 
@@ -316,7 +317,8 @@ def test_report_names_each_difference_on_stderr_and_keeps_stdout_machine_output(
     assert main(["report", str(main_file), "--format", "json"]) == 0
     out, err = capsys.readouterr()
     assert json.loads(out)["file"] == str(main_file)
-    assert err == "rollout-telemetry report: unknown: run_coverage.json says 1, rollout-telemetry counted 0\n"
+    said = f"unknown: {tmp_path / 'run_coverage.json'} says 1, rollout-telemetry counted 0"
+    assert err == f"rollout-telemetry report: {said}\n"
 
 
 def test_report_of_gym_0_7_0_files_says_nothing_more(capsys: pytest.CaptureFixture[str]) -> None:

@@ -154,7 +154,7 @@ def differences(
     for field, ours in _ours(coverage, max_attempts).items():
         theirs = _count(getattr(gym, field))
         if theirs is not None and ours is not None and theirs != ours:
-            lines.append(f"{field}: {coverage_file.name} says {theirs}, rollout-telemetry counted {ours}")
+            lines.append(f"{field}: {coverage_file} says {theirs}, rollout-telemetry counted {ours}")
     return lines
 
 
@@ -162,4 +162,4 @@ def _other_run(path: Path, theirs: object, ours: str | None) -> list[str]:
     """The line saying that ``path`` names another run than the rows, if it does."""
     if type(theirs) is not str or ours is None or theirs == ours:
         return []
-    return [f"run_id: {path.name} names run {theirs[:80]!r}, the rows run {ours[:80]!r}"]
+    return [f"run_id: {path} names run {theirs[:80]!r}, the rows run {ours[:80]!r}"]

@@ -326,3 +326,30 @@ def test_report_of_gym_0_7_0_files_says_nothing_more(capsys: pytest.CaptureFixtu
     main_file = Path(__file__).parents[1] / "fixtures" / "gym-0.7.0" / "retried" / "rollouts.jsonl"
     assert main(["report", str(main_file), "--format", "json"]) == 0
     assert capsys.readouterr().err == ""
+
+
+def test_a_live_follower_and_report_agree_on_the_next_release_s_files(tmp_path: Path) -> None:
+    """The fixture's rows appended one at a time, the failures interleaved, read live after each append: the
+    same coverage as reading the whole files at once, and nothing differs from Gym's coverage file."""
+    whole_folder = tmp_path / "whole"
+    whole_folder.mkdir()
+    _, whole = _read(_copy(whole_folder))
+    live_folder = tmp_path / "live"
+    live_folder.mkdir()
+    shutil.copy(NEXT / "run_materialized_inputs.jsonl", live_folder)
+    main_lines = (NEXT / "run.jsonl").read_text().splitlines(keepends=True)
+    failure_lines = (NEXT / "run_failures.jsonl").read_text().splitlines(keepends=True)
+    for name in ("run.jsonl", "run_failures.jsonl"):
+        (live_folder / name).write_text("")
+    telemetry = RolloutTelemetry()
+    follower = telemetry._run_follower(RunFiles.from_main(live_folder / "run.jsonl"))
+    for index in range(max(len(main_lines), len(failure_lines))):
+        for name, lines in (("run_failures.jsonl", failure_lines), ("run.jsonl", main_lines)):
+            if index < len(lines):
+                with (live_folder / name).open("a") as file:
+                    file.write(lines[index])
+                follower.poll()
+    follower.finish()
+    assert follower.coverage.snapshot() == whole.coverage.snapshot()
+    shutil.copy(NEXT / "run_coverage.json", live_folder)
+    assert follower.gym_differences() == []

@@ -353,3 +353,21 @@ def test_a_live_follower_and_report_agree_on_the_next_release_s_files(tmp_path: 
     assert follower.coverage.snapshot() == whole.coverage.snapshot()
     shutil.copy(NEXT / "run_coverage.json", live_folder)
     assert follower.gym_differences() == []
+
+
+def test_the_report_counts_failures_gym_never_sent_apart(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``report`` gives the failures by delivery, the one not_sent apart from the two delivered, as data
+    and in the table; a NeMo Gym 0.7.0 run, whose failures do not say, has no such key."""
+    main_file = _copy(tmp_path)
+    assert main(["report", str(main_file), "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["failures_by_delivery"] == {
+        "math": {"delivered": 2, "not_sent": 1}
+    }
+    assert main(["report", str(main_file)]) == 0
+    said = "failures by delivery (not_sent: the request never left): math: delivered 2, not_sent 1"
+    assert said in capsys.readouterr().out
+    old = Path(__file__).parents[1] / "fixtures" / "gym-0.7.0" / "troubled" / "rollouts.jsonl"
+    assert main(["report", str(old), "--format", "json"]) == 0
+    assert "failures_by_delivery" not in json.loads(capsys.readouterr().out)

@@ -371,3 +371,17 @@ def test_the_report_counts_failures_gym_never_sent_apart(
     old = Path(__file__).parents[1] / "fixtures" / "gym-0.7.0" / "troubled" / "rollouts.jsonl"
     assert main(["report", str(old), "--format", "json"]) == 0
     assert "failures_by_delivery" not in json.loads(capsys.readouterr().out)
+
+
+def test_rows_begin_a_bounded_number_of_runs(tmp_path: Path) -> None:
+    """A file whose every row names a run of its own begins at most 64 new runs (each reads the inputs again);
+    the rows of further runs are rejected as ``too_many_runs``."""
+    _rows(tmp_path / "run_materialized_inputs.jsonl",
+          [{"_ng_task_index": 0, "_ng_rollout_index": 0, "agent_ref": {"name": "math"}}])  # fmt: skip
+    _rows(tmp_path / "run.jsonl", [_row(0, f"r{number}") for number in range(70)])
+    telemetry, follower = _read(tmp_path / "run.jsonl")
+    assert (follower.restarts, follower.run_id) == (64, "r64")
+    assert telemetry.snapshot().rejected == {"too_many_runs": 5}
+    agent = telemetry.snapshot().agent("math")
+    assert agent is not None
+    assert agent.completed == 65

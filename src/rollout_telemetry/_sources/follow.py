@@ -60,6 +60,10 @@ __all__ = ["RunFiles", "RunFollower"]
 
 _log = logging.getLogger("rollout_telemetry.follow")
 
+MAX_RUNS = 64
+"""Runs a follower begins because a row names another run (``_ng_run_id``): NeMo Gym writes one run to a set
+of files, so more is hostile input, and each would read the inputs again."""
+
 
 class RunFollower:
     """Feeds a run's files into a telemetry account and a coverage account, once or continuously.
@@ -78,7 +82,8 @@ class RunFollower:
     read from their start, the others from where reading was, and the inputs (which count nothing) again
     from their start. When rows carry their run's id (``_ng_run_id``, NeMo Gym's next release), a row of
     another run begins a new run the same way, the inputs read again at once; a row of a run that already
-    ended is rejected (``earlier_run``), so two runs' rows in the same files never flip the account back.
+    ended is rejected (``earlier_run``), so two runs' rows in the same files never flip the account back,
+    and so is one of a run past the ``MAX_RUNS``-th that rows began (``too_many_runs``).
 
     Args:
         recorder: the telemetry's recording part, which every row is recorded through.
@@ -285,6 +290,9 @@ class RunFollower:
             msg = f"a row of run {run_id[:80]!r}, which ended when run {self.run_id!s:.80} began"
             raise Rejection("earlier_run", msg)
         if self.run_id is not None:
+            if len(self._ended_runs) >= MAX_RUNS:  # each new run reads the inputs again: a bounded number
+                msg = f"a row of a run beyond the {MAX_RUNS} runs one follower begins by run id"
+                raise Rejection("too_many_runs", msg)
             self._ended_runs.add(self.run_id)
             self._start_over(set())
             if self._inputs is not None and self._inputs.check() is not None:

@@ -142,6 +142,7 @@ def run(args: argparse.Namespace) -> int:
             if not _print_report(args, telemetry, follower, samples, story):
                 status = status or 2
             options.say_unnamed(args, follower)
+            options.say_gym_differences(args, follower)
             if late := sum(agent.late for agent in follower.recorder.groups_snapshot().agents):
                 print(
                     f"rollout-telemetry gym: {late} outcome(s) arrived after their group was classified; the "

@@ -218,6 +218,13 @@ def say_unnamed(args: argparse.Namespace, follower: RunFollower) -> None:
         print(f"rollout-telemetry {args.command}: {note}", file=sys.stderr)
 
 
+def say_gym_differences(args: argparse.Namespace, follower: RunFollower) -> None:
+    """At the end of a run, say on stderr, a line each, where NeMo Gym's own count of it (its next release's
+    ``<stem>_coverage.json``) differs from the follower's, or why that file is ignored; nothing without it."""
+    for line in follower.gym_differences():
+        print(f"rollout-telemetry {args.command}: {line}", file=sys.stderr)
+
+
 def endpoint_security(args: argparse.Namespace) -> tuple[TLSConfig | None, BasicAuth | None]:
     """The TLS and basic auth the ``add_security_options()`` flags ask for, their files loaded.
 

@@ -183,6 +183,7 @@ def _read(args: argparse.Namespace, path: Path) -> tuple[dict[str, Any], str | N
         _read_with_progress(follower)
         follower.finish()
     options.say_unnamed(args, follower)
+    options.say_gym_differences(args, follower)
     if not follower.tells_of_a_run:
         rejected = sum(telemetry.snapshot().rejected.values())
         why = f"all {rejected} rows were rejected" if rejected else "it is empty"

@@ -83,6 +83,7 @@ def run(args: argparse.Namespace) -> int:
         pass
     finally:
         follower.stop()
+        follower.poll()  # what was written since the last read: the run's end, when it is over
         server.stop()
         if otlp is not None:
             otlp.shutdown()
@@ -90,4 +91,5 @@ def run(args: argparse.Namespace) -> int:
         done = sum(a.completed + a.failed + a.omitted for a in snap.agents)
         print(f"stopped: {done} rollout outcomes read from {files.main}", flush=True)
         options.say_unnamed(args, follower)
+        options.say_gym_differences(args, follower)
     return 0

@@ -26,12 +26,14 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rollout_telemetry._contract.failure_where import Where
 from rollout_telemetry._contract.health import findings
 from rollout_telemetry._contract.outcome import Classified, classify
 from rollout_telemetry._recording.spans import Attributes, recovery_attributes
+from rollout_telemetry._sources.gym_account import differences
 from rollout_telemetry._sources.gym_rows import (
     Row,
     decode_row,
@@ -43,6 +45,7 @@ from rollout_telemetry._sources.gym_rows import (
     row_identity,
     row_latency,
     row_perf_counts,
+    row_run_id,
 )
 from rollout_telemetry._sources.inputs import input_rollout
 from rollout_telemetry._sources.run_files import RunFiles
@@ -56,6 +59,10 @@ if TYPE_CHECKING:  # the facade hands its recorder to the follower: it sits abov
 __all__ = ["RunFiles", "RunFollower"]
 
 _log = logging.getLogger("rollout_telemetry.follow")
+
+MAX_RUNS = 64
+"""Runs a follower begins because a row names another run (``_ng_run_id``): NeMo Gym writes one run to a set
+of files, so more is hostile input, and each would read the inputs again."""
 
 
 class RunFollower:
@@ -73,7 +80,10 @@ class RunFollower:
     coverage account, the groups, the rows waiting for their input) starts again, while every counter
     continues, so no series goes backwards and no line is counted twice. The files that started over are
     read from their start, the others from where reading was, and the inputs (which count nothing) again
-    from their start.
+    from their start. When rows carry their run's id (``_ng_run_id``, NeMo Gym's next release), a row of
+    another run begins a new run the same way, the inputs read again at once; a row of a run that already
+    ended is rejected (``earlier_run``), so two runs' rows in the same files never flip the account back,
+    and so is one of a run past the ``MAX_RUNS``-th that rows began (``too_many_runs``).
 
     Args:
         recorder: the telemetry's recording part, which every row is recorded through.
@@ -130,6 +140,9 @@ class RunFollower:
         """Rows counted (successes and failures; duplicates and rejected rows excluded), every run."""
         self.unnamed = 0
         """Rows counted under ``default_agent``: nothing in the files named their agent."""
+        self.run_id: str | None = None
+        """The id of the run being read (``_ng_run_id`` of its rows), ``None`` before a row carried one."""
+        self._ended_runs: set[str] = set()
         self._input_agents: set[str] = set()
         self._waiting: dict[tuple[int, int], list[tuple[Tail, int, Row]]] = {}
 
@@ -156,6 +169,18 @@ class RunFollower:
             f"_ng_environment_server or materialized inputs row): shown as '{self.default_agent}'; "
             "--agent NAME names them"
         )
+
+    def gym_differences(self) -> list[str]:
+        """At the end of a run, the lines where NeMo Gym's own account of it (``<stem>_coverage.json``, its
+        next release) differs from what was read, one per field (``gym_account.differences``); none
+        without it."""
+        files = self.files
+        rows = tuple(path for path in (files.main, files.failures) if path is not None)
+        coverage = self.coverage
+        return differences(
+            (files.coverage, files.manifest, rows), coverage.snapshot(), coverage.max_attempts, self.run_id,
+            _modified,
+        )  # fmt: skip
 
     @property
     def tells_of_a_run(self) -> bool:
@@ -227,6 +252,7 @@ class RunFollower:
     def _start_over(self, started_over: set[Tail]) -> None:
         # A new run (see the class): the run's description starts again; the counters go on.
         self.restarts += 1
+        self.run_id = None  # the new run's id, from its first row that carries one
         self._input_agents = set()
         self.recorder.new_run()  # its coverage and groups
         # Rows waiting for their input row are kept, unless their file is read again from its start.
@@ -255,7 +281,27 @@ class RunFollower:
         except Rejection as exc:
             self._reject(tail, number, exc)
 
+    def _run_of(self, row: Row) -> None:
+        # A row of another run than the one being read begins a new run (see the class).
+        run_id = row_run_id(row)
+        if run_id is None or run_id == self.run_id:
+            return
+        if run_id in self._ended_runs:
+            msg = f"a row of run {run_id[:80]!r}, which ended when run {self.run_id!s:.80} began"
+            raise Rejection("earlier_run", msg)
+        if self.run_id is not None:
+            if len(self._ended_runs) >= MAX_RUNS:  # each new run reads the inputs again: a bounded number
+                msg = f"a row of a run beyond the {MAX_RUNS} runs one follower begins by run id"
+                raise Rejection("too_many_runs", msg)
+            self._ended_runs.add(self.run_id)
+            self._start_over(set())
+            if self._inputs is not None and self._inputs.check() is not None:
+                for number, line in self._inputs.lines():  # the new run's expected rollouts, before its rows
+                    self._take(self._inputs, number, line)
+        self.run_id = run_id
+
     def _resolve(self, tail: Tail, number: int, row: Row) -> None:
+        self._run_of(row)
         # Which agent: the row's own, its input row's, or (once nothing else can tell) the default.
         agent = row_agent(row)
         identity = row_identity(row)
@@ -362,3 +408,11 @@ class RunFollower:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
+
+
+def _modified(path: Path) -> int | None:
+    """A file's modification time in ns (a link followed, as the rows' files are), ``None`` if not there."""
+    try:
+        return path.stat().st_mtime_ns
+    except OSError:
+        return None

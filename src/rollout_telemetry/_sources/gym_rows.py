@@ -37,6 +37,7 @@ __all__ = [
     "row_identity",
     "row_latency",
     "row_perf_counts",
+    "row_run_id",
 ]
 
 MAX_FIELD = 64 * 1024
@@ -88,6 +89,8 @@ class Row(msgspec.Struct, forbid_unknown_fields=False, gc=False):
     omitted: Any = msgspec.field(default=None, name="_ng_omitted")
     # Read for a followed rollout's span only: Gym's correlation id and its small per-rollout summary.
     rollout_id: Any = msgspec.field(default=None, name="_ng_rollout_id")
+    # NeMo Gym's next release (PR #3302) stamps every row with the run it belongs to.
+    run_id: Any = msgspec.field(default=None, name="_ng_run_id")
     perf: Any = msgspec.field(default=None, name="ng_perf")
     trajectory: Any = msgspec.field(default=None, name="ng_trajectory")  # its health: _contract.health
 
@@ -171,6 +174,9 @@ NO_RESULT_CLASSES = frozenset(
 _TERMINAL_CLASSES = frozenset({"skipped"})
 """Failure classes NeMo Gym never retries, whatever the row's ``_ng_failure_terminal`` says."""
 
+MAX_RUN_ID = 256
+"""The longest ``_ng_run_id`` taken as a run's id; a longer one (or one that is not a string) is no id."""
+
 MAX_LATENCY_MS = 7 * 24 * 3600 * 1000
 """The longest ``ng_perf.total_latency_ms`` taken as a rollout's duration (a week); longer is no timing."""
 
@@ -243,8 +249,18 @@ def row_identity(row: Row) -> tuple[int, int] | None:
     return task, rollout
 
 
+def row_run_id(row: Row) -> str | None:
+    """The run a row belongs to (``_ng_run_id``, NeMo Gym's next release), ``None`` for a row of NeMo Gym
+    0.7.0 (it has none) or one whose id is not a non-empty string of at most ``MAX_RUN_ID`` characters."""
+    run_id = row.run_id
+    if type(run_id) is not str or not 0 < len(run_id) <= MAX_RUN_ID:
+        return None
+    return run_id
+
+
 def row_attempt(row: Row) -> int:
-    """The attempt index: NeMo Gym stamps retries 1, 2, ... and leaves the first attempt unstamped (0)."""
+    """The attempt index: NeMo Gym 0.7.0 stamps retries 1, 2, ... and leaves the first attempt unstamped (0);
+    its next release stamps every attempt from 0 (``_ng_attempt_index``), the same numbers."""
     attempt = row.attempt_index
     if attempt is None:
         return 0
@@ -257,7 +273,8 @@ def failure_outcome(row: Row) -> tuple[Classified, bool, Where | None, tuple[Out
     with the refusals of values outside NeMo Gym's sets (``failure_where``).
 
     The stage is Gym's ``_ng_failure_stage`` (an Environment Server's failure), else the failure record's
-    ``failure.stage``; the delivery is the failure record's ``delivery``.
+    ``failure.stage``; the delivery is the failure record's ``delivery``. It is terminal when the row's
+    ``_ng_failure_terminal`` or its failure record's ``failure.terminal`` says so, or for a skip.
     """
     record = row.failure_record
     record = record if isinstance(record, dict) else {}
@@ -279,9 +296,15 @@ def failure_outcome(row: Row) -> tuple[Classified, bool, Where | None, tuple[Out
         ),
         None,
     )
-    disposition = Disposition.OMITTED if row.omitted is True else Disposition.FAILED
+    terminal = row.failure_terminal is True or failure.get("terminal") is True
+    terminal = terminal or row.failure_class in _TERMINAL_CLASSES
+    # A row of NeMo Gym's next release (it carries its run's id) that is a terminal skip is an omission, as
+    # its rollout_records.disposition() counts it; NeMo Gym 0.7.0 counts a skip as a failure.
+    omitted = row.omitted is True or (
+        row_run_id(row) is not None and row.failure_class == "skipped" and row.failure_terminal is True
+    )
+    disposition = Disposition.OMITTED if omitted else Disposition.FAILED
     reward = None if row.failure_class in NO_RESULT_CLASSES else row.reward
-    terminal = row.failure_terminal is True or row.failure_class in _TERMINAL_CLASSES
     stage = row.failure_stage if row.failure_stage is not None else failure.get("stage")
     where, refused = failure_where(stage, record.get("delivery"))
     return absent(disposition, kind, reason, reward), terminal, where, refused

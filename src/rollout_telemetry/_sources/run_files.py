@@ -1,5 +1,6 @@
 """The files of one NeMo Gym run: ``<stem>.jsonl``, its ``<stem>_failures.jsonl`` sidecar and its
-``<stem>_materialized_inputs.jsonl``, found by name beside the main output unless given."""
+``<stem>_materialized_inputs.jsonl``, found by name beside the main output unless given; and the
+``<stem>_coverage.json`` and ``<stem>_manifest.json`` of NeMo Gym's next release, always beside it."""
 
 from __future__ import annotations
 
@@ -21,6 +22,16 @@ class RunFiles:
     def name(self) -> str:
         """The name a run's files give its rows that name no agent: the main file's stem."""
         return _stem(self.main)
+
+    @property
+    def coverage(self) -> Path:
+        """NeMo Gym's own count of the run (its next release): ``<stem>_coverage.json`` by the main file."""
+        return self.main.with_name(f"{self.name}_coverage.json")
+
+    @property
+    def manifest(self) -> Path:
+        """NeMo Gym's run manifest (its next release), ``<stem>_manifest.json`` beside the main file."""
+        return self.main.with_name(f"{self.name}_manifest.json")
 
     @classmethod
     def from_main(

@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
+from rollout_telemetry._contract.failure_where import UNKNOWN
 from rollout_telemetry._contract.group_state import GROUP_STATES
 from rollout_telemetry._contract.health import HEALTH_CHECKS
 from rollout_telemetry._contract.outcome import Disposition
@@ -104,6 +105,7 @@ def build_report(
         )
     progress = progress_metrics(account, elapsed_seconds=0.0, expected=expected_rollouts(coverage))
     progress.pop("progress/total/rollouts_per_min")  # a rate of the live run, not of its files
+    delivered = _by_delivery(account)
     return {
         "agents": agents,
         "gym_coverage": coverage_metrics(coverage),
@@ -116,7 +118,23 @@ def build_report(
             if sum((compared := _compared(agent)).values())
         },
         "training_signal": _training_signal(account, groups),
+        # Only when a failure said whether Gym sent its request: a run of NeMo Gym 0.7.0 has no such key.
+        **({"failures_by_delivery": delivered} if delivered else {}),
     }
+
+
+def _by_delivery(account: AccountSnapshot) -> dict[str, dict[str, int]]:
+    """Per agent whose failures said whether their request was sent, its failures by delivery (``not_sent``
+    apart from ``possibly_delivered`` and ``delivered``; ``unknown`` those that did not say)."""
+    found: dict[str, dict[str, int]] = {}
+    for events in account.agents:
+        stages = events.recovery.stages if events.recovery is not None else {}
+        counts: Counter[str] = Counter()
+        for (_, delivery), count in stages.items():
+            counts[delivery] += count
+        if set(counts) - {UNKNOWN}:
+            found[events.agent] = dict(sorted(counts.items()))
+    return found
 
 
 def _intervals(samples: RewardSamples | None, agent: str) -> dict[str, Any]:
@@ -390,6 +408,12 @@ def _keys_and_notes(report: dict[str, Any]) -> list[Any]:
                 f"rows without an identity (counted, matched to nothing): {report['rows_without_identity']}"
             )
         )
+    if delivered := report.get("failures_by_delivery"):
+        by_agent = "; ".join(
+            f"{agent}: " + ", ".join(f"{delivery} {count}" for delivery, count in counts.items())
+            for agent, counts in delivered.items()
+        )
+        parts.append(terminal_text(f"failures by delivery (not_sent: the request never left): {by_agent}"))
     if report["rejected"]:
         rejected = ", ".join(f"{reason}: {count}" for reason, count in sorted(report["rejected"].items()))
         parts.append(terminal_text(f"rejected rows: {rejected}"))

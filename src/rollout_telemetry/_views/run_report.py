@@ -35,6 +35,7 @@ from rollout_telemetry._store.groups import AgentGroups, GroupsSnapshot
 from rollout_telemetry._store.snapshot import AccountSnapshot, AgentSnapshot
 from rollout_telemetry._views.escaping import terminal_text
 from rollout_telemetry._views.intervals import Interval, RewardSamples
+from rollout_telemetry._views.per_task import per_task
 from rollout_telemetry._views.progress import coverage_metrics, expected_rollouts, progress_metrics
 
 if TYPE_CHECKING:
@@ -57,11 +58,14 @@ def build_report(
     *,
     top: int = 3,
     samples: RewardSamples | None = None,
+    threshold: float | None = None,
 ) -> dict[str, Any]:
     """The report as plain data (what ``--format json`` prints).
 
     Per agent, ``rollouts`` holds identity counts and ``events`` row counts (with ``samples``, the rewards
-    read, the mean rewards' 95% intervals: ``mean_reward_ci95``, ``mean_reward_unmasked_ci95``);
+    read, the mean rewards' 95% intervals clustered by task: ``mean_reward_ci95``,
+    ``mean_reward_unmasked_ci95``; and ``per_task``, pass@k and the tasks never and always solved, where
+    every reward is 0 or 1 or a ``threshold`` says which solve);
     ``gym_coverage`` holds NeMo Gym's end-of-run ``coverage/...`` keys and ``gym_progress`` its
     ``progress/<agent>/...`` keys for the run; ``groups`` holds, per agent with groups, the completed groups
     by state and the ``open`` ones.
@@ -92,7 +96,7 @@ def build_report(
                     **{d: events.count(Disposition(d)) if events else 0 for d in _EVENT_COLUMNS},
                     "mean_reward": events.mean_reward if events else None,
                     "mean_reward_unmasked": unmasked_mean(events),
-                    **_intervals(samples, name),
+                    **_intervals(samples, name, threshold),
                     "masked_share": (events.masked_ratio if events else None) or 0.0,
                     "truncated_share": _truncated_share(events),
                     "mean_input_tokens": _mean_tokens(events, 0),
@@ -119,8 +123,9 @@ def build_report(
     }
 
 
-def _intervals(samples: RewardSamples | None, agent: str) -> dict[str, Any]:
-    """The mean rewards' 95% intervals of ``agent`` (``None`` where fewer than two rewards), or nothing."""
+def _intervals(samples: RewardSamples | None, agent: str, threshold: float | None) -> dict[str, Any]:
+    """The mean rewards' 95% intervals of ``agent`` (``None`` where fewer than two tasks) and its per-task
+    figures, or nothing."""
     if samples is None:
         return {}
     every, measured = samples.intervals(agent)
@@ -130,13 +135,19 @@ def _intervals(samples: RewardSamples | None, agent: str) -> dict[str, Any]:
         "measured_rewards": measured_rewards,
         "mean_reward_ci95": _shown(every),
         "mean_reward_unmasked_ci95": _shown(measured),
+        "per_task": per_task(*samples.by_task(agent), threshold),
     }
 
 
 def _shown(found: Interval | None) -> dict[str, Any] | None:
     if found is None:
         return None
-    return {"low": round(found.low, 4), "high": round(found.high, 4), "method": found.method}
+    return {
+        "low": round(found.low, 4),
+        "high": round(found.high, 4),
+        "method": found.method,
+        "clusters": found.clusters,
+    }
 
 
 def _compared(groups: AgentGroups) -> dict[str, int]:

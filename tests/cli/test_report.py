@@ -561,3 +561,25 @@ def test_a_pass_threshold_gives_pass_at_k_of_rewards_in_between(
     err = capsys.readouterr().err
     assert err.count("\n") == 1
     assert "--pass-threshold: must be a finite number, got 'nan'" in err
+
+
+def test_the_table_and_the_page_show_each_interval_with_its_method_and_tasks(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The troubled run's intervals, as --format json gives them, in the wide table, the narrow one (an agent
+    at a time) and the HTML report's overview: bounds, method (clustered) and the tasks each rests on."""
+    assert main(["report", str(TROUBLED), "--format", "json"]) == 0
+    events = json.loads(capsys.readouterr().out)["agents"][0]["events"]
+    every, measured = events["mean_reward_ci95"], events["mean_reward_unmasked_ci95"]
+    assert (every["method"], every["clusters"], measured["clusters"]) == ("clustered", 6, 5)
+    shown = f"[{every['low']:.3f}, {every['high']:.3f}] clustered, 6 tasks"
+    assert shown == "[0.679, 1.000] clustered, 6 tasks"
+    for columns in ("200", "100"):  # narrow, the cell wraps before "tasks"
+        monkeypatch.setenv("COLUMNS", columns)
+        assert main(["report", str(TROUBLED)]) == 0
+        table = capsys.readouterr().out
+        assert shown in table if columns == "200" else shown.removesuffix(" tasks") in table
+        assert f"[{measured['low']:.3f}, {measured['high']:.3f}] clustered, 5" in table
+    assert main(["report", str(TROUBLED), "--format", "html"]) == 0
+    page = capsys.readouterr().out
+    assert f'<td data-k="mean_reward_ci95" data-v="{every["low"]},{every["high"]}">{shown}</td>' in page

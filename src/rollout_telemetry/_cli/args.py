@@ -188,6 +188,7 @@ def readable_file(text: str) -> str:
 
 _METAVARS: dict[object, str] = {
     positive: "NUMBER",  # seconds, or a rate
+    finite: "NUMBER",  # a reward
     non_negative: "SECONDS",
     _at_least: "SECONDS",
     share: "SHARE",

@@ -74,7 +74,6 @@ def add_parser(commands: argparse._SubParsersAction[OneLineParser]) -> None:
     report.add_argument(
         "--pass-threshold",
         type=finite,
-        metavar="REWARD",
         help=(
             "the reward at or above which a rollout solves its task, for pass@k and the tasks never and "
             "always solved (default: those figures only when every reward is 0 or 1)"

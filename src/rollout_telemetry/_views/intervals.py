@@ -14,12 +14,13 @@ from __future__ import annotations
 import functools
 import math
 from array import array
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from rollout_telemetry._contract.outcome import Classified, Disposition
 
-__all__ = ["CLUSTERED", "STUDENT", "WILSON", "Interval", "RewardSamples", "interval", "t975"]
+__all__ = ["CLUSTERED", "STUDENT", "WILSON", "Interval", "RewardSamples", "interval", "interval_text", "t975"]
 
 Z95 = 1.959963984540054
 """The standard normal quantile of 0.975: a two-sided 95% interval."""
@@ -69,6 +70,14 @@ def interval(rewards: Sequence[float], tasks: Sequence[int] | None = None) -> In
     if binary:  # a proportion's interval stays within [0, 1]
         low, high = max(0.0, low), min(1.0, high)
     return Interval(mean, low, high, STUDENT if clusters == n else CLUSTERED, clusters)
+
+
+def interval_text(ci: Mapping[str, Any] | None) -> str:
+    """A report's interval (``mean_reward_ci95``) as the table and the page show it: its bounds, its method
+    and the tasks it rests on; ``-`` for none."""
+    if ci is None:
+        return "-"
+    return f"[{ci['low']:.3f}, {ci['high']:.3f}] {ci['method']}, {ci['clusters']:,} tasks"
 
 
 @functools.lru_cache(maxsize=256)

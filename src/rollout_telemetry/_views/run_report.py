@@ -34,7 +34,7 @@ from rollout_telemetry._store.coverage import CoverageSnapshot
 from rollout_telemetry._store.groups import AgentGroups, GroupsSnapshot
 from rollout_telemetry._store.snapshot import AccountSnapshot, AgentSnapshot
 from rollout_telemetry._views.escaping import terminal_text
-from rollout_telemetry._views.intervals import Interval, RewardSamples
+from rollout_telemetry._views.intervals import Interval, RewardSamples, interval_text
 from rollout_telemetry._views.per_task import per_task
 from rollout_telemetry._views.progress import coverage_metrics, expected_rollouts, progress_metrics
 
@@ -292,6 +292,11 @@ def _by_agent_tables(report: dict[str, Any]) -> list[Any]:
         for label, value in (
             ("mean reward", _number(seen["mean_reward"], "{:+.4f}")),
             ("mean reward unmasked", _number(seen["mean_reward_unmasked"], "{:+.4f}")),
+            *(
+                (f"  {label} 95% CI", interval_text(seen.get(key)))
+                for label, key in (("reward", "mean_reward_ci95"), ("unmasked", "mean_reward_unmasked_ci95"))
+                if key in seen
+            ),
             ("masked %", f"{100 * seen['masked_share']:.1f}"),
             ("truncated %", _percent(seen["truncated_share"])),
             ("mean tokens in", _number(seen["mean_input_tokens"], "{:.1f}")),
@@ -356,9 +361,33 @@ def render_table(report: dict[str, Any], width: int = _WIDE) -> Any:
     if width < _WIDE:  # every per-agent figure an agent at a time; then Gym's keys, as wide
         parts: list[Any] = _by_agent_tables(report)
     else:
-        parts = [rollouts, events, *_wide_tables(report)]
+        parts = [rollouts, events, *_intervals_table(report), *_wide_tables(report)]
     parts += _keys_and_notes(report)
     return Group(*parts)
+
+
+def _intervals_table(report: dict[str, Any]) -> list[Any]:
+    """The mean rewards' 95% intervals an agent a row, when the rewards were read (nothing otherwise)."""
+    from rich.table import Table
+
+    if not any("mean_reward_ci95" in row["events"] for row in report["agents"]):
+        return []
+    table = Table(
+        title="Mean rewards' 95% intervals (clustered by task where a task has several rewards)",
+        title_justify="left",
+    )
+    table.add_column("agent", no_wrap=True)
+    table.add_column("reward [95% CI]")
+    table.add_column("unmasked [95% CI]")
+    for row in report["agents"]:
+        seen = row["events"]
+        _add_row(
+            table,
+            row["agent"],
+            interval_text(seen.get("mean_reward_ci95")),
+            interval_text(seen.get("mean_reward_unmasked_ci95")),
+        )
+    return [table]
 
 
 def _wide_tables(report: dict[str, Any]) -> list[Any]:

@@ -105,7 +105,7 @@ def t975(df: int) -> float:
         return series
     if df == 1:
         return math.tan(0.475 * math.pi)  # Cauchy: exact
-    t = min(series, 15.0)  # the series overshoots at small df; Newton from below converges (A is concave)
+    t = min(series, 15.0)  # the series overshoots at small df; on a concave CDF Newton converges either way
     density = math.exp(math.lgamma((df + 1) / 2) - math.lgamma(df / 2)) / math.sqrt(df * math.pi)
     for _ in range(100):
         step = (_central(t, df) - 0.95) / (2 * density * (1 + t * t / df) ** (-(df + 1) / 2))

@@ -20,7 +20,7 @@ from typing import Any
 
 from rollout_telemetry._contract.outcome import Classified, Disposition
 
-__all__ = ["CLUSTERED", "STUDENT", "WILSON", "Interval", "RewardSamples", "interval", "interval_text", "t975"]
+__all__ = ["CLUSTERED", "STUDENT", "WILSON", "Interval", "RewardSamples", "interval_text"]
 
 Z95 = 1.959963984540054
 """The standard normal quantile of 0.975: a two-sided 95% interval."""

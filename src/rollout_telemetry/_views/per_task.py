@@ -12,7 +12,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["pass_at_k", "per_task"]
+__all__ = ["per_task"]
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:

@@ -8,7 +8,8 @@ A test's tier is the folder it lives in, given to it as a marker, one tier a tes
   ``LAYERS``).
 - ``e2e`` (``tests/e2e/``): real processes: the exporter, Prometheus, promtool, Pushgateway, Ray.
 - ``gym`` (``tests/gym/``): the real NeMo Gym 0.7.0 beside the exporter.
-- ``slow`` (``tests/slow/``): soak, attacks and latencies that only a real server under load shows.
+- ``slow`` (``tests/slow/``): soak, attacks and latencies that only a real server under load shows, and
+  simulations that take seconds of CPU (the intervals' coverage).
 """
 
 from __future__ import annotations

@@ -345,27 +345,33 @@ def test_markdown_gives_each_agents_means_with_their_intervals_and_denominators(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """A real NeMo Gym 0.7.0 run's files (masked and failed rollouts) as Markdown: per agent the means and
-    their 95% intervals (Wilson: its rewards are 0 or 1, here 20 of 22 and 16 of 18), the counts they rest
-    on, the same as --format json's, and lines saying what the denominators and the method are."""
+    their 95% intervals (clustered by task: 20 of 22 rewards over 6 tasks, 16 of 18 over 5), the counts they
+    rest on, the same as --format json's, and lines saying what the denominators, the method and the
+    clusters are; then pass@k per agent (its rewards are 0 or 1)."""
     assert main(["report", str(TROUBLED), "--format", "json"]) == 0
     (agent,) = json.loads(capsys.readouterr().out)["agents"]
     assert main(["report", str(TROUBLED), "--format", "markdown"]) == 0
     text = capsys.readouterr().out
-    header, rule, row, *notes = text.splitlines()
+    header, rule, row, *notes = text.split("\n\n| agent | tasks |")[0].splitlines()
     cells = [cell.strip() for cell in row.strip("|").split("|")]
     named = dict(zip([cell.strip() for cell in header.strip("|").split("|")], cells, strict=True))
-    assert named["mean reward [95% CI]"] == "0.909 [0.722, 0.975]"  # 20/22; Wilson, z = 1.96
-    assert named["reward_unmasked [95% CI]"] == "0.889 [0.672, 0.969]"  # 16/18
+    # 20/22 over 6 tasks and 16/18 over 5 (Wilson, taking the rows as independent: [0.722, 0.975])
+    assert named["mean reward [95% CI]"] == "0.909 [0.679, 1.000]"
+    assert named["reward_unmasked [95% CI]"] == "0.889 [0.587, 1.000]"
     events = agent["events"]
     assert float(named["mean reward [95% CI]"].split()[0]) == round(events["mean_reward"], 3)
-    assert agent["events"]["mean_reward_ci95"] == {"low": 0.7219, "high": 0.9747, "method": "wilson"}
+    assert events["mean_reward_ci95"] == {"low": 0.6787, "high": 1.0, "method": "clustered", "clusters": 6}
     counts = {
         column: int(named[column]) for column in ("expected", "measured", "masked", "failed", "unknown")
     }
     assert counts == {k: agent["rollouts"][k] for k in counts}
     assert (int(named["rewards"]), int(named["measured rewards"])) == (22, 18)
     assert any("over every row with a reward" in note for note in notes)
-    assert any("Wilson score interval" in note for note in notes)
+    clusters = "rt_weather_simple_agent 6 (reward_unmasked: 5)"
+    assert any("clustered by task" in note and clusters in note for note in notes)
+    passes = text.split("\n\n| agent | tasks |")[1].splitlines()[2]
+    assert passes == "| rt_weather_simple_agent | 6 | 0.917 | 0.972 | 1.000 (5 tasks) | 0.0% | 83.3% |"
+    assert [entry["value"] for entry in events["per_task"]["pass_at_k"]] == [0.9167, 0.9722, 1.0, 1.0]
     guide = (FIXTURES.parent.parent / "docs" / "guides" / "follow-files.md").read_text(encoding="utf-8")
     assert "\n".join((header, rule, row)) in guide  # the guide shows what the command prints
 
@@ -522,3 +528,58 @@ def test_the_html_page_is_written_whole_and_never_through_a_link(
     assert (tmp_path / "kept.html").read_text() == "old page"
     assert sorted(os.listdir(tmp_path)) == ["kept.html", "run.html"]
     capsys.readouterr()
+
+
+def test_a_pass_threshold_gives_pass_at_k_of_rewards_in_between(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Rewards between 0 and 1, two tasks of three rollouts: no per-task figures by default; with
+    --pass-threshold 0.5 pass@k counts a reward of 0.5 or more as solving, in the JSON and the Markdown;
+    a threshold that is not a finite number is refused with one line, exit 2."""
+    rewards = {0: (0.2, 0.6, 0.1), 1: (0.9, 0.5, 0.7)}
+    rows = [
+        {"reward": reward, "_ng_task_index": task, "_ng_rollout_index": index, "agent_ref": {"name": "a"}}
+        for task, values in rewards.items()
+        for index, reward in enumerate(values)
+    ]
+    path = tmp_path / "run.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    assert main(["report", str(path), "--format", "json"]) == 0
+    (agent,) = json.loads(capsys.readouterr().out)["agents"]
+    assert agent["events"]["per_task"] is None
+    assert agent["events"]["mean_reward_ci95"]["method"] == "clustered"
+    assert main(["report", str(path), "--format", "json", "--pass-threshold", "0.5"]) == 0
+    (agent,) = json.loads(capsys.readouterr().out)["agents"]
+    figures = agent["events"]["per_task"]
+    assert [entry["value"] for entry in figures["pass_at_k"]] == [0.6667, 0.8333, 1.0]  # 1/3 and 3/3 solve
+    assert (figures["never_solved"], figures["always_solved"]) == (0.0, 0.5)
+    assert main(["report", str(path), "--format", "markdown", "--pass-threshold", "0.5"]) == 0
+    out = capsys.readouterr().out
+    assert "| a | 2 | 0.667 | 0.833 | 1.000 | 0.0% | 50.0% |" in out
+    assert "when its reward is at least 0.5" in out
+    assert main(["report", str(path), "--pass-threshold", "nan"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "--pass-threshold: must be a finite number, got 'nan'" in err
+
+
+def test_the_table_and_the_page_show_each_interval_with_its_method_and_tasks(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The troubled run's intervals, as --format json gives them, in the wide table, the narrow one (an agent
+    at a time) and the HTML report's overview: bounds, method (clustered) and the tasks each rests on."""
+    assert main(["report", str(TROUBLED), "--format", "json"]) == 0
+    events = json.loads(capsys.readouterr().out)["agents"][0]["events"]
+    every, measured = events["mean_reward_ci95"], events["mean_reward_unmasked_ci95"]
+    assert (every["method"], every["clusters"], measured["clusters"]) == ("clustered", 6, 5)
+    shown = f"[{every['low']:.3f}, {every['high']:.3f}] clustered, 6 tasks"
+    assert shown == "[0.679, 1.000] clustered, 6 tasks"
+    for columns in ("200", "100"):  # narrow, the cell wraps before "tasks"
+        monkeypatch.setenv("COLUMNS", columns)
+        assert main(["report", str(TROUBLED)]) == 0
+        table = capsys.readouterr().out
+        assert shown in table if columns == "200" else shown.removesuffix(" tasks") in table
+        assert f"[{measured['low']:.3f}, {measured['high']:.3f}] clustered, 5" in table
+    assert main(["report", str(TROUBLED), "--format", "html"]) == 0
+    page = capsys.readouterr().out
+    assert f'<td data-k="mean_reward_ci95" data-v="{every["low"]},{every["high"]}">{shown}</td>' in page

@@ -40,12 +40,12 @@ HOSTILE = {
 
 
 def _run(path: Path, names: list[str]) -> Path:
-    """A run's file with two rewards (1.0 and -0.5) for each of ``names``."""
+    """A run's file with two rewards (1.0 and -0.5) for each of ``names``, each of a task of its own."""
     rows = [
         {
             "reward": reward,
             "mask_sample": False,
-            "_ng_task_index": task,
+            "_ng_task_index": 2 * task + index,
             "_ng_rollout_index": index,
             "agent_ref": {"name": name},
         }
@@ -83,7 +83,8 @@ def test_csv_cells_are_text_a_spreadsheet_does_not_run(
         assert isinstance(figures["agent"], str)
         assert isinstance(figures["file"], str)
         assert (figures["measured"], figures["mean_reward"]) == (2.0, 0.25)
-        assert figures["mean_reward_ci95_low"] == -0.5  # a negative number is a number, not a formula
+        # a negative number is a number, not a formula: 0.25 - t975(1) * 0.75, the t-interval of two rewards
+        assert figures["mean_reward_ci95_low"] == -9.2797
 
 
 @pytest.mark.parametrize(("renderer", "render"), markdown_renderers())

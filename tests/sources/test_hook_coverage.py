@@ -168,8 +168,9 @@ def test_the_hook_api_and_the_files_fill_one_account(
         assert status == 0
         reported = json.loads(printed.getvalue())
         del reported["file"]  # which file report read: the hook has none
-        for agent in reported["agents"]:  # the rewards' intervals, of the rows report read (test_report)
-            for key in ("mean_reward_ci95", "mean_reward_unmasked_ci95", "rewards", "measured_rewards"):
+        read = ("mean_reward_ci95", "mean_reward_unmasked_ci95", "rewards", "measured_rewards", "per_task")
+        for agent in reported["agents"]:  # the rewards' intervals and pass@k, of the rows report read
+            for key in read:
                 del agent["events"][key]
         # report reads the main file before its sidecar, in no known order with it: it classifies each
         # group from its final outcomes, which the live account does too when nothing arrived late.

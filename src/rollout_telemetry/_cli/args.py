@@ -25,6 +25,7 @@ __all__ = [
     "OneLineParser",
     "at_least",
     "at_least_one",
+    "finite",
     "non_negative",
     "port",
     "positive",
@@ -100,6 +101,11 @@ def _checked(text: str, convert: Callable[[str], _N], accept: Callable[[_N], boo
 def positive(text: str) -> float:
     """A number of seconds (or a rate) above 0."""
     return _checked(text, float, lambda v: math.isfinite(v) and v > 0, "a number above 0")
+
+
+def finite(text: str) -> float:
+    """Any finite number (a reward)."""
+    return _checked(text, float, math.isfinite, "a finite number")
 
 
 def non_negative(text: str) -> float:
@@ -182,6 +188,7 @@ def readable_file(text: str) -> str:
 
 _METAVARS: dict[object, str] = {
     positive: "NUMBER",  # seconds, or a rate
+    finite: "NUMBER",  # a reward
     non_negative: "SECONDS",
     _at_least: "SECONDS",
     share: "SHARE",

@@ -190,7 +190,7 @@ def run_follower(
     skip_existing: bool = False,
     spans: bool = False,
     announce: bool = True,
-    observe: Callable[[str, Classified], None] | None = None,
+    observe: Callable[[str, Classified, int | None], None] | None = None,
 ) -> RunFollower:
     """A follower of the run whose main file is ``path``, as the ``add_run_files()`` flags say; with ``spans``
     each rollout it counts is also a span; ``announce``: a main file that does not exist yet is said once."""

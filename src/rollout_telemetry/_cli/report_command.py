@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rollout_telemetry._cli import options
-from rollout_telemetry._cli.args import OneLineParser
+from rollout_telemetry._cli.args import OneLineParser, finite
 from rollout_telemetry._files import regular_file_at, write_whole
 from rollout_telemetry.errors import ConfigError, RolloutTelemetryError
 
@@ -69,6 +69,14 @@ def add_parser(commands: argparse._SubParsersAction[OneLineParser]) -> None:
             "per agent the mean rewards with 95%% confidence intervals and the counts, for a paper or a pull "
             "request; csv: the same figures, a row per agent; html: one self-contained page with the "
             "pictures, for one PATH: redirect it to a file and open it in a browser)"
+        ),
+    )
+    report.add_argument(
+        "--pass-threshold",
+        type=finite,
+        help=(
+            "the reward at or above which a rollout solves its task, for pass@k and the tasks never and "
+            "always solved (default: those figures only when every reward is 0 or 1)"
         ),
     )
     options.add_logging_options(report, argparse.SUPPRESS)
@@ -189,15 +197,16 @@ def _read(args: argparse.Namespace, path: Path) -> tuple[dict[str, Any], str | N
         why = f"all {rejected} rows were rejected" if rejected else "it is empty"
         print(f"rollout-telemetry report: no usable rollout row in {path}: {why}", file=sys.stderr)
         return None
-    report = {"file": str(path), **_report(telemetry, follower, samples)}
+    report = {"file": str(path), **_report(telemetry, follower, samples, args.pass_threshold)}
     return report, None if story is None else html_page(report, story, telemetry, str(path))
 
 
-def observe_both(samples: RewardSamples, story: RunStory) -> Callable[[str, Classified], None]:
-    """Each counted outcome to the reward samples, and a tick of the story (``--format html``)."""
+def observe_both(samples: RewardSamples, story: RunStory) -> Callable[[str, Classified, int | None], None]:
+    """Each counted outcome to the reward samples (with its task), and a tick of the story (``--format
+    html``)."""
 
-    def observe(agent: str, outcome: Classified) -> None:
-        samples.observe(agent, outcome)
+    def observe(agent: str, outcome: Classified, task: int | None) -> None:
+        samples.observe(agent, outcome, task)
         story.tick()
 
     return observe
@@ -212,7 +221,10 @@ def html_page(report: dict[str, Any], story: RunStory, telemetry: RolloutTelemet
 
 
 def _report(
-    telemetry: RolloutTelemetry, follower: RunFollower, samples: RewardSamples | None
+    telemetry: RolloutTelemetry,
+    follower: RunFollower,
+    samples: RewardSamples | None,
+    threshold: float | None = None,
 ) -> dict[str, Any]:
     from rollout_telemetry._views.run_report import build_report
 
@@ -221,6 +233,7 @@ def _report(
         follower.coverage.snapshot(),
         follower.recorder.groups_snapshot(),
         samples=samples,
+        threshold=threshold,
     )
 
 

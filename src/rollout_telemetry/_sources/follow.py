@@ -100,7 +100,8 @@ class RunFollower:
         wall_clock: nanoseconds since the epoch, when a span's row is read.
         announce: warn once that the main file is awaited while it does not exist (off for a caller that
             starts what writes it).
-        observe: given each row's agent label and outcome once it is counted (``report``'s reward samples).
+        observe: given each row's agent label, outcome and task index (``None`` without an identity) once it
+            is counted (``report``'s reward samples).
     """
 
     def __init__(
@@ -115,7 +116,7 @@ class RunFollower:
         spans: bool = False,
         wall_clock: Callable[[], int] = time.time_ns,
         announce: bool = True,
-        observe: Callable[[str, Classified], None] | None = None,
+        observe: Callable[[str, Classified, int | None], None] | None = None,
     ) -> None:
         self.recorder = recorder
         """What every row is recorded through (the telemetry's recording part)."""
@@ -352,7 +353,7 @@ class RunFollower:
         self.rows += 1
         self.unnamed += unnamed
         if self._observe is not None:  # counted: a repeated row raised before it; by the agent's label
-            self._observe(self.recorder.label(agent), outcome)
+            self._observe(self.recorder.label(agent), outcome, None if identity is None else identity[0])
         for error in refused:  # the failure is counted, at an unknown stage or delivery
             self._reject(tail, number, error)
         if self.spans:

@@ -38,6 +38,7 @@ from typing import Any
 from rollout_telemetry._contract.outcome import Disposition
 from rollout_telemetry._contract.shown import shown
 from rollout_telemetry._views.charts import Line, Segment, bar, line_chart
+from rollout_telemetry._views.intervals import interval_text
 from rollout_telemetry._views.story import POINT_FIELDS, Point, XAxis
 
 __all__ = ["REFRESH_SECONDS", "Drawings", "Page", "page_policy", "render_page"]
@@ -351,11 +352,21 @@ def _cell(key: str, value: object, digits: int = 3) -> str:
     return f'<td data-k="{escape(key, quote=True)}" data-v="{exact}">{_number(value, digits)}</td>'
 
 
+def _interval_cell(ci: Mapping[str, Any] | None) -> str:
+    """The mean reward's interval: its bounds, method and tasks shown, the exact bounds in ``data-v``."""
+    exact = "" if ci is None else f"{shown(ci['low'])},{shown(ci['high'])}"
+    shown_text = escape(interval_text(ci))
+    return f'<td data-k="mean_reward_ci95" data-v="{escape(exact, quote=True)}">{shown_text}</td>'
+
+
 def _overview(rows: Sequence[Mapping[str, Any]]) -> str:
+    intervals = any("mean_reward_ci95" in row["events"] for row in rows)  # a run's files read: report's page
     head = (
         "<tr><th>agent</th><th>expected</th>"
         + "".join(f"<th>{d}</th>" for d in _DISPOSITIONS)
-        + "<th>unknown</th><th>reward</th><th>reward_unmasked</th></tr>"
+        + "<th>unknown</th><th>reward</th><th>reward_unmasked</th>"
+        + ("<th>reward 95% CI</th>" if intervals else "")
+        + "</tr>"
     )
     body = []
     for row in rows:
@@ -368,6 +379,7 @@ def _overview(rows: Sequence[Mapping[str, Any]]) -> str:
             + _cell("unknown", rollouts["unknown"])
             + _cell("mean_reward", events["mean_reward"])
             + _cell("mean_reward_unmasked", events["mean_reward_unmasked"])
+            + (_interval_cell(events.get("mean_reward_ci95")) if intervals else "")
             + "</tr>"
         )
     return (

@@ -35,7 +35,8 @@ from rollout_telemetry._store.coverage import CoverageSnapshot
 from rollout_telemetry._store.groups import AgentGroups, GroupsSnapshot
 from rollout_telemetry._store.snapshot import AccountSnapshot, AgentSnapshot
 from rollout_telemetry._views.escaping import terminal_text
-from rollout_telemetry._views.intervals import Interval, RewardSamples
+from rollout_telemetry._views.intervals import Interval, RewardSamples, interval_text
+from rollout_telemetry._views.per_task import per_task
 from rollout_telemetry._views.progress import coverage_metrics, expected_rollouts, progress_metrics
 
 if TYPE_CHECKING:
@@ -58,11 +59,14 @@ def build_report(
     *,
     top: int = 3,
     samples: RewardSamples | None = None,
+    threshold: float | None = None,
 ) -> dict[str, Any]:
     """The report as plain data (what ``--format json`` prints).
 
     Per agent, ``rollouts`` holds identity counts and ``events`` row counts (with ``samples``, the rewards
-    read, the mean rewards' 95% intervals: ``mean_reward_ci95``, ``mean_reward_unmasked_ci95``);
+    read, the mean rewards' 95% intervals clustered by task: ``mean_reward_ci95``,
+    ``mean_reward_unmasked_ci95``; and ``per_task``, pass@k and the tasks never and always solved, where
+    every reward is 0 or 1 or a ``threshold`` says which solve);
     ``gym_coverage`` holds NeMo Gym's end-of-run ``coverage/...`` keys and ``gym_progress`` its
     ``progress/<agent>/...`` keys for the run; ``groups`` holds, per agent with groups, the completed groups
     by state and the ``open`` ones.
@@ -93,7 +97,7 @@ def build_report(
                     **{d: events.count(Disposition(d)) if events else 0 for d in _EVENT_COLUMNS},
                     "mean_reward": events.mean_reward if events else None,
                     "mean_reward_unmasked": unmasked_mean(events),
-                    **_intervals(samples, name),
+                    **_intervals(samples, name, threshold),
                     "masked_share": (events.masked_ratio if events else None) or 0.0,
                     "truncated_share": _truncated_share(events),
                     "mean_input_tokens": _mean_tokens(events, 0),
@@ -137,8 +141,9 @@ def _by_delivery(account: AccountSnapshot) -> dict[str, dict[str, int]]:
     return found
 
 
-def _intervals(samples: RewardSamples | None, agent: str) -> dict[str, Any]:
-    """The mean rewards' 95% intervals of ``agent`` (``None`` where fewer than two rewards), or nothing."""
+def _intervals(samples: RewardSamples | None, agent: str, threshold: float | None) -> dict[str, Any]:
+    """The mean rewards' 95% intervals of ``agent`` (``None`` where fewer than two tasks) and its per-task
+    figures, or nothing."""
     if samples is None:
         return {}
     every, measured = samples.intervals(agent)
@@ -148,13 +153,19 @@ def _intervals(samples: RewardSamples | None, agent: str) -> dict[str, Any]:
         "measured_rewards": measured_rewards,
         "mean_reward_ci95": _shown(every),
         "mean_reward_unmasked_ci95": _shown(measured),
+        "per_task": per_task(*samples.by_task(agent), threshold),
     }
 
 
 def _shown(found: Interval | None) -> dict[str, Any] | None:
     if found is None:
         return None
-    return {"low": round(found.low, 4), "high": round(found.high, 4), "method": found.method}
+    return {
+        "low": round(found.low, 4),
+        "high": round(found.high, 4),
+        "method": found.method,
+        "clusters": found.clusters,
+    }
 
 
 def _compared(groups: AgentGroups) -> dict[str, int]:
@@ -299,6 +310,11 @@ def _by_agent_tables(report: dict[str, Any]) -> list[Any]:
         for label, value in (
             ("mean reward", _number(seen["mean_reward"], "{:+.4f}")),
             ("mean reward unmasked", _number(seen["mean_reward_unmasked"], "{:+.4f}")),
+            *(
+                (f"  {label} 95% CI", interval_text(seen.get(key)))
+                for label, key in (("reward", "mean_reward_ci95"), ("unmasked", "mean_reward_unmasked_ci95"))
+                if key in seen
+            ),
             ("masked %", f"{100 * seen['masked_share']:.1f}"),
             ("truncated %", _percent(seen["truncated_share"])),
             ("mean tokens in", _number(seen["mean_input_tokens"], "{:.1f}")),
@@ -363,9 +379,33 @@ def render_table(report: dict[str, Any], width: int = _WIDE) -> Any:
     if width < _WIDE:  # every per-agent figure an agent at a time; then Gym's keys, as wide
         parts: list[Any] = _by_agent_tables(report)
     else:
-        parts = [rollouts, events, *_wide_tables(report)]
+        parts = [rollouts, events, *_intervals_table(report), *_wide_tables(report)]
     parts += _keys_and_notes(report)
     return Group(*parts)
+
+
+def _intervals_table(report: dict[str, Any]) -> list[Any]:
+    """The mean rewards' 95% intervals an agent a row, when the rewards were read (nothing otherwise)."""
+    from rich.table import Table
+
+    if not any("mean_reward_ci95" in row["events"] for row in report["agents"]):
+        return []
+    table = Table(
+        title="Mean rewards' 95% intervals (clustered by task where a task has several rewards)",
+        title_justify="left",
+    )
+    table.add_column("agent", no_wrap=True)
+    table.add_column("reward [95% CI]")
+    table.add_column("unmasked [95% CI]")
+    for row in report["agents"]:
+        seen = row["events"]
+        _add_row(
+            table,
+            row["agent"],
+            interval_text(seen.get("mean_reward_ci95")),
+            interval_text(seen.get("mean_reward_unmasked_ci95")),
+        )
+    return [table]
 
 
 def _wide_tables(report: dict[str, Any]) -> list[Any]:

@@ -1,5 +1,6 @@
 """A run's result per agent for a paper or a pull request: the mean rewards with their 95% intervals and the
-counts they rest on, as Markdown (a table and what its denominators are) or CSV (a row per agent).
+counts they rest on, as Markdown (a table, what its denominators are, and pass@k where rewards say solved or
+not) or CSV (a row per agent).
 
 Made from the report's data (``build_report`` with the rewards read), so its figures are ``--format json``'s.
 """
@@ -10,15 +11,16 @@ from collections.abc import Sequence
 from typing import Any
 
 from rollout_telemetry._views.escaping import csv_text, markdown_text
-from rollout_telemetry._views.intervals import BOOTSTRAP, BOOTSTRAP_MOST, NORMAL, RESAMPLES, WILSON
+from rollout_telemetry._views.intervals import CLUSTERED, STUDENT, WILSON
 
 __all__ = ["render_csv", "render_markdown"]
 
 _COUNTS = ("expected", "measured", "masked", "unscored", "failed", "omitted", "unknown")
 _METHODS = {
-    WILSON: "Wilson score interval (every reward 0 or 1: the mean is a proportion)",
-    BOOTSTRAP: f"percentile bootstrap ({RESAMPLES:,} resamples, seeded: the same on every run)",
-    NORMAL: f"normal approximation, mean +- 1.96 s / sqrt(n) (more than {BOOTSTRAP_MOST:,} rewards)",
+    CLUSTERED: "clustered by task (tasks repeat): the cluster-robust standard error (CR1) with Student's t "
+    "on tasks - 1 degrees of freedom, as in Miller, Adding Error Bars to Evals (arXiv 2411.00640)",
+    WILSON: "Wilson score interval (every reward 0 or 1, one per task: the mean is a proportion)",
+    STUDENT: "t-interval, mean +- t(n - 1) s / sqrt(n) (one reward per task)",
 }
 
 
@@ -44,10 +46,14 @@ def render_markdown(report: dict[str, Any], heading: str | None = None) -> str:
         "|---|---|---|" + "---:|" * (len(_COUNTS) + 2),
     ]
     methods: set[str] = set()
+    clusters: list[str] = []
     for row in report["agents"]:
         counts, events = row["rollouts"], row["events"]
         every, measured = events.get("mean_reward_ci95"), events.get("mean_reward_unmasked_ci95")
         methods |= {ci["method"] for ci in (every, measured) if ci is not None}
+        if every is not None:
+            unmasked = "" if measured is None else f" (reward_unmasked: {measured['clusters']:,})"
+            clusters.append(f"{markdown_text(row['agent'])} {every['clusters']:,}{unmasked}")
         cells = [
             markdown_text(row["agent"]),
             _mean(events["mean_reward"], every),
@@ -67,9 +73,55 @@ def render_markdown(report: dict[str, Any], heading: str | None = None) -> str:
         "newest attempt; *unknown*: no outcome written.",
     ]
     if methods:
-        used = "; ".join(_METHODS[method] for method in (WILSON, BOOTSTRAP, NORMAL) if method in methods)
-        lines.append(f"- 95% confidence intervals of the means: {used}. Fewer than two rewards: none.")
-    return "\n".join(lines)
+        used = "; ".join(_METHODS[method] for method in (CLUSTERED, WILSON, STUDENT) if method in methods)
+        lines.append(
+            f"- 95% confidence intervals of the means: {used}. Tasks (the clusters: a row without a task is "
+            f"one of its own), per agent: {', '.join(clusters)}. Fewer than two tasks: none."
+        )
+    return "\n".join(lines + _per_task_lines(report))
+
+
+def _shown_ks(most: int) -> list[int]:
+    """The k of pass@k a table shows: 1, 2, 4, ... and the most (every k is in the JSON)."""
+    return sorted({*(2**i for i in range(most.bit_length()) if 2**i <= most), most})
+
+
+def _per_task_lines(report: dict[str, Any]) -> list[str]:
+    """pass@k and the tasks never and always solved per agent, as a Markdown table; nothing without them."""
+    found = [(row["agent"], shown) for row in report["agents"] if (shown := row["events"].get("per_task"))]
+    if not found:
+        return []
+    ks = _shown_ks(max(len(figures["pass_at_k"]) for _, figures in found))
+    lines = [
+        "",
+        "| agent | tasks | " + " | ".join(f"pass@{k}" for k in ks) + " | never solved | always solved |",
+        "|---|" + "---:|" * (len(ks) + 3),
+    ]
+    thresholds = set()
+    for agent, figures in found:
+        thresholds.add(figures["threshold"])
+        passes = {entry["k"]: entry for entry in figures["pass_at_k"]}
+        cells = [markdown_text(agent), f"{figures['tasks']:,}"]
+        for k in ks:
+            entry = passes.get(k)
+            if entry is None:
+                cells.append("-")
+            elif entry["tasks"] < figures["tasks"]:
+                cells.append(f"{entry['value']:.3f} ({entry['tasks']:,} tasks)")
+            else:
+                cells.append(f"{entry['value']:.3f}")
+        cells += [f"{100 * figures['never_solved']:.1f}%", f"{100 * figures['always_solved']:.1f}%"]
+        lines.append("| " + " | ".join(cells) + " |")
+    solved = " or ".join(f"{threshold:g}" for threshold in sorted(thresholds))
+    lines += [
+        "",
+        f"- A rollout solves its task when its reward is at least {solved}. *pass@k*: the chance that k of a "
+        "task's rewards hold a solution, estimated without bias (Chen et al. 2021: 1 - C(n-c, k) / C(n, k)) "
+        "and averaged over the tasks with at least k rewards (fewer than all: how many, in parentheses); "
+        "pass@1 weighs each task once, where the mean reward weighs each row. Rows without a task are in "
+        "none of these figures.",
+    ]
+    return lines
 
 
 def render_csv(reports: Sequence[dict[str, Any]]) -> str:
@@ -83,7 +135,11 @@ def render_csv(reports: Sequence[dict[str, Any]]) -> str:
             *_COUNTS,
             "rewards",
             "measured_rewards",
-            *(f"{mean}{part}" for mean in means for part in ("", "_ci95_low", "_ci95_high", "_ci95_method")),
+            *(
+                f"{mean}{part}"
+                for mean in means
+                for part in ("", "_ci95_low", "_ci95_high", "_ci95_method", "_ci95_clusters")
+            ),
         ]
     ]
     for report in reports:
@@ -95,6 +151,6 @@ def render_csv(reports: Sequence[dict[str, Any]]) -> str:
             for mean in means:
                 ci = events.get(f"{mean}_ci95")
                 cells.append(events[mean])
-                cells += [None, None, None] if ci is None else [ci["low"], ci["high"], ci["method"]]
+                cells += [None] * 4 if ci is None else [ci["low"], ci["high"], ci["method"], ci["clusters"]]
             rows.append(cells)
     return csv_text(rows)

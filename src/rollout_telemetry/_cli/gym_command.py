@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from rollout_telemetry._sources.follow import RunFollower
     from rollout_telemetry._store.coverage import CoverageSnapshot
     from rollout_telemetry._views.intervals import RewardSamples
-    from rollout_telemetry._views.story import RunStory
+    from rollout_telemetry._views.run_order import RunOrder
 
 __all__ = ["LINGER", "NAME", "STATUS_EVERY", "add_parser", "run", "status_line"]
 
@@ -99,7 +99,7 @@ def add_parser(commands: argparse._SubParsersAction[OneLineParser]) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run Gym's command to its end while serving its rollouts; print the report; return Gym's exit status."""
     from rollout_telemetry._cli.process import interrupt_on_sigterm
-    from rollout_telemetry._cli.report_command import observe_both
+    from rollout_telemetry._cli.report_command import observer
     from rollout_telemetry._facade.telemetry import RolloutTelemetry
     from rollout_telemetry._sources.gym_process import GymCommand, GymProcess, describe_status
 
@@ -108,11 +108,11 @@ def run(args: argparse.Namespace) -> int:
     security = options.endpoint_security(args)
     interrupt_on_sigterm()  # outside Gym's run (which passes it on to Gym): stop as Ctrl-C does
     from rollout_telemetry._views.intervals import RewardSamples
-    from rollout_telemetry._views.story import RunStory
+    from rollout_telemetry._views.run_order import RunOrder
 
     telemetry = RolloutTelemetry(run=args.run)
     samples = RewardSamples()  # the final report's intervals of the mean rewards
-    story = RunStory(telemetry.snapshot, "rollouts") if args.html is not None else None
+    order = RunOrder() if args.html is not None else None
     # Gym creates its output: no word while it does not exist yet.
     follower = options.run_follower(
         args,
@@ -120,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
         telemetry,
         skip_existing=not command.resume,
         announce=False,
-        observe=samples.observe if story is None else observe_both(samples, story),
+        observe=observer(samples, order),
     )
     follower.poll()  # a resumed run's rows, before the first scrape
     server = options.serve_endpoint(telemetry, args, security)
@@ -139,7 +139,7 @@ def run(args: argparse.Namespace) -> int:
         if not follower.tells_of_a_run:
             print(f"rollout-telemetry gym: Gym wrote no rollout to {command.output}", file=sys.stderr)
         else:
-            if not _print_report(args, telemetry, follower, samples, story):
+            if not _print_report(args, telemetry, follower, samples, order):
                 status = status or 2
             options.say_unnamed(args, follower)
             if late := sum(agent.late for agent in follower.recorder.groups_snapshot().agents):
@@ -177,7 +177,7 @@ def _print_report(
     telemetry: RolloutTelemetry,
     follower: RunFollower,
     samples: RewardSamples,
-    story: RunStory | None,
+    order: RunOrder | None,
 ) -> bool:
     """Print the report, and write its page with ``--html``; False (said on stderr) if the page could not be
     written: the run's end goes on all the same."""
@@ -185,7 +185,7 @@ def _print_report(
 
     try:
         print_report(
-            telemetry, follower, args.format, samples, html=None if story is None else (args.html, story)
+            telemetry, follower, args.format, samples, html=None if order is None else (args.html, order)
         )
     except ConfigError as exc:
         print(f"rollout-telemetry gym: {exc}", file=sys.stderr)

@@ -58,13 +58,14 @@ _LONGEST = 10**30  # integers this long or longer are shown by their size (``sho
 _DISPOSITIONS = tuple(disposition.value for disposition in Disposition)
 _LOST = tuple(disposition.value for disposition in Disposition if disposition is not Disposition.MEASURED)
 _X_LABELS: dict[XAxis, str] = {
-    "rollouts": "rollouts of the agent, in the order written (rollouts)",
+    "rollouts": "rows of the agent, by task then rollout index (rows)",
     "seconds": "time since the telemetry started (s)",
 }
 _X_NOTES: dict[XAxis, str] = {
     "rollouts": (
-        "Rows of a run's files carry no timestamps: the x-axis of each chart is the agent's rollouts in the "
-        "order the files hold them."
+        "Rows of a run's files carry no timestamps: the x-axis of each chart is the run's order, the agent's "
+        "rows by task index, then rollout index, then attempt, so a failure from the failures file sits at "
+        "its task."
     ),
     "seconds": "The x-axis of each chart is the time since the telemetry started; the page updates itself.",
 }
@@ -256,6 +257,10 @@ class Page:
     def document(self, charted: Container[str] | None = None) -> str:
         """The whole page, its content ``main(charted)``, under its policy (``page_policy``)."""
         x_note = _X_NOTES[self._x_axis]
+        if self._x_axis == "rollouts" and (unplaced := self._report.get("rows_without_identity")):
+            x_note += (
+                f" Rows without an identity ({_number(unplaced)}) come after the others, in the order read."
+            )
         return (
             '<!doctype html><html lang="en"><head><meta charset="utf-8">'
             f'<meta http-equiv="Content-Security-Policy" content="{page_policy(updates=self._refresh > 0)}">'

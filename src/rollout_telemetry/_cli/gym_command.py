@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 from rollout_telemetry._cli import options
 from rollout_telemetry._cli.args import OneLineParser, at_least, non_negative, writable_file
@@ -26,7 +26,16 @@ if TYPE_CHECKING:
     from rollout_telemetry._views.intervals import RewardSamples
     from rollout_telemetry._views.run_order import RunOrder
 
-__all__ = ["LINGER", "NAME", "STATUS_EVERY", "add_parser", "run", "status_line"]
+__all__ = [
+    "LINGER",
+    "NAME",
+    "STATUS_EVERY",
+    "add_parser",
+    "nothing_written",
+    "run",
+    "say_status",
+    "status_line",
+]
 
 NAME = "gym"
 LINGER = 20.0
@@ -136,9 +145,11 @@ def run(args: argparse.Namespace) -> int:
             print(f"rollout-telemetry gym: {describe_status(status, gym.passed_on)}", file=sys.stderr)
         follower.read_all()  # what Gym wrote last
         follower.finish()
-        if not follower.tells_of_a_run:
-            print(f"rollout-telemetry gym: Gym wrote no rollout to {command.output}", file=sys.stderr)
-        else:
+        wrote = follower.rows > 0  # a rollout or a failure row: Gym dispatched
+        if not wrote:
+            said = nothing_written(command.output, failed=bool(status) and not gym.passed_on)
+            print(f"rollout-telemetry gym: {said}", file=sys.stderr)
+        if follower.tells_of_a_run:
             if not _print_report(args, telemetry, follower, samples, order):
                 status = status or 2
             options.say_unnamed(args, follower)
@@ -149,7 +160,7 @@ def run(args: argparse.Namespace) -> int:
                     f"{command.output}` classifies them from their final outcomes",
                     file=sys.stderr,
                 )
-            if status and not (command.routes_failures or gym.passed_on):
+            if status and wrote and not (command.routes_failures or gym.passed_on):
                 _say_failures_unrouted(follower)
             if follower.restarts:
                 print(
@@ -158,18 +169,24 @@ def run(args: argparse.Namespace) -> int:
                     "gives the last one alone",
                     file=sys.stderr,
                 )
-        if args.linger and not gym.passed_on:  # after an interrupt the user wants out
-            print(
-                f"rollout-telemetry gym: serving the final state {args.linger:g} s more, for a last scrape "
-                "(Ctrl-C to stop now)",
-                file=sys.stderr,
-                flush=True,
-            )
-            with contextlib.suppress(KeyboardInterrupt):
-                time.sleep(args.linger)
+        # After an interrupt the user wants out; a run with no row has nothing for a last scrape.
+        if args.linger and wrote and not gym.passed_on:
+            _serve_a_while(args.linger)
     finally:
         server.stop()
     return status
+
+
+def _serve_a_while(seconds: float) -> None:
+    """Keep serving the final state ``seconds`` more (the server runs on its own threads), or to Ctrl-C."""
+    print(
+        f"rollout-telemetry gym: serving the final state {seconds:g} s more, for a last scrape "
+        "(Ctrl-C to stop now)",
+        file=sys.stderr,
+        flush=True,
+    )
+    with contextlib.suppress(KeyboardInterrupt):
+        time.sleep(seconds)
 
 
 def _print_report(
@@ -206,7 +223,7 @@ def _status_lines(follower: RunFollower, url: str, every: float) -> Iterator[Non
     def say() -> None:
         while not stop.wait(every):
             line = status_line(follower.coverage.snapshot(), time.monotonic() - started, url, before)
-            print(f"rollout-telemetry gym: {line}", file=sys.stderr, flush=True)
+            say_status(line, sys.stderr)
 
     thread = threading.Thread(target=say, name="rollout-telemetry-gym-status", daemon=True)
     thread.start()
@@ -215,6 +232,32 @@ def _status_lines(follower: RunFollower, url: str, every: float) -> Iterator[Non
     finally:
         stop.set()
         thread.join(timeout=5)
+
+
+_CLEAR_LINE = "\r\x1b[K"
+"""To the start of the line and clear it: what a progress bar drew there it draws again, below."""
+
+
+def say_status(line: str, stream: TextIO) -> None:
+    """Write the status ``line`` to ``stream`` on a line of its own: Gym's progress bar on the same stream
+    ends its lines with carriage returns, so the cursor may sit at the end of the bar. On a terminal the
+    bar's line is cleared first (it is drawn again at its next update, as tqdm's own messages do); else a
+    newline ends the bar's line."""
+    fresh = _CLEAR_LINE if stream.isatty() else "\n"
+    stream.write(f"{fresh}rollout-telemetry gym: {line}\n")
+    stream.flush()
+
+
+def nothing_written(output: Path, *, failed: bool) -> str:
+    """What to say of a run that wrote no row to ``output``; one that ``failed`` (an error status, not an
+    interrupt) ended before any rollout came back: a wrong server address, say, as its own output tells (not
+    a failed rollout that the failures sidecar would have held: that is said only of a run that wrote)."""
+    if failed:
+        return (
+            f"Gym ended before writing any rollout or failure to {output}: it dispatched none, or none came "
+            "back; its own output above says why"
+        )
+    return f"Gym wrote no rollout to {output}"
 
 
 def status_line(coverage: CoverageSnapshot, elapsed: float, url: str, before: int = 0) -> str:

@@ -37,10 +37,11 @@ from typing import Any
 
 from rollout_telemetry._contract.outcome import Disposition
 from rollout_telemetry._contract.shown import shown
+from rollout_telemetry._store.snapshot import AccountSnapshot
 from rollout_telemetry._views.charts import Line, Segment, bar, line_chart
 from rollout_telemetry._views.story import POINT_FIELDS, Point, XAxis
 
-__all__ = ["REFRESH_SECONDS", "Drawings", "Page", "page_policy", "render_page"]
+__all__ = ["REFRESH_SECONDS", "Drawings", "Page", "page_policy", "render_page", "reward_ranges"]
 
 OPEN_AGENTS = 10
 """Agents whose section is open when the page loads (the worst); the others open on a click."""
@@ -200,6 +201,8 @@ class Page:
             each fires.
         drawings: charts kept across reads (the live page's), this read made at ``at`` seconds of the clock
             they are kept by; without them, each agent's are drawn for this read.
+        reward_ranges: the agents' declared reward ranges, which their reward axes span; an agent without
+            one has an axis from 0 (or below, for a negative reward) to the run's best mean reward.
     """
 
     def __init__(
@@ -214,8 +217,11 @@ class Page:
         alerts: Sequence[Mapping[str, Any]] = (),
         drawings: Drawings | None = None,
         at: float = 0.0,
+        reward_ranges: Mapping[str, tuple[float, float]] | None = None,
     ) -> None:
         self._report = report
+        self._reward_ranges = reward_ranges or {}
+        self._best = _best_reward(report)
         self._drawings = drawings
         self._at = at
         self._points = points
@@ -290,7 +296,8 @@ class Page:
 
     def _charts(self, name: str) -> str:
         def draw() -> str:
-            return _charts(self._points(name), self._x_axis, name)
+            span = self._reward_ranges.get(name, (min(0.0, self._best), max(0.0, self._best)))
+            return _charts(self._points(name), self._x_axis, name, span)
 
         return draw() if self._drawings is None else self._drawings.get(name, self._at, draw)
 
@@ -445,7 +452,28 @@ def _coverage(rollouts: Mapping[str, Any], events: Mapping[str, Any]) -> str:
     return f"<h3>Coverage, {what}</h3>{bar(segments, total)}"
 
 
-def _charts(points: Sequence[Point], x_axis: XAxis, name: str) -> str:
+def reward_ranges(account: AccountSnapshot) -> dict[str, tuple[float, float]]:
+    """The agents' declared reward ranges (``expect(reward_range=...)``): the first and last bounds of their
+    reward histograms. Agents without one are left out."""
+    return {
+        agent.agent: (bounds[0], bounds[-1])
+        for agent in account.agents
+        if (bounds := agent._reward_bounds) is not None
+    }
+
+
+def _best_reward(report: Mapping[str, Any]) -> float:
+    """The run's best mean reward over its agents (masked included or not), or 0 before any: the reward axes
+    of agents without a declared range reach it, so an agent's chart is comparable with the best one's."""
+    means = (
+        row["events"].get(key) for row in report["agents"] for key in ("mean_reward", "mean_reward_unmasked")
+    )
+    return max(
+        (float(mean) for mean in means if isinstance(mean, float | int) and math.isfinite(mean)), default=0.0
+    )
+
+
+def _charts(points: Sequence[Point], x_axis: XAxis, name: str, reward_span: tuple[float, float]) -> str:
     at = {field: index for index, field in enumerate(POINT_FIELDS)}
     points = _thinned(points)
     x_label = _X_LABELS[x_axis]
@@ -461,6 +489,7 @@ def _charts(points: Sequence[Point], x_axis: XAxis, name: str) -> str:
         x_label=x_label,
         y_label="mean reward (reward units)",
         title=f"{name}: mean rewards along the run",
+        y_span=reward_span,
     )
     lost = line_chart(
         [Line(d, series(d), d) for d in _LOST],

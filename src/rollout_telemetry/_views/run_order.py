@@ -43,15 +43,15 @@ class Ordered:
 
 
 class RunOrder:
-    """Each counted outcome of a run's files with its identity and attempt, in compact arrays (about 40 bytes
-    an outcome); ``replay()`` draws the story in the run's order."""
+    """Each counted outcome of a run's files with its identity and attempt, in compact arrays (25 bytes an
+    outcome); ``replay()`` draws the story in the run's order."""
 
     def __init__(self) -> None:
         self._agents: dict[str, int] = {}
         self._tasks = array("q")
-        self._rollouts = array("l")
-        self._attempts = array("l")
-        self._agent_of = array("L")
+        self._rollouts = array("H")  # at most MAX_ROLLOUT_INDEX and MAX_ATTEMPT: 16 bits
+        self._attempts = array("H")
+        self._agent_of = array("I")
         self._dispositions = array("B")
         self._rewards = array("d")
 

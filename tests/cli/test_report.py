@@ -8,6 +8,7 @@ import re
 import stat
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,7 +16,7 @@ from rollout_telemetry._cli.main import main
 from rollout_telemetry._cli.report_command import print_report
 from rollout_telemetry._facade.telemetry import RolloutTelemetry
 from rollout_telemetry._sources.run_files import RunFiles
-from rollout_telemetry._views.story import RunStory
+from rollout_telemetry._views.run_order import RunOrder
 from rollout_telemetry.errors import ConfigError
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
@@ -502,10 +503,10 @@ def test_gym_html_naming_what_is_not_a_regular_file_is_refused(
 def _html_of_the_fixture_run(page: Path) -> None:
     """Print the fixture run's report and write its page to ``page``, as `gym --html` does at a run's end."""
     telemetry = RolloutTelemetry()
-    story = RunStory(telemetry.snapshot, "rollouts")
-    follower = telemetry._run_follower(RunFiles(FIXTURES / "run.jsonl"), observe=lambda *_: story.tick())
+    order = RunOrder()
+    follower = telemetry._run_follower(RunFiles(FIXTURES / "run.jsonl"), observe=order.observe)
     follower.poll()
-    print_report(telemetry, follower, "json", html=(page, story))
+    print_report(telemetry, follower, "json", html=(page, order))
 
 
 def test_the_html_page_is_written_whole_and_never_through_a_link(
@@ -583,3 +584,51 @@ def test_the_table_and_the_page_show_each_interval_with_its_method_and_tasks(
     assert main(["report", str(TROUBLED), "--format", "html"]) == 0
     page = capsys.readouterr().out
     assert f'<td data-k="mean_reward_ci95" data-v="{every["low"]},{every["high"]}">{shown}</td>' in page
+
+
+def _points_drawn(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], path: Path, agent: str
+) -> tuple[list[tuple[float, ...]], str]:
+    """The points ``report --format html`` draws of ``agent``'s charts (what the page is rendered from), and
+    the page."""
+    from rollout_telemetry._views import page as page_module
+
+    drawn: list[list[tuple[float, ...]]] = []
+    render = page_module.render_page
+
+    def spy(report: Any, points: Callable[[str], Any], **options: Any) -> str:
+        drawn.append(list(points(agent)))
+        return render(report, points, **options)
+
+    monkeypatch.setattr(page_module, "render_page", spy)
+    assert main(["report", str(path), "--format", "html"]) == 0
+    return drawn[0], capsys.readouterr().out
+
+
+def test_the_report_draws_a_failure_from_the_sidecar_at_its_task(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The report's charts place rows by task, then rollout index: a failure of task 0 read from the failures
+    sidecar (after the whole rollouts file) is drawn at task 0, and a row without an identity after all."""
+    from rollout_telemetry._views.story import POINT_FIELDS
+
+    agent = {"_ng_environment_server": "math_agent"}
+    rows: list[dict[str, object]] = [{"reward": 0.0, "mask_sample": True, **agent}]  # no identity, read first
+    rows += [
+        {"reward": 1.0, "_ng_task_index": task, "_ng_rollout_index": rollout, **agent}
+        for task in range(5)
+        for rollout in range(2)
+        if (task, rollout) != (0, 1)
+    ]
+    _rows(tmp_path / "run.jsonl", rows)
+    failure = {"_ng_failure_class": "timeout_exceeded", "_ng_failure_terminal": True}
+    _rows(
+        tmp_path / "run_failures.jsonl", [{**failure, "_ng_task_index": 0, "_ng_rollout_index": 1, **agent}]
+    )
+    points, page = _points_drawn(monkeypatch, capsys, tmp_path / "run.jsonl", "math_agent")
+    failed, masked = POINT_FIELDS.index("failed"), POINT_FIELDS.index("masked")
+    assert points[-1][0] == 11  # every row: 9 of the rollouts file, the failure, the row without identity
+    assert next(point[0] for point in points if point[failed]) == 2  # task 0's second rollout
+    assert next(point[0] for point in points if point[masked]) == 11  # the row without identity, last
+    assert "by task index, then rollout index" in page
+    assert "Rows without an identity (1) come after the others" in page

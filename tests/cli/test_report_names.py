@@ -166,22 +166,22 @@ def test_gyms_end_of_run_report_prints_markup_as_text_and_writes_its_page(
     """``gym``'s report at the end of a run (``print_report``) prints such names as text and goes on to write
     the ``--html`` page, where a MarkupError stopped it before the page."""
     from rollout_telemetry import RolloutTelemetry
-    from rollout_telemetry._cli.report_command import print_report
+    from rollout_telemetry._cli.report_command import observer, print_report
     from rollout_telemetry._sources.follow import RunFiles
     from rollout_telemetry._views.intervals import RewardSamples
-    from rollout_telemetry._views.story import RunStory
+    from rollout_telemetry._views.run_order import RunOrder
 
     monkeypatch.setenv("FORCE_COLOR", "1")
     monkeypatch.setenv("COLUMNS", "250")
     path = _run(tmp_path / "run.jsonl", MARKUP)
     telemetry = RolloutTelemetry()
     samples = RewardSamples()
-    story = RunStory(telemetry.snapshot, "rollouts")
-    follower = telemetry._run_follower(RunFiles.from_main(path), observe=samples.observe)
+    order = RunOrder()
+    follower = telemetry._run_follower(RunFiles.from_main(path), observe=observer(samples, order))
     follower.read_all()
     follower.finish()
     page = tmp_path / "run.html"
-    print_report(telemetry, follower, "table", samples, html=(page, story))
+    print_report(telemetry, follower, "table", samples, html=(page, order))
     out = capsys.readouterr().out
     assert all(name in out for name in MARKUP)
     assert "\x1b]" not in out

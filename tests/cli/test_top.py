@@ -16,7 +16,7 @@ from rollout_telemetry._cli.top_model import (
     TopView,
     TrendPoint,
 )
-from rollout_telemetry._cli.top_screen import age, render, sparkline
+from rollout_telemetry._cli.top_screen import age, kind_labels, render, sparkline
 
 NOW = 10_000.0
 
@@ -69,7 +69,7 @@ def test_the_screen_at_80_by_24() -> None:
     assert all(len(line) <= 80 for line in lines)
     text = "\n".join(lines)
     math = next(line for line in lines if line.startswith("math_agent "))  # the table comes first
-    for figure in ("123", "+0.46", "-0.25", "12.5%", "8 transpo", "2 cancel", "1m35!"):
+    for figure in ("123", "+0.46", "-0.25", "12.5%", "8 t.time…", "2 cancel…", "1m35!"):
         assert figure in math, figure
     (code,) = [line for line in lines if line.startswith("code_agent ")]
     assert code.split()[:3] == ["code_agent", "123", "-"]  # no reward yet: a dash, not 0
@@ -266,3 +266,50 @@ def test_names_from_a_run_reach_the_terminal_as_text() -> None:
     (line,) = [line for line in text.splitlines() if line.startswith("[/x]")]
     assert line.split()[:2] == ["[/x]\\n", "-"]
     assert "s\\x1b]8;;" in line  # the stage, cut to its column
+
+
+FAMILIES = (
+    "provider_oom_killed", "provider_quota_exhausted", "provider_unavailable", "environment_server_failed",
+    "environment_setup_failed", "session_expired", "session_lost", "session_release_failed",
+)  # fmt: skip
+
+
+def test_kinds_of_one_family_are_told_apart_at_80_columns() -> None:
+    """At 80 columns each agent's top kind shows distinct from every other on the screen (provider_*,
+    environment_*, session_* kinds no longer all read provi…, envir…, sessi…), and a legend names each
+    shortened one whole."""
+    rows = tuple(
+        _row(f"agent_{index}", failed={kind: 3}, omitted={"shutdown": 1})
+        for index, kind in enumerate(FAMILIES)
+    )
+    lines = _screen(TopView((SourceView("run.jsonl", up=True, agents=rows),), interval=1.0, now=NOW))
+    assert all(len(line) <= 80 for line in lines)
+    header = next(line for line in lines if line.startswith("agent "))
+    at = header.index("failed")
+    cells = [line[at : header.index("omitted")].strip() for line in lines if line.startswith("agent_")]
+    assert len(cells) == len(FAMILIES)
+    assert len(set(cells)) == len(FAMILIES), cells
+    legend = " ".join(line for line in lines if line.startswith(("kinds:", "      ")))
+    for cell, kind in zip(cells, FAMILIES, strict=True):
+        assert f"{cell.removeprefix('3 ')} = {kind}" in legend
+
+
+def test_kind_labels_are_distinct_in_any_room() -> None:
+    """In any room the screen leaves (4 characters at least: a 9-wide column less a count of 4), no two kinds
+    get the same label, and none is longer than the room; a kind that fits is shown whole."""
+    for room in range(4, 30):
+        labels = kind_labels([*FAMILIES, "shutdown", "session_lost_x"], room, "…")
+        assert len(set(labels.values())) == len(labels), (room, labels)
+        assert all(len(label) <= room for label in labels.values()), (room, labels)
+    assert kind_labels(["shutdown"], 8, "…") == {"shutdown": "shutdown"}
+
+
+def test_a_run_that_ended_says_so_and_has_no_rate() -> None:
+    """A source whose run ended shows ended, not up, and no rollouts per minute (not 0.0/min)."""
+    row = AgentRow(AgentTotals("a", expected=8, unknown=0, completed=8), per_minute=0.0, trend=())
+    source = SourceView("out/run.jsonl", up=True, agents=(row,), ended=True, tracks_in_flight=False)
+    lines = _screen(TopView((source,), interval=1.0, now=NOW))
+    assert any(line.startswith("out/run.jsonl  ended  1 agent  done 8/8") for line in lines), lines
+    (agent,) = [line for line in lines if line.startswith("a ")]
+    assert agent.split()[1] == "-"
+    assert "0.0" not in agent

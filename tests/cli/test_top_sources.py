@@ -353,3 +353,25 @@ def test_top_reads_each_rollouts_state_and_heartbeat_age_from_a_telemetry() -> N
     assert math.in_flight == 3
     for context in (slow, retrying, cancelled, terminal):
         context.__exit__(None, None, None)
+
+
+def test_a_finished_runs_files_are_ended_once_they_stop_growing(tmp_path: Path) -> None:
+    """top --follow on a run's files: up while rows arrive or expected rollouts lack an outcome; ended once
+    the files did not grow since the last read and every expected rollout has an outcome."""
+    inputs = [
+        {"agent_ref": {"name": "math"}, "_ng_task_index": task, "_ng_rollout_index": 0} for task in range(2)
+    ]
+    (tmp_path / "run_materialized_inputs.jsonl").write_text("".join(json.dumps(row) + "\n" for row in inputs))
+    main = tmp_path / "run.jsonl"
+    row = {"reward": 1.0, "agent_ref": {"name": "math"}, "_ng_rollout_index": 0}
+    main.write_text(json.dumps({**row, "_ng_task_index": 0}) + "\n")
+    telemetry = RolloutTelemetry()
+    source = FollowSource(telemetry._run_follower(RunFiles.from_main(main)), telemetry)
+    assert source.read().ended is False  # rows arrived
+    assert source.read().ended is False  # no new row, but a rollout has no outcome yet: Gym may be at it
+    with main.open("a") as file:
+        file.write(json.dumps({**row, "_ng_task_index": 1}) + "\n")
+    assert source.read().ended is False  # the last row arrived now
+    poller = Poller(source, 1.0, clock=FakeClock())
+    view = poller.poll_once()
+    assert (view.up, view.ended) == (True, True)

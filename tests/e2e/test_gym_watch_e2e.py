@@ -219,7 +219,7 @@ def test_the_final_report_takes_reports_formats(tmp_path: Path, output_format: s
         assert line.startswith("| a | 1.000 [")
 
 
-QUITTING_GYM = textwrap.dedent(
+FOUR_INPUTS = textwrap.dedent(
     """
     import json, sys
     out = sys.argv[sys.argv.index("--output") + 1]
@@ -228,6 +228,12 @@ QUITTING_GYM = textwrap.dedent(
         for task in range(4):
             f.write(json.dumps({"agent_ref": {"name": "a"}, "_ng_task_index": task,
                                 "_ng_rollout_index": 0}) + "\\n")
+    """
+)
+"""The start of a fake Gym: its materialized inputs, four rollouts of agent a."""
+
+QUITTING_GYM = FOUR_INPUTS + textwrap.dedent(
+    """
     with open(out, "w") as f:
         f.write(json.dumps({"reward": 1.0, "agent_ref": {"name": "a"}, "_ng_task_index": 0,
                             "_ng_rollout_index": 0}) + "\\n")
@@ -255,3 +261,28 @@ def test_a_run_ended_early_without_failures_says_the_flag_that_routes_them(
             "a failed rollout and writes that failure nowhere; add it to the Gym command to see failures by "
             "kind"
         ]
+
+
+UNREACHABLE_GYM = FOUR_INPUTS + textwrap.dedent(
+    """
+    sys.stderr.write("\\rRollouts:   0%|          | 0/4")  # a progress bar, no newline
+    sys.stderr.write("\\nConnectionRefusedError: head server at 127.0.0.1:1 refused\\n")
+    sys.exit(1)  # as Gym 0.7.0 with a wrong head-server port: nothing dispatched
+    """
+)
+
+
+def test_a_run_that_failed_before_dispatching_is_not_blamed_on_unrouted_failures(tmp_path: Path) -> None:
+    """Gym ending with an error before any rollout or failure row (a wrong head-server port): no hint about
+    +route_failures_to_sidecar=true, no final state served for a last scrape (the default 20 s), and a line
+    saying Gym ended before writing any rollout; the report still shows the expected rollouts unknown."""
+    result = _watched(tmp_path, UNREACHABLE_GYM, ["--format", "json"])
+    assert result.returncode == 1, result.stderr
+    assert "route_failures_to_sidecar" not in result.stderr
+    assert "serving the final state" not in result.stderr
+    assert (
+        f"rollout-telemetry gym: Gym ended before writing any rollout or failure to {tmp_path / 'out.jsonl'}"
+        in result.stderr
+    )
+    (agent,) = json.loads(result.stdout)["agents"]
+    assert (agent["rollouts"]["expected"], agent["rollouts"]["unknown"]) == (4, 4)

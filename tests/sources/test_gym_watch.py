@@ -7,6 +7,7 @@ tests/e2e/test_gym_watch_e2e.py.
 
 from __future__ import annotations
 
+import io
 import signal
 import sys
 from pathlib import Path
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from rollout_telemetry import Disposition
-from rollout_telemetry._cli.gym_command import status_line
+from rollout_telemetry._cli.gym_command import nothing_written, say_status, status_line
 from rollout_telemetry._cli.main import main
 from rollout_telemetry._sources.gym_process import GymCommand, describe_status, exit_status
 from rollout_telemetry._store.coverage import AgentCoverage, CoverageSnapshot
@@ -134,3 +135,32 @@ def test_the_status_line_says_done_of_expected_rate_time_left_failed_and_masked(
         status_line(_coverage({}, 10), 0.0, url)
         == f"0 of 10 rollouts written (0%), 0.0/min; 0 failed, 0 masked; {url}"
     )
+
+
+class _Terminal(io.StringIO):
+    """A stream that says it is a terminal."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def test_the_status_line_starts_on_a_line_of_its_own_after_a_progress_bar() -> None:
+    """Gym's progress bar leaves the cursor at its end (it ends with a carriage return, not a newline): the
+    status line is never joined to it. On a terminal the bar's line is cleared first (the bar is drawn again
+    below at its next update); in a file a newline ends the bar's line."""
+    bar = "\rRollouts:  45%|####5     | 45/100"
+    for stream, fresh in ((io.StringIO(), "\n"), (_Terminal(), "\r\x1b[K")):
+        stream.write(bar)
+        say_status("45 of 100 rollouts written (45%)", stream)
+        assert stream.getvalue() == f"{bar}{fresh}rollout-telemetry gym: 45 of 100 rollouts written (45%)\n"
+        last = stream.getvalue().replace("\r\x1b[K", "\n").split("\n")[-2]
+        assert last.startswith("rollout-telemetry gym: ")
+
+
+def test_a_run_that_wrote_nothing_is_said_without_blaming_unrouted_failures() -> None:
+    """Gym failing before any row (a wrong head-server port) is said as such, and not as failures that the
+    sidecar would have held; an interrupted or successful run that wrote nothing says just that."""
+    failed = nothing_written(Path("out/run.jsonl"), failed=True)
+    assert failed.startswith("Gym ended before writing any rollout or failure to out/run.jsonl")
+    assert "route_failures" not in failed
+    assert nothing_written(Path("out/run.jsonl"), failed=False) == "Gym wrote no rollout to out/run.jsonl"

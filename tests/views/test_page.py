@@ -20,6 +20,7 @@ from rollout_telemetry._views.charts import nice_ticks
 from rollout_telemetry._views.page import MAX_OPEN, OPEN_AGENTS, REFRESH_SECONDS, Drawings, Page, render_page
 from rollout_telemetry._views.run_report import build_report
 from rollout_telemetry._views.story import Point, RunStory
+from tests.support import live_page
 
 HOSTILE = '</script><script>alert("x")</script><img src=x onerror=alert(1)> & "quoted" \'\n'
 
@@ -325,3 +326,39 @@ def test_the_live_pages_charts_are_drawn_at_most_once_an_update() -> None:
         assert '<svg class="chart"' in page.main(frozenset())
         counts.append(drawn["agent-00"])
     assert counts == [1, 0, 0, 1, 1]
+
+
+def _reward_ticks(page: str, agent: str) -> list[float]:
+    """The y ticks of ``agent``'s reward chart, as labelled."""
+    chart = page[page.index(f"{agent}: mean rewards along the run</title>") :]
+    chart = chart[: chart.index("</svg>")]
+    return [float(tick.replace(",", "")) for tick in re.findall(r'text-anchor="end">([^<]+)</text>', chart)]
+
+
+def test_a_reward_axis_spans_zero_and_the_runs_best_not_the_datas_range() -> None:
+    """Without a declared range, a reward chart's axis runs from 0 to the run's best mean reward at least: a
+    mean between 0.92 and 1.0 is not drawn on an axis of 0.92 to 1.0 (where 5% fills the height), and an
+    agent at 0.3 has the axis of the best agent's 1.0."""
+    telemetry = RolloutTelemetry(runtime_metrics=False)
+    story = RunStory(telemetry.snapshot, "rollouts")
+    for reward in (1.0, 1.0, 0.6, 1.0, 1.0):
+        telemetry.record("good", {"reward": reward})
+        telemetry.record("poor", {"reward": reward - 0.7})
+        story.tick()
+    _, page = _page(telemetry, story)
+    good, poor = _reward_ticks(page, "good"), _reward_ticks(page, "poor")
+    assert (good[0], good[-1]) == (0.0, 1.0)
+    assert (poor[0], poor[-1]) == (0.0, 1.0)  # its means of 0.17 to 0.3 on the axis of the best's 0.92
+
+
+def test_the_live_reward_axis_spans_the_declared_reward_range() -> None:
+    """On the live page, an agent with a declared reward range (expect(reward_range=...)) has a reward axis
+    spanning that range, whatever part of it the rewards so far cover."""
+    telemetry = RolloutTelemetry(runtime_metrics=False)
+    telemetry.expect("math", rollouts=10, reward_range=(-1.0, 2.0))
+    live = live_page(telemetry)
+    for reward in (0.9, 1.0, 0.95):
+        telemetry.record("math", {"reward": reward})
+        live.sample()
+    ticks = _reward_ticks(live.read().document(), "math")
+    assert (ticks[0], ticks[-1]) == (-1.0, 2.0)

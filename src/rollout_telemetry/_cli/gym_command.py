@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 from rollout_telemetry._cli import options
 from rollout_telemetry._cli.args import OneLineParser, at_least, non_negative, writable_file
@@ -24,9 +24,18 @@ if TYPE_CHECKING:
     from rollout_telemetry._sources.follow import RunFollower
     from rollout_telemetry._store.coverage import CoverageSnapshot
     from rollout_telemetry._views.intervals import RewardSamples
-    from rollout_telemetry._views.story import RunStory
+    from rollout_telemetry._views.run_order import RunOrder
 
-__all__ = ["LINGER", "NAME", "STATUS_EVERY", "add_parser", "run", "status_line"]
+__all__ = [
+    "LINGER",
+    "NAME",
+    "STATUS_EVERY",
+    "add_parser",
+    "nothing_written",
+    "run",
+    "say_status",
+    "status_line",
+]
 
 NAME = "gym"
 LINGER = 20.0
@@ -99,7 +108,7 @@ def add_parser(commands: argparse._SubParsersAction[OneLineParser]) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run Gym's command to its end while serving its rollouts; print the report; return Gym's exit status."""
     from rollout_telemetry._cli.process import interrupt_on_sigterm
-    from rollout_telemetry._cli.report_command import observe_both
+    from rollout_telemetry._cli.report_command import observer
     from rollout_telemetry._facade.telemetry import RolloutTelemetry
     from rollout_telemetry._sources.gym_process import GymCommand, GymProcess, describe_status
 
@@ -108,11 +117,11 @@ def run(args: argparse.Namespace) -> int:
     security = options.endpoint_security(args)
     interrupt_on_sigterm()  # outside Gym's run (which passes it on to Gym): stop as Ctrl-C does
     from rollout_telemetry._views.intervals import RewardSamples
-    from rollout_telemetry._views.story import RunStory
+    from rollout_telemetry._views.run_order import RunOrder
 
     telemetry = RolloutTelemetry(run=args.run)
     samples = RewardSamples()  # the final report's intervals of the mean rewards
-    story = RunStory(telemetry.snapshot, "rollouts") if args.html is not None else None
+    order = RunOrder() if args.html is not None else None
     # Gym creates its output: no word while it does not exist yet.
     follower = options.run_follower(
         args,
@@ -120,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
         telemetry,
         skip_existing=not command.resume,
         announce=False,
-        observe=samples.observe if story is None else observe_both(samples, story),
+        observe=observer(samples, order),
     )
     follower.poll()  # a resumed run's rows, before the first scrape
     server = options.serve_endpoint(telemetry, args, security)
@@ -136,10 +145,12 @@ def run(args: argparse.Namespace) -> int:
             print(f"rollout-telemetry gym: {describe_status(status, gym.passed_on)}", file=sys.stderr)
         follower.read_all()  # what Gym wrote last
         follower.finish()
-        if not follower.tells_of_a_run:
-            print(f"rollout-telemetry gym: Gym wrote no rollout to {command.output}", file=sys.stderr)
-        else:
-            if not _print_report(args, telemetry, follower, samples, story):
+        wrote = follower.rows > 0  # a rollout or a failure row: Gym dispatched
+        if not wrote:
+            said = nothing_written(command.output, failed=bool(status) and not gym.passed_on)
+            print(f"rollout-telemetry gym: {said}", file=sys.stderr)
+        if follower.tells_of_a_run:
+            if not _print_report(args, telemetry, follower, samples, order):
                 status = status or 2
             options.say_unnamed(args, follower)
             options.say_gym_differences(args, follower)
@@ -150,7 +161,7 @@ def run(args: argparse.Namespace) -> int:
                     f"{command.output}` classifies them from their final outcomes",
                     file=sys.stderr,
                 )
-            if status and not (command.routes_failures or gym.passed_on):
+            if status and wrote and not (command.routes_failures or gym.passed_on):
                 _say_failures_unrouted(follower)
             if follower.restarts:
                 print(
@@ -159,18 +170,24 @@ def run(args: argparse.Namespace) -> int:
                     "gives the last one alone",
                     file=sys.stderr,
                 )
-        if args.linger and not gym.passed_on:  # after an interrupt the user wants out
-            print(
-                f"rollout-telemetry gym: serving the final state {args.linger:g} s more, for a last scrape "
-                "(Ctrl-C to stop now)",
-                file=sys.stderr,
-                flush=True,
-            )
-            with contextlib.suppress(KeyboardInterrupt):
-                time.sleep(args.linger)
+        # After an interrupt the user wants out; a run with no row has nothing for a last scrape.
+        if args.linger and wrote and not gym.passed_on:
+            _serve_a_while(args.linger)
     finally:
         server.stop()
     return status
+
+
+def _serve_a_while(seconds: float) -> None:
+    """Keep serving the final state ``seconds`` more (the server runs on its own threads), or to Ctrl-C."""
+    print(
+        f"rollout-telemetry gym: serving the final state {seconds:g} s more, for a last scrape "
+        "(Ctrl-C to stop now)",
+        file=sys.stderr,
+        flush=True,
+    )
+    with contextlib.suppress(KeyboardInterrupt):
+        time.sleep(seconds)
 
 
 def _print_report(
@@ -178,7 +195,7 @@ def _print_report(
     telemetry: RolloutTelemetry,
     follower: RunFollower,
     samples: RewardSamples,
-    story: RunStory | None,
+    order: RunOrder | None,
 ) -> bool:
     """Print the report, and write its page with ``--html``; False (said on stderr) if the page could not be
     written: the run's end goes on all the same."""
@@ -186,7 +203,7 @@ def _print_report(
 
     try:
         print_report(
-            telemetry, follower, args.format, samples, html=None if story is None else (args.html, story)
+            telemetry, follower, args.format, samples, html=None if order is None else (args.html, order)
         )
     except ConfigError as exc:
         print(f"rollout-telemetry gym: {exc}", file=sys.stderr)
@@ -207,7 +224,7 @@ def _status_lines(follower: RunFollower, url: str, every: float) -> Iterator[Non
     def say() -> None:
         while not stop.wait(every):
             line = status_line(follower.coverage.snapshot(), time.monotonic() - started, url, before)
-            print(f"rollout-telemetry gym: {line}", file=sys.stderr, flush=True)
+            say_status(line, sys.stderr)
 
     thread = threading.Thread(target=say, name="rollout-telemetry-gym-status", daemon=True)
     thread.start()
@@ -216,6 +233,32 @@ def _status_lines(follower: RunFollower, url: str, every: float) -> Iterator[Non
     finally:
         stop.set()
         thread.join(timeout=5)
+
+
+_CLEAR_LINE = "\r\x1b[K"
+"""To the start of the line and clear it: what a progress bar drew there it draws again, below."""
+
+
+def say_status(line: str, stream: TextIO) -> None:
+    """Write the status ``line`` to ``stream`` on a line of its own: Gym's progress bar on the same stream
+    ends its lines with carriage returns, so the cursor may sit at the end of the bar. On a terminal the
+    bar's line is cleared first (it is drawn again at its next update, as tqdm's own messages do); else a
+    newline ends the bar's line."""
+    fresh = _CLEAR_LINE if stream.isatty() else "\n"
+    stream.write(f"{fresh}rollout-telemetry gym: {line}\n")
+    stream.flush()
+
+
+def nothing_written(output: Path, *, failed: bool) -> str:
+    """What to say of a run that wrote no row to ``output``; one that ``failed`` (an error status, not an
+    interrupt) ended before any rollout came back: a wrong server address, say, as its own output tells (not
+    a failed rollout that the failures sidecar would have held: that is said only of a run that wrote)."""
+    if failed:
+        return (
+            f"Gym ended before writing any rollout or failure to {output}: it dispatched none, or none came "
+            "back; its own output above says why"
+        )
+    return f"Gym wrote no rollout to {output}"
 
 
 def status_line(coverage: CoverageSnapshot, elapsed: float, url: str, before: int = 0) -> str:

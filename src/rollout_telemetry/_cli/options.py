@@ -16,14 +16,11 @@ from rollout_telemetry._cli.args import at_least_one, port, readable_file
 from rollout_telemetry.errors import ConfigError
 
 if TYPE_CHECKING:  # what the options make is imported when it is made: --help and a wrong flag need none
-    from collections.abc import Callable
-
-    from rollout_telemetry._contract.outcome import Classified
     from rollout_telemetry._facade.telemetry import RolloutTelemetry
     from rollout_telemetry._serve.credentials import BasicAuth
     from rollout_telemetry._serve.metrics_server import MetricsServer
     from rollout_telemetry._serve.tls import TLSConfig
-    from rollout_telemetry._sources.follow import RunFollower
+    from rollout_telemetry._sources.follow import Observer, RunFollower
 
 __all__ = [
     "add_logging_options",
@@ -190,7 +187,7 @@ def run_follower(
     skip_existing: bool = False,
     spans: bool = False,
     announce: bool = True,
-    observe: Callable[[str, Classified, int | None], None] | None = None,
+    observe: Observer | None = None,
 ) -> RunFollower:
     """A follower of the run whose main file is ``path``, as the ``add_run_files()`` flags say; with ``spans``
     each rollout it counts is also a span; ``announce``: a main file that does not exist yet is said once."""

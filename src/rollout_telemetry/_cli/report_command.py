@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import functools
 import glob
 import json
 import os
@@ -18,20 +17,18 @@ from rollout_telemetry._files import regular_file_at, write_whole
 from rollout_telemetry.errors import ConfigError, RolloutTelemetryError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from rollout_telemetry._contract.outcome import Classified
     from rollout_telemetry._facade.telemetry import RolloutTelemetry
-    from rollout_telemetry._sources.follow import RunFollower
+    from rollout_telemetry._sources.follow import Observer, RunFollower
     from rollout_telemetry._views.intervals import RewardSamples
-    from rollout_telemetry._views.story import RunStory
+    from rollout_telemetry._views.run_order import RunOrder
 
 __all__ = [
     "NAME",
     "add_parser",
     "html_page",
     "main_files",
-    "observe_both",
+    "observer",
     "print_report",
     "run",
     "show_report",
@@ -179,13 +176,12 @@ def _read(args: argparse.Namespace, path: Path) -> tuple[dict[str, Any], str | N
     check_main_file(path)
     options.check_run_file(path, "", must_exist=True)
     from rollout_telemetry._views.intervals import RewardSamples
-    from rollout_telemetry._views.story import RunStory
+    from rollout_telemetry._views.run_order import RunOrder
 
     telemetry = RolloutTelemetry()
     samples = RewardSamples()
-    story = RunStory(telemetry.snapshot, "rollouts") if args.format == "html" else None
-    observe = samples.observe if story is None else observe_both(samples, story)
-    follower = options.run_follower(args, path, telemetry, observe=observe)
+    order = RunOrder() if args.format == "html" else None
+    follower = options.run_follower(args, path, telemetry, observe=observer(samples, order))
     # The rows of the main file and its sidecar in no known order: each group from its final outcomes.
     with follower.recorder.deferred_groups():
         _read_with_progress(follower)
@@ -198,26 +194,28 @@ def _read(args: argparse.Namespace, path: Path) -> tuple[dict[str, Any], str | N
         print(f"rollout-telemetry report: no usable rollout row in {path}: {why}", file=sys.stderr)
         return None
     report = {"file": str(path), **_report(telemetry, follower, samples, args.pass_threshold)}
-    return report, None if story is None else html_page(report, story, telemetry, str(path))
+    return report, None if order is None else html_page(report, order, str(path))
 
 
-def observe_both(samples: RewardSamples, story: RunStory) -> Callable[[str, Classified, int | None], None]:
-    """Each counted outcome to the reward samples (with its task), and a tick of the story (``--format
-    html``)."""
+def observer(samples: RewardSamples, order: RunOrder | None) -> Observer:
+    """Each counted outcome to the reward samples (with its task) and, for the pictures (``--format html``),
+    to the run's order."""
 
-    def observe(agent: str, outcome: Classified, task: int | None) -> None:
-        samples.observe(agent, outcome, task)
-        story.tick()
+    def observe(agent: str, outcome: Classified, identity: tuple[int, int] | None, attempt: int) -> None:
+        samples.observe(agent, outcome, None if identity is None else identity[0])
+        if order is not None:
+            order.observe(agent, outcome, identity, attempt)
 
     return observe
 
 
-def html_page(report: dict[str, Any], story: RunStory, telemetry: RolloutTelemetry, title: str) -> str:
-    """The self-contained HTML page of a run read from its files: ``report``'s numbers, ``story``'s charts."""
+def html_page(report: dict[str, Any], order: RunOrder, title: str) -> str:
+    """The self-contained HTML page of a run read from its files: ``report``'s numbers, and its charts drawn
+    in the run's order (``RunOrder``)."""
     from rollout_telemetry._views.page import render_page
 
-    points = functools.partial(story.points, telemetry.snapshot())
-    return render_page(report, points, title=title, x_axis=story.x_axis)
+    ordered = order.replay()
+    return render_page(report, ordered.points, title=title, x_axis=ordered.story.x_axis)
 
 
 def _report(
@@ -243,10 +241,10 @@ def print_report(
     output_format: str,
     samples: RewardSamples | None = None,
     *,
-    html: tuple[Path, RunStory] | None = None,
+    html: tuple[Path, RunOrder] | None = None,
 ) -> None:
     """Print the report of what ``follower`` has read, as a table (as wide as the terminal) or as JSON; with
-    ``html``, the same report as a page written to its path, with its story's charts.
+    ``html``, the same report as a page written to its path, with the charts of the run's order.
 
     Raises:
         ConfigError: the page cannot be written, or its path is not a regular file (the report is printed all
@@ -255,8 +253,8 @@ def print_report(
     report = _report(telemetry, follower, samples)
     show_report(report, output_format)
     if html is not None:
-        path, story = html
-        page = html_page(report, story, telemetry, str(follower.files.main))
+        path, order = html
+        page = html_page(report, order, str(follower.files.main))
         try:
             regular_file_at(path)  # a link, a pipe or a folder there since the command started: refused
             write_whole(path, page.encode("utf-8"))

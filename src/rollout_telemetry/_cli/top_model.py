@@ -100,6 +100,9 @@ class Reading:
     tracks_in_flight: bool = True
     """Whether the source can know of rollouts in flight: a run's files, or an exporter that tracked no
     rollout block (one following files), show finished rollouts only."""
+    ended: bool = False
+    """The run is over, where the source can tell: a run's files that did not grow since the last reading,
+    with an outcome for every rollout expected."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +175,8 @@ class SourceView:
     """What the source says of its agents (``Reading.note``)."""
     tracks_in_flight: bool = True
     """``Reading.tracks_in_flight``."""
+    ended: bool = False
+    """``Reading.ended``: the screen says ended, and no rate."""
 
     @property
     def progress(self) -> tuple[float, float] | None:

@@ -8,7 +8,7 @@ honours ``NO_COLOR``) and fits 80 columns by 24 lines.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from rich.console import Group
 from rich.text import Text
@@ -117,12 +117,69 @@ def age(seconds: float) -> str:
     return f"{whole // 86400}d"
 
 
-def _failures(by_kind: dict[str, float], width: int, ellipsis: str) -> str:
+def _failures(by_kind: Mapping[str, float], labels: Mapping[str, str]) -> str:
     total = sum(by_kind.values())
     kind = top_kind(by_kind)
     if kind is None:
         return _count(total)
-    return _fit(f"{_count(total)} {kind}", width, ellipsis=ellipsis).rstrip()
+    return f"{_count(total)} {labels[kind]}"
+
+
+def shortened(kind: str, room: int, ellipsis: str) -> str:
+    """``kind`` in ``room`` characters: whole if it fits, else its first word cut to its initial
+    (``provider_oom_killed``: ``p.oom_killed``), the words that tell a family's kinds apart, then cut with
+    ``ellipsis``."""
+    if len(kind) <= room:
+        return kind
+    first, _, rest = kind.partition("_")
+    text = f"{first[0]}.{rest}" if rest else kind
+    if len(text) <= room:
+        return text
+    return text[: max(room - len(ellipsis), 0)] + ellipsis if room > len(ellipsis) else text[:room]
+
+
+def kind_labels(kinds: Iterable[str], room: int, ellipsis: str) -> dict[str, str]:
+    """Each of ``kinds`` as the screen shows it in ``room`` characters (``shortened``), no two alike: kinds
+    that still read the same are numbered (the legend names them)."""
+    labels = {kind: shortened(visible(kind), room, ellipsis) for kind in sorted(set(kinds))}
+    alike: dict[str, list[str]] = {}
+    for kind, label in labels.items():
+        alike.setdefault(label, []).append(kind)
+    for label, same in alike.items():
+        if len(same) > 1:
+            for number, kind in enumerate(same, 1):
+                tag = str(number)
+                labels[kind] = label[: max(room - len(tag) - len(ellipsis), 1)] + ellipsis + tag
+    return labels
+
+
+def _legend(labels: Mapping[str, str], width: int) -> list[Text]:
+    """Lines naming each kind shown shortened (``kind_labels``), as many as they need in ``width``."""
+    entries = [f"{label} = {visible(kind)}" for kind, label in labels.items() if label != kind]
+    lines: list[Text] = []
+    line = "kinds:"
+    for entry in entries:
+        if len(line) + 2 + len(entry) > width - 1 and line != "kinds:":
+            lines.append(Text(line, style="dim", no_wrap=True, overflow="crop"))
+            line = "      "
+        line += f"  {entry}"
+    if entries:
+        lines.append(Text(line, style="dim", no_wrap=True, overflow="crop"))
+    return lines
+
+
+def _screen_kinds(view: TopView, widths: Mapping[str, int], ellipsis: str) -> dict[str, str]:
+    """The labels of the top failed and omitted kinds of every agent shown, in the room the narrowest cell
+    leaves them (its column's width less its count and a space)."""
+    kinds, room = [], max(widths["failed"], widths["omitted"])
+    for source in view.sources:
+        for row in source.agents:
+            for column in ("failed", "omitted"):
+                by_kind = getattr(row.totals, column)
+                if (kind := top_kind(by_kind)) is not None:
+                    kinds.append(kind)
+                    room = min(room, widths[column] - 1 - len(_count(sum(by_kind.values()))))
+    return kind_labels(kinds, max(room, 1), ellipsis)
 
 
 def sparkline(values: Sequence[float | None], *, unicode: bool = True) -> str:
@@ -148,7 +205,15 @@ def sparkline(values: Sequence[float | None], *, unicode: bool = True) -> str:
     return "".join(chars)
 
 
-def _agent_line(row: AgentRow, widths: dict[str, int], now: float, unicode: bool) -> Text:
+def _agent_line(
+    row: AgentRow,
+    widths: dict[str, int],
+    now: float,
+    unicode: bool,
+    *,
+    labels: Mapping[str, str],
+    ended: bool,
+) -> Text:
     totals = row.totals
     ellipsis = "…" if unicode else "~"
     stalled = (totals.stalled or 0) > 0
@@ -156,12 +221,12 @@ def _agent_line(row: AgentRow, widths: dict[str, int], now: float, unicode: bool
     trend = windowed_means(row.trend, now=now, span=HISTORY_SECONDS, buckets=widths["trend"])
     cells = {
         "agent": totals.agent,
-        "r/min": _rate(row.per_minute),
+        "r/min": "-" if ended else _rate(row.per_minute),  # a run that ended has no rate
         "mean": _reward(totals.mean_reward),
         "unmsk": _reward(totals.unmasked_reward),
         "mask%": _share(totals.masked_ratio),
-        "failed": _failures(dict(totals.failed), widths["failed"], ellipsis),
-        "omitted": _failures(dict(totals.omitted), widths["omitted"], ellipsis),
+        "failed": _failures(totals.failed, labels),
+        "omitted": _failures(totals.omitted, labels),
         "infl": "-" if totals.in_flight is None else _count(totals.in_flight),
         "oldest": oldest,
         "trend": sparkline(trend, unicode=unicode),
@@ -209,7 +274,7 @@ def _source_line(source: SourceView, width: int) -> Text:
             line.append(f"  (last read {age(source.down_for)} ago)", style="dim")
         return line
     line.append(label, style="bold")
-    line.append("  up", style="green")
+    line.append("  ended" if source.ended else "  up", style="bold" if source.ended else "green")
     in_flight = [a.totals.in_flight for a in source.agents if a.totals.in_flight is not None]
     stalled = sum(a.totals.stalled or 0 for a in source.agents)
     line.append(f"  {len(source.agents)} agent{'' if len(source.agents) == 1 else 's'}")
@@ -274,12 +339,21 @@ def render(view: TopView, *, width: int = 80, height: int = 24, unicode: bool = 
         style="dim",
     )
     lines: list[Text] = [title, _header(widths)]
+    labels = _screen_kinds(view, widths, "…" if unicode else "~")
     for source in view.sources:
         lines.append(_source_line(source, width))
-        lines.extend(_agent_line(row, widths, view.now, unicode) for row in source.agents)
-    if len(lines) > height:
-        hidden = len(lines) - height + 1
-        lines = [*lines[: height - 1], Text(f"… {hidden} more lines: a taller terminal shows them")]
+        lines.extend(
+            _agent_line(row, widths, view.now, unicode, labels=labels, ended=source.ended)
+            for row in source.agents
+        )
+    legend = _legend(labels, width)  # under the agents, kept whatever the agents leave out
+    if len(lines) + len(legend) > height:
+        hidden = len(lines) + len(legend) - height + 1
+        lines = [
+            *lines[: height - 1 - len(legend)],
+            Text(f"… {hidden} more lines: a taller terminal shows them"),
+        ]
+    lines += legend
     room = height - len(lines) - 2
     if view.has_in_flight_lists and room > 0:
         with_source = sum(1 for s in view.sources if s.in_flight is not None) > 1

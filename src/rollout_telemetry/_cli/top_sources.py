@@ -279,12 +279,17 @@ class FollowSource:
             msg = "no such file (yet)"
             raise SourceDown(msg)
         try:
-            self._follower.poll()
+            grew = self._follower.poll() > 0
         except OSError as exc:
             raise SourceDown(_why(exc)) from exc
         agents = parse_metrics(generate_latest(self._telemetry.registry).decode("utf-8"))
         note = self._follower.unnamed_note() if agents else self._no_agent()
-        return Reading(agents, note=note, tracks_in_flight=False)
+        return Reading(agents, note=note, tracks_in_flight=False, ended=not grew and self._all_done())
+
+    def _all_done(self) -> bool:
+        """Every rollout the run expects has an outcome (known from its materialized inputs)."""
+        coverage = self._follower.coverage.snapshot()
+        return coverage.expected_known and not any(agent.unknown for agent in coverage.agents)
 
     def _no_agent(self) -> str:
         """Why no agent has a row: the files hold none yet, or every row was rejected (the reasons)."""
@@ -330,6 +335,7 @@ class Poller:
             stall_after_seconds=reading.stall_after_seconds,
             note=reading.note,
             tracks_in_flight=reading.tracks_in_flight,
+            ended=reading.ended,
         )
         return self.view
 

@@ -23,7 +23,7 @@ from rollout_telemetry._recording.periodic import Periodic
 from rollout_telemetry._store.coverage import CoverageSnapshot
 from rollout_telemetry._store.groups import GroupsSnapshot
 from rollout_telemetry._store.snapshot import AccountSnapshot
-from rollout_telemetry._views.page import REFRESH_SECONDS, Drawings, Page
+from rollout_telemetry._views.page import REFRESH_SECONDS, Drawings, Page, reward_ranges
 from rollout_telemetry._views.run_report import build_report
 from rollout_telemetry._views.story import RunStory
 
@@ -104,6 +104,7 @@ class LivePage:
             alerts=self._alerts,
             drawings=self._drawings,
             at=account.taken_at,
+            reward_ranges=reward_ranges(account),
         )
 
     def close(self) -> None:

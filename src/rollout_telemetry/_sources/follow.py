@@ -56,7 +56,10 @@ from rollout_telemetry.errors import Rejection
 if TYPE_CHECKING:  # the facade hands its recorder to the follower: it sits above the sources
     from rollout_telemetry._recording.recorder import Recorder
 
-__all__ = ["RunFiles", "RunFollower"]
+__all__ = ["Observer", "RunFiles", "RunFollower"]
+
+Observer = Callable[[str, Classified, "tuple[int, int] | None", int], None]
+"""What a follower hands each counted row: its agent's label, outcome, identity (or ``None``) and attempt."""
 
 _log = logging.getLogger("rollout_telemetry.follow")
 
@@ -100,8 +103,8 @@ class RunFollower:
         wall_clock: nanoseconds since the epoch, when a span's row is read.
         announce: warn once that the main file is awaited while it does not exist (off for a caller that
             starts what writes it).
-        observe: given each row's agent label, outcome and task index (``None`` without an identity) once it
-            is counted (``report``'s reward samples).
+        observe: given each row's agent label, outcome, identity (``None`` without one) and attempt once it is
+            counted (``report``'s reward samples and the run's order of its pictures).
     """
 
     def __init__(
@@ -116,7 +119,7 @@ class RunFollower:
         spans: bool = False,
         wall_clock: Callable[[], int] = time.time_ns,
         announce: bool = True,
-        observe: Callable[[str, Classified, int | None], None] | None = None,
+        observe: Observer | None = None,
     ) -> None:
         self.recorder = recorder
         """What every row is recorded through (the telemetry's recording part)."""
@@ -353,7 +356,7 @@ class RunFollower:
         self.rows += 1
         self.unnamed += unnamed
         if self._observe is not None:  # counted: a repeated row raised before it; by the agent's label
-            self._observe(self.recorder.label(agent), outcome, None if identity is None else identity[0])
+            self._observe(self.recorder.label(agent), outcome, identity, attempt)
         for error in refused:  # the failure is counted, at an unknown stage or delivery
             self._reject(tail, number, error)
         if self.spans:

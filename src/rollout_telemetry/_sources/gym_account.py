@@ -23,7 +23,7 @@ from rollout_telemetry._files import read_prefix
 from rollout_telemetry._store.coverage import CoverageSnapshot
 from rollout_telemetry.errors import ConfigError
 
-__all__ = ["MAX_BYTES", "SCHEMA_VERSION", "differences"]
+__all__ = ["differences"]
 
 SCHEMA_VERSION = 2
 """The ``schema_version`` of Gym's coverage and manifest files this version reads."""

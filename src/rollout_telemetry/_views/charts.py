@@ -62,11 +62,27 @@ def _label(value: float) -> str:
     return f"{value:.3g}"
 
 
-def line_chart(lines: Sequence[Line], *, x_label: str, y_label: str, title: str, counts: bool = False) -> str:
+def _y_range(ys: Sequence[float], span: tuple[float, float] | None) -> tuple[float, float]:
+    """The y-axis' range: the data's, widened to ``span`` where given."""
+    if span is None:
+        return min(ys), max(ys)
+    return min(span[0], *ys), max(span[1], *ys)
+
+
+def line_chart(
+    lines: Sequence[Line],
+    *,
+    x_label: str,
+    y_label: str,
+    title: str,
+    counts: bool = False,
+    y_span: tuple[float, float] | None = None,
+) -> str:
     """An SVG line chart of ``lines`` with both axes labelled (units in the labels) and a legend.
 
-    A NaN y breaks its line (no value there yet); an empty chart says so in its middle. With ``counts`` the
-    y-axis runs from 0 to at least 1 (a count of 0 drawn on its axis, never below it).
+    A NaN y breaks its line (no value there yet); an empty chart says so in its middle. The y-axis spans
+    ``y_span`` (the quantity's honest range: a move of 5% of it looks like 5%) and the data; with ``counts``
+    it runs from 0 to at least 1 (a count of 0 drawn on its axis, never below it). The x-axis starts at 0.
     """
     xs = [x for line in lines for x, y in line.points if math.isfinite(y)]
     ys = [y for line in lines for _, y in line.points if math.isfinite(y)]
@@ -79,7 +95,7 @@ def line_chart(lines: Sequence[Line], *, x_label: str, y_label: str, title: str,
         middle = f'x="{_WIDTH / 2}" y="{_HEIGHT / 2}" text-anchor="middle"'
         parts.append(f'<text class="empty" {middle}>no data yet</text></svg>')
         return "".join(parts)
-    low, high = (0.0, max(1.0, *ys)) if counts else (min(ys), max(ys))
+    low, high = _y_range(ys, (0.0, 1.0) if counts else y_span)
     x_ticks, y_ticks = nice_ticks(min(0.0, *xs), max(xs)), nice_ticks(low, high)
     x0, x1, y0, y1 = x_ticks[0], x_ticks[-1], y_ticks[0], y_ticks[-1]
 

@@ -37,11 +37,12 @@ from typing import Any
 
 from rollout_telemetry._contract.outcome import Disposition
 from rollout_telemetry._contract.shown import shown
+from rollout_telemetry._store.snapshot import AccountSnapshot
 from rollout_telemetry._views.charts import Line, Segment, bar, line_chart
 from rollout_telemetry._views.intervals import interval_text
 from rollout_telemetry._views.story import POINT_FIELDS, Point, XAxis
 
-__all__ = ["REFRESH_SECONDS", "Drawings", "Page", "page_policy", "render_page"]
+__all__ = ["REFRESH_SECONDS", "Drawings", "Page", "page_policy", "render_page", "reward_ranges"]
 
 OPEN_AGENTS = 10
 """Agents whose section is open when the page loads (the worst); the others open on a click."""
@@ -59,13 +60,14 @@ _LONGEST = 10**30  # integers this long or longer are shown by their size (``sho
 _DISPOSITIONS = tuple(disposition.value for disposition in Disposition)
 _LOST = tuple(disposition.value for disposition in Disposition if disposition is not Disposition.MEASURED)
 _X_LABELS: dict[XAxis, str] = {
-    "rollouts": "rollouts of the agent, in the order written (rollouts)",
+    "rollouts": "rows of the agent, by task then rollout index (rows)",
     "seconds": "time since the telemetry started (s)",
 }
 _X_NOTES: dict[XAxis, str] = {
     "rollouts": (
-        "Rows of a run's files carry no timestamps: the x-axis of each chart is the agent's rollouts in the "
-        "order the files hold them."
+        "Rows of a run's files carry no timestamps: the x-axis of each chart is the run's order, the agent's "
+        "rows by task index, then rollout index, then attempt, so a failure from the failures file sits at "
+        "its task."
     ),
     "seconds": "The x-axis of each chart is the time since the telemetry started; the page updates itself.",
 }
@@ -200,6 +202,8 @@ class Page:
             each fires.
         drawings: charts kept across reads (the live page's), this read made at ``at`` seconds of the clock
             they are kept by; without them, each agent's are drawn for this read.
+        reward_ranges: the agents' declared reward ranges, which their reward axes span; an agent without
+            one has an axis from 0 (or below, for a negative reward) to the run's best mean reward.
     """
 
     def __init__(
@@ -214,8 +218,11 @@ class Page:
         alerts: Sequence[Mapping[str, Any]] = (),
         drawings: Drawings | None = None,
         at: float = 0.0,
+        reward_ranges: Mapping[str, tuple[float, float]] | None = None,
     ) -> None:
         self._report = report
+        self._reward_ranges = reward_ranges or {}
+        self._best = _best_reward(report)
         self._drawings = drawings
         self._at = at
         self._points = points
@@ -257,6 +264,10 @@ class Page:
     def document(self, charted: Container[str] | None = None) -> str:
         """The whole page, its content ``main(charted)``, under its policy (``page_policy``)."""
         x_note = _X_NOTES[self._x_axis]
+        if self._x_axis == "rollouts" and (unplaced := self._report.get("rows_without_identity")):
+            x_note += (
+                f" Rows without an identity ({_number(unplaced)}) come after the others, in the order read."
+            )
         return (
             '<!doctype html><html lang="en"><head><meta charset="utf-8">'
             f'<meta http-equiv="Content-Security-Policy" content="{page_policy(updates=self._refresh > 0)}">'
@@ -286,7 +297,8 @@ class Page:
 
     def _charts(self, name: str) -> str:
         def draw() -> str:
-            return _charts(self._points(name), self._x_axis, name)
+            span = self._reward_ranges.get(name, (min(0.0, self._best), max(0.0, self._best)))
+            return _charts(self._points(name), self._x_axis, name, span)
 
         return draw() if self._drawings is None else self._drawings.get(name, self._at, draw)
 
@@ -452,7 +464,28 @@ def _coverage(rollouts: Mapping[str, Any], events: Mapping[str, Any]) -> str:
     return f"<h3>Coverage, {what}</h3>{bar(segments, total)}"
 
 
-def _charts(points: Sequence[Point], x_axis: XAxis, name: str) -> str:
+def reward_ranges(account: AccountSnapshot) -> dict[str, tuple[float, float]]:
+    """The agents' declared reward ranges (``expect(reward_range=...)``): the first and last bounds of their
+    reward histograms. Agents without one are left out."""
+    return {
+        agent.agent: (bounds[0], bounds[-1])
+        for agent in account.agents
+        if (bounds := agent._reward_bounds) is not None
+    }
+
+
+def _best_reward(report: Mapping[str, Any]) -> float:
+    """The run's best mean reward over its agents (masked included or not), or 0 before any: the reward axes
+    of agents without a declared range reach it, so an agent's chart is comparable with the best one's."""
+    means = (
+        row["events"].get(key) for row in report["agents"] for key in ("mean_reward", "mean_reward_unmasked")
+    )
+    return max(
+        (float(mean) for mean in means if isinstance(mean, float | int) and math.isfinite(mean)), default=0.0
+    )
+
+
+def _charts(points: Sequence[Point], x_axis: XAxis, name: str, reward_span: tuple[float, float]) -> str:
     at = {field: index for index, field in enumerate(POINT_FIELDS)}
     points = _thinned(points)
     x_label = _X_LABELS[x_axis]
@@ -468,6 +501,7 @@ def _charts(points: Sequence[Point], x_axis: XAxis, name: str) -> str:
         x_label=x_label,
         y_label="mean reward (reward units)",
         title=f"{name}: mean rewards along the run",
+        y_span=reward_span,
     )
     lost = line_chart(
         [Line(d, series(d), d) for d in _LOST],

@@ -39,8 +39,8 @@ class _PacedSelector(selectors.DefaultSelector):
     def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
         loop = self._loop
         due = loop.next_due()
-        if due is None or timeout is None:  # no timer: a wait for I/O alone, which moves no scenario time
-            return super().select(timeout)
+        if due is None or timeout is None or loop.settle():  # no timer, or one due at the scenario's time
+            return super().select(timeout)  # that has not run: no time moves (it runs first)
         began = time.monotonic()
         ready = super().select(0 if timeout <= 0 else max(due - began, 0.0))
         if timeout > 0 and ready and time.monotonic() < due:  # woken by I/O first: as long as the wall waited
@@ -59,6 +59,7 @@ class ScenarioLoop(asyncio.SelectorEventLoop):
         self._now = time.monotonic()
         self._behind = 0.0  # seconds the scenario's time is behind the wall clock: late wakes withheld them
         self._timers: list[float] = []  # the times of the timers armed, earliest first (cancelled ones too)
+        self._unsettled = False  # a timer fell due without the loop reaching it: it runs before time moves
         super().__init__(_PacedSelector(self))
 
     def time(self) -> float:
@@ -72,6 +73,8 @@ class ScenarioLoop(asyncio.SelectorEventLoop):
         context: Context | None = None,
     ) -> asyncio.TimerHandle:
         heapq.heappush(self._timers, when)
+        if when <= self._now:  # armed already due: it runs at the scenario's time, not at the next timer's
+            self._unsettled = True
         return super().call_at(when, callback, *args, context=context)
 
     def next_due(self) -> float | None:
@@ -81,6 +84,13 @@ class ScenarioLoop(asyncio.SelectorEventLoop):
         while timers and timers[0] <= self._now:
             heapq.heappop(timers)
         return timers[0] + self._behind if timers else None
+
+    def settle(self) -> bool:
+        """Whether a timer fell due at the scenario's time since the loop last waited (armed in the past, or
+        passed by ``block``): the loop runs it before the scenario's time moves on, however late the machine
+        lets the loop get to it. Asked once a wait."""
+        unsettled, self._unsettled = self._unsettled, False
+        return unsettled
 
     def reach(self, wall: float) -> None:
         """The earliest timer ahead is due at ``wall`` on the wall clock: the scenario's time is its time, and
@@ -98,3 +108,4 @@ class ScenarioLoop(asyncio.SelectorEventLoop):
         in the scenario's time too: what is due meanwhile runs that late."""
         time.sleep(seconds)
         self._now += seconds
+        self._unsettled = True

@@ -47,7 +47,8 @@ def add_parser(commands: argparse._SubParsersAction[OneLineParser]) -> None:
             "reward, masked and truncated shares, mean input and output tokens, top failure kinds, groups "
             "(where a task has more than one rollout), and NeMo Gym's end-of-run coverage keys. Several "
             "PATHs (or a quoted glob) are reported one after the other; a run's sidecars among them are "
-            "read with their main file. Exit status: 0, 1 if a file has no usable row, 2 for a wrong input."
+            "read with their main file; with --compare, two runs are compared task by task instead. Exit "
+            "status: 0, 1 if a file has no usable row, 2 for a wrong input."
         ),
     )
     report.add_argument(
@@ -69,11 +70,30 @@ def add_parser(commands: argparse._SubParsersAction[OneLineParser]) -> None:
         ),
     )
     report.add_argument(
+        "--compare",
+        action="store_true",
+        help=(
+            "compare two runs, A B: per agent, the difference of mean rewards B - A over the tasks both ran, "
+            "with a paired 95%% interval (task by task), the tasks solved in one run only and the smallest "
+            "difference these tasks could detect at 80%% power; refused when the runs share no task"
+        ),
+    )
+    report.add_argument(
+        "--compare-agents",
+        nargs=2,
+        metavar=("AGENT_A", "AGENT_B"),
+        help=(
+            "compare two agents of one run as --compare compares two runs: AGENT_B - AGENT_A on the tasks "
+            "both ran, paired task by task"
+        ),
+    )
+    report.add_argument(
         "--pass-threshold",
         type=finite,
         help=(
             "the reward at or above which a rollout solves its task, for pass@k and the tasks never and "
-            "always solved (default: those figures only when every reward is 0 or 1)"
+            "always solved, and for the tasks --compare finds flipped (solved: at least half its rollouts "
+            "solve it; default: those figures only when every reward is 0 or 1)"
         ),
     )
     options.add_logging_options(report, argparse.SUPPRESS)
@@ -83,6 +103,8 @@ def run(args: argparse.Namespace) -> int:
     """Report each run given; the exit status is the worst: 2 for a wrong input, 1 for a file with no row."""
     paths = main_files(args.paths)
     _check_inputs(args, paths)
+    if args.compare or args.compare_agents:
+        return _compare(args, paths)
     one = len(args.paths) == 1 and os.path.lexists(args.paths[0])  # one run named: no list, no heading
     return _report_each(args, paths, one)
 
@@ -92,7 +114,13 @@ def _check_inputs(args: argparse.Namespace, paths: list[Path]) -> None:
     if len(paths) > 1 and (args.failures or args.inputs):
         msg = "--failures and --inputs name one run's files: give one PATH with them"
         raise ConfigError(msg)
-    if len(paths) > 1 and args.format == "html":
+    if args.compare and len(paths) != 2:
+        msg = f"--compare takes two runs, A B, and {len(paths)} files were given"
+        raise ConfigError(msg)
+    if args.compare_agents and (args.compare or len(paths) != 1):
+        msg = "--compare-agents compares two agents of one run: give one PATH, without --compare"
+        raise ConfigError(msg)
+    if len(paths) > 1 and args.format == "html" and not args.compare:
         msg = f"--format html shows one run, and {len(paths)} files were given: give one PATH"
         raise ConfigError(msg)
     if args.format == "html" and sys.stdout.isatty():
@@ -134,6 +162,65 @@ def _report_each(args: argparse.Namespace, paths: list[Path], one: bool) -> int:
     return status
 
 
+def _compare(args: argparse.Namespace, paths: list[Path]) -> int:
+    """Compare run B (``paths[1]``) with run A (``paths[0]``) agent by agent, on the tasks both ran; or, with
+    ``--compare-agents``, one run's two agents.
+
+    Raises:
+        ConfigError: a file cannot be read, an agent is not in the run, or the two share no task.
+    """
+    from rollout_telemetry._views import comparison
+
+    runs = []
+    for path in paths:
+        read = _read_samples(args, path)
+        if read is None:
+            return 1
+        runs.append(read[2])
+    if args.compare_agents:
+        (run,), (agent_a, agent_b) = runs, args.compare_agents
+        for agent in (agent_a, agent_b):
+            if agent not in run.agents():
+                msg = f"{paths[0]} has no reward of agent {agent!r}"
+                raise ConfigError(msg)
+        label = f"{agent_b} - {agent_a}"
+        rows = [
+            comparison.compare_agent(
+                label, run.by_task(agent_a)[0], run.by_task(agent_b)[0], args.pass_threshold
+            )
+        ]
+        names, unpaired = (f"{paths[0]} {agent_a}", f"{paths[0]} {agent_b}"), []
+    else:
+        run_a, run_b = runs
+        in_a, in_b = set(run_a.agents()), set(run_b.agents())
+        rows = [
+            comparison.compare_agent(
+                agent, run_a.by_task(agent)[0], run_b.by_task(agent)[0], args.pass_threshold
+            )
+            for agent in sorted(in_a & in_b)
+        ]
+        names, unpaired = (str(paths[0]), str(paths[1])), sorted(in_a ^ in_b)
+    if not any(row["tasks"] for row in rows):
+        msg = f"{names[0]} and {names[1]} share no task: nothing to pair"
+        raise ConfigError(msg)
+    compared = {"a": names[0], "b": names[1], "agents": rows, "agents_unpaired": unpaired}
+    if args.format == "json":
+        print(json.dumps(compared, indent=2), flush=True)
+    elif args.format == "markdown":
+        print(comparison.comparison_markdown(compared), flush=True)
+    elif args.format == "csv":
+        sys.stdout.write(comparison.comparison_csv(compared))
+        sys.stdout.flush()
+    elif args.format == "html":
+        from rollout_telemetry._views.page import plain_document
+
+        sys.stdout.write(plain_document(f"{names[1]} - {names[0]}", comparison.comparison_html(compared)))
+        sys.stdout.flush()
+    else:
+        _console().print(comparison.comparison_table(compared))
+    return 0
+
+
 def main_files(given: list[str]) -> list[Path]:
     """The main files ``given`` names, a glob expanded; a run's sidecar dropped when its main file is there.
 
@@ -170,6 +257,23 @@ def _read(args: argparse.Namespace, path: Path) -> tuple[dict[str, Any], str | N
     Raises:
         ConfigError: the file is missing, not a run's main output, or not JSON Lines.
     """
+    read = _read_samples(args, path)
+    if read is None:
+        return None
+    telemetry, follower, samples, order = read
+    report = {"file": str(path), **_report(telemetry, follower, samples, args.pass_threshold)}
+    return report, None if order is None else html_page(report, order, str(path))
+
+
+def _read_samples(
+    args: argparse.Namespace, path: Path
+) -> tuple[RolloutTelemetry, RunFollower, RewardSamples, RunOrder | None] | None:
+    """Read one run's files to their end, its rewards by task kept (and its order for a report's page);
+    ``None`` (said on stderr) when no row was usable.
+
+    Raises:
+        ConfigError: the file is missing, not a run's main output, or not JSON Lines.
+    """
     from rollout_telemetry._facade.telemetry import RolloutTelemetry
     from rollout_telemetry._sources.file_kind import check_main_file
 
@@ -180,7 +284,7 @@ def _read(args: argparse.Namespace, path: Path) -> tuple[dict[str, Any], str | N
 
     telemetry = RolloutTelemetry()
     samples = RewardSamples()
-    order = RunOrder() if args.format == "html" else None
+    order = RunOrder() if args.format == "html" and not (args.compare or args.compare_agents) else None
     follower = options.run_follower(args, path, telemetry, observe=observer(samples, order))
     # The rows of the main file and its sidecar in no known order: each group from its final outcomes.
     with follower.recorder.deferred_groups():
@@ -193,8 +297,7 @@ def _read(args: argparse.Namespace, path: Path) -> tuple[dict[str, Any], str | N
         why = f"all {rejected} rows were rejected" if rejected else "it is empty"
         print(f"rollout-telemetry report: no usable rollout row in {path}: {why}", file=sys.stderr)
         return None
-    report = {"file": str(path), **_report(telemetry, follower, samples, args.pass_threshold)}
-    return report, None if order is None else html_page(report, order, str(path))
+    return telemetry, follower, samples, order
 
 
 def observer(samples: RewardSamples, order: RunOrder | None) -> Observer:
@@ -283,14 +386,20 @@ def show_report(report: dict[str, Any], output_format: str, *, heading: str | No
         sys.stdout.write(render_csv([report]))
         sys.stdout.flush()
         return
+    console = _console()
+    if heading is not None:
+        console.rule(terminal_text(heading), align="left")  # a path: text, never markup
+    console.print(render_table(report, console.width))
+
+
+def _console() -> Any:
+    """A rich console on stdout: as wide as the terminal or, piped, as COLUMNS says, else wide."""
     from rich.console import Console
 
     console = Console()
     if not console.is_terminal:  # piped: as wide as COLUMNS says, else wide rather than squeezed
         console = Console(width=int(os.environ.get("COLUMNS", "") or 0) or 200)
-    if heading is not None:
-        console.rule(terminal_text(heading), align="left")  # a path: text, never markup
-    console.print(render_table(report, console.width))
+    return console
 
 
 def _read_with_progress(follower: RunFollower) -> None:

@@ -164,6 +164,10 @@ class RewardSamples:
         """(rewards, measured rewards) of ``agent``: the rows each mean is over."""
         return len(self._rewards.get(agent, ((),))[0]), len(self._measured.get(agent, ((),))[0])
 
+    def agents(self) -> list[str]:
+        """The agents with a reward, sorted."""
+        return sorted(self._rewards)
+
     def by_task(self, agent: str) -> tuple[dict[int, list[float]], int]:
         """Every reward of ``agent`` by task (the tasks it names), and the rewards without a task."""
         found: dict[int, list[float]] = {}

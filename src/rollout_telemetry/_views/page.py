@@ -42,7 +42,15 @@ from rollout_telemetry._views.charts import Line, Segment, bar, line_chart
 from rollout_telemetry._views.intervals import interval_text
 from rollout_telemetry._views.story import POINT_FIELDS, Point, XAxis
 
-__all__ = ["REFRESH_SECONDS", "Drawings", "Page", "page_policy", "render_page", "reward_ranges"]
+__all__ = [
+    "REFRESH_SECONDS",
+    "Drawings",
+    "Page",
+    "page_policy",
+    "plain_document",
+    "render_page",
+    "reward_ranges",
+]
 
 OPEN_AGENTS = 10
 """Agents whose section is open when the page loads (the worst); the others open on a click."""
@@ -313,6 +321,17 @@ def render_page(
     """The report's page (``report --format html``): ``report``'s numbers and the charts of every agent's
     ``points``; it never updates itself."""
     return Page(report, points, title=title, x_axis=x_axis).document()
+
+
+def plain_document(title: str, body: str) -> str:
+    """A page in the report's style and policy holding ``body`` (already escaped HTML) under ``title``."""
+    return (
+        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
+        f'<meta http-equiv="Content-Security-Policy" content="{page_policy(updates=False)}">'
+        '<meta name="viewport" content="width=device-width,initial-scale=1">'
+        f"<title>{escape(title)} - rollout-telemetry</title><style>{_STYLE}</style></head>"
+        f"<body><header><h1>{escape(title)}</h1></header><main>{body}</main></body></html>"
+    )
 
 
 def _alerts(alerts: Sequence[Mapping[str, Any]]) -> str:

@@ -20,13 +20,11 @@ from rollout_telemetry._views.escaping import csv_text, markdown_text, terminal_
 from rollout_telemetry._views.intervals import t975
 
 __all__ = [
-    "PAIRED",
     "compare_agent",
     "comparison_csv",
     "comparison_html",
     "comparison_markdown",
     "comparison_table",
-    "paired_interval",
 ]
 
 PAIRED = "paired t"

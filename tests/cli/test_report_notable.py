@@ -137,3 +137,19 @@ def test_the_html_report_shows_the_notable_rollouts_escaped(
     assert "<script>alert" not in page
     assert "&lt;img src=x onerror=alert(1)&gt;&quot;agent" in section
     assert "&lt;script&gt;alert(2)&lt;/script&gt;" in section
+
+
+def test_the_table_lists_each_notable_rollout_on_a_line_with_its_file_and_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The table ends with a line per notable rollout, its file:line first, the reason only with --reasons."""
+    monkeypatch.setenv("COLUMNS", "200")
+    path, _, _ = _write_run(tmp_path)
+    sidecar = tmp_path / "run_failures.jsonl"
+    line = _line_of(sidecar, 20, 1, 0)
+    assert main(["report", str(path)]) == 0
+    table = capsys.readouterr().out
+    assert f"  {sidecar}:{line}, math_agent, 20/1/0, failed, kind timeout, stage agent\n" in table
+    assert REASON not in table
+    assert main(["report", str(path), "--reasons"]) == 0
+    assert f"stage agent, reason {REASON}\n" in capsys.readouterr().out

@@ -46,39 +46,42 @@ class NotableRollouts:
         attempt: int,
         place: Place,
     ) -> None:
-        """Consider one counted row for each category it belongs to."""
+        """Consider one counted row for each category it belongs to; most rows are passed over by one
+        comparison per category."""
         disposition, generation = outcome[0], outcome[4]
         duration = place[2]
-        tokens = None if generation is None or generation[0] is None else generation[0][1]
+        tokens = 0 if generation is None or generation[0] is None else generation[0][1]
         listed = disposition is Disposition.FAILED or disposition is Disposition.MASKED
-        if not listed and duration is None and not tokens:
-            return  # a row no category keeps
-        file = self._files.setdefault(place[0], len(self._files))
-        order = (
-            (_NO_TASK, 0, attempt, file, place[1])
-            if identity is None
-            else (identity[0], identity[1], attempt, file, place[1])
+        heaps, limit = self._heaps, self.limit
+        slow = duration is not None and (
+            len(heaps["slowest"]) < limit or duration >= heaps["slowest"][0][0][0]
         )
+        long = tokens > 0 and (
+            len(heaps["longest_output"]) < limit or tokens >= heaps["longest_output"][0][0][0]
+        )
+        if not (listed or slow or long):
+            return  # the common row: no category would keep it
+        file = self._files.setdefault(place[0], len(self._files))
+        # The run's order negated: of two rollouts equally notable, the earlier one scores higher.
+        first = (-_NO_TASK, 0) if identity is None else (-identity[0], -identity[1])
+        earlier = (*first, -attempt, -file, -place[1])
         entry = (agent, outcome, identity, attempt, place)
-        if disposition is Disposition.FAILED:
-            self._keep("failed", order, entry)
-        elif disposition is Disposition.MASKED:
-            self._keep("masked", order, entry)
-        if duration is not None:
-            self._keep("slowest", (-duration, *order), entry)
-        if tokens:
-            self._keep("longest_output", (-tokens, *order), entry)
+        if listed:
+            self._keep("failed" if disposition is Disposition.FAILED else "masked", earlier, entry)
+        if slow and duration is not None:
+            self._keep("slowest", (duration, *earlier), entry)
+        if long:
+            self._keep("longest_output", (tokens, *earlier), entry)
 
-    def _keep(self, category: str, key: tuple[float, ...], entry: Entry) -> None:
-        # A max-heap of the ``limit`` smallest keys: each key negated, the largest kept key at the top.
+    def _keep(self, category: str, score: tuple[float, ...], entry: Entry) -> None:
+        # A min-heap of the ``limit`` highest scores: the lowest kept, the next to go, at the top.
         heap = self._heaps[category]
-        negated = tuple(-part for part in key)
         if len(heap) < self.limit:
             self._seen += 1
-            heapq.heappush(heap, (negated, self._seen, entry))
-        elif negated > heap[0][0]:
+            heapq.heappush(heap, (score, self._seen, entry))
+        elif score > heap[0][0]:
             self._seen += 1
-            heapq.heapreplace(heap, (negated, self._seen, entry))
+            heapq.heapreplace(heap, (score, self._seen, entry))
 
     def listing(self) -> dict[str, list[dict[str, Any]]]:
         """Each category's rollouts, the most notable first, as the report's JSON shows them."""

@@ -13,9 +13,10 @@ from typing import Any
 import pytest
 
 from rollout_telemetry._cli.main import main
-from rollout_telemetry._cli.report_command import print_report
+from rollout_telemetry._cli.report_command import observer, print_report
 from rollout_telemetry._facade.telemetry import RolloutTelemetry
 from rollout_telemetry._sources.run_files import RunFiles
+from rollout_telemetry._views.intervals import RewardSamples
 from rollout_telemetry._views.run_order import RunOrder
 from rollout_telemetry.errors import ConfigError
 
@@ -504,7 +505,9 @@ def _html_of_the_fixture_run(page: Path) -> None:
     """Print the fixture run's report and write its page to ``page``, as `gym --html` does at a run's end."""
     telemetry = RolloutTelemetry()
     order = RunOrder()
-    follower = telemetry._run_follower(RunFiles(FIXTURES / "run.jsonl"), observe=order.observe)
+    follower = telemetry._run_follower(
+        RunFiles(FIXTURES / "run.jsonl"), observe=observer(RewardSamples(), order)
+    )
     follower.poll()
     print_report(telemetry, follower, "json", html=(page, order))
 

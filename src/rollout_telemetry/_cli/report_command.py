@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from rollout_telemetry._facade.telemetry import RolloutTelemetry
     from rollout_telemetry._sources.follow import Observer, RunFollower
     from rollout_telemetry._views.intervals import RewardSamples
+    from rollout_telemetry._views.notable import NotableRollouts, Place
     from rollout_telemetry._views.run_order import RunOrder
 
 __all__ = [
@@ -35,6 +36,9 @@ __all__ = [
 ]
 
 NAME = "report"
+
+NOTABLE_LIMIT = 10
+"""Rollouts listed per category of the notable ones (failed, masked, slowest, longest output)."""
 
 
 def add_parser(commands: argparse._SubParsersAction[OneLineParser]) -> None:
@@ -94,6 +98,14 @@ def add_parser(commands: argparse._SubParsersAction[OneLineParser]) -> None:
             "the reward at or above which a rollout solves its task, for pass@k and the tasks never and "
             "always solved, and for the tasks --compare finds flipped (solved: at least half its rollouts "
             "solve it; default: those figures only when every reward is 0 or 1)"
+        ),
+    )
+    report.add_argument(
+        "--reasons",
+        action="store_true",
+        help=(
+            "show each notable rollout's failure_reason, the text of the error from your run's files (off by "
+            "default: it may hold prompts, paths or secrets; never on a served page)"
         ),
     )
     options.add_logging_options(report, argparse.SUPPRESS)
@@ -260,16 +272,17 @@ def _read(args: argparse.Namespace, path: Path) -> tuple[dict[str, Any], str | N
     read = _read_samples(args, path)
     if read is None:
         return None
-    telemetry, follower, samples, order = read
+    telemetry, follower, samples, order, notable = read
     report = {"file": str(path), **_report(telemetry, follower, samples, args.pass_threshold)}
+    report["notable"] = notable.listing()
     return report, None if order is None else html_page(report, order, str(path))
 
 
 def _read_samples(
     args: argparse.Namespace, path: Path
-) -> tuple[RolloutTelemetry, RunFollower, RewardSamples, RunOrder | None] | None:
-    """Read one run's files to their end, its rewards by task kept (and its order for a report's page);
-    ``None`` (said on stderr) when no row was usable.
+) -> tuple[RolloutTelemetry, RunFollower, RewardSamples, RunOrder | None, NotableRollouts] | None:
+    """Read one run's files to their end, its rewards by task kept, its notable rollouts (and its order for a
+    report's page); ``None`` (said on stderr) when no row was usable.
 
     Raises:
         ConfigError: the file is missing, not a run's main output, or not JSON Lines.
@@ -280,12 +293,14 @@ def _read_samples(
     check_main_file(path)
     options.check_run_file(path, "", must_exist=True)
     from rollout_telemetry._views.intervals import RewardSamples
+    from rollout_telemetry._views.notable import NotableRollouts
     from rollout_telemetry._views.run_order import RunOrder
 
     telemetry = RolloutTelemetry()
     samples = RewardSamples()
     order = RunOrder() if args.format == "html" and not (args.compare or args.compare_agents) else None
-    follower = options.run_follower(args, path, telemetry, observe=observer(samples, order))
+    notable = NotableRollouts(NOTABLE_LIMIT, reasons=args.reasons)
+    follower = options.run_follower(args, path, telemetry, observe=observer(samples, order, notable))
     # The rows of the main file and its sidecar in no known order: each group from its final outcomes.
     with follower.recorder.deferred_groups():
         _read_with_progress(follower)
@@ -297,17 +312,23 @@ def _read_samples(
         why = f"all {rejected} rows were rejected" if rejected else "it is empty"
         print(f"rollout-telemetry report: no usable rollout row in {path}: {why}", file=sys.stderr)
         return None
-    return telemetry, follower, samples, order
+    return telemetry, follower, samples, order, notable
 
 
-def observer(samples: RewardSamples, order: RunOrder | None) -> Observer:
-    """Each counted outcome to the reward samples (with its task) and, for the pictures (``--format html``),
-    to the run's order."""
+def observer(
+    samples: RewardSamples, order: RunOrder | None, notable: NotableRollouts | None = None
+) -> Observer:
+    """Each counted outcome to the reward samples (with its task), for the pictures (``--format html``) to
+    the run's order, and with its place in the files to the notable rollouts."""
 
-    def observe(agent: str, outcome: Classified, identity: tuple[int, int] | None, attempt: int) -> None:
+    def observe(
+        agent: str, outcome: Classified, identity: tuple[int, int] | None, attempt: int, place: Place
+    ) -> None:
         samples.observe(agent, outcome, None if identity is None else identity[0])
         if order is not None:
             order.observe(agent, outcome, identity, attempt)
+        if notable is not None:
+            notable.observe(agent, outcome, identity, attempt, place)
 
     return observe
 

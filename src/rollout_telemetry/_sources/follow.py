@@ -58,8 +58,12 @@ if TYPE_CHECKING:  # the facade hands its recorder to the follower: it sits abov
 
 __all__ = ["Observer", "RunFiles", "RunFollower"]
 
-Observer = Callable[[str, Classified, "tuple[int, int] | None", int], None]
-"""What a follower hands each counted row: its agent's label, outcome, identity (or ``None``) and attempt."""
+Observer = Callable[
+    [str, Classified, "tuple[int, int] | None", int, "tuple[str, int, float | None, str | None]"], None
+]
+"""What a follower hands each counted row: its agent's label, outcome, identity (or ``None``), attempt, and
+where it is with what its file says of it: ``(file, line number, duration in seconds or None, failure stage
+or None)``."""
 
 _log = logging.getLogger("rollout_telemetry.follow")
 
@@ -103,8 +107,9 @@ class RunFollower:
         wall_clock: nanoseconds since the epoch, when a span's row is read.
         announce: warn once that the main file is awaited while it does not exist (off for a caller that
             starts what writes it).
-        observe: given each row's agent label, outcome, identity (``None`` without one) and attempt once it is
-            counted (``report``'s reward samples and the run's order of its pictures).
+        observe: given each row's agent label, outcome, identity (``None`` without one), attempt and place
+            (``Observer``) once it is counted (``report``'s reward samples, the run's order of its pictures
+            and its notable rollouts).
     """
 
     def __init__(
@@ -356,7 +361,8 @@ class RunFollower:
         self.rows += 1
         self.unnamed += unnamed
         if self._observe is not None:  # counted: a repeated row raised before it; by the agent's label
-            self._observe(self.recorder.label(agent), outcome, identity, attempt)
+            place = (str(tail.path), number, row_latency(row), None if where is None else where[0])
+            self._observe(self.recorder.label(agent), outcome, identity, attempt, place)
         for error in refused:  # the failure is counted, at an unknown stage or delivery
             self._reject(tail, number, error)
         if self.spans:

@@ -248,7 +248,9 @@ class Page:
         if not self._rows:
             opening.append('<p class="none">No rollout counted yet.</p>')
         self._opening = "".join(opening)
-        self._closing = _run_totals(report) + (_alerts(alerts) if alerts else "")
+        self._closing = (
+            _run_totals(report) + _notable(report.get("notable")) + (_alerts(alerts) if alerts else "")
+        )
         self._sections: dict[tuple[str, bool], str] = {}
 
     def charted(self, named: Iterable[str]) -> frozenset[str]:
@@ -592,3 +594,55 @@ def _run_totals(report: Mapping[str, Any]) -> str:
             ("rows without identity", _cell("rows_without_identity", report["rows_without_identity"]))
         )
     return _table("The run", ("", "value"), rows, "Nothing rejected; no expected work declared.")
+
+
+_NOTABLE_TITLES = {
+    "failed": "Failed",
+    "masked": "Masked",
+    "slowest": "Slowest",
+    "longest_output": "Longest output",
+}
+_NOTABLE_COLUMNS = (
+    "agent",
+    "task",
+    "rollout",
+    "attempt",
+    "disposition",
+    "kind",
+    "stage",
+    "seconds",
+    "output tokens",
+)
+
+
+def _notable(notable: Mapping[str, Sequence[Mapping[str, Any]]] | None) -> str:
+    """The rollouts worth opening (a report read from files has them; the live page has none), each with
+    its file and line."""
+    if not notable:
+        return ""
+    parts = []
+    for category, rollouts in notable.items():
+        title = escape(_NOTABLE_TITLES.get(category, category))
+        if not rollouts:
+            parts.append(f'<div><h3>{title}</h3><p class="none">None.</p></div>')
+            continue
+        reasons = any("failure_reason" in rollout for rollout in rollouts)
+        header = (*_NOTABLE_COLUMNS, "file:line", *(("failure reason",) if reasons else ()))
+        rows = []
+        for rollout in rollouts:
+            cells = [
+                _text(rollout.get("agent")),
+                *(_number(rollout.get(key)) for key in ("task_index", "rollout_index", "attempt")),
+                _text(rollout.get("disposition")),
+                _text(rollout.get("failure_kind")),
+                _text(rollout.get("stage")),
+                _number(rollout.get("duration_s")),
+                _number(rollout.get("output_tokens")),
+                f"{_text(rollout.get('file'))}:{_text(rollout.get('line'))}",
+            ]
+            if reasons:
+                cells.append(_text(rollout.get("failure_reason")))
+            rows.append("<tr>" + "".join(f"<td>{cell}</td>" for cell in cells) + "</tr>")
+        head = "".join(f"<th>{column}</th>" for column in header)
+        parts.append(f"<div><h3>{title}</h3><table><tr>{head}</tr>{''.join(rows)}</table></div>")
+    return '<section class="notable"><h2>Rollouts worth opening</h2>' + "".join(parts) + "</section>"

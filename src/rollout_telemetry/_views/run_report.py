@@ -457,4 +457,27 @@ def _keys_and_notes(report: dict[str, Any]) -> list[Any]:
     if report["rejected"]:
         rejected = ", ".join(f"{reason}: {count}" for reason, count in sorted(report["rejected"].items()))
         parts.append(terminal_text(f"rejected rows: {rejected}"))
+    return parts + _notable_lines(report.get("notable") or {})
+
+
+def _notable_lines(notable: dict[str, list[dict[str, Any]]]) -> list[Any]:
+    """The rollouts worth opening, a line each (any terminal's width): where it is, then what it is."""
+    parts: list[Any] = []
+    for category, rollouts in notable.items():
+        if not rollouts:
+            continue
+        parts.append(terminal_text(f"{category.replace('_', ' ')} (file:line, agent, task/rollout/attempt):"))
+        for rollout in rollouts:
+            facts = [
+                f"  {rollout['file']}:{rollout['line']}",
+                str(rollout["agent"]),
+                f"{_number(rollout['task_index'])}/{_number(rollout['rollout_index'])}/{rollout['attempt']}",
+                str(rollout["disposition"]),
+            ]
+            facts += [f"kind {rollout['failure_kind']}"] if rollout["failure_kind"] is not None else []
+            facts += [f"stage {rollout['stage']}"] if rollout["stage"] is not None else []
+            facts += [f"{rollout['duration_s']:.3f} s"] if rollout["duration_s"] is not None else []
+            facts += [f"{rollout['output_tokens']} output tokens"] if rollout["output_tokens"] else []
+            facts += [f"reason {rollout['failure_reason']}"] if rollout.get("failure_reason") else []
+            parts.append(terminal_text(", ".join(facts)))
     return parts

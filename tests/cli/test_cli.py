@@ -129,7 +129,10 @@ def test_every_option_with_a_value_states_its_default(monkeypatch: pytest.Monkey
         for action in _options(subcommand):
             if action.required:
                 continue
-            said = re.search(rf"^  {re.escape(action.option_strings[-1])} \S+\s+(.*)", text, re.MULTILINE)
+            # The value's name once per value an option takes (``--compare-agents NAME NAME``), then its help.
+            said = re.search(
+                rf"^  {re.escape(action.option_strings[-1])} \S+(?: [A-Z_]+)*\s+(.*)", text, re.MULTILINE
+            )
             assert said is not None, (name, action.option_strings)
             assert "default" in said[1], (name, action.option_strings, said[1])
 

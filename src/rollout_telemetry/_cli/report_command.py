@@ -85,10 +85,10 @@ def add_parser(commands: argparse._SubParsersAction[OneLineParser]) -> None:
     report.add_argument(
         "--compare-agents",
         nargs=2,
-        metavar=("AGENT_A", "AGENT_B"),
+        metavar=("NAME", "NAME"),
         help=(
-            "compare two agents of one run as --compare compares two runs: AGENT_B - AGENT_A on the tasks "
-            "both ran, paired task by task"
+            "compare two agents of one run as --compare compares two runs: the second's mean minus the "
+            "first's on the tasks both ran, paired task by task (default: no comparison)"
         ),
     )
     report.add_argument(

@@ -14,7 +14,7 @@ from typing import Any
 
 from rollout_telemetry._contract.outcome import Classified, Disposition
 
-__all__ = ["CATEGORIES", "NotableRollouts", "Place"]
+__all__ = ["NotableRollouts", "Place"]
 
 Place = tuple[str, int, "float | None", "str | None"]
 """Where a counted row is and what its file says of it: ``(file, line, duration in seconds, stage)``."""

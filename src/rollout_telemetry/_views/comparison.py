@@ -18,6 +18,7 @@ from typing import Any
 
 from rollout_telemetry._views.escaping import csv_text, markdown_text, terminal_text
 from rollout_telemetry._views.intervals import t975
+from rollout_telemetry._views.per_task import solutions, solving_threshold
 
 __all__ = [
     "compare_agent",
@@ -58,7 +59,7 @@ def paired_interval(differences: Sequence[float]) -> dict[str, Any] | None:
 
 
 def _solved(rewards: Sequence[float], threshold: float) -> bool:
-    return sum(reward >= threshold for reward in rewards) >= SOLVED_SHARE * len(rewards)
+    return solutions(rewards, threshold) >= SOLVED_SHARE * len(rewards)
 
 
 def compare_agent(
@@ -86,9 +87,9 @@ def compare_agent(
         "difference_ci95": paired_interval([b - a for a, b in zip(means_a, means_b, strict=True)]),
         "flipped": None,
     }
-    rewards = [reward for task in shared for run in (run_a, run_b) for reward in run[task]]
-    if shared and (threshold is not None or all(reward in (0.0, 1.0) for reward in rewards)):
-        solves = 1.0 if threshold is None else threshold
+    rewards = (reward for task in shared for run in (run_a, run_b) for reward in run[task])
+    solves = solving_threshold(rewards, threshold) if shared else None
+    if solves is not None:
         states = [(_solved(run_a[task], solves), _solved(run_b[task], solves)) for task in shared]
         row["flipped"] = {
             "threshold": solves,

@@ -9,10 +9,23 @@ Code": 1 - C(n-c, k) / C(n, k)), averaged over the tasks with at least k rewards
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["per_task"]
+__all__ = ["per_task", "solutions", "solving_threshold"]
+
+
+def solving_threshold(rewards: Iterable[float], threshold: float | None) -> float | None:
+    """The reward from which a rollout solves its task: ``threshold`` when the user gave one, else 1 when
+    every reward is 0 or 1; ``None`` when the rewards do not say solved or not."""
+    if threshold is not None:
+        return threshold
+    return 1.0 if all(reward in (0.0, 1.0) for reward in rewards) else None
+
+
+def solutions(rewards: Iterable[float], threshold: float) -> int:
+    """How many of a task's ``rewards`` solve it (at least ``threshold``, from ``solving_threshold``)."""
+    return sum(reward >= threshold for reward in rewards)
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -36,11 +49,10 @@ def per_task(
     """
     if not by_task:
         return None
+    threshold = solving_threshold((reward for rewards in by_task.values() for reward in rewards), threshold)
     if threshold is None:
-        if any(reward not in (0.0, 1.0) for rewards in by_task.values() for reward in rewards):
-            return None
-        threshold = 1.0
-    solved = [(len(rewards), sum(reward >= threshold for reward in rewards)) for rewards in by_task.values()]
+        return None
+    solved = [(len(rewards), solutions(rewards, threshold)) for rewards in by_task.values()]
     tasks = len(solved)
     passes = []
     for k in range(1, max(n for n, _ in solved) + 1):

@@ -9,10 +9,10 @@ choice depends on the rows only, never on the order they are read in.
 from __future__ import annotations
 
 import heapq
-import math
 from typing import Any
 
 from rollout_telemetry._contract.outcome import Classified, Disposition
+from rollout_telemetry._views.run_order import NO_TASK, run_position
 
 __all__ = ["NotableRollouts", "Place"]
 
@@ -22,9 +22,13 @@ Place = tuple[str, int, "float | None", "str | None"]
 CATEGORIES = ("failed", "masked", "slowest", "longest_output")
 """The lists, in the order the report shows them."""
 
-_NO_TASK = math.inf  # a row without an identity sorts after every identity
-
 Entry = tuple[str, Classified, "tuple[int, int] | None", int, Place]
+
+
+def _output_tokens(outcome: Classified) -> int | None:
+    """The output tokens a row's usage says, or ``None`` without a usage."""
+    generation = outcome[4]
+    return None if generation is None or generation[0] is None else generation[0][1]
 
 
 class NotableRollouts:
@@ -48,9 +52,8 @@ class NotableRollouts:
     ) -> None:
         """Consider one counted row for each category it belongs to; most rows are passed over by one
         comparison per category."""
-        disposition, generation = outcome[0], outcome[4]
-        duration = place[2]
-        tokens = 0 if generation is None or generation[0] is None else generation[0][1]
+        disposition, duration = outcome[0], place[2]
+        tokens = _output_tokens(outcome) or 0
         listed = disposition is Disposition.FAILED or disposition is Disposition.MASKED
         heaps, limit = self._heaps, self.limit
         slow = duration is not None and (
@@ -63,8 +66,8 @@ class NotableRollouts:
             return  # the common row: no category would keep it
         file = self._files.setdefault(place[0], len(self._files))
         # The run's order negated: of two rollouts equally notable, the earlier one scores higher.
-        first = (-_NO_TASK, 0) if identity is None else (-identity[0], -identity[1])
-        earlier = (*first, -attempt, -file, -place[1])
+        position = run_position(*(identity if identity is not None else (NO_TASK, 0)), attempt)
+        earlier = (*(-part for part in position), -file, -place[1])
         entry = (agent, outcome, identity, attempt, place)
         if listed:
             self._keep("failed" if disposition is Disposition.FAILED else "masked", earlier, entry)
@@ -92,7 +95,6 @@ class NotableRollouts:
 
     def _shown(self, entry: Entry) -> dict[str, Any]:
         agent, outcome, identity, attempt, (file, line, duration, stage) = entry
-        generation = outcome[4]
         shown: dict[str, Any] = {
             "agent": agent,
             "task_index": None if identity is None else identity[0],
@@ -102,7 +104,7 @@ class NotableRollouts:
             "failure_kind": outcome[2],
             "stage": stage,
             "duration_s": duration,
-            "output_tokens": None if generation is None or generation[0] is None else generation[0][1],
+            "output_tokens": _output_tokens(outcome),
             "file": file,
             "line": line,
         }

@@ -21,10 +21,19 @@ from rollout_telemetry._store.names import Names
 from rollout_telemetry._store.snapshot import AccountSnapshot
 from rollout_telemetry._views.story import RunStory
 
-__all__ = ["RunOrder"]
+__all__ = ["NO_TASK", "RunOrder", "run_position"]
 
 _DISPOSITIONS = tuple(Disposition)
-_NO_TASK = -1  # a row without an identity (task indices are 0 or more)
+NO_TASK = -1
+"""The task index of a row without an identity (task indices are 0 or more)."""
+
+
+def run_position(task: int, rollout: int, attempt: int) -> tuple[bool, int, int, int]:
+    """Where a row stands in the run's order: by task index, then rollout index, then attempt; a row without
+    an identity (``task`` is ``NO_TASK``) after every row with one."""
+    return task == NO_TASK, task, rollout, attempt
+
+
 _NAN = float("nan")
 
 
@@ -60,7 +69,7 @@ class RunOrder:
     ) -> None:
         """One outcome the account counted (a repeated row is not), by the agent's label."""
         number = self._agents.setdefault(agent, len(self._agents))
-        task, rollout = identity if identity is not None else (_NO_TASK, 0)
+        task, rollout = identity if identity is not None else (NO_TASK, 0)
         self._tasks.append(task)
         self._rollouts.append(rollout)
         self._attempts.append(attempt)
@@ -73,7 +82,7 @@ class RunOrder:
         """The story of the outcomes in the run's order (see the module), x each agent's outcomes so far."""
         tasks, rollouts, attempts = self._tasks, self._rollouts, self._attempts
         order = sorted(  # stable: ties, and every row without an identity, in the order read
-            range(len(tasks)), key=lambda at: (tasks[at] == _NO_TASK, tasks[at], rollouts[at], attempts[at])
+            range(len(tasks)), key=lambda at: run_position(tasks[at], rollouts[at], attempts[at])
         )
         clock: Callable[[], float] = lambda: 0.0  # noqa: E731 - the replay has no time
         account = Account(names=Names(max_agents=max(len(self._agents), 1)), clock=clock)
@@ -88,5 +97,5 @@ class RunOrder:
                 labels[self._agent_of[at]], (_DISPOSITIONS[self._dispositions[at]], reward, None, None, None)
             )
             story.tick()
-        unidentified = sum(1 for task in tasks if task == _NO_TASK)
+        unidentified = sum(1 for task in tasks if task == NO_TASK)
         return Ordered(story, account.snapshot(), unidentified)
